@@ -1,0 +1,53 @@
+# txmq — every target installs what it needs into .venv under the repo.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+RMQ_VENV := .venv-rocketmq
+RMQ_STAMP := $(RMQ_VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(VPY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
+PYTEST_ARGS ?=
+
+.PHONY: venv test test-slow torture interop-venv proto demo bench bench-quick clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -q --upgrade pip
+	$(VPY) -m pip install -q -e '.[test,bench]'
+	touch $(STAMP)
+
+# The official RocketMQ 5 Python client lives in its own venv: interop tests run it as a separate process.
+interop-venv: $(RMQ_STAMP)
+
+$(RMQ_STAMP):
+	test -x $(RMQ_VENV)/bin/python || $(PY) -m venv $(RMQ_VENV)
+	$(RMQ_VENV)/bin/python -m pip install -q 'rocketmq-python-client==5.1.2'
+	touch $(RMQ_STAMP)
+
+test: venv interop-venv
+	$(VPY) -m pytest $(PYTEST_ARGS)
+
+test-slow: venv interop-venv
+	$(VPY) -m pytest -m slow $(PYTEST_ARGS)
+
+torture: venv
+	$(VPY) -m pytest -m torture $(PYTEST_ARGS)
+
+proto: venv
+	$(VPY) -m txmq.broker.protocol.generate
+
+demo: venv
+	$(VPY) examples/orders_points/run_demo.py
+
+bench: venv
+	$(VPY) bench/run_all.py
+
+bench-quick: venv
+	$(VPY) bench/run_all.py --quick
+
+clean:
+	rm -rf $(VENV) $(RMQ_VENV) build *.egg-info .pytest_cache

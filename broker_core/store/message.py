@@ -1,0 +1,117 @@
+"""The message model shared by the store, the transaction engine and the server.
+
+`Message` is what a producer hands the store; `StoredMessage` is what a reader
+gets back from the CommitLog, with the fields the store assigned (offsets,
+store time, offset message id). Both are plain dataclasses: the record codec in
+`record.py` turns them into RocketMQ's on-disk layout and back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# --- reserved property names (RocketMQ's MessageConst where one exists) --------
+PROP_KEYS = "KEYS"  # message keys, joined by a single space
+PROP_TAGS = "TAGS"
+PROP_UNIQ_KEY = "UNIQ_KEY"  # the client's message id
+PROP_TRANSACTION_ID = "__transactionId__"
+PROP_TRAN_MSG = "TRAN_MSG"  # "true" on transactional messages
+PROP_REAL_TOPIC = "REAL_TOPIC"
+PROP_REAL_QUEUE_ID = "REAL_QID"
+PROP_PRODUCER_GROUP = "PGROUP"
+PROP_DELAY_LEVEL = "DELAY"
+PROP_DELIVER_TIME_MS = "__STARTDELIVERTIME"
+PROP_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROP_CHECK_IMMUNITY_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROP_TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
+PROP_SHARDING_KEY = "__SHARDINGKEY"  # FIFO message group
+PROP_BORN_HOST = "__BORNHOST"
+PROP_CRC32 = "__CRC32#"  # whole-record CRC, always the last property (txmq addition)
+# txmq additions for multi-sender transactions
+PROP_TX_SENDER = "__TXMQ_SENDER"  # who added this half (e.g. "sinkid/batch/partition/attempt")
+
+# --- system topics -------------------------------------------------------------
+HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SYSTEM_TOPICS = frozenset({HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC})
+
+# --- SYSFLAG bits (RocketMQ MessageSysFlag, plus txmq's group bits) ------------
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TRANSACTION_NOT_TYPE = 0x0
+SYSFLAG_TRANSACTION_PREPARED = 0x1 << 2
+SYSFLAG_TRANSACTION_COMMIT = 0x2 << 2
+SYSFLAG_TRANSACTION_ROLLBACK = 0x3 << 2
+SYSFLAG_TRANSACTION_MASK = 0x3 << 2
+SYSFLAG_BORNHOST_V6 = 0x1 << 4
+SYSFLAG_STOREHOST_V6 = 0x1 << 5
+# An atomic group is a run of records appended in one write: every record but the
+# last carries GROUP_MEMBER, the last carries GROUP_END. Recovery truncates a
+# group whose GROUP_END record is missing, so a group is all-or-nothing.
+SYSFLAG_GROUP_MEMBER = 0x1 << 16
+SYSFLAG_GROUP_END = 0x1 << 17
+
+
+@dataclass(slots=True)
+class Message:
+    """A message as a producer hands it to the store.
+
+    `queue_id` is chosen by the caller (the server selects queues); the store
+    assigns the queue offset. `properties` holds both RocketMQ's reserved
+    properties (KEYS, TAGS, UNIQ_KEY, ...) and user properties.
+    """
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0  # ms since epoch; 0 = store time
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROP_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        raw = self.properties.get(PROP_KEYS)
+        return raw.split(" ") if raw else []
+
+    @property
+    def unique_key(self) -> str | None:
+        return self.properties.get(PROP_UNIQ_KEY)
+
+    @property
+    def transaction_id(self) -> str | None:
+        return self.properties.get(PROP_TRANSACTION_ID)
+
+
+@dataclass(slots=True)
+class StoredMessage(Message):
+    """A record read back from the CommitLog, with the fields the store assigned."""
+
+    queue_offset: int = 0
+    physical_offset: int = 0
+    store_timestamp: int = 0
+    store_host: tuple[str, int] = ("127.0.0.1", 0)
+    body_crc: int = 0
+    size: int = 0  # TOTALSIZE of the record
+    msg_id: str = ""  # offset message id (store host + port + physical offset, hex)
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where one appended message landed."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    msg_id: str  # offset message id
+    store_timestamp: int
