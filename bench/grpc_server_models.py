@@ -1,0 +1,121 @@
+"""Which gRPC server model for the broker: the thread-pool server or grpc.aio?
+
+    .venv/bin/python bench/grpc_server_models.py [--quick]
+
+Serves a trivial echo unary RPC (bytes in, bytes out: the floor of per-call
+cost) from a separate process with (a) `grpc.server` + ThreadPoolExecutor and
+(b) `grpc.aio.server`, and drives each from this process with one sequential
+client and with 8 concurrent client threads. Prints calls/s and p50/p99
+latency, and the ratios aio/sync. txmq chose the thread-pool server: its
+handlers are blocking (store, fsync, engine locks), so aio would need an
+executor hop per call anyway. Writes bench/results/grpc_server_models.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import grpc
+
+SERVER_CODE = r'''
+import sys, asyncio, grpc
+from concurrent import futures
+mode = sys.argv[1]
+ident = lambda b: b
+def echo(request, context):
+    return request
+if mode == "sync":
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32))
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", {
+        "Call": grpc.unary_unary_rpc_method_handler(echo, request_deserializer=ident, response_serializer=ident)}),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    server.wait_for_termination()
+else:
+    async def aecho(request, context):
+        return request
+    async def main():
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Echo", {
+            "Call": grpc.unary_unary_rpc_method_handler(aecho, request_deserializer=ident, response_serializer=ident)}),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        print(port, flush=True)
+        await server.wait_for_termination()
+    asyncio.run(main())
+'''
+
+
+def start_server(mode: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-c", SERVER_CODE, mode], stdout=subprocess.PIPE, text=True)
+    port = proc.stdout.readline().strip()
+    return proc, f"127.0.0.1:{port}"
+
+
+def drive(endpoint: str, seconds: float, threads: int, payload: bytes = b"x" * 256) -> dict:
+    channel = grpc.insecure_channel(endpoint)
+    call = channel.unary_unary("/bench.Echo/Call", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    for _ in range(200):  # warm up
+        call(payload)
+    latencies: list[float] = []
+    lock = threading.Lock()
+    stop_at = time.perf_counter() + seconds
+
+    def worker() -> None:
+        local = []
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            call(payload)
+            local.append(time.perf_counter() - t0)
+        with lock:
+            latencies.extend(local)
+
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    t0 = time.perf_counter()
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    channel.close()
+    latencies.sort()
+    return {"calls_per_s": round(len(latencies) / elapsed, 1),
+            "p50_ms": round(statistics.median(latencies) * 1000, 3),
+            "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    seconds = 2.0 if args.quick else 5.0
+    result: dict = {"bench": "grpc_server_models", "quick": args.quick}
+    for mode in ("sync", "aio"):
+        proc, endpoint = start_server(mode)
+        try:
+            result[f"{mode}_1_client"] = drive(endpoint, seconds, 1)
+            result[f"{mode}_8_clients"] = drive(endpoint, seconds, 8)
+        finally:
+            proc.kill()
+            proc.wait()
+    result["ratios"] = {
+        "aio_vs_sync_calls_1_client": round(result["aio_1_client"]["calls_per_s"] / result["sync_1_client"]["calls_per_s"], 3),
+        "aio_vs_sync_calls_8_clients": round(result["aio_8_clients"]["calls_per_s"] / result["sync_8_clients"]["calls_per_s"], 3),
+    }
+    line = json.dumps(result)
+    out = Path(__file__).resolve().parent / "results" / "grpc_server_models.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(line + "\n")
+    print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,444 @@
+"""The `txmq` command: run a broker, manage topics, send and tail messages, resolve transactions.
+
+Output is a table for people and one JSON document with `--json` for
+scripts. Every command talks to the broker through the client library
+(`--broker HOST:PORT`, default $TXMQ_BROKER or 127.0.0.1:8081). Exit codes:
+0 success, 1 broker-side failure, 2 bad input (bad arguments, unknown
+topic/transaction/message: the message names the problem), 3 broker unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Sequence
+
+from txmq.broker import errors
+
+DEFAULT_BROKER = "127.0.0.1:8081"
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """Bad command-line input that argparse cannot see (exit code 2)."""
+
+
+# ---- output -----------------------------------------------------------------
+
+def _table(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    if not rows:
+        return "(none)"
+    cells = [[str(c).upper() for c in columns]] + [["" if r.get(c) is None else str(r.get(c)) for c in columns]
+                                                  for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells)
+
+
+def _emit(args: argparse.Namespace, data: Any, rows: list[dict] | None = None,
+          columns: Sequence[str] | None = None, text: str | None = None) -> None:
+    if args.json:
+        print(json.dumps(data, default=_json_default, sort_keys=True))
+    elif rows is not None and columns is not None:
+        print(_table(rows, columns))
+    elif text is not None:
+        print(text)
+    else:
+        print(json.dumps(data, default=_json_default, indent=2, sort_keys=True))
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return _body_text(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if hasattr(value, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(value)
+    return str(value)
+
+
+def _body_text(body: bytes) -> str:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "base64:" + base64.b64encode(body).decode()
+
+
+def _ms_iso(ms: int | None) -> str:
+    if not ms:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+
+
+# ---- commands -----------------------------------------------------------------
+
+def _client(args: argparse.Namespace):
+    from txmq.broker.client import NativeClient
+
+    return NativeClient(args.broker, timeout_s=args.timeout, retry_unavailable_s=min(args.timeout, 3.0))
+
+
+def _topic_rows(topics) -> list[dict]:
+    rows = []
+    for t in topics:
+        total = sum(q.max_offset - q.min_offset for q in t.queues.values())
+        rows.append({"topic": t.name, "queues": t.queue_count, "perm": t.permission, "messages": total,
+                     "max_offsets": ",".join(str(t.queues[q].max_offset) for q in sorted(t.queues))})
+    return rows
+
+
+def _topic_dict(t) -> dict:
+    return {"name": t.name, "queue_count": t.queue_count, "permission": t.permission,
+            "queues": {str(q): {"min_offset": r.min_offset, "max_offset": r.max_offset} for q, r in t.queues.items()}}
+
+
+def cmd_topic_create(args) -> None:
+    if args.queues <= 0:
+        raise UsageError(f"--queues must be positive, got {args.queues}")
+    with _client(args) as c:
+        t = c.create_topic(args.name, args.queues)
+    _emit(args, _topic_dict(t), text=f"created topic {t.name} with {t.queue_count} queues")
+
+
+def cmd_topic_list(args) -> None:
+    with _client(args) as c:
+        topics = c.list_topics(include_system=args.system)
+    _emit(args, [_topic_dict(t) for t in topics], _topic_rows(topics), ["topic", "queues", "perm", "messages", "max_offsets"])
+
+
+def cmd_topic_describe(args) -> None:
+    with _client(args) as c:
+        t = c.describe_topic(args.name)
+    rows = [{"queue": q, "min_offset": r.min_offset, "max_offset": r.max_offset, "messages": r.max_offset - r.min_offset}
+            for q, r in sorted(t.queues.items())]
+    if args.json:
+        _emit(args, _topic_dict(t))
+    else:
+        print(f"topic {t.name}: {t.queue_count} queues, permission {t.permission}")
+        print(_table(rows, ["queue", "min_offset", "max_offset", "messages"]))
+
+
+def cmd_topic_delete(args) -> None:
+    with _client(args) as c:
+        c.delete_topic(args.name)
+    _emit(args, {"deleted": args.name}, text=f"deleted topic {args.name}")
+
+
+def _parse_props(items: Sequence[str]) -> dict[str, str]:
+    props = {}
+    for item in items or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--prop {item!r} is not KEY=VALUE")
+        props[key] = value
+    return props
+
+
+def cmd_send(args) -> None:
+    from txmq.broker.client import Message
+
+    if args.body is not None and args.stdin:
+        raise UsageError("give a BODY argument or --stdin, not both")
+    if args.body is not None:
+        bodies = [args.body.encode()]
+    elif args.stdin:
+        bodies = [line.rstrip("\n").encode() for line in sys.stdin if line.strip()]
+    else:
+        raise UsageError("nothing to send: give a BODY argument or --stdin (one message per line)")
+    if not bodies:
+        raise UsageError("--stdin gave no non-empty lines to send")
+    props = _parse_props(args.prop)
+    messages = [Message(topic=args.topic, body=b, tag=args.tag, keys=args.key or (), properties=props,
+                        sharding_key=args.sharding_key) for b in bodies]
+    with _client(args) as c:
+        if args.transaction:
+            prep = c.prepare("", messages, producer_group=args.producer_group, sender="cli")
+            end = c.end_transaction(prep.transaction_id, "COMMIT", producer_group=args.producer_group)
+            data = {"transaction_id": prep.transaction_id, "state": end.state, "count": prep.count,
+                    "message_ids": prep.message_ids}
+            text = f"committed transaction {prep.transaction_id} with {prep.count} message(s)"
+        else:
+            summary = c.send(messages)
+            data = {"count": summary.count, "message_ids": summary.message_ids,
+                    "queues": [{"topic": s.topic, "queue": s.queue_id, "first_offset": s.first_offset,
+                                "count": s.count} for s in summary.slices]}
+            text = "\n".join(f"sent {mid}" for mid in summary.message_ids)
+    _emit(args, data, text=text)
+
+
+def _batch_rows(batch) -> list[dict]:
+    rows = []
+    for r in batch.to_pylist():
+        rows.append({"topic": r["topic"], "queue": r["queueId"], "offset": r["queueOffset"], "id": r["messageId"],
+                     "tag": r["tag"], "keys": r["keys"] or [], "body": _body_text(r["body"]),
+                     "properties": dict(r["properties"] or []),
+                     "born": r["bornTimestamp"].isoformat() if r["bornTimestamp"] else None,
+                     "stored": r["storeTimestamp"].isoformat() if r["storeTimestamp"] else None,
+                     "transaction_id": r["transactionId"]})
+    return rows
+
+
+def cmd_tail(args) -> None:
+    from txmq.broker.client import PullConsumer
+
+    if args.count is not None and args.count <= 0:
+        raise UsageError(f"--count must be positive, got {args.count}")
+    start: Any = args.start
+    if start not in ("earliest", "latest"):
+        raise UsageError(f"--from must be 'earliest' or 'latest', got {start!r}")
+    deadline = time.monotonic() + args.for_s if args.for_s else None
+    shown = 0
+    with _client(args) as c:
+        c.describe_topic(args.topic)  # a typo'd topic is an error, not an endless wait
+        consumer = PullConsumer(c, [args.topic], start=start, tags=args.tags)
+        try:
+            while True:
+                for batch in consumer.poll(timeout_ms=1000):
+                    for row in _batch_rows(batch):
+                        if args.json:
+                            print(json.dumps(row, sort_keys=True), flush=True)
+                        else:
+                            tx = f" tx={row['transaction_id']}" if row["transaction_id"] else ""
+                            tag = f" tag={row['tag']}" if row["tag"] else ""
+                            print(f"{row['topic']}:{row['queue']}@{row['offset']} {row['id']}{tag}{tx} "
+                                  f"{row['body']}", flush=True)
+                        shown += 1
+                        if args.count is not None and shown >= args.count:
+                            return
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
+        except KeyboardInterrupt:
+            return
+
+
+def _message_dict(m) -> dict:
+    return {"topic": m.topic, "queue": m.queue_id, "offset": m.queue_offset, "message_id": m.message_id,
+            "offset_msg_id": m.offset_msg_id, "tag": m.tag, "keys": list(m.keys), "body": _body_text(m.body),
+            "properties": m.properties, "born": _ms_iso(m.born_timestamp_ms), "stored": _ms_iso(m.store_timestamp_ms),
+            "transaction_id": m.transaction_id}
+
+
+_MESSAGE_COLUMNS = ["message_id", "topic", "queue", "offset", "tag", "keys", "stored", "transaction_id", "body"]
+
+
+def cmd_msg_get(args) -> None:
+    with _client(args) as c:
+        m = _message_dict(c.get_message(args.id))
+    if args.json:
+        _emit(args, m)
+    else:
+        for key in ("message_id", "offset_msg_id", "topic", "queue", "offset", "tag", "keys", "properties",
+                    "born", "stored", "transaction_id", "body"):
+            print(f"{key:>15}: {m[key] if m[key] is not None else ''}")
+
+
+def cmd_msg_query(args) -> None:
+    with _client(args) as c:
+        found = [_message_dict(m) for m in c.query_messages(args.topic, args.key, max_count=args.limit)]
+    _emit(args, found, found, _MESSAGE_COLUMNS)
+
+
+def _tx_dict(t) -> dict:
+    return {"transaction_id": t.transaction_id, "state": t.state, "topics": list(t.topics), "halves": t.half_count,
+            "age_s": round(t.age_ms / 1000, 1), "checks": t.check_times, "producer_group": t.producer_group,
+            "senders": list(t.senders)}
+
+
+def cmd_tx_list(args) -> None:
+    with _client(args) as c:
+        txs = [_tx_dict(t) for t in c.list_transactions(state=args.state.upper(), topic=args.topic, limit=args.limit)]
+    rows = [{**t, "topics": ",".join(t["topics"])} for t in txs]
+    _emit(args, txs, rows, ["transaction_id", "state", "topics", "halves", "age_s", "checks", "producer_group"])
+
+
+def cmd_tx_get(args) -> None:
+    with _client(args) as c:
+        t = _tx_dict(c.get_transaction(args.id))
+    _emit(args, t, [{**t, "topics": ",".join(t["topics"])}],
+          ["transaction_id", "state", "topics", "halves", "age_s", "checks", "producer_group"])
+
+
+def _cmd_tx_end(resolution: str) -> Callable:
+    def run(args) -> None:
+        with _client(args) as c:
+            end = c.end_transaction(args.id, resolution, source="admin")
+        verb = "committed" if resolution == "COMMIT" else "rolled back"
+        note = "" if end.newly_ended else " (already was)"
+        _emit(args, {"transaction_id": args.id, "state": end.state, "newly_ended": end.newly_ended},
+              text=f"{verb} transaction {args.id}{note}")
+    return run
+
+
+def cmd_tx_resume(args) -> None:
+    with _client(args) as c:
+        c.resume_transaction(args.id)
+    _emit(args, {"transaction_id": args.id, "state": "PENDING"}, text=f"resumed transaction {args.id}")
+
+
+def cmd_group_lag(args) -> None:
+    with _client(args) as c:
+        lag = c.group_lag(args.group, args.topic or ())
+    rows = [{"topic": t, "queue": q, "committed": e.committed, "max_offset": e.max_offset, "lag": e.lag}
+            for t, qs in sorted(lag.items()) for q, e in sorted(qs.items())]
+    data = {"group": args.group, "total_lag": sum(r["lag"] for r in rows), "queues": rows}
+    if args.json:
+        _emit(args, data)
+    else:
+        print(_table(rows, ["topic", "queue", "committed", "max_offset", "lag"]))
+        print(f"total lag: {data['total_lag']}")
+
+
+def cmd_stats(args) -> None:
+    with _client(args) as c:
+        stats = c.stats()
+    if args.json:
+        _emit(args, stats)
+        return
+    tx = stats.get("transactions", {})
+    rows = [{"figure": f"transactions.{k}", "value": v} for k, v in sorted(tx.items())
+            if isinstance(v, (int, float)) or k == "pending_halves"]
+    rows += [{"figure": f"store.{k}", "value": v} for k, v in sorted(stats.get("store", {}).items())
+             if isinstance(v, (int, float, str))]
+    rows += [{"figure": f"rpc.{op}", "value": f"{d['calls']} calls, {d['messages']} messages"}
+             for op, d in sorted(stats.get("rpc", {}).items())]
+    print(_table(rows, ["figure", "value"]))
+
+
+# ---- parser ---------------------------------------------------------------------
+
+def _common() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--broker", default=argparse.SUPPRESS,
+                   help="broker HOST:PORT (default $TXMQ_BROKER or 127.0.0.1:8081)")
+    p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts")
+    p.add_argument("--timeout", type=float, default=argparse.SUPPRESS, help="per-call timeout in seconds (default 10)")
+    return p
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(prog="txmq", parents=[common],
+                                     description="txmq: a transactional message broker (RocketMQ design).")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    broker = sub.add_parser("broker", help="run a broker")
+    bsub = broker.add_subparsers(dest="action", metavar="ACTION", required=True)
+    bsub.add_parser("start", help="start a broker in the foreground (see `txmq broker start --help`)")
+
+    topic = sub.add_parser("topic", help="manage topics")
+    tsub = topic.add_subparsers(dest="action", metavar="ACTION", required=True)
+    p = tsub.add_parser("create", parents=[common], help="create a topic")
+    p.add_argument("name")
+    p.add_argument("--queues", type=int, default=4, help="number of queues (default 4)")
+    p.set_defaults(func=cmd_topic_create)
+    p = tsub.add_parser("list", parents=[common], help="list topics")
+    p.add_argument("--system", action="store_true", help="include system topics")
+    p.set_defaults(func=cmd_topic_list)
+    p = tsub.add_parser("describe", parents=[common], help="queues and offsets of a topic")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_topic_describe)
+    p = tsub.add_parser("delete", parents=[common], help="delete a topic")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_topic_delete)
+
+    p = sub.add_parser("send", parents=[common], help="send a message (or one per stdin line)")
+    p.add_argument("topic")
+    p.add_argument("body", nargs="?", help="message body (UTF-8 text)")
+    p.add_argument("--stdin", action="store_true", help="send one message per line of standard input")
+    p.add_argument("--tag")
+    p.add_argument("--key", action="append", help="message key (repeatable)")
+    p.add_argument("--prop", action="append", help="user property KEY=VALUE (repeatable)")
+    p.add_argument("--sharding-key", help="messages with the same key keep their order in one queue")
+    p.add_argument("--transaction", action="store_true", help="send all messages in one committed transaction")
+    p.add_argument("--producer-group", default="txmq-cli")
+    p.set_defaults(func=cmd_send)
+
+    p = sub.add_parser("tail", parents=[common], help="follow a topic's committed messages")
+    p.add_argument("topic")
+    p.add_argument("--from", dest="start", default="latest", help="earliest | latest (default latest)")
+    p.add_argument("--tags", help="tag filter, e.g. 'a||b'")
+    p.add_argument("--count", type=int, help="stop after N messages")
+    p.add_argument("--for", dest="for_s", type=float, help="stop after this many seconds")
+    p.set_defaults(func=cmd_tail)
+
+    msg = sub.add_parser("msg", help="look up messages")
+    msub = msg.add_subparsers(dest="action", metavar="ACTION", required=True)
+    p = msub.add_parser("get", parents=[common], help="a message by id (client id or offset id)")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_msg_get)
+    p = msub.add_parser("query", parents=[common], help="messages of a topic by key")
+    p.add_argument("--topic", required=True)
+    p.add_argument("--key", required=True)
+    p.add_argument("--limit", type=int, default=64)
+    p.set_defaults(func=cmd_msg_query)
+
+    tx = sub.add_parser("tx", help="pending transactions")
+    xsub = tx.add_subparsers(dest="action", metavar="ACTION", required=True)
+    p = xsub.add_parser("list", parents=[common], help="list PENDING (or DISCARDED) transactions")
+    p.add_argument("--state", default="PENDING", choices=["PENDING", "DISCARDED", "pending", "discarded"])
+    p.add_argument("--topic")
+    p.add_argument("--limit", type=int, default=1000)
+    p.set_defaults(func=cmd_tx_list)
+    p = xsub.add_parser("get", parents=[common], help="one transaction's state")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_tx_get)
+    for name, resolution in (("commit", "COMMIT"), ("rollback", "ROLLBACK")):
+        p = xsub.add_parser(name, parents=[common], help=f"{name} a pending transaction")
+        p.add_argument("id")
+        p.set_defaults(func=_cmd_tx_end(resolution))
+    p = xsub.add_parser("resume", parents=[common], help="make a DISCARDED transaction PENDING again")
+    p.add_argument("id")
+    p.set_defaults(func=cmd_tx_resume)
+
+    group = sub.add_parser("group", help="consumer groups")
+    gsub = group.add_subparsers(dest="action", metavar="ACTION", required=True)
+    p = gsub.add_parser("lag", parents=[common], help="committed offsets and lag of a group")
+    p.add_argument("group")
+    p.add_argument("--topic", action="append", help="topic(s) to report (default: those the group committed)")
+    p.set_defaults(func=cmd_group_lag)
+
+    p = sub.add_parser("stats", parents=[common], help="broker statistics")
+    p.set_defaults(func=cmd_stats)
+    return parser
+
+
+def _exit_code(exc: errors.TxmqError) -> int:
+    if isinstance(exc, errors.BrokerUnavailable):
+        return EXIT_UNREACHABLE
+    if isinstance(exc, (errors.BadRequest, errors.NotFound, errors.TransactionError)):
+        return EXIT_BAD_INPUT
+    return EXIT_FAILED
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["broker", "start"]:
+        from txmq.broker.server.broker import run_broker
+
+        return run_broker(argv[2:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.broker = getattr(args, "broker", None) or os.environ.get("TXMQ_BROKER") or DEFAULT_BROKER
+    args.json = getattr(args, "json", False)
+    args.timeout = getattr(args, "timeout", None) or 10.0
+    try:
+        args.func(args)
+    except UsageError as exc:
+        print(f"txmq: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except errors.TxmqError as exc:
+        print(f"txmq: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return _exit_code(exc)
+    except BrokenPipeError:
+        return EXIT_OK
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,413 @@
+"""NativeClient: the one RPC wrapper over txmq's native gRPC service.
+
+Everything else in the client library (Producer, TransactionProducer,
+PullConsumer, Admin), the CLI and the Spark connector builds on it. It
+connects lazily, retries calls that could not reach a broker (UNAVAILABLE)
+with exponential backoff across the configured endpoints until the call's
+deadline, and turns every non-OK answer into the `txmq.broker.errors` class
+the broker raised.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import random
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import grpc
+import pyarrow as pa
+
+from txmq.broker import errors
+from txmq.broker.client.batches import to_arrow_table
+from txmq.broker.client.types import (
+    CheckRequest,
+    EndSummary,
+    GroupLag,
+    Message,
+    PrepareSummary,
+    PullResult,
+    QueueRange,
+    QueueSlice,
+    ReceivedMessage,
+    SendSummary,
+    TopicInfo,
+    TransactionInfo,
+)
+from txmq.broker.protocol import native_pb2 as pb
+from txmq.broker.protocol.native_arrow import batch_from_ipc, to_ipc
+from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
+from txmq.broker.server.native_status import raise_for
+
+log = logging.getLogger(__name__)
+
+DEFAULT_ENDPOINT = "127.0.0.1:8081"
+MAX_FRAME_BYTES = 256 << 20
+# A send/prepare larger than this is split into several RPCs (same transaction id).
+MAX_REQUEST_BYTES = 64 << 20
+BACKOFF_START_S = 0.05
+BACKOFF_MAX_S = 2.0
+
+_RESOLUTIONS = {"COMMIT": pb.COMMIT, "ROLLBACK": pb.ROLLBACK}
+_GRPC_ERRORS: dict[grpc.StatusCode, type[errors.TxmqError]] = {
+    grpc.StatusCode.DEADLINE_EXCEEDED: errors.RequestTimeout,
+    grpc.StatusCode.UNAVAILABLE: errors.BrokerUnavailable,
+    grpc.StatusCode.CANCELLED: errors.BrokerUnavailable,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: errors.BadRequest,
+    grpc.StatusCode.UNAUTHENTICATED: errors.Unauthorized,
+    grpc.StatusCode.PERMISSION_DENIED: errors.Forbidden,
+    grpc.StatusCode.UNIMPLEMENTED: errors.Unsupported,
+    grpc.StatusCode.INVALID_ARGUMENT: errors.BadRequest,
+}
+
+
+def parse_endpoints(endpoints: str) -> list[str]:
+    """["h1:p1", "h2:p2"] from "h1:p1;h2:p2" (commas accepted too)."""
+    items = [e.strip() for e in endpoints.replace(",", ";").split(";") if e.strip()]
+    if not items:
+        raise errors.BadRequest(f"no broker endpoint in {endpoints!r} (expected HOST:PORT)")
+    for item in items:
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise errors.BadRequest(f"broker endpoint {item!r} is not HOST:PORT")
+    return items
+
+
+def _grpc_error(exc: grpc.RpcError, path: str, target: str) -> errors.TxmqError:
+    code = exc.code() if hasattr(exc, "code") else None
+    cls = _GRPC_ERRORS.get(code, errors.TxmqError)
+    details = exc.details() if hasattr(exc, "details") else str(exc)
+    return cls(f"{path.rsplit('/', 1)[-1]} to {target} failed: {code.name if code else 'error'}: {details}")
+
+
+def _topic_info(view: pb.TopicView) -> TopicInfo:
+    return TopicInfo(name=view.name, queue_count=view.queue_count, permission=view.permission,
+                     queues={q.queue_id: QueueRange(q.min_offset, q.max_offset) for q in view.queues})
+
+
+def _tx_info(view: pb.TransactionView) -> TransactionInfo:
+    return TransactionInfo(transaction_id=view.transaction_id, state=view.state, topics=tuple(view.topics),
+                           half_count=view.half_count, age_ms=view.age_ms, check_times=view.check_times,
+                           producer_group=view.producer_group, senders=tuple(view.senders),
+                           created_ms=view.created_ms)
+
+
+def received_message(view: pb.MessageView) -> ReceivedMessage:
+    return ReceivedMessage(topic=view.topic, queue_id=view.queue_id, queue_offset=view.queue_offset,
+                           message_id=view.message_id, offset_msg_id=view.offset_msg_id, tag=view.tag or None,
+                           keys=tuple(view.keys), body=view.body, properties=dict(view.properties),
+                           born_timestamp_ms=view.born_timestamp_ms, store_timestamp_ms=view.store_timestamp_ms,
+                           transaction_id=view.transaction_id or None)
+
+
+def _offsets(items: Iterable[pb.TopicOffsets]) -> dict[str, dict[int, int]]:
+    return {item.topic: dict(sorted(item.offsets.items())) for item in items}
+
+
+def _topic_offsets(offsets: Mapping[str, Mapping[int, int]]) -> list[pb.TopicOffsets]:
+    return [pb.TopicOffsets(topic=t, offsets={int(q): int(o) for q, o in qs.items()}) for t, qs in offsets.items()]
+
+
+def _split_rows(table: pa.Table, max_bytes: int) -> list[pa.Table]:
+    """Slices of `table` that each stay under about `max_bytes` (at least one row each)."""
+    total = table.nbytes
+    if total <= max_bytes or table.num_rows <= 1:
+        return [table]
+    per_chunk = max(1, int(table.num_rows * max_bytes / total))
+    return [table.slice(i, per_chunk) for i in range(0, table.num_rows, per_chunk)]
+
+
+class NativeClient:
+    """A connection to one txmq broker (or a list to fail over between) over the native service."""
+
+    def __init__(self, endpoints: str = DEFAULT_ENDPOINT, *, access_key: str | None = None,
+                 secret_key: str | None = None, tls: bool = False, ca_file: str | None = None,
+                 timeout_s: float = 30.0, retry_unavailable_s: float | None = None) -> None:
+        self.endpoints = parse_endpoints(endpoints)
+        self.access_key = access_key
+        self.secret_key = secret_key
+        self.tls = tls
+        self.ca_file = ca_file
+        self.timeout_s = timeout_s
+        # How long a call keeps retrying a broker it cannot reach (default: the whole call timeout).
+        self.retry_unavailable_s = timeout_s if retry_unavailable_s is None else retry_unavailable_s
+        self.client_id = f"txmq-py-{uuid.uuid4().hex[:12]}"
+        self._lock = threading.Lock()
+        self._channel: grpc.Channel | None = None
+        self._target_index = 0
+        self._stubs: dict[str, Callable] = {}
+        self._closed = False
+
+    # ---- connection ---------------------------------------------------------
+    @property
+    def target(self) -> str:
+        return self.endpoints[self._target_index % len(self.endpoints)]
+
+    def _open_channel(self) -> grpc.Channel:
+        options = [("grpc.max_receive_message_length", MAX_FRAME_BYTES),
+                   ("grpc.max_send_message_length", MAX_FRAME_BYTES),
+                   ("grpc.initial_reconnect_backoff_ms", 50),
+                   ("grpc.max_reconnect_backoff_ms", 2000)]
+        if self.tls:
+            root = open(self.ca_file, "rb").read() if self.ca_file else None
+            return grpc.secure_channel(self.target, grpc.ssl_channel_credentials(root), options=options)
+        return grpc.insecure_channel(self.target, options=options)
+
+    def _callables(self) -> dict[str, Callable]:
+        with self._lock:
+            if self._closed:
+                raise errors.BrokerUnavailable("the client is closed")
+            if self._channel is None:
+                self._channel = self._open_channel()
+                self._stubs = {}
+                for m in NATIVE_METHODS:
+                    factory = self._channel.unary_stream if m.kind == UNARY_STREAM else self._channel.unary_unary
+                    self._stubs[m.name] = factory(m.path, request_serializer=m.request_class.SerializeToString,
+                                                  response_deserializer=m.response_class.FromString)
+            return self._stubs
+
+    def _fail_over(self) -> None:
+        """Drop the channel and move to the next endpoint (a fresh channel reconnects at once)."""
+        with self._lock:
+            old, self._channel = self._channel, None
+            self._target_index += 1
+        if old is not None and len(self.endpoints) > 1:
+            old.close()
+        elif old is not None:
+            with self._lock:  # one endpoint: keep the channel, gRPC reconnects with its own backoff
+                if self._channel is None and not self._closed:
+                    self._channel = old
+                else:
+                    old.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+    def __enter__(self) -> "NativeClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _metadata(self) -> list[tuple[str, str]]:
+        now = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        md = [("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "txmq-native"),
+              ("x-mq-date-time", now), ("x-mq-request-id", uuid.uuid4().hex)]
+        if self.access_key:
+            signature = hmac.new((self.secret_key or "").encode(), now.encode(), hashlib.sha1).hexdigest()
+            md.append(("authorization", f"MQv2-HMAC-SHA1 Credential={self.access_key}, "
+                                        f"SignedHeaders=x-mq-date-time, Signature={signature}"))
+        return md
+
+    def _call(self, name: str, request: Any, *, timeout_s: float | None = None) -> Any:
+        """One unary RPC with reconnect/backoff on UNAVAILABLE; raises the broker's typed error."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        retry_until = time.monotonic() + min(timeout, self.retry_unavailable_s)
+        backoff = BACKOFF_START_S
+        while True:
+            stub = self._callables()[name]
+            remaining = max(0.001, deadline - time.monotonic())
+            target = self.target
+            try:
+                response = stub(request, timeout=remaining, metadata=self._metadata())
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                if code == grpc.StatusCode.UNAVAILABLE and not self._closed \
+                        and time.monotonic() + backoff < retry_until:
+                    log.debug("broker %s unavailable, retrying in %.2fs", target, backoff)
+                    self._fail_over()
+                    time.sleep(backoff * (0.5 + random.random() / 2))
+                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    continue
+                raise _grpc_error(exc, name, target) from None
+            raise_for(response.status)
+            return response
+
+    # ---- admin --------------------------------------------------------------
+    def create_topic(self, name: str, queue_count: int = 4) -> TopicInfo:
+        return _topic_info(self._call("CreateTopic", pb.CreateTopicRequest(name=name, queue_count=queue_count)).topic)
+
+    def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
+        resp = self._call("ListTopics", pb.ListTopicsRequest(include_system=include_system))
+        return [_topic_info(t) for t in resp.topics]
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        return _topic_info(self._call("DescribeTopic", pb.TopicRequest(name=name)).topic)
+
+    def delete_topic(self, name: str) -> None:
+        self._call("DeleteTopic", pb.TopicRequest(name=name))
+
+    # ---- offsets --------------------------------------------------------------
+    def snapshot_offsets(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+        """A consistent cut: end-exclusive offsets that never split a committed transaction."""
+        return _offsets(self._call("SnapshotOffsets", pb.OffsetsRequest(topics=list(topics))).topics)
+
+    def min_offsets(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+        return _offsets(self._call("MinOffsets", pb.OffsetsRequest(topics=list(topics))).topics)
+
+    def offsets_for_timestamp(self, topics: Sequence[str], timestamp_ms: int) -> dict[str, dict[int, int]]:
+        req = pb.OffsetsRequest(topics=list(topics), timestamp_ms=timestamp_ms)
+        return _offsets(self._call("OffsetsForTimestamp", req).topics)
+
+    def wait_for_offsets(self, topics: Sequence[str], known: Mapping[str, Mapping[int, int]],
+                         timeout_ms: int) -> dict[str, dict[int, int]]:
+        """Long poll: a consistent cut as soon as any queue is past `known`, else at the timeout."""
+        req = pb.WaitForOffsetsRequest(topics=list(topics), known=_topic_offsets(known), timeout_ms=timeout_ms)
+        resp = self._call("WaitForOffsets", req, timeout_s=self.timeout_s + timeout_ms / 1000.0)
+        return _offsets(resp.topics)
+
+    # ---- reads ----------------------------------------------------------------
+    def pull_arrow(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
+                   max_bytes: int = 64 << 20) -> PullResult:
+        """Messages [start, end) of one queue as one record batch in the Spark schema.
+
+        May stop early at `max_bytes`: call again from `next_offset`. Raises
+        DataDeleted(min_offset=...) when `start` was removed by retention.
+        """
+        req = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=start, end_offset=end,
+                             tags=tags or "", max_bytes=max_bytes)
+        resp = self._call("PullArrow", req)
+        return PullResult(batch=batch_from_ipc(resp.arrow_ipc), next_offset=resp.next_offset,
+                          min_offset=resp.min_offset, max_offset=resp.max_offset)
+
+    def get_message(self, message_id: str) -> ReceivedMessage:
+        return received_message(self._call("GetMessage", pb.GetMessageRequest(message_id=message_id)).message)
+
+    def query_messages(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
+                       max_count: int = 64) -> list[ReceivedMessage]:
+        req = pb.QueryMessagesRequest(topic=topic, key=key, begin_ms=begin_ms, end_ms=end_ms or 0,
+                                      max_count=max_count)
+        return [received_message(m) for m in self._call("QueryMessages", req).messages]
+
+    # ---- writes ---------------------------------------------------------------
+    def send_arrow(self, batch: pa.RecordBatch | pa.Table, *, topic: str | None = None,
+                   return_message_ids: bool = False) -> SendSummary:
+        """Send many normal messages in one RPC (split only above MAX_REQUEST_BYTES)."""
+        count, slices, ids = 0, [], []
+        for part in _split_rows(_as_table(batch), MAX_REQUEST_BYTES):
+            req = pb.SendRequest(batch=pb.MessageBatch(default_topic=topic or "", arrow_ipc=to_ipc(part)),
+                                 return_message_ids=return_message_ids)
+            resp = self._call("SendMessages", req)
+            count += resp.count
+            slices.extend(QueueSlice(s.topic, s.queue_id, s.first_offset, s.count) for s in resp.slices)
+            ids.extend(resp.message_ids)
+        return SendSummary(count=count, slices=slices, message_ids=ids)
+
+    def send(self, messages: Sequence[Message], *, topic: str | None = None,
+             return_message_ids: bool = True) -> SendSummary:
+        """Send a few messages in the protobuf form (no Arrow needed)."""
+        req = pb.SendRequest(batch=_spec_batch(messages, topic), return_message_ids=return_message_ids)
+        resp = self._call("SendMessages", req)
+        return SendSummary(count=resp.count,
+                           slices=[QueueSlice(s.topic, s.queue_id, s.first_offset, s.count) for s in resp.slices],
+                           message_ids=list(resp.message_ids))
+
+    def prepare_arrow(self, transaction_id: str, batch: pa.RecordBatch | pa.Table, *, topic: str | None = None,
+                      producer_group: str, sender: str, return_message_ids: bool = False) -> PrepareSummary:
+        """Add half messages to a transaction (a new one when `transaction_id` is empty).
+
+        Raises TransactionAlreadyEnded when the transaction was already resolved.
+        """
+        tx_id, count, ids = transaction_id, 0, []
+        for part in _split_rows(_as_table(batch), MAX_REQUEST_BYTES):
+            req = pb.PrepareRequest(transaction_id=tx_id, producer_group=producer_group, sender=sender,
+                                    batch=pb.MessageBatch(default_topic=topic or "", arrow_ipc=to_ipc(part)),
+                                    return_message_ids=return_message_ids)
+            resp = self._call("PrepareMessages", req)
+            tx_id = resp.transaction_id
+            count += resp.count
+            ids.extend(resp.message_ids)
+        return PrepareSummary(transaction_id=tx_id, count=count, message_ids=ids)
+
+    def prepare(self, transaction_id: str, messages: Sequence[Message], *, topic: str | None = None,
+                producer_group: str = "", sender: str = "", return_message_ids: bool = True) -> PrepareSummary:
+        """Add a few half messages in the protobuf form."""
+        req = pb.PrepareRequest(transaction_id=transaction_id, producer_group=producer_group, sender=sender,
+                                batch=_spec_batch(messages, topic), return_message_ids=return_message_ids)
+        resp = self._call("PrepareMessages", req)
+        return PrepareSummary(transaction_id=resp.transaction_id, count=resp.count,
+                              message_ids=list(resp.message_ids))
+
+    def end_transaction(self, transaction_id: str, resolution: str, *, include_senders: Sequence[str] | None = None,
+                        producer_group: str | None = None, source: str = "client") -> EndSummary:
+        """COMMIT or ROLLBACK a transaction; idempotent. With include_senders, only their halves commit."""
+        code = _RESOLUTIONS.get(str(getattr(resolution, "value", resolution)).upper())
+        if code is None:
+            raise errors.BadRequest(f"resolution must be COMMIT or ROLLBACK, not {resolution!r}")
+        req = pb.EndTransactionRequest(transaction_id=transaction_id, resolution=code,
+                                       restrict_senders=include_senders is not None,
+                                       include_senders=list(include_senders or ()),
+                                       producer_group=producer_group or "", source=source)
+        resp = self._call("EndTransaction", req)
+        return EndSummary(state=resp.state, newly_ended=resp.newly_ended, committed_count=resp.committed_count)
+
+    def get_transaction(self, transaction_id: str) -> TransactionInfo:
+        resp = self._call("GetTransaction", pb.GetTransactionRequest(transaction_id=transaction_id))
+        return _tx_info(resp.transaction)
+
+    def list_transactions(self, *, state: str = "PENDING", topic: str | None = None,
+                          limit: int = 1000) -> list[TransactionInfo]:
+        req = pb.ListTransactionsRequest(state=state, topic=topic or "", limit=limit)
+        return [_tx_info(t) for t in self._call("ListTransactions", req).transactions]
+
+    def resume_transaction(self, transaction_id: str) -> None:
+        self._call("ResumeTransaction", pb.ResumeTransactionRequest(transaction_id=transaction_id))
+
+    def checkback_session(self, producer_group: str, topics: Sequence[str],
+                          handler: Callable[[CheckRequest], str]) -> "CheckbackSession":
+        """Start a background stream that answers the broker's check-backs with `handler`."""
+        from txmq.broker.client.checkback import CheckbackSession
+
+        session = CheckbackSession(self, producer_group, list(topics), handler)
+        session.start()
+        return session
+
+    def _open_checkback_stream(self, producer_group: str, topics: Sequence[str]):
+        """The raw server stream of CheckRequestFrame (used by CheckbackSession)."""
+        stub = self._callables()["CheckbackSession"]
+        req = pb.CheckbackSessionRequest(producer_group=producer_group, topics=list(topics),
+                                         client_id=self.client_id)
+        return stub(req, metadata=self._metadata())
+
+    # ---- consumer groups -------------------------------------------------------
+    def commit_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None:
+        self._call("CommitOffsets", pb.CommitOffsetsRequest(group=group, offsets=_topic_offsets(offsets)))
+
+    def group_lag(self, group: str, topics: Sequence[str] = ()) -> dict[str, dict[int, GroupLag]]:
+        resp = self._call("GroupLag", pb.GroupLagRequest(group=group, topics=list(topics)))
+        out: dict[str, dict[int, GroupLag]] = {}
+        for e in resp.entries:
+            out.setdefault(e.topic, {})[e.queue_id] = GroupLag(e.committed, e.max_offset, e.lag)
+        return out
+
+    def stats(self) -> dict:
+        import json
+
+        return json.loads(self._call("Stats", pb.StatsRequest()).json or "{}")
+
+
+def _as_table(batch: Any) -> pa.Table:
+    if isinstance(batch, pa.Table):
+        return batch
+    if isinstance(batch, pa.RecordBatch):
+        return pa.Table.from_batches([batch])
+    return to_arrow_table(batch)
+
+
+def _spec_batch(messages: Sequence[Message], topic: str | None) -> pb.MessageBatch:
+    specs = []
+    for m in messages:
+        specs.append(pb.MessageSpec(topic=m.topic or "", body=m.body, tag=m.tag or "", keys=list(m.keys),
+                                    properties=dict(m.properties), sharding_key=m.sharding_key or "",
+                                    message_id=m.message_id or ""))
+    return pb.MessageBatch(default_topic=topic or "", messages=specs)

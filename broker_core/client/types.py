@@ -1,0 +1,161 @@
+"""Plain result and message types of the Python client (no protobuf leaks past the client)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import pyarrow as pa
+
+
+class LocalTransactionState(str, enum.Enum):
+    """What a producer's local transaction decided (RocketMQ's LocalTransactionState)."""
+
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    UNKNOWN = "UNKNOWN"
+
+    @classmethod
+    def parse(cls, value: "LocalTransactionState | str | None") -> "LocalTransactionState":
+        """Accept the enum, its name in any case, or RocketMQ's long names; None means UNKNOWN."""
+        if value is None:
+            return cls.UNKNOWN
+        if isinstance(value, cls):
+            return value
+        text = str(getattr(value, "name", value)).upper()
+        aliases = {"COMMIT_MESSAGE": "COMMIT", "ROLLBACK_MESSAGE": "ROLLBACK", "UNKNOW": "UNKNOWN"}
+        text = aliases.get(text, text)
+        try:
+            return cls(text)
+        except ValueError:
+            raise ValueError(f"not a transaction state: {value!r} (use COMMIT, ROLLBACK or UNKNOWN)") from None
+
+
+@dataclass
+class Message:
+    """A message to send. `sharding_key` keeps messages with the same key in one queue, in order."""
+
+    topic: str | None
+    body: bytes
+    tag: str | None = None
+    keys: Sequence[str] = ()
+    properties: Mapping[str, str] = field(default_factory=dict)
+    sharding_key: str | None = None
+    message_id: str | None = None
+
+
+@dataclass
+class TransactionalMessage(Message):
+    """A message as its local transaction sees it: already stored as a half of `transaction_id`."""
+
+    transaction_id: str = ""
+
+
+@dataclass(frozen=True)
+class ReceivedMessage:
+    """A stored message as the broker reports it (get/query/check-back)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    message_id: str
+    offset_msg_id: str
+    tag: str | None
+    keys: tuple[str, ...]
+    body: bytes
+    properties: dict[str, str]
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    transaction_id: str | None
+
+
+@dataclass(frozen=True)
+class QueueRange:
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    queue_count: int
+    permission: int
+    queues: dict[int, QueueRange]
+
+
+@dataclass(frozen=True)
+class QueueSlice:
+    topic: str
+    queue_id: int
+    first_offset: int
+    count: int
+
+
+@dataclass(frozen=True)
+class SendSummary:
+    count: int
+    slices: list[QueueSlice]
+    message_ids: list[str]
+
+
+@dataclass(frozen=True)
+class PrepareSummary:
+    transaction_id: str
+    count: int
+    message_ids: list[str]
+
+
+@dataclass(frozen=True)
+class EndSummary:
+    state: str
+    newly_ended: bool
+    committed_count: int = 0
+
+
+@dataclass(frozen=True)
+class TransactionInfo:
+    transaction_id: str
+    state: str
+    topics: tuple[str, ...]
+    half_count: int
+    age_ms: int
+    check_times: int
+    producer_group: str
+    senders: tuple[str, ...]
+    created_ms: int
+
+
+@dataclass(frozen=True)
+class PullResult:
+    batch: pa.RecordBatch
+    next_offset: int
+    min_offset: int = 0
+    max_offset: int = 0
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """A broker's question "did this transaction's local work commit?"."""
+
+    transaction_id: str
+    producer_group: str
+    message: ReceivedMessage | None
+    check_times: int
+
+
+@dataclass(frozen=True)
+class GroupLag:
+    committed: int  # -1: nothing committed
+    max_offset: int
+    lag: int
+
+
+@dataclass(frozen=True)
+class TransactionSendResult:
+    """The outcome of TransactionProducer.send_in_transaction."""
+
+    transaction_id: str
+    local_state: LocalTransactionState
+    state: str  # the broker's state after the end (PENDING when left to check-back)
+    count: int

@@ -1,0 +1,301 @@
+"""The broker process: the core objects, the gRPC server around them, and the entry point.
+
+`BrokerCore` owns the pieces every service adapts (store, transaction engine,
+check-back service and its router, pop consumption, auth, metrics, config).
+`Broker` puts a thread-pool `grpc.server` in front with the RocketMQ 5 service
+and, when importable, txmq's native service. `run_broker(argv)` is what
+`python -m txmq.broker.server` and `txmq broker start` run: it prints
+`txmq broker ready on HOST:PORT` once serving and stops cleanly on SIGTERM or
+SIGINT, closing the store so no abort marker is left.
+
+Why a thread-pool server (not grpc.aio): the store and the engine are
+blocking code; in the aio server every call would hop to an executor anyway,
+and measured here the sync server answers a unary call at the same or better
+latency. Long polls and telemetry streams each hold a worker, hence the large
+default pool (`max_workers`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from concurrent import futures
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from txmq.broker.errors import IllegalTopic, TopicNotFound
+from txmq.broker.server.auth import Authenticator, AuthInterceptor
+from txmq.broker.server.checkback_router import CheckbackRouter
+from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
+from txmq.broker.server.metrics import ServerMetrics
+
+log = logging.getLogger("txmq.broker")
+
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+class BrokerCore:
+    """Everything a service needs, with no gRPC in it."""
+
+    def __init__(self, config: BrokerConfig, *, clock=time.time) -> None:
+        from txmq.broker.store.config import StoreConfig
+        from txmq.broker.store.message_store import MessageStore
+        from txmq.broker.transaction.config import TransactionConfig
+        from txmq.broker.transaction.engine import TransactionEngine
+        from txmq.broker.transaction.checkback import CheckbackService
+        from txmq.broker.server.pop import PopService
+
+        self.config = config
+        self.clock = clock
+        host, port = config.listen_host_port
+        self.store = MessageStore(StoreConfig(
+            data_dir=Path(config.data_dir),
+            flush_mode=config.flush,  # type: ignore[arg-type]
+            flush_interval_ms=config.flush_interval_ms,
+            max_body_bytes=config.max_body_bytes,
+            max_properties_bytes=config.max_properties_bytes,
+            store_host=(host if host not in WILDCARD_HOSTS else "127.0.0.1", port),
+        ))
+        try:
+            self.tx_config = TransactionConfig(
+                transaction_timeout_s=config.transaction_timeout_s,
+                check_interval_s=config.check_interval_s,
+                max_checks=config.max_checks,
+            )
+            self.engine = TransactionEngine(self.store, self.tx_config, clock=clock)
+            self.router = CheckbackRouter()
+            self.checkback = CheckbackService(self.engine, self.router, self.tx_config)
+            self.metrics = ServerMetrics()
+            self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
+                         else Authenticator.disabled())
+            self.pop = PopService(self)
+        except BaseException:
+            self.store.close()
+            raise
+        self._topic_lock = threading.Lock()
+        self._closed = False
+
+    # --- topics ---------------------------------------------------------------
+
+    def topic_queue_count(self, topic: str, *, create: bool | None = None) -> int:
+        """Queue count of `topic`, auto-creating it (default 4 queues) when allowed.
+
+        Raises IllegalTopic for bad names and system topics, TopicNotFound when
+        it does not exist and auto-creation is off.
+        """
+        info = _get_topic(self.store, topic)
+        if info is not None:
+            return int(getattr(info, "queue_count", self.config.default_queue_count))
+        if not (self.config.auto_create_topics if create is None else create):
+            raise TopicNotFound(f"topic {topic!r} does not exist and auto-creation is off")
+        with self._topic_lock:
+            info = _get_topic(self.store, topic)
+            if info is None:
+                info = self.store.topics.create(topic, self.config.default_queue_count)
+        return int(getattr(info, "queue_count", self.config.default_queue_count))
+
+    # --- lifecycle ------------------------------------------------------------
+
+    def start(self) -> None:
+        self.checkback.start()
+        self.pop.start()
+
+    def close(self) -> None:
+        """Stop background work, then close the store (flush, checkpoint, remove the abort marker)."""
+        if self._closed:
+            return
+        self._closed = True
+        for stop in (self.checkback.stop, self.pop.stop, getattr(self.engine, "close", None)):
+            if stop is None:
+                continue
+            try:
+                stop()
+            except Exception:  # keep closing: the store must still be closed cleanly
+                log.exception("error while stopping %s", stop)
+        self.store.close()
+
+
+def _get_topic(store: Any, topic: str):
+    """The store's topic record or None (tolerates both a None-returning and a raising `get`)."""
+    try:
+        return store.topics.get(topic)
+    except TopicNotFound:
+        return None
+
+
+class Broker:
+    """A BrokerCore behind a grpc.server."""
+
+    def __init__(self, config: BrokerConfig, core: BrokerCore | None = None) -> None:
+        self.config = config
+        self.core = core or BrokerCore(config)
+        self.server: grpc.Server | None = None
+        self.host, self.port = config.listen_host_port
+        self._metrics_server: Any = None
+
+    def start(self) -> tuple[str, int]:
+        """Start serving; returns the bound (host, port) (the real port when 0 was asked)."""
+        from txmq.broker.protocol.rocketmq_methods import SERVICE_NAME
+        from txmq.broker.server.messaging_service import build_rocketmq_handler
+
+        cfg = self.config
+        interceptors = []
+        if self.core.auth.enabled:
+            interceptors.append(AuthInterceptor(self.core.auth, in_band_prefixes=(f"/{SERVICE_NAME}/",)))
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="txmq-rpc"),
+            handlers=[build_rocketmq_handler(self.core)],
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", cfg.max_message_bytes),
+                ("grpc.max_send_message_length", cfg.max_message_bytes),
+                ("grpc.so_reuseport", 0),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+            ],
+            maximum_concurrent_rpcs=cfg.max_workers * 8,
+        )
+        native = _native_handler(self.core)
+        if native is not None:
+            self.server.add_generic_rpc_handlers((native,))
+        address = f"{self.host}:{self.port}" if ":" not in self.host else f"[{self.host}]:{self.port}"
+        if cfg.tls_cert:
+            creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(), Path(cfg.tls_cert).read_bytes())])
+            self.port = self.server.add_secure_port(address, creds)
+        else:
+            self.port = self.server.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {address}")
+        self.core.advertised = (self._advertised_host(), self.port)  # type: ignore[attr-defined]
+        self.server.start()
+        self.core.start()
+        if cfg.metrics_listen:
+            self._metrics_server = _start_metrics(self.core, cfg.metrics_listen)
+        return self.host, self.port
+
+    def _advertised_host(self) -> str:
+        if self.config.advertised_host:
+            return self.config.advertised_host
+        return self.host if self.host not in WILDCARD_HOSTS else "127.0.0.1"
+
+    def stop(self, grace_s: float = 2.0) -> None:
+        """Stop accepting calls, let running ones finish for `grace_s`, then close the core."""
+        if self.server is not None:
+            self.core.pop.wake_all()
+            self.server.stop(grace_s).wait(grace_s + 5)
+            self.server = None
+        if self._metrics_server is not None:
+            for name in ("shutdown", "close", "stop"):
+                fn = getattr(self._metrics_server, name, None)
+                if fn:
+                    try:
+                        fn()
+                    except Exception:
+                        log.exception("metrics server stop failed")
+                    break
+        self.core.close()
+
+
+def _native_handler(core: BrokerCore):
+    """The native service's handler when its module is present (it is written separately)."""
+    try:
+        from txmq.broker.server.native_service import build_native_handler
+    except ImportError as exc:
+        if "native_service" in str(exc):
+            return None
+        raise
+    return build_native_handler(core)
+
+
+def _start_metrics(core: BrokerCore, listen: str):
+    """Start the Prometheus endpoint: `metrics_http.start_metrics_server(core, host, port)`."""
+    try:
+        from txmq.broker.server import metrics_http
+    except ImportError:
+        log.warning("--metrics-listen given but txmq.broker.server.metrics_http is not available")
+        return None
+    host, port = parse_host_port(listen)
+    return metrics_http.start_metrics_server(core, host, port)
+
+
+# --- process entry ------------------------------------------------------------
+
+
+def build_arg_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m txmq.broker.server",
+                                description="Run a txmq broker (RocketMQ 5 gRPC protocol + txmq native service).")
+    p.add_argument("--config", type=Path, help="TOML file with broker settings (flags override it)")
+    p.add_argument("--data-dir", type=Path, help="where the CommitLog, queues and metadata live")
+    p.add_argument("--listen", help="HOST:PORT to serve gRPC on (port 0 = any free port)")
+    p.add_argument("--advertised-host", help="host announced in routes when listening on a wildcard address")
+    p.add_argument("--flush", choices=("sync", "async"), help="sync: ack after fsync; async: flush on an interval")
+    p.add_argument("--transaction-timeout", help="age before a half is checked back (e.g. 6s)")
+    p.add_argument("--check-interval", help="time between check-backs (e.g. 30s)")
+    p.add_argument("--max-checks", type=int, help="check-backs before a transaction is discarded")
+    p.add_argument("--auto-create-topics", action=argparse.BooleanOptionalAction, default=None,
+                   help="create unknown topics (4 queues) on first use (default: on)")
+    p.add_argument("--default-queue-count", type=int, help="queues of an auto-created topic")
+    p.add_argument("--auth-file", type=Path, help="TOML/JSON accounts file: turns authentication on")
+    p.add_argument("--tls-cert", type=Path, help="PEM certificate: serve TLS")
+    p.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
+    p.add_argument("--metrics-listen", help="HOST:PORT for the Prometheus /metrics endpoint")
+    p.add_argument("--log-level", default="WARNING")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    overrides: dict[str, Any] = {}
+    for flag, key in (("data_dir", "data_dir"), ("listen", "listen"), ("advertised_host", "advertised_host"),
+                      ("flush", "flush"), ("max_checks", "max_checks"),
+                      ("auto_create_topics", "auto_create_topics"), ("default_queue_count", "default_queue_count"),
+                      ("auth_file", "auth_file"), ("tls_cert", "tls_cert"), ("tls_key", "tls_key"),
+                      ("metrics_listen", "metrics_listen")):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[key] = value
+    if args.transaction_timeout is not None:
+        overrides["transaction_timeout_s"] = parse_duration(args.transaction_timeout)
+    if args.check_interval is not None:
+        overrides["check_interval_s"] = parse_duration(args.check_interval)
+    if args.config:
+        return BrokerConfig.from_toml(args.config, overrides)
+    return BrokerConfig.from_mapping(overrides)
+
+
+def run_broker(argv: list[str] | None = None) -> int:
+    """Process entry: serve until SIGTERM/SIGINT, then stop cleanly. Returns the exit code."""
+    args = build_arg_parser().parse_args(argv)
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except (ValueError, OSError) as exc:
+        print(f"txmq broker: bad configuration: {exc}", file=sys.stderr, flush=True)
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    broker = Broker(config)
+    try:
+        host, port = broker.start()
+    except BaseException:
+        broker.core.close()
+        raise
+    print(f"txmq broker ready on {host}:{port}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        broker.stop()
+        print("txmq broker stopped", flush=True)
+    return 0

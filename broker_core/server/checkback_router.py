@@ -1,0 +1,117 @@
+"""Routes the engine's check-back requests to a live producer session.
+
+The transaction engine decides *when* a transaction needs a check-back; this
+router decides *who* gets it. Sessions (RocketMQ Telemetry streams, native
+check-back streams) register here with their producer group and topics.
+RocketMQ 5 clients send no producer group, so a check is routed, in order, to:
+
+1. a live session of a client that sent halves of this transaction,
+2. a live session of the transaction's producer group (when it has one),
+3. a live session that publishes to one of the transaction's topics.
+
+Producer groups isolate: when the transaction has a producer group, only
+sessions of that group are candidates (a session with no group is a RocketMQ
+client whose broker runs without auth, where every group is "").
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Protocol
+
+from txmq.broker.store.message import StoredMessage
+
+
+class CheckbackSession(Protocol):
+    producer_group: str
+    topics: set[str]
+
+    @property
+    def alive(self) -> bool: ...
+
+    def push(self, tx, half: StoredMessage) -> bool: ...
+
+
+class CheckbackRouter:
+    """Implements the engine's `CheckbackListener` over registered sessions."""
+
+    MAX_REMEMBERED_SENDERS = 100_000
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: list[CheckbackSession] = []
+        # transaction id -> client ids that sent its halves (bounded, oldest forgotten first)
+        self._senders: OrderedDict[str, set[str]] = OrderedDict()
+        self._rotation = 0
+        self.delivered = 0
+        self.undeliverable = 0
+
+    # --- registration -------------------------------------------------------
+
+    def register(self, session: CheckbackSession) -> None:
+        with self._lock:
+            if session not in self._sessions:
+                self._sessions.append(session)
+
+    def unregister(self, session: CheckbackSession) -> None:
+        with self._lock:
+            if session in self._sessions:
+                self._sessions.remove(session)
+
+    def sessions(self) -> list[CheckbackSession]:
+        with self._lock:
+            return [s for s in self._sessions if s.alive]
+
+    def note_half(self, transaction_id: str, client_id: str, topic: str) -> None:
+        """Remember who sent a half (route 1) and teach that client's sessions the topic (route 3)."""
+        if not client_id:
+            return
+        with self._lock:
+            senders = self._senders.get(transaction_id)
+            if senders is None:
+                senders = self._senders[transaction_id] = set()
+                while len(self._senders) > self.MAX_REMEMBERED_SENDERS:
+                    self._senders.popitem(last=False)
+            senders.add(client_id)
+            for s in self._sessions:
+                if getattr(s, "client_id", None) == client_id:
+                    s.topics.add(topic)
+
+    def forget(self, transaction_id: str) -> None:
+        """The transaction ended: nobody needs to be asked about it any more."""
+        with self._lock:
+            self._senders.pop(transaction_id, None)
+
+    # --- CheckbackListener ----------------------------------------------------
+
+    def candidates(self, tx) -> list[CheckbackSession]:
+        """Live sessions that may answer for `tx`, best first."""
+        group = getattr(tx, "producer_group", "") or ""
+        topics = set(getattr(tx, "topics", ()) or ())
+        with self._lock:
+            live = [s for s in self._sessions if s.alive]
+            senders = self._senders.get(tx.transaction_id, set())
+            self._rotation += 1
+            rotation = self._rotation
+        if group:
+            live = [s for s in live if (s.producer_group or "") == group]
+        if live:  # spread checks over equivalent sessions
+            k = rotation % len(live)
+            live = live[k:] + live[:k]
+        by_sender = [s for s in live if getattr(s, "client_id", None) in senders]
+        by_group = [s for s in live if group and s.producer_group == group and s not in by_sender]
+        by_topic = [s for s in live if s not in by_sender and s not in by_group and s.topics & topics]
+        return by_sender + by_group + by_topic
+
+    def request_check(self, tx, half: StoredMessage) -> bool:
+        """Push one check to the best live session; False when nobody could take it."""
+        for session in self.candidates(tx):
+            try:
+                if session.push(tx, half):
+                    self.delivered += 1
+                    return True
+            except Exception:  # a broken session must not stop the check-back round
+                continue
+        self.undeliverable += 1
+        return False

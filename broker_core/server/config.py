@@ -1,0 +1,121 @@
+"""The broker process's settings: one dataclass, loadable from a TOML file and CLI flags.
+
+Defaults follow RocketMQ where it has one (transaction timeout 6 s, check-back
+every 30 s, at most 15 checks, 4 MiB bodies, 4 queues per auto-created topic).
+Durations are accepted as numbers of seconds or as strings like "6s", "500ms",
+"2m" because that is how operators write them in files and on command lines.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
+
+
+def parse_duration(value: str | int | float) -> float:
+    """Seconds from 6, 6.5, "6s", "500ms", "2m" or "1h"; ValueError names the bad text."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError(f"duration must not be negative: {value}")
+        return float(value)
+    m = _DURATION.match(str(value))
+    if not m:
+        raise ValueError(f"not a duration: {value!r} (use e.g. 6s, 500ms, 2m)")
+    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+
+
+def parse_host_port(value: str) -> tuple[str, int]:
+    """("127.0.0.1", 8081) from "127.0.0.1:8081"; port 0 means any free port."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"not HOST:PORT: {value!r}")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class BrokerConfig:
+    data_dir: Path = Path("./txmq-data")
+    listen: str = "127.0.0.1:8081"
+    # Host announced in QueryRoute when listening on a wildcard address.
+    advertised_host: str | None = None
+    flush: str = "async"  # "async" | "sync"
+    flush_interval_ms: int = 500
+    transaction_timeout_s: float = 6.0
+    check_interval_s: float = 30.0
+    max_checks: int = 15
+    auto_create_topics: bool = True
+    default_queue_count: int = 4
+    auth_file: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    metrics_listen: str | None = None
+    max_body_bytes: int = 4 << 20
+    max_properties_bytes: int = 32767
+    max_message_bytes: int = 256 << 20  # gRPC frame limit (native Arrow batches are large)
+    max_workers: int = 128  # long polls and telemetry streams each hold a thread
+    # Pop consumption (ReceiveMessage).
+    default_invisible_s: float = 30.0
+    max_invisible_s: float = 12 * 3600.0
+    max_long_polling_s: float = 60.0
+    default_long_polling_s: float = 20.0
+    max_batch_size: int = 1024
+    # Telemetry settings pushed to clients.
+    client_long_polling_s: float = 20.0
+    client_receive_batch_size: int = 32
+    client_max_delivery_attempts: int = 16
+    broker_name: str = "txmq-broker-0"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        for name in ("auth_file", "tls_cert", "tls_key"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                setattr(self, name, Path(value))
+        if self.flush not in ("async", "sync"):
+            raise ValueError(f"flush must be 'async' or 'sync', not {self.flush!r}")
+        parse_host_port(self.listen)
+        if self.metrics_listen:
+            parse_host_port(self.metrics_listen)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("TLS needs both --tls-cert and --tls-key")
+        if self.default_queue_count <= 0:
+            raise ValueError("default_queue_count must be positive")
+        if self.max_checks < 0:
+            raise ValueError("max_checks must not be negative")
+
+    @property
+    def listen_host_port(self) -> tuple[str, int]:
+        return parse_host_port(self.listen)
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> "BrokerConfig":
+        """Build from a dict (a TOML table); keys may use '-' or '_'; durations may be strings."""
+        known = {f.name for f in fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for raw_key, value in values.items():
+            key = raw_key.replace("-", "_")
+            if key in ("transaction_timeout", "check_interval"):
+                key, value = key + "_s", parse_duration(value)
+            elif key.endswith("_s") and key in known:
+                value = parse_duration(value)
+            if key not in known or key == "extra":
+                raise ValueError(f"unknown broker setting: {raw_key!r}")
+            kwargs[key] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def from_toml(cls, path: Path, overrides: dict[str, Any] | None = None) -> "BrokerConfig":
+        """Load a TOML file (top level or a [broker] table), then apply overrides."""
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+        table = data.get("broker", data)
+        merged = {k.replace("-", "_"): v for k, v in table.items()}
+        merged.update(overrides or {})
+        return cls.from_mapping(merged)

@@ -1,0 +1,219 @@
+"""Protobuf (RocketMQ 5 wire) ⇄ core messages.
+
+A producer's `Message` becomes a store `Message` with RocketMQ's reserved
+properties (TAGS, KEYS, UNIQ_KEY, __SHARDINGKEY, ...); a `StoredMessage` becomes
+a delivered `Message` with the system properties consumers need (receipt handle,
+delivery attempt, queue id/offset, store and born time, body encoding and a
+CRC32 body digest). Validation that only the wire can do (type vs properties,
+reserved user property names, digests) happens here; sizes and names are
+checked again by the store before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import zlib
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from txmq.broker.errors import (BadRequest, IllegalMessageKey, IllegalMessageTag, IllegalPropertyKey,
+                                IllegalTopic, MessageCorrupted, PropertyConflictWithType)
+from txmq.broker.protocol import rocketmq_v2_pb2 as pb
+from txmq.broker.store.message import (PROP_BORN_HOST, PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS,
+                                       PROP_TRANSACTION_ID, PROP_UNIQ_KEY, SYSFLAG_COMPRESSED,
+                                       SYSTEM_TOPICS, Message, StoredMessage)
+
+TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
+GROUP_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
+PROP_TRACE_CONTEXT = "__TRACE_CONTEXT"
+PROP_MESSAGE_TYPE = "__MSG_TYPE"
+# Property names RocketMQ reserves for itself: a user property may not use them.
+RESERVED_PROPERTIES = frozenset({
+    PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, PROP_TRANSACTION_ID, PROP_SHARDING_KEY, PROP_BORN_HOST,
+    "TRAN_MSG", "REAL_TOPIC", "REAL_QID", "PGROUP", "DELAY", "WAIT", "RETRY_TOPIC", "MIN_OFFSET",
+    "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG",
+    "RECONSUME_TIME", "MSG_REGION", "TRACE_ON", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
+    "__STARTDELIVERTIME", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRANSACTION_CHECK_TIMES", "INNER_NUM", "INNER_MULTI_DISPATCH",
+    "INNER_MULTI_QUEUE_OFFSET", "__CRC32#", PROP_TRACE_CONTEXT, PROP_MESSAGE_TYPE,
+})
+SEPARATORS = ("\x01", "\x02")
+
+
+def check_topic(name: str) -> str:
+    if not name:
+        raise IllegalTopic("topic name is empty")
+    if name in SYSTEM_TOPICS:
+        raise IllegalTopic(f"topic {name!r} is a system topic and cannot be used by clients")
+    if not TOPIC_RE.match(name):
+        raise IllegalTopic(f"topic name {name[:200]!r} must match ^[%|a-zA-Z0-9_-]+$ and have at most 127 characters")
+    return name
+
+
+def check_group(name: str) -> str:
+    from txmq.broker.errors import IllegalConsumerGroup
+    if not name:
+        raise IllegalConsumerGroup("consumer group name is empty")
+    if not GROUP_RE.match(name):
+        raise IllegalConsumerGroup(
+            f"consumer group {name[:200]!r} must match ^[%|a-zA-Z0-9_-]+$ and have at most 255 characters")
+    return name
+
+
+def _check_text(kind: str, value: str, error: type[Exception], *, allow_space: bool = True) -> None:
+    if not value or not value.strip():
+        raise error(f"{kind} is empty or blank")
+    if any(sep in value for sep in SEPARATORS) or (not allow_space and " " in value):
+        raise error(f"{kind} {value[:100]!r} contains a reserved separator character")
+    if len(value) > 1024:
+        raise error(f"{kind} has {len(value)} characters, the maximum is 1024")
+
+
+def _ms(ts: Timestamp) -> int:
+    return ts.seconds * 1000 + ts.nanos // 1_000_000
+
+
+def _ts(ms: int) -> Timestamp:
+    t = Timestamp()
+    t.seconds, rem = divmod(int(ms), 1000)
+    t.nanos = rem * 1_000_000
+    return t
+
+
+def verify_digest(msg: pb.Message) -> None:
+    digest = msg.system_properties.body_digest
+    if digest.type == pb.DIGEST_TYPE_UNSPECIFIED or not digest.checksum:
+        return
+    body = msg.body
+    if digest.type == pb.CRC32:
+        expected = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+    elif digest.type == pb.MD5:
+        expected = hashlib.md5(body).hexdigest()
+    elif digest.type == pb.SHA1:
+        expected = hashlib.sha1(body).hexdigest()
+    else:
+        raise BadRequest(f"unknown body digest type {digest.type}")
+    if digest.checksum.lower() != expected.lower():
+        raise MessageCorrupted(f"body digest {digest.checksum!r} does not match the body ({expected})")
+
+
+def to_store_message(msg: pb.Message, *, born_host_fallback: str = "") -> Message:
+    """The store message for one published message; raises the typed error for what is wrong."""
+    topic = check_topic(msg.topic.name)
+    sp = msg.system_properties
+    mtype = sp.message_type or pb.NORMAL
+    if mtype not in (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION):
+        raise BadRequest(f"unknown message type {mtype}")
+    has_group = sp.HasField("message_group") and sp.message_group != ""
+    has_delivery = sp.HasField("delivery_timestamp")
+    if mtype == pb.FIFO and not has_group:
+        raise PropertyConflictWithType("a FIFO message needs a message_group")
+    if mtype != pb.FIFO and has_group:
+        raise PropertyConflictWithType(
+            f"message_group is only allowed on FIFO messages, not on {pb.MessageType.Name(mtype)}")
+    if mtype == pb.DELAY and not has_delivery:
+        raise PropertyConflictWithType("a DELAY message needs a delivery_timestamp")
+    if mtype != pb.DELAY and has_delivery and mtype != pb.TRANSACTION:
+        raise PropertyConflictWithType(
+            f"delivery_timestamp is only allowed on DELAY messages, not on {pb.MessageType.Name(mtype)}")
+    verify_digest(msg)
+    props: dict[str, str] = {}
+    for key, value in msg.user_properties.items():
+        if not key or key in RESERVED_PROPERTIES or any(s in key or s in value for s in SEPARATORS):
+            raise IllegalPropertyKey(f"user property {key[:100]!r} is reserved or contains a separator")
+        props[key] = value
+    if sp.HasField("tag"):
+        _check_text("tag", sp.tag, IllegalMessageTag)
+        if "|" in sp.tag:
+            raise IllegalMessageTag(f"tag {sp.tag[:100]!r} contains '|', which filter expressions reserve")
+        props[PROP_TAGS] = sp.tag
+    if sp.keys:
+        for k in sp.keys:
+            _check_text("message key", k, IllegalMessageKey, allow_space=False)
+        props[PROP_KEYS] = " ".join(sp.keys)
+    if sp.message_id:
+        if len(sp.message_id) > 128 or any(s in sp.message_id for s in SEPARATORS):
+            from txmq.broker.errors import IllegalMessageId
+            raise IllegalMessageId(f"message id {sp.message_id[:100]!r} is too long or has separators")
+        props[PROP_UNIQ_KEY] = sp.message_id
+    if has_group:
+        _check_text("message group", sp.message_group, PropertyConflictWithType)
+        props[PROP_SHARDING_KEY] = sp.message_group
+    if sp.HasField("trace_context") and sp.trace_context:
+        props[PROP_TRACE_CONTEXT] = sp.trace_context
+    if mtype == pb.FIFO:
+        props[PROP_MESSAGE_TYPE] = "FIFO"
+    sys_flag = SYSFLAG_COMPRESSED if sp.body_encoding == pb.GZIP else 0
+    born_ms = _ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0
+    if born_ms < 0:
+        born_ms = 0
+    born_host = sp.born_host or born_host_fallback
+    if born_host:
+        props[PROP_BORN_HOST] = born_host[:128]
+    return Message(topic=topic, body=bytes(msg.body), properties=props, sys_flag=sys_flag,
+                   born_timestamp=born_ms)
+
+
+def delivery_timestamp_ms(msg: pb.Message) -> int | None:
+    sp = msg.system_properties
+    return _ms(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else None
+
+
+def message_type_of(msg: pb.Message) -> int:
+    return msg.system_properties.message_type or pb.NORMAL
+
+
+def to_wire_message(m: StoredMessage | Message, *, topic: str | None = None, receipt_handle: str | None = None,
+                    delivery_attempt: int | None = None, invisible_ms: int | None = None,
+                    transaction: bool = False) -> pb.Message:
+    """A stored message as RocketMQ 5 consumers (and check-back handlers) expect it."""
+    props = m.properties
+    out = pb.Message(body=m.body)
+    out.topic.name = topic or m.topic
+    sp = out.system_properties
+    for key, value in props.items():
+        if key not in RESERVED_PROPERTIES and not key.startswith("__TXMQ") and key not in (
+                "ORIGIN_TOPIC", "RETRY_TIMES"):
+            out.user_properties[key] = value
+    tag = props.get(PROP_TAGS)
+    if tag:
+        sp.tag = tag
+    keys = props.get(PROP_KEYS)
+    if keys:
+        sp.keys.extend(k for k in keys.split(" ") if k)
+    sp.message_id = props.get(PROP_UNIQ_KEY) or getattr(m, "msg_id", "")
+    sp.body_digest.type = pb.CRC32
+    sp.body_digest.checksum = format(zlib.crc32(m.body) & 0xFFFFFFFF, "08X")
+    sp.body_encoding = pb.GZIP if m.sys_flag & SYSFLAG_COMPRESSED else pb.IDENTITY
+    group = props.get(PROP_SHARDING_KEY)
+    if transaction:
+        sp.message_type = pb.TRANSACTION
+    elif group:
+        sp.message_type = pb.FIFO
+        sp.message_group = group
+    else:
+        sp.message_type = pb.NORMAL
+    store_ts = getattr(m, "store_timestamp", 0)
+    born = m.born_timestamp or store_ts
+    sp.born_timestamp.CopyFrom(_ts(born))
+    sp.born_host = props.get(PROP_BORN_HOST) or f"{m.born_host[0]}"
+    if store_ts:
+        sp.store_timestamp.CopyFrom(_ts(store_ts))
+    store_host = getattr(m, "store_host", None)
+    if store_host:
+        sp.store_host = f"{store_host[0]}:{store_host[1]}"
+    sp.queue_id = m.queue_id
+    if isinstance(m, StoredMessage):
+        sp.queue_offset = m.queue_offset
+    if receipt_handle is not None:
+        sp.receipt_handle = receipt_handle
+    if delivery_attempt is not None:
+        sp.delivery_attempt = delivery_attempt
+    if invisible_ms is not None:
+        sp.invisible_duration.seconds, rem = divmod(invisible_ms, 1000)
+        sp.invisible_duration.nanos = rem * 1_000_000
+    trace = props.get(PROP_TRACE_CONTEXT)
+    if trace:
+        sp.trace_context = trace
+    return out

@@ -1,0 +1,485 @@
+"""The RocketMQ 5 `apache.rocketmq.v2.MessagingService`, as thin adapters over the broker core.
+
+Each RPC converts protobuf to core types, calls the store, the transaction
+engine or the pop service, and converts back. Every response carries a
+`status`: errors are caught at one place (`_unary` / `_streaming`) and mapped
+by `status.py`, so a bad request, a refused transaction or even a bug becomes a
+status with an explanatory message and the broker keeps serving. Requests
+whose bytes do not parse are answered with BAD_REQUEST the same way.
+
+Per-call work is kept small: metadata is read once, auth (when on) caches
+verified headers, and queue selection is a counter or a CRC.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import zlib
+from typing import Callable, Iterator
+
+import grpc
+
+from txmq.broker.errors import (BadRequest, IllegalDeliveryTime, IllegalInvisibleTime, IllegalOffset,
+                                IllegalPollingTime, IllegalQueue, InvalidTransactionId, Unsupported)
+from txmq.broker.protocol import rocketmq_v2_pb2 as pb
+from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, SERVICE_NAME, STREAM_STREAM,
+                                                   UNARY_STREAM, UNARY_UNARY)
+from txmq.broker.server import status as st
+from txmq.broker.server.convert import (check_group, check_topic, delivery_timestamp_ms, message_type_of,
+                                        to_store_message, to_wire_message)
+from txmq.broker.server.pop import parse_tag_filter
+from txmq.broker.server.telemetry import serve_telemetry
+from txmq.broker.transaction.state import Resolution
+
+log = logging.getLogger("txmq.broker.rocketmq")
+
+ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.TRANSACTION)
+
+
+class Undecodable:
+    """Stands in for a request whose bytes are not a valid protobuf message."""
+
+    def __init__(self, cls: type, error: Exception) -> None:
+        self.text = f"request bytes are not a valid {cls.DESCRIPTOR.name}: {error}"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _deserializer(cls: type) -> Callable[[bytes], object]:
+    def parse(data: bytes):
+        try:
+            return cls.FromString(data)
+        except Exception as exc:  # DecodeError, RecursionError on hostile nesting, ...
+            return Undecodable(cls, exc)
+    return parse
+
+
+class Call:
+    """What a handler knows about its caller: identity, client id, peer."""
+
+    __slots__ = ("context", "metadata", "identity", "client_id")
+
+    def __init__(self, core, context: grpc.ServicerContext) -> None:
+        self.context = context
+        self.metadata = context.invocation_metadata() or ()
+        client_id = ""
+        for key, value in self.metadata:
+            if key == "x-mq-client-id":
+                client_id = value if isinstance(value, str) else value.decode(errors="replace")
+                break
+        self.client_id = client_id
+        self.identity = core.auth.authenticate(self.metadata)
+
+
+def _duration_ms(d) -> int:
+    return d.seconds * 1000 + d.nanos // 1_000_000
+
+
+class MessagingService:
+    def __init__(self, core) -> None:
+        self.core = core
+        self.store = core.store
+        self.engine = core.engine
+        self.pop = core.pop
+        self.config = core.config
+        self._round_robin: dict[str, itertools.count] = {}
+
+    # --- routes -----------------------------------------------------------------
+
+    def _endpoints(self, requested: pb.Endpoints | None) -> pb.Endpoints:
+        advertised = getattr(self.core, "advertised", None)
+        if not self.config.advertised_host and requested is not None and requested.addresses:
+            out = pb.Endpoints()
+            out.CopyFrom(requested)
+            if out.scheme == pb.ADDRESS_SCHEME_UNSPECIFIED:
+                out.scheme = pb.IPv4
+            return out
+        host, port = advertised or self.config.listen_host_port
+        scheme = pb.IPv6 if ":" in host else (pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME)
+        return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
+
+    def _queues(self, topic_res: pb.Resource, count: int, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:
+        broker = pb.Broker(name=self.config.broker_name, id=0, endpoints=endpoints)
+        topic = pb.Resource(name=topic_res.name, resource_namespace=topic_res.resource_namespace)
+        return [pb.MessageQueue(topic=topic, id=i, permission=pb.READ_WRITE, broker=broker,
+                                accept_message_types=ACCEPTED_TYPES) for i in range(count)]
+
+    def QueryRoute(self, req: pb.QueryRouteRequest, call: Call) -> pb.QueryRouteResponse:
+        topic = check_topic(req.topic.name)
+        if not (call.identity.may_publish(topic) or call.identity.may_subscribe(topic)):
+            call.identity.require_publish(topic)
+        count = self.core.topic_queue_count(topic)
+        queues = self._queues(req.topic, count, self._endpoints(req.endpoints))
+        return pb.QueryRouteResponse(status=st.ok(), message_queues=queues)
+
+    def QueryAssignment(self, req: pb.QueryAssignmentRequest, call: Call) -> pb.QueryAssignmentResponse:
+        topic = check_topic(req.topic.name)
+        check_group(req.group.name)
+        call.identity.require_subscribe(topic)
+        count = self.core.topic_queue_count(topic)
+        queues = self._queues(req.topic, count, self._endpoints(req.endpoints))
+        return pb.QueryAssignmentResponse(status=st.ok(),
+                                          assignments=[pb.Assignment(message_queue=q) for q in queues])
+
+    # --- client lifecycle ---------------------------------------------------------
+
+    def Heartbeat(self, req: pb.HeartbeatRequest, call: Call) -> pb.HeartbeatResponse:
+        if req.HasField("group") and req.group.name:
+            check_group(req.group.name)
+        return pb.HeartbeatResponse(status=st.ok())
+
+    def NotifyClientTermination(self, req: pb.NotifyClientTerminationRequest,
+                                call: Call) -> pb.NotifyClientTerminationResponse:
+        if req.HasField("group") and req.group.name:
+            check_group(req.group.name)
+        return pb.NotifyClientTerminationResponse(status=st.ok())
+
+    # --- publishing ------------------------------------------------------------------
+
+    def _select_queue(self, topic: str, count: int, message_group: str | None) -> int:
+        if message_group:  # FIFO: one group always lands on one queue, so its order is kept
+            return zlib.crc32(message_group.encode()) % count
+        counter = self._round_robin.get(topic)
+        if counter is None:
+            counter = self._round_robin.setdefault(topic, itertools.count())
+        return next(counter) % count
+
+    def SendMessage(self, req: pb.SendMessageRequest, call: Call) -> pb.SendMessageResponse:
+        if not req.messages:
+            raise BadRequest("SendMessage carries no messages")
+        try:
+            return self._send(req, call)
+        except Exception as exc:
+            status = st.status_for(exc)
+            if status.code == pb.INTERNAL_ERROR:
+                log.exception("SendMessage failed")
+            entries = [pb.SendResultEntry(status=status, message_id=m.system_properties.message_id)
+                       for m in req.messages]
+            return pb.SendMessageResponse(status=status, entries=entries)
+
+    def _send(self, req: pb.SendMessageRequest, call: Call) -> pb.SendMessageResponse:
+        identity = call.identity
+        kinds = {message_type_of(m) == pb.TRANSACTION for m in req.messages}
+        if len(kinds) > 1:
+            raise BadRequest("one SendMessage request cannot mix TRANSACTION and other message types")
+        transactional = kinds.pop()
+        converted = []
+        for m in req.messages:
+            mtype = message_type_of(m)
+            if mtype == pb.TRANSACTION and delivery_timestamp_ms(m) is not None:
+                raise IllegalDeliveryTime("transactional messages cannot have a delivery time (delay)")
+            if mtype == pb.DELAY:
+                raise Unsupported("DELAY messages (delivery_timestamp) are not supported by txmq; "
+                                  "send NORMAL messages or schedule on the producer side")
+            sm = to_store_message(m)
+            identity.require_publish(sm.topic)
+            count = self.core.topic_queue_count(sm.topic)
+            group = m.system_properties.message_group if mtype == pb.FIFO else None
+            sm.queue_id = self._select_queue(sm.topic, count, group)
+            converted.append(sm)
+        if transactional:
+            prepared = self.engine.prepare(converted, producer_group=identity.producer_group,
+                                           sender=call.client_id)
+            tx_id, results = prepared.transaction_id, prepared.results
+            for sm in converted:
+                self.core.router.note_half(tx_id, call.client_id, sm.topic)
+        else:
+            tx_id, results = "", self.store.append(converted)
+        self.core.metrics.messages_in += len(converted)
+        entries = []
+        for m, r in zip(req.messages, results):
+            entries.append(pb.SendResultEntry(status=st.ok(), message_id=m.system_properties.message_id or r.msg_id,
+                                              transaction_id=tx_id, offset=r.queue_offset))
+        return pb.SendMessageResponse(status=st.ok(), entries=entries)
+
+    def EndTransaction(self, req: pb.EndTransactionRequest, call: Call) -> pb.EndTransactionResponse:
+        tx_id = req.transaction_id
+        if not tx_id:
+            raise InvalidTransactionId("transaction_id is empty")
+        if req.resolution == pb.COMMIT:
+            resolution = Resolution.COMMIT
+        elif req.resolution == pb.ROLLBACK:
+            resolution = Resolution.ROLLBACK
+        else:
+            raise BadRequest("resolution must be COMMIT or ROLLBACK")
+        source = "check" if req.source == pb.SOURCE_SERVER_CHECK else "client"
+        identity = call.identity
+        if identity.authenticated:
+            info = self.engine.get(tx_id)
+            if info.producer_group or info.state.name == "PENDING":
+                identity.require_producer_group(info.producer_group)
+        result = self.engine.end(tx_id, resolution, source=source,
+                                 producer_group=identity.producer_group if identity.authenticated else None)
+        self.core.router.forget(tx_id)
+        text = result.state.name if result.newly_ended else f"already {result.state.name}"
+        return pb.EndTransactionResponse(status=st.ok(text))
+
+    def RecallMessage(self, req: pb.RecallMessageRequest, call: Call) -> pb.RecallMessageResponse:
+        raise Unsupported("txmq has no delayed messages, so there is nothing to recall")
+
+    # --- pop consumption ------------------------------------------------------------
+
+    def _invisible_ms(self, d, *, default_s: float, allow_zero: bool) -> int:
+        if d is None:
+            return int(default_s * 1000)
+        ms = _duration_ms(d)
+        if ms < 0 or (ms == 0 and not allow_zero) or ms > self.config.max_invisible_s * 1000:
+            raise IllegalInvisibleTime(
+                f"invisible duration {ms} ms is out of range ({'0' if allow_zero else '1'} ms .. "
+                f"{int(self.config.max_invisible_s)} s)")
+        return ms
+
+    def ReceiveMessage(self, req: pb.ReceiveMessageRequest, call: Call) -> Iterator[pb.ReceiveMessageResponse]:
+        group = check_group(req.group.name)
+        topic = check_topic(req.message_queue.topic.name)
+        call.identity.require_subscribe(topic)
+        if req.filter_expression.type == pb.SQL:
+            raise Unsupported("SQL92 filter expressions are not supported; use tag expressions")
+        tags = parse_tag_filter(req.filter_expression.expression)
+        if req.batch_size <= 0:
+            raise BadRequest(f"batch_size must be positive, got {req.batch_size}")
+        batch = min(req.batch_size, self.config.max_batch_size)
+        invisible_ms = self._invisible_ms(req.invisible_duration if req.HasField("invisible_duration") else None,
+                                          default_s=self.config.default_invisible_s, allow_zero=False)
+        poll_s = self.config.default_long_polling_s
+        if req.HasField("long_polling_timeout"):
+            poll_s = _duration_ms(req.long_polling_timeout) / 1000
+            if poll_s < 0 or poll_s > self.config.max_long_polling_s:
+                raise IllegalPollingTime(f"long polling timeout {poll_s:g} s is out of range "
+                                         f"(0 .. {self.config.max_long_polling_s:g} s)")
+        count = self.core.topic_queue_count(topic)
+        start = req.message_queue.id if 0 <= req.message_queue.id < count else 0
+        deadline = time.monotonic() + poll_s
+        context = call.context
+        while True:
+            seq = self.pop.arrival_seq
+            deliveries = self.pop.receive(group, topic, count, start_queue=start, batch=batch,
+                                          invisible_ms=invisible_ms, tags=tags)
+            remaining = deadline - time.monotonic()
+            if deliveries or remaining <= 0 or not context.is_active():
+                break
+            wait = min(remaining, 1.0)
+            next_visible = self.pop.next_deadline_s(group, topic)
+            if next_visible is not None:
+                wait = min(wait, next_visible + 0.005)
+            self.pop.wait_for_arrival(seq, wait)
+        if not deliveries:
+            yield pb.ReceiveMessageResponse(status=st.status(pb.MESSAGE_NOT_FOUND,
+                                                             "no new message within the long-polling timeout"))
+            return
+        yield pb.ReceiveMessageResponse(status=st.ok())
+        # Clients measure delivery latency from this timestamp (the Python push
+        # consumer fails on a batch without it).
+        now = pb.ReceiveMessageResponse()
+        now.delivery_timestamp.GetCurrentTime()
+        yield now
+        for d in deliveries:
+            yield pb.ReceiveMessageResponse(message=to_wire_message(
+                d.message, receipt_handle=d.receipt_handle, delivery_attempt=d.attempt,
+                invisible_ms=d.invisible_ms))
+        self.core.metrics.messages_out += len(deliveries)
+
+    def AckMessage(self, req: pb.AckMessageRequest, call: Call) -> pb.AckMessageResponse:
+        group = check_group(req.group.name)
+        topic = check_topic(req.topic.name)
+        call.identity.require_subscribe(topic)
+        if not req.entries:
+            raise BadRequest("AckMessage carries no entries")
+        results = []
+        for entry in req.entries:
+            try:
+                self.pop.ack(group, topic, entry.receipt_handle)
+                s = st.ok()
+            except Exception as exc:
+                s = st.status_for(exc)
+            results.append(pb.AckMessageResultEntry(message_id=entry.message_id,
+                                                    receipt_handle=entry.receipt_handle, status=s))
+        codes = {r.status.code for r in results}
+        if codes == {pb.OK}:
+            overall = st.ok()
+        elif len(codes) == 1:
+            overall = results[0].status
+        else:
+            overall = st.status(pb.MULTIPLE_RESULTS, "some entries failed: see each entry's status")
+        return pb.AckMessageResponse(status=overall, entries=results)
+
+    def ChangeInvisibleDuration(self, req: pb.ChangeInvisibleDurationRequest,
+                                call: Call) -> pb.ChangeInvisibleDurationResponse:
+        group = check_group(req.group.name)
+        topic = check_topic(req.topic.name)
+        call.identity.require_subscribe(topic)
+        invisible_ms = self._invisible_ms(req.invisible_duration, default_s=0, allow_zero=True)
+        handle = self.pop.change_invisible(group, topic, req.receipt_handle, invisible_ms)
+        return pb.ChangeInvisibleDurationResponse(status=st.ok(), receipt_handle=handle)
+
+    def ForwardMessageToDeadLetterQueue(self, req: pb.ForwardMessageToDeadLetterQueueRequest,
+                                        call: Call) -> pb.ForwardMessageToDeadLetterQueueResponse:
+        group = check_group(req.group.name)
+        topic = check_topic(req.topic.name)
+        call.identity.require_subscribe(topic)
+        self.pop.forward_to_dead_letter(group, topic, req.receipt_handle)
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=st.ok())
+
+    # --- pull consumption and offsets ----------------------------------------------------
+
+    def _queue_of(self, mq: pb.MessageQueue, call: Call, *, subscribe: bool = True) -> tuple[str, int]:
+        topic = check_topic(mq.topic.name)
+        if subscribe:
+            call.identity.require_subscribe(topic)
+        count = self.core.topic_queue_count(topic, create=False)
+        if not 0 <= mq.id < count:
+            raise IllegalQueue(f"queue {mq.id} does not exist: topic {topic!r} has queues 0..{count - 1}")
+        return topic, mq.id
+
+    def PullMessage(self, req: pb.PullMessageRequest, call: Call) -> Iterator[pb.PullMessageResponse]:
+        check_group(req.group.name)
+        topic, qid = self._queue_of(req.message_queue, call)
+        if req.offset < 0:
+            raise IllegalOffset(f"offset {req.offset} is negative")
+        if req.batch_size <= 0:
+            raise BadRequest(f"batch_size must be positive, got {req.batch_size}")
+        if req.filter_expression.type == pb.SQL:
+            raise Unsupported("SQL92 filter expressions are not supported; use tag expressions")
+        tags = parse_tag_filter(req.filter_expression.expression)
+        poll_s = _duration_ms(req.long_polling_timeout) / 1000
+        if poll_s < 0 or poll_s > self.config.max_long_polling_s:
+            raise IllegalPollingTime(f"long polling timeout {poll_s:g} s is out of range")
+        batch = min(req.batch_size, self.config.max_batch_size)
+        deadline = time.monotonic() + poll_s
+        while True:
+            seq = self.pop.arrival_seq
+            read = self.store.read_queue(topic, qid, req.offset, batch)
+            remaining = deadline - time.monotonic()
+            if read.messages or remaining <= 0 or not call.context.is_active():
+                break
+            self.pop.wait_for_arrival(seq, min(remaining, 1.0))
+        messages = [m for m in read.messages
+                    if tags is None or m.properties.get("TAGS") in tags]
+        if read.messages:
+            yield pb.PullMessageResponse(status=st.ok())
+        else:
+            yield pb.PullMessageResponse(status=st.status(pb.MESSAGE_NOT_FOUND, "no new message"))
+        for m in messages:
+            yield pb.PullMessageResponse(message=to_wire_message(m))
+        yield pb.PullMessageResponse(next_offset=read.next_offset)
+        self.core.metrics.messages_out += len(messages)
+
+    def UpdateOffset(self, req: pb.UpdateOffsetRequest, call: Call) -> pb.UpdateOffsetResponse:
+        group = check_group(req.group.name)
+        topic, qid = self._queue_of(req.message_queue, call)
+        max_offset = self.store.max_offset(topic, qid)
+        if not 0 <= req.offset <= max_offset:
+            raise IllegalOffset(f"offset {req.offset} is outside 0..{max_offset} of {topic}:{qid}")
+        self.store.offsets.commit(group, topic, qid, req.offset)
+        return pb.UpdateOffsetResponse(status=st.ok())
+
+    def GetOffset(self, req: pb.GetOffsetRequest, call: Call) -> pb.GetOffsetResponse:
+        group = check_group(req.group.name)
+        topic, qid = self._queue_of(req.message_queue, call)
+        return pb.GetOffsetResponse(status=st.ok(), offset=self.store.offsets.get(group, topic, qid))
+
+    def QueryOffset(self, req: pb.QueryOffsetRequest, call: Call) -> pb.QueryOffsetResponse:
+        topic, qid = self._queue_of(req.message_queue, call)
+        policy = req.query_offset_policy
+        if policy == pb.BEGINNING:
+            offset = self.store.min_offset(topic, qid)
+        elif policy == pb.END:
+            offset = self.store.max_offset(topic, qid)
+        elif policy == pb.TIMESTAMP:
+            if not req.HasField("timestamp"):
+                raise BadRequest("policy TIMESTAMP needs a timestamp")
+            ts = req.timestamp.seconds * 1000 + req.timestamp.nanos // 1_000_000
+            offset = self.store.offset_for_timestamp(topic, qid, ts)
+        else:
+            raise BadRequest(f"unknown query offset policy {policy}")
+        return pb.QueryOffsetResponse(status=st.ok(), offset=offset)
+
+    # --- telemetry -------------------------------------------------------------------
+
+    def Telemetry(self, requests, call: Call) -> Iterator[pb.TelemetryCommand]:
+        return serve_telemetry(self.core, requests, call.context, client_id=call.client_id,
+                               identity=call.identity, bad_request_type=Undecodable)
+
+
+# --- gRPC plumbing -----------------------------------------------------------------------
+
+
+def build_rocketmq_handler(core) -> grpc.GenericRpcHandler:
+    """A generic handler serving every RPC of the method table under RocketMQ's service name."""
+    service = MessagingService(core)
+    handlers = {}
+    for method in ROCKETMQ_METHODS:
+        fn = getattr(service, method.name)
+        deserialize = _deserializer(method.request_class)
+        serialize = method.response_class.SerializeToString
+        if method.kind == UNARY_UNARY:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                _unary(core, method.name, fn, method.response_class),
+                request_deserializer=deserialize, response_serializer=serialize)
+        elif method.kind == UNARY_STREAM:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                _server_stream(core, method.name, fn, method.response_class),
+                request_deserializer=deserialize, response_serializer=serialize)
+        elif method.kind == STREAM_STREAM:
+            handlers[method.name] = grpc.stream_stream_rpc_method_handler(
+                _bidi(core, method.name, fn, method.response_class),
+                request_deserializer=deserialize, response_serializer=serialize)
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+
+
+def _failure(response_class: type, rpc: str, exc: Exception):
+    status = st.status_for(exc)
+    if status.code == pb.INTERNAL_ERROR:
+        log.exception("%s failed", rpc)
+    return response_class(status=status)
+
+
+def _unary(core, rpc: str, fn, response_class: type):
+    metrics = core.metrics
+
+    def handle(request, context):
+        started = time.perf_counter()
+        try:
+            if isinstance(request, Undecodable):
+                raise BadRequest(str(request))
+            response = fn(request, Call(core, context))
+        except Exception as exc:
+            response = _failure(response_class, rpc, exc)
+        metrics.record(rpc, response.status.code, time.perf_counter() - started)
+        return response
+    return handle
+
+
+def _server_stream(core, rpc: str, fn, response_class: type):
+    metrics = core.metrics
+
+    def handle(request, context):
+        started = time.perf_counter()
+        code = pb.OK
+        try:
+            if isinstance(request, Undecodable):
+                raise BadRequest(str(request))
+            for response in fn(request, Call(core, context)):
+                if response.WhichOneof("content") == "status":
+                    code = response.status.code
+                yield response
+        except Exception as exc:
+            failure = _failure(response_class, rpc, exc)
+            code = failure.status.code
+            yield failure
+        metrics.record(rpc, code, time.perf_counter() - started)
+    return handle
+
+
+def _bidi(core, rpc: str, fn, response_class: type):
+    def handle(requests, context):
+        try:
+            call = Call(core, context)
+        except Exception as exc:
+            yield _failure(response_class, rpc, exc)
+            return
+        yield from fn(requests, call)
+    return handle

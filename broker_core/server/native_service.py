@@ -1,0 +1,462 @@
+"""The native gRPC service `txmq.native.v1.TxmqService`: a thin adapter over the core.
+
+Each RPC converts protobuf to core calls on `core.store` / `core.engine` and
+back; the rules live in the store and the transaction engine. Every handler
+answers with a Status instead of raising, so a bad request (a broken Arrow
+payload, an unknown transaction id) gets a typed error and the broker keeps
+serving. The method table comes from `native_methods.py` (no generated stubs).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from typing import Any, Callable, Iterable, Iterator
+
+import grpc
+
+from txmq.broker import errors
+from txmq.broker.protocol import native_pb2 as pb
+from txmq.broker.protocol.native_arrow import to_ipc
+from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
+from txmq.broker.server.native_ingest import QueueSelector, decode_batch
+from txmq.broker.server.native_pull import build_pull_batch
+from txmq.broker.server.native_status import ok_status, status_for
+from txmq.broker.server.offset_waiters import OffsetWaiters
+from txmq.broker.server.property_names import user_properties
+from txmq.broker.server.rpc_metrics import RpcMetrics
+from txmq.broker.store.message import (
+    PROP_KEYS,
+    PROP_REAL_QUEUE_ID,
+    PROP_REAL_TOPIC,
+    PROP_TAGS,
+    PROP_TRANSACTION_ID,
+    PROP_UNIQ_KEY,
+    Message,
+    StoredMessage,
+)
+from txmq.broker.store.tag_filter import TagFilter
+
+log = logging.getLogger(__name__)
+
+MAX_PULL_COUNT = 100_000
+DEFAULT_PULL_BYTES = 64 << 20
+MAX_WAIT_MS = 120_000
+SESSION_POLL_S = 0.5
+
+
+def _state_name(state: Any) -> str:
+    return getattr(state, "name", None) or str(state)
+
+
+def _resolution(value: int):
+    from txmq.broker.transaction.state import Resolution
+
+    if value == pb.COMMIT:
+        return Resolution.COMMIT
+    if value == pb.ROLLBACK:
+        return Resolution.ROLLBACK
+    raise errors.BadRequest("resolution must be COMMIT or ROLLBACK")
+
+
+def _offsets_to_pb(offsets: dict[str, dict[int, int]]) -> list[pb.TopicOffsets]:
+    return [pb.TopicOffsets(topic=topic, offsets=queues) for topic, queues in offsets.items()]
+
+
+def _offsets_from_pb(items: Iterable[pb.TopicOffsets]) -> dict[str, dict[int, int]]:
+    return {item.topic: dict(item.offsets) for item in items}
+
+
+def message_view(m: StoredMessage | Message) -> pb.MessageView:
+    """A stored message (or a half still in the engine's cache, a plain Message) for the wire."""
+    props = m.properties
+    keys = props.get(PROP_KEYS)
+    real_queue = props.get(PROP_REAL_QUEUE_ID)
+    offset_id = getattr(m, "msg_id", "") or ""
+    return pb.MessageView(  # a half reports the topic and queue it will be committed to
+        topic=props.get(PROP_REAL_TOPIC) or m.topic,
+        queue_id=int(real_queue) if real_queue and real_queue.isdigit() else m.queue_id,
+        queue_offset=getattr(m, "queue_offset", 0), message_id=props.get(PROP_UNIQ_KEY) or offset_id,
+        offset_msg_id=offset_id, tag=props.get(PROP_TAGS) or "", keys=keys.split(" ") if keys else [],
+        body=m.body, properties=user_properties(props), born_timestamp_ms=m.born_timestamp,
+        store_timestamp_ms=getattr(m, "store_timestamp", 0), transaction_id=props.get(PROP_TRANSACTION_ID) or "",
+    )
+
+
+def transaction_view(info: Any) -> pb.TransactionView:
+    age_s = getattr(info, "age_s", 0.0) or 0.0
+    return pb.TransactionView(
+        transaction_id=info.transaction_id, state=_state_name(info.state), topics=list(info.topics),
+        half_count=info.half_count, age_ms=int(age_s * 1000), check_times=getattr(info, "checks", 0),
+        producer_group=getattr(info, "producer_group", "") or "", senders=list(getattr(info, "senders", ())),
+        created_ms=getattr(info, "created_ms", 0),
+    )
+
+
+class NativeCheckbackSession:
+    """A check-back session for the CheckbackRouter: checks pushed here go down one gRPC stream."""
+
+    def __init__(self, producer_group: str, topics: Iterable[str], client_id: str) -> None:
+        self.producer_group = producer_group
+        self.topics = set(topics)
+        self.client_id = client_id
+        self._queue: queue.Queue = queue.Queue()
+        self._alive = True
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    def push(self, tx: Any, half: StoredMessage) -> bool:
+        if not self._alive:
+            return False
+        self._queue.put((tx, half))
+        return True
+
+    def close(self) -> None:
+        self._alive = False
+        self._queue.put(None)
+
+    def frames(self, is_active: Callable[[], bool]) -> Iterator[pb.CheckRequestFrame]:
+        yield pb.CheckRequestFrame(registered=True, producer_group=self.producer_group, status=ok_status())
+        while self._alive and is_active():
+            try:
+                item = self._queue.get(timeout=SESSION_POLL_S)
+            except queue.Empty:
+                continue
+            if item is None:
+                break
+            tx, half = item
+            try:
+                frame = pb.CheckRequestFrame(
+                    transaction_id=tx.transaction_id, producer_group=getattr(tx, "producer_group", "") or "",
+                    half=message_view(half), check_times=getattr(tx, "checks", 0), status=ok_status())
+            except Exception:  # one odd half must not end the producer's session
+                log.exception("cannot describe half of %s for a check-back", getattr(tx, "transaction_id", "?"))
+                continue
+            yield frame
+
+
+class NativeService:
+    """The RPC implementations; each takes (request, context) and returns a response message."""
+
+    def __init__(self, core: Any, metrics: RpcMetrics | None = None) -> None:
+        self.core = core
+        self.store = core.store
+        self.engine = core.engine
+        self.selector = QueueSelector()
+        self.waiters = OffsetWaiters(self.store)
+        self.metrics = metrics if metrics is not None else RpcMetrics.of(core)
+
+    # ---- topics ------------------------------------------------------------
+    def _topic(self, name: str, *, create: bool = False):
+        """The topic's config; auto-created (if the broker allows it) when `create` is set."""
+        if create:
+            self.core.topic_queue_count(name)
+        try:
+            topic = self.store.topics.get(name)
+        except errors.TopicNotFound:
+            topic = None
+        if topic is None:
+            raise errors.TopicNotFound(f"topic {name!r} does not exist")
+        return topic
+
+    def _queue_count(self, name: str) -> int:
+        """Queue count of a topic written to, auto-creating it when the broker allows."""
+        return self.core.topic_queue_count(name)
+
+    def _queue_ids(self, topic: str) -> list[int]:
+        config = self._topic(topic)
+        ids = set(range(config.queue_count))
+        ids.update(self.store.queue_ids(topic))
+        return sorted(ids)
+
+    def _per_queue(self, topics: Iterable[str], fn: Callable[[str, int], int]) -> dict[str, dict[int, int]]:
+        if not topics:
+            raise errors.BadRequest("give at least one topic")
+        return {t: {q: fn(t, q) for q in self._queue_ids(t)} for t in topics}
+
+    def _cut(self, topics: list[str]) -> dict[str, dict[int, int]]:
+        result = {t: {q: 0 for q in self._queue_ids(t)} for t in topics}
+        for (topic, queue_id), offset in self.engine.consistent_cut(topics).items():
+            if topic in result:
+                result[topic][queue_id] = offset
+        return result
+
+    def _topic_view(self, config: Any) -> pb.TopicView:
+        name = config.name
+        queues = []
+        for q in self._queue_ids(name):
+            queues.append(pb.QueueRange(queue_id=q, min_offset=self.store.min_offset(name, q),
+                                        max_offset=self.store.max_offset(name, q)))
+        permission = getattr(config, "permission", 3)
+        return pb.TopicView(name=name, queue_count=config.queue_count,
+                            permission=int(getattr(permission, "value", permission)), queues=queues)
+
+    # ---- writes ------------------------------------------------------------
+    def SendMessages(self, request: pb.SendRequest, context) -> pb.SendResponse:
+        started = time.perf_counter()
+        messages = decode_batch(request.batch, self._queue_count, self.selector)
+        results = self.store.append(messages)
+        self.metrics.observe("send", len(messages), time.perf_counter() - started)
+        return pb.SendResponse(status=ok_status(), count=len(results), slices=_slices(results),
+                               message_ids=[r.msg_id for r in results] if request.return_message_ids else [])
+
+    def PrepareMessages(self, request: pb.PrepareRequest, context) -> pb.PrepareResponse:
+        started = time.perf_counter()
+        messages = decode_batch(request.batch, self._queue_count, self.selector)
+        result = self.engine.prepare(messages, transaction_id=request.transaction_id or None,
+                                     producer_group=request.producer_group, sender=request.sender)
+        self.metrics.observe("prepare", len(messages), time.perf_counter() - started)
+        self._note_senders(result.transaction_id, messages, context)
+        ids = [r.msg_id for r in result.results] if request.return_message_ids else []
+        return pb.PrepareResponse(status=ok_status(), transaction_id=result.transaction_id,
+                                  count=len(result.results), message_ids=ids)
+
+    def _note_senders(self, transaction_id: str, messages: list, context) -> None:
+        """Tell the router which client sent these halves, so check-backs go back to it first."""
+        note = getattr(self.core.router, "note_half", None)
+        client_id = _client_id(context)
+        if note is None or not client_id:
+            return
+        for topic in {m.topic for m in messages}:
+            note(transaction_id, client_id, topic)
+
+    def EndTransaction(self, request: pb.EndTransactionRequest, context) -> pb.EndTransactionResponse:
+        started = time.perf_counter()
+        if not request.transaction_id:
+            raise errors.InvalidTransactionId("transaction_id is empty")
+        kwargs: dict[str, Any] = {"source": request.source or "client",
+                                  "producer_group": request.producer_group or None}
+        if request.restrict_senders:
+            kwargs["include_senders"] = list(request.include_senders)
+        result = self.engine.end(request.transaction_id, _resolution(request.resolution), **kwargs)
+        forget = getattr(self.core.router, "forget", None)
+        if forget is not None:
+            forget(request.transaction_id)
+        self.metrics.observe("end", len(result.committed), time.perf_counter() - started)
+        return pb.EndTransactionResponse(status=ok_status(), state=_state_name(result.state),
+                                         newly_ended=result.newly_ended, committed_count=len(result.committed))
+
+    # ---- transactions ------------------------------------------------------
+    def GetTransaction(self, request, context) -> pb.GetTransactionResponse:
+        if not request.transaction_id:
+            raise errors.InvalidTransactionId("transaction_id is empty")
+        info = self.engine.get(request.transaction_id)
+        return pb.GetTransactionResponse(status=ok_status(), transaction=transaction_view(info))
+
+    def ListTransactions(self, request, context) -> pb.ListTransactionsResponse:
+        state = (request.state or "PENDING").upper()
+        limit = request.limit or 1000
+        topic = request.topic or None
+        from txmq.broker.transaction.state import TxState
+
+        if state not in ("PENDING", "DISCARDED"):
+            raise errors.BadRequest(f"only PENDING or DISCARDED transactions are listed, not {state!r}")
+        infos = self.engine.transactions(state=TxState[state], topic=topic, limit=limit)
+        return pb.ListTransactionsResponse(status=ok_status(), transactions=[transaction_view(i) for i in infos])
+
+    def ResumeTransaction(self, request, context) -> pb.ResumeTransactionResponse:
+        if not request.transaction_id:
+            raise errors.InvalidTransactionId("transaction_id is empty")
+        self.engine.resume(request.transaction_id)
+        return pb.ResumeTransactionResponse(status=ok_status())
+
+    # ---- offsets -----------------------------------------------------------
+    def SnapshotOffsets(self, request: pb.OffsetsRequest, context) -> pb.OffsetsResponse:
+        if not request.topics:
+            raise errors.BadRequest("give at least one topic")
+        return pb.OffsetsResponse(status=ok_status(), topics=_offsets_to_pb(self._cut(list(request.topics))))
+
+    def MinOffsets(self, request: pb.OffsetsRequest, context) -> pb.OffsetsResponse:
+        offsets = self._per_queue(list(request.topics), self.store.min_offset)
+        return pb.OffsetsResponse(status=ok_status(), topics=_offsets_to_pb(offsets))
+
+    def OffsetsForTimestamp(self, request: pb.OffsetsRequest, context) -> pb.OffsetsResponse:
+        ts = request.timestamp_ms
+        offsets = self._per_queue(list(request.topics), lambda t, q: self.store.offset_for_timestamp(t, q, ts))
+        return pb.OffsetsResponse(status=ok_status(), topics=_offsets_to_pb(offsets))
+
+    def WaitForOffsets(self, request: pb.WaitForOffsetsRequest, context) -> pb.WaitForOffsetsResponse:
+        topics = list(request.topics)
+        if not topics:
+            raise errors.BadRequest("give at least one topic")
+        if request.timeout_ms < 0 or request.timeout_ms > MAX_WAIT_MS:
+            raise errors.IllegalPollingTime(f"timeout_ms must be within 0..{MAX_WAIT_MS}, got {request.timeout_ms}")
+        known = _offsets_from_pb(request.known)
+        deadline = time.monotonic() + request.timeout_ms / 1000.0
+        moved, cut = self.waiters.wait(lambda: self._cut(topics), known, deadline, context.is_active)
+        return pb.WaitForOffsetsResponse(status=ok_status(), topics=_offsets_to_pb(cut), moved=moved)
+
+    # ---- reads -------------------------------------------------------------
+    def PullArrow(self, request: pb.PullRequest, context) -> pb.PullResponse:
+        started = time.perf_counter()
+        topic, queue_id, start = request.topic, request.queue_id, request.start_offset
+        self._topic(topic)
+        end = request.end_offset if request.end_offset >= 0 else start + MAX_PULL_COUNT
+        count = max(0, min(end - start, MAX_PULL_COUNT))
+        max_bytes = request.max_bytes or DEFAULT_PULL_BYTES
+        if start < 0:
+            raise errors.IllegalOffset(f"start_offset must not be negative, got {start}")
+        if count == 0:
+            batch = build_pull_batch([])
+            return pb.PullResponse(status=ok_status(), arrow_ipc=to_ipc(batch), next_offset=start,
+                                   min_offset=self.store.min_offset(topic, queue_id),
+                                   max_offset=self.store.max_offset(topic, queue_id), count=0)
+        tag_filter = TagFilter.parse(request.tags)
+        read = self.store.read_queue(topic, queue_id, start, count, max_bytes=max_bytes,
+                                     tag_filter=None if tag_filter.tags is None else tag_filter)
+        messages = read.messages
+        payload = to_ipc(build_pull_batch(messages))
+        self.metrics.observe("pull", len(messages), time.perf_counter() - started)
+        return pb.PullResponse(status=ok_status(), arrow_ipc=payload, next_offset=read.next_offset,
+                               min_offset=read.min_offset, max_offset=read.max_offset, count=len(messages))
+
+    def GetMessage(self, request, context) -> pb.GetMessageResponse:
+        if not request.message_id:
+            raise errors.IllegalMessageId("message_id is empty")
+        return pb.GetMessageResponse(status=ok_status(),
+                                     message=message_view(self.store.get_by_message_id(request.message_id)))
+
+    def QueryMessages(self, request, context) -> pb.QueryMessagesResponse:
+        if not request.topic or not request.key:
+            raise errors.BadRequest("query needs a topic and a key")
+        found = self.store.query_by_key(request.topic, request.key, begin_ms=request.begin_ms,
+                                        end_ms=request.end_ms or None, max_count=request.max_count or 64)
+        return pb.QueryMessagesResponse(status=ok_status(), messages=[message_view(m) for m in found])
+
+    # ---- check-back --------------------------------------------------------
+    def CheckbackSession(self, request, context) -> Iterator[pb.CheckRequestFrame]:
+        if not request.producer_group and not request.topics:
+            raise errors.BadRequest("a check-back session needs a producer group or topics")
+        session = NativeCheckbackSession(request.producer_group, request.topics, request.client_id)
+        context.add_callback(session.close)
+        router = self.core.router
+        router.register(session)
+        try:
+            yield from session.frames(context.is_active)
+        finally:
+            session.close()
+            unregister = getattr(router, "unregister", None)
+            if unregister is not None:
+                unregister(session)
+
+    # ---- admin -------------------------------------------------------------
+    def CreateTopic(self, request, context) -> pb.TopicResponse:
+        if not request.name:
+            raise errors.IllegalTopic("topic name is empty")
+        queue_count = request.queue_count or getattr(self.core.config, "default_queue_count", 4)
+        if queue_count < 0:
+            raise errors.BadRequest(f"queue_count must be positive, got {queue_count}")
+        config = self.store.topics.create(request.name, queue_count)
+        return pb.TopicResponse(status=ok_status(), topic=self._topic_view(config))
+
+    def ListTopics(self, request, context) -> pb.ListTopicsResponse:
+        views = [self._topic_view(t) for t in self.store.topics.list(include_system=request.include_system)]
+        return pb.ListTopicsResponse(status=ok_status(), topics=views)
+
+    def DescribeTopic(self, request, context) -> pb.TopicResponse:
+        return pb.TopicResponse(status=ok_status(), topic=self._topic_view(self._topic(request.name)))
+
+    def DeleteTopic(self, request, context) -> pb.DeleteTopicResponse:
+        self._topic(request.name)
+        self.store.topics.delete(request.name)
+        return pb.DeleteTopicResponse(status=ok_status())
+
+    def CommitOffsets(self, request, context) -> pb.CommitOffsetsResponse:
+        if not request.group:
+            raise errors.IllegalConsumerGroup("consumer group is empty")
+        for item in request.offsets:
+            for queue_id, offset in item.offsets.items():
+                if offset < 0:
+                    raise errors.IllegalOffset(f"offset for {item.topic}/{queue_id} is negative: {offset}")
+        offsets = {(item.topic, q): o for item in request.offsets for q, o in item.offsets.items()}
+        if offsets:
+            self.store.offsets.commit_many(request.group, offsets)
+        return pb.CommitOffsetsResponse(status=ok_status())
+
+    def GroupLag(self, request, context) -> pb.GroupLagResponse:
+        if not request.group:
+            raise errors.IllegalConsumerGroup("consumer group is empty")
+        committed = self.store.offsets.group(request.group)
+        topics = list(request.topics) or sorted({t for t, _ in committed})
+        if not topics:
+            raise errors.ConsumerGroupNotFound(f"consumer group {request.group!r} has no committed offsets")
+        entries = []
+        for topic in topics:
+            for q in self._queue_ids(topic):
+                done = committed.get((topic, q), -1)
+                top = self.store.max_offset(topic, q)
+                entries.append(pb.GroupLagEntry(topic=topic, queue_id=q, committed=done, max_offset=top,
+                                                lag=top - max(done, self.store.min_offset(topic, q), 0)))
+        return pb.GroupLagResponse(status=ok_status(), entries=entries)
+
+    def Stats(self, request, context) -> pb.StatsResponse:
+        data = {"store": self.store.stats(), "transactions": self.engine.metrics.snapshot(),
+                "rpc": self.metrics.snapshot()}
+        return pb.StatsResponse(status=ok_status(), json=json.dumps(data, default=str))
+
+
+def _client_id(context) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == "x-mq-client-id":
+            return value
+    return ""
+
+
+def _slices(results: list) -> list[pb.QueueSlice]:
+    slices: dict[tuple[str, int], pb.QueueSlice] = {}
+    for r in results:
+        s = slices.get((r.topic, r.queue_id))
+        if s is None:
+            slices[(r.topic, r.queue_id)] = pb.QueueSlice(topic=r.topic, queue_id=r.queue_id,
+                                                           first_offset=r.queue_offset, count=1)
+        else:
+            s.count += 1
+    return list(slices.values())
+
+
+def _unary(fn: Callable, response_class: type) -> Callable:
+    def handle(request, context):
+        try:
+            return fn(request, context)
+        except Exception as exc:  # every failure becomes a Status the client can read
+            if not isinstance(exc, errors.TxmqError):
+                log.exception("native %s failed", fn.__name__)
+            return response_class(status=status_for(exc))
+    handle.__name__ = fn.__name__
+    return handle
+
+
+def _stream(fn: Callable, response_class: type) -> Callable:
+    def handle(request, context):
+        try:
+            yield from fn(request, context)
+        except Exception as exc:
+            if not isinstance(exc, errors.TxmqError):
+                log.exception("native %s failed", fn.__name__)
+            yield response_class(status=status_for(exc))
+    handle.__name__ = fn.__name__
+    return handle
+
+
+def build_native_handler(core: Any) -> grpc.GenericRpcHandler:
+    """The generic handler serving TxmqService over `core` (a BrokerCore)."""
+    service = NativeService(core)
+    handlers = {}
+    for method in NATIVE_METHODS:
+        impl = getattr(service, method.name)
+        if method.kind == UNARY_UNARY:
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                _unary(impl, method.response_class), request_deserializer=method.request_class.FromString,
+                response_serializer=method.response_class.SerializeToString)
+        elif method.kind == UNARY_STREAM:
+            handlers[method.name] = grpc.unary_stream_rpc_method_handler(
+                _stream(impl, method.response_class), request_deserializer=method.request_class.FromString,
+                response_serializer=method.response_class.SerializeToString)
+        else:  # pragma: no cover - the .proto has no client-streaming RPCs
+            raise RuntimeError(f"unsupported RPC kind {method.kind} for {method.path}")
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)

@@ -1,0 +1,367 @@
+"""Pop-style consumption per consumer group: receive, ack, change invisibility, redelivery.
+
+This is what RocketMQ 5's SimpleConsumer and PushConsumer speak. A receive
+hands out messages with a receipt handle and makes them invisible to the rest
+of the group for a while; an ack retires them; a message that is not acked
+before its invisibility ends is delivered again with `delivery_attempt + 1`
+(after `max_delivery_attempts` it goes to the group's dead-letter topic
+`%DLQ%<group>`). ChangeInvisibleDuration moves the deadline and returns a new
+handle; the old one is superseded.
+
+State per (group, topic, queue): `next_offset` (the first offset never handed
+out), the in-flight entries, and `committed` — every offset below it is acked.
+`committed` is persisted in the store's consumer offsets, so after a restart a
+group resumes there: unacked messages are redelivered (at-least-once for the
+consumer side; what the store holds is exactly-once). A group seen for the
+first time starts at the queue's minimum offset, so messages sent before the
+first consumer started are not skipped.
+
+Receipt handles are opaque text: queue, offset, a version that increases with
+every delivery/change, the deadline, and a checksum of (group, topic), so a
+handle is rejected for another group, another topic, a superseded version or an
+already acked message — each with a message that says which.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+from txmq.broker.errors import (DataDeleted, IllegalFilterExpression, IllegalOffset,
+                                InvalidReceiptHandle, Unsupported)
+from txmq.broker.store.message import PROP_TAGS, Message, StoredMessage
+
+DLQ_PREFIX = "%DLQ%"
+
+
+@dataclass(slots=True)
+class Inflight:
+    offset: int
+    physical_offset: int
+    size: int
+    attempt: int
+    version: int
+    deadline_ms: int
+
+
+@dataclass(slots=True)
+class QueueState:
+    next_offset: int
+    committed: int
+    inflight: dict[int, Inflight] = field(default_factory=dict)
+    acked_above: set[int] = field(default_factory=set)  # acked offsets >= committed
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One message handed to a consumer."""
+
+    message: StoredMessage
+    queue_id: int
+    queue_offset: int
+    attempt: int
+    receipt_handle: str
+    invisible_ms: int
+
+
+@dataclass
+class _GroupTopic:
+    group: str
+    topic: str
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    queues: dict[int, QueueState] = field(default_factory=dict)
+    version: int = 0
+    salt: int = 0
+
+
+def parse_tag_filter(expression: str | None) -> frozenset[str] | None:
+    """None (all tags) for '', '*' or None; else the set of tags of 'a || b || c'."""
+    if expression is None:
+        return None
+    text = expression.strip()
+    if text in ("", "*"):
+        return None
+    tags = frozenset(t.strip() for t in text.split("||"))
+    if "" in tags or any(len(t) > 255 for t in tags):
+        raise IllegalFilterExpression(f"tag expression {expression!r} is not 'tagA || tagB' (or '*')")
+    return tags
+
+
+class PopService:
+    """Receive/ack/change-invisible state of every consumer group on this broker."""
+
+    def __init__(self, core, *, clock: Callable[[], float] = time.time) -> None:
+        self.core = core
+        self.store = core.store
+        self.clock = clock
+        self.max_attempts = core.config.client_max_delivery_attempts
+        self._states: dict[tuple[str, str], _GroupTopic] = {}
+        self._states_lock = threading.Lock()
+        self._arrivals = threading.Condition()
+        self._arrival_seq = 0
+        self._stopping = False
+        # Committed offsets waiting to be persisted: the store rewrites its offsets
+        # file on every commit, so acks are batched by a flusher instead of
+        # persisting each one (a crash re-delivers at most the last interval).
+        self._dirty: dict[str, dict[tuple[str, int], int]] = {}
+        self._dirty_lock = threading.Lock()
+        self._flusher: threading.Thread | None = None
+        self._flush_stop = threading.Event()
+
+    # --- lifecycle ------------------------------------------------------------
+
+    def start(self) -> None:
+        self.store.add_dispatch_listener(self._on_dispatch)
+        self._flusher = threading.Thread(target=self._flush_loop, name="txmq-pop-offsets", daemon=True)
+        self._flusher.start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        self.wake_all()
+        self._flush_stop.set()
+        if self._flusher is not None:
+            self._flusher.join(5)
+        self.flush_offsets()
+
+    def _flush_loop(self) -> None:
+        while not self._flush_stop.wait(0.5):
+            try:
+                self.flush_offsets()
+            except Exception:  # never kill the flusher; the next round retries
+                pass
+
+    def flush_offsets(self) -> None:
+        """Persist the committed offsets that moved since the last flush."""
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, {}
+        for group, offsets in dirty.items():
+            self.store.offsets.commit_many(group, offsets)
+
+    def wake_all(self) -> None:
+        with self._arrivals:
+            self._arrival_seq += 1
+            self._arrivals.notify_all()
+
+    def _on_dispatch(self, entries) -> None:
+        if entries:
+            self.wake_all()
+
+    def wait_for_arrival(self, seen_seq: int, timeout_s: float) -> int:
+        """Block until something is dispatched after `seen_seq` or the timeout; returns the new sequence."""
+        with self._arrivals:
+            if self._arrival_seq == seen_seq and not self._stopping:
+                self._arrivals.wait(max(0.0, timeout_s))
+            return self._arrival_seq
+
+    @property
+    def arrival_seq(self) -> int:
+        return self._arrival_seq
+
+    # --- state ----------------------------------------------------------------
+
+    def _state(self, group: str, topic: str) -> _GroupTopic:
+        key = (group, topic)
+        st = self._states.get(key)
+        if st is None:
+            with self._states_lock:
+                st = self._states.get(key)
+                if st is None:
+                    st = _GroupTopic(group, topic, salt=zlib.crc32(f"{group}\0{topic}".encode()))
+                    self._states[key] = st
+        return st
+
+    def _queue(self, st: _GroupTopic, queue_id: int) -> QueueState:
+        q = st.queues.get(queue_id)
+        if q is None:
+            committed = self._load_committed(st.group, st.topic, queue_id)
+            if committed is None:
+                committed = self.store.min_offset(st.topic, queue_id)
+            q = st.queues[queue_id] = QueueState(next_offset=committed, committed=committed)
+        return q
+
+    def _load_committed(self, group: str, topic: str, queue_id: int) -> int | None:
+        offsets = self.store.offsets
+        try:
+            value = offsets.get(group, topic, queue_id)
+        except Exception:  # OffsetNotFound or a store without this group
+            return None
+        return None if value is None or value < 0 else int(value)
+
+    def _persist_committed(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        with self._dirty_lock:
+            self._dirty.setdefault(group, {})[(topic, queue_id)] = offset
+
+    # --- receipt handles -------------------------------------------------------
+
+    def _handle(self, st: _GroupTopic, queue_id: int, e: Inflight) -> str:
+        return f"{queue_id}.{e.offset}.{e.version}.{e.deadline_ms}.{st.salt:08x}"
+
+    def _parse_handle(self, st: _GroupTopic, handle: str) -> tuple[int, int, int]:
+        parts = handle.split(".")
+        if len(parts) != 5 or not all(p.isdigit() for p in parts[:4]):
+            raise InvalidReceiptHandle(f"receipt handle {handle[:80]!r} is malformed")
+        if parts[4] != f"{st.salt:08x}":
+            raise InvalidReceiptHandle(
+                f"receipt handle {handle[:80]!r} was not issued to group {st.group!r} for topic {st.topic!r}")
+        return int(parts[0]), int(parts[1]), int(parts[2])
+
+    def _find(self, st: _GroupTopic, handle: str) -> tuple[int, QueueState, Inflight]:
+        queue_id, offset, version = self._parse_handle(st, handle)
+        q = st.queues.get(queue_id)
+        e = q.inflight.get(offset) if q else None
+        if e is None:
+            raise InvalidReceiptHandle(
+                f"receipt handle for {st.topic}/{queue_id}@{offset} is not in flight (already acked or expired)")
+        if e.version != version:
+            raise InvalidReceiptHandle(
+                f"receipt handle for {st.topic}/{queue_id}@{offset} was superseded (redelivered or its "
+                f"invisible duration changed)")
+        return queue_id, q, e
+
+    # --- operations -------------------------------------------------------------
+
+    def receive(self, group: str, topic: str, queue_count: int, *, start_queue: int, batch: int,
+                invisible_ms: int, tags: frozenset[str] | None) -> list[Delivery]:
+        """Take up to `batch` messages (expired in-flight ones first, then new ones); no waiting."""
+        st = self._state(group, topic)
+        now = int(self.clock() * 1000)
+        out: list[Delivery] = []
+        order = [(start_queue + i) % queue_count for i in range(queue_count)]
+        with st.lock:
+            for qid in order:
+                if len(out) >= batch:
+                    break
+                q = self._queue(st, qid)
+                self._redeliver_expired(st, qid, q, now, invisible_ms, batch - len(out), out)
+            for qid in order:
+                if len(out) >= batch:
+                    break
+                q = self._queue(st, qid)
+                self._deliver_new(st, qid, q, now, invisible_ms, batch - len(out), tags, out)
+        return out
+
+    def _redeliver_expired(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int,
+                           room: int, out: list[Delivery]) -> None:
+        expired = sorted(o for o, e in q.inflight.items() if e.deadline_ms <= now)
+        for offset in expired:
+            if room <= 0:
+                return
+            e = q.inflight[offset]
+            try:
+                msg = self.store.read_at(e.physical_offset, e.size)
+            except DataDeleted:
+                self._retire(st, qid, q, offset)
+                continue
+            if e.attempt >= self.max_attempts:
+                self._to_dead_letter(st, msg, e.attempt)
+                self._retire(st, qid, q, offset)
+                continue
+            st.version += 1
+            e.attempt += 1
+            e.version = st.version
+            e.deadline_ms = now + invisible_ms
+            out.append(Delivery(msg, qid, offset, e.attempt, self._handle(st, qid, e), invisible_ms))
+            room -= 1
+
+    def _deliver_new(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int, room: int,
+                     tags: frozenset[str] | None, out: list[Delivery]) -> None:
+        while room > 0:
+            try:
+                read = self.store.read_queue(st.topic, qid, q.next_offset, min(room, 64))
+            except DataDeleted as exc:
+                q.next_offset = max(q.next_offset, exc.min_offset)
+                if q.committed < exc.min_offset:
+                    self._advance_committed_to(st, qid, q, exc.min_offset)
+                continue
+            except IllegalOffset:
+                return
+            if not read.messages:
+                q.next_offset = max(q.next_offset, read.next_offset)
+                return
+            for msg in read.messages:
+                offset = msg.queue_offset
+                if offset < q.next_offset:
+                    continue
+                q.next_offset = offset + 1
+                if tags is not None and msg.properties.get(PROP_TAGS) not in tags:
+                    self._retire(st, qid, q, offset)  # filtered out: consumed for this group
+                    continue
+                st.version += 1
+                e = Inflight(offset, msg.physical_offset, msg.size, 1, st.version, now + invisible_ms)
+                q.inflight[offset] = e
+                out.append(Delivery(msg, qid, offset, 1, self._handle(st, qid, e), invisible_ms))
+                room -= 1
+                if room <= 0:
+                    break
+            if room > 0:
+                q.next_offset = max(q.next_offset, read.next_offset)
+
+    def ack(self, group: str, topic: str, handle: str) -> None:
+        st = self._state(group, topic)
+        with st.lock:
+            qid, q, e = self._find(st, handle)
+            self._retire(st, qid, q, e.offset)
+
+    def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
+        """Move the deadline of an in-flight message; returns its new receipt handle."""
+        st = self._state(group, topic)
+        with st.lock:
+            qid, q, e = self._find(st, handle)
+            st.version += 1
+            e.version = st.version
+            e.deadline_ms = int(self.clock() * 1000) + invisible_ms
+            return self._handle(st, qid, e)
+
+    def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
+        st = self._state(group, topic)
+        with st.lock:
+            qid, q, e = self._find(st, handle)
+            msg = self.store.read_at(e.physical_offset, e.size)
+            self._to_dead_letter(st, msg, e.attempt)
+            self._retire(st, qid, q, e.offset)
+
+    def next_deadline_s(self, group: str, topic: str) -> float | None:
+        """Seconds until the earliest in-flight message of (group, topic) becomes visible again."""
+        st = self._states.get((group, topic))
+        if st is None:
+            return None
+        now = self.clock() * 1000
+        with st.lock:
+            deadlines = [e.deadline_ms for q in st.queues.values() for e in q.inflight.values()]
+        return max(0.0, (min(deadlines) - now) / 1000) if deadlines else None
+
+    # --- internals ---------------------------------------------------------------
+
+    def _retire(self, st: _GroupTopic, qid: int, q: QueueState, offset: int) -> None:
+        q.inflight.pop(offset, None)
+        if offset == q.committed:
+            new = offset + 1
+            while new in q.acked_above:
+                q.acked_above.discard(new)
+                new += 1
+            self._advance_committed_to(st, qid, q, new)
+        elif offset > q.committed:
+            q.acked_above.add(offset)
+
+    def _advance_committed_to(self, st: _GroupTopic, qid: int, q: QueueState, offset: int) -> None:
+        q.committed = offset
+        q.acked_above = {o for o in q.acked_above if o >= offset}
+        self._persist_committed(st.group, st.topic, qid, offset)
+
+    def _to_dead_letter(self, st: _GroupTopic, msg: StoredMessage, attempts: int) -> None:
+        dlq = DLQ_PREFIX + st.group
+        self.core.topic_queue_count(dlq, create=True)
+        props = dict(msg.properties)
+        props["ORIGIN_TOPIC"] = st.topic
+        props["RETRY_TIMES"] = str(attempts)
+        self.store.append([Message(topic=dlq, body=msg.body, queue_id=0, properties=props,
+                                   born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                                   flag=msg.flag, sys_flag=msg.sys_flag & ~0xC)])
+
+
+def check_sql_filter(filter_type: int, sql_type: int) -> None:
+    if filter_type == sql_type:
+        raise Unsupported("SQL92 filter expressions are not supported by txmq; use tag expressions")

@@ -1,0 +1,274 @@
+"""The CommitLog: one append-only log of records for all topics, in fixed-size segments.
+
+Segments are named by their 20-digit start offset; a record never straddles two
+segments: when the next record does not fit (keeping room for an 8-byte blank),
+the rest of the segment is filled with a blank record and writing continues in a
+new segment. A batch is encoded into one buffer per segment it touches and
+written with one pwrite each: no per-message syscalls.
+
+The segment table is replaced (copy-on-write), never mutated, so readers use a
+snapshot without taking the writer's lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Sequence
+
+from txmq.broker.errors import MessageBodyTooLarge, MessageNotFound
+from txmq.broker.store.mapped_file import MappedFile, file_name, fsync_dir
+from txmq.broker.store.message import Message, StoredMessage
+from txmq.broker.store.record import (
+    _host_cache as _HOST_CACHE,
+    BLANK_MIN_BYTES,
+    CRC_PREFIX,
+    CRC_SUFFIX_LEN,
+    HEADER_V4,
+    MAGIC_CODE,
+    RecordCorrupted,
+    decode_record,
+    encode_blank,
+    encode_host,
+    encode_record,
+    record_size,
+)
+
+
+PROPS_EXTRA = len(CRC_PREFIX) + CRC_SUFFIX_LEN
+
+
+class CommitLog:
+    """Append-only record log; one writer (serialised by the caller), many readers."""
+
+    def __init__(self, directory: Path, segment_bytes: int, store_host: tuple[str, int]) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.segment_bytes = segment_bytes
+        self.store_host = encode_host(store_host)
+        self._table: tuple[list[int], list[MappedFile]] = ([], [])
+        self._topic_raw: dict[str, bytes] = {}
+        self._dir_dirty = False
+        self._flush_lock = threading.Lock()
+        self._graveyard: list[tuple[float, MappedFile]] = []
+        names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit() and len(p.name) == 20)
+        segments = [MappedFile(self.directory / n, int(n), segment_bytes) for n in names]
+        self._table = ([s.start for s in segments], segments)
+        self.write_end = segments[-1].end if segments else 0  # recovery sets the true end
+        self.flushed_end = 0
+
+    # --- geometry --------------------------------------------------------------
+
+    @property
+    def segments(self) -> list[MappedFile]:
+        return list(self._table[1])
+
+    @property
+    def min_offset(self) -> int:
+        segs = self._table[1]
+        return segs[0].start if segs else self.write_end
+
+    def segment_for(self, offset: int) -> MappedFile | None:
+        starts, segs = self._table
+        i = bisect.bisect_right(starts, offset) - 1
+        if i < 0:
+            return None
+        seg = segs[i]
+        return seg if offset < seg.start + seg.capacity else None
+
+    def _new_segment(self, start: int) -> MappedFile:
+        seg = MappedFile(self.directory / file_name(start), start, self.segment_bytes)
+        starts, segs = self._table
+        self._table = (starts + [start], segs + [seg])
+        self._dir_dirty = True
+        return seg
+
+    def _current_segment(self) -> MappedFile:
+        segs = self._table[1]
+        if segs:
+            last = segs[-1]
+            if self.write_end < last.start + last.capacity:
+                return last
+        return self._new_segment(self.write_end)
+
+    # --- writes ------------------------------------------------------------------
+
+    def write_batch(self, messages: Sequence[Message], props: Sequence[bytes], sys_flags: Sequence[int],
+                    queue_offsets: Sequence[int], store_timestamp: int, *, group: bool = False) -> list[tuple[int, int]]:
+        """Encode and write records; returns (physical offset, size) per message.
+
+        With group=True a group that fits in one segment is kept in one segment
+        (the segment is rolled before it if needed); a larger group spans segments.
+        This loop is the append hot path: the IPv4 encoding of record.py's
+        encode_record is inlined here (other host kinds go through it).
+        """
+        topic_cache = self._topic_raw
+        max_record = self.segment_bytes - BLANK_MIN_BYTES
+        host = self.store_host
+        fixed = record_size(0, 0, 0, False, host[1]) - 1  # + body + topic prefix (1 + topic) + props
+        sizes = []
+        tails = []
+        for m, p in zip(messages, props):
+            t = topic_cache.get(m.topic)
+            if t is None:
+                raw = m.topic.encode()
+                t = topic_cache[m.topic] = len(raw).to_bytes(1, "big") + raw
+            tails.append(t)
+            size = fixed + len(m.body) + len(t) + len(p)
+            if size > max_record:
+                raise MessageBodyTooLarge(
+                    f"record of {size} bytes does not fit a CommitLog segment of {self.segment_bytes} bytes "
+                    f"(at most {max_record} bytes per record)")
+            sizes.append(size)
+
+        seg = self._current_segment()
+        pos = self.write_end
+        seg_end = seg.start + seg.capacity
+        chunks: list[tuple[MappedFile, list]] = []
+        parts: list = []
+        if group:
+            total = sum(sizes)
+            if total + BLANK_MIN_BYTES <= self.segment_bytes and pos + total + BLANK_MIN_BYTES > seg_end:
+                parts.append(encode_blank(seg_end - pos))
+                chunks.append((seg, parts))
+                parts = []
+                seg = self._new_segment(seg_end)
+                pos, seg_end = seg_end, seg_end + self.segment_bytes
+        placed: list[tuple[int, int]] = []
+        store_raw, store_v6 = host
+        pack = HEADER_V4.pack
+        crc32 = zlib.crc32
+        hosts = _HOST_CACHE
+        for m, p, t, size, flag, qoff in zip(messages, props, tails, sizes, sys_flags, queue_offsets):
+            if pos + size + BLANK_MIN_BYTES > seg_end:
+                parts.append(encode_blank(seg_end - pos))
+                chunks.append((seg, parts))
+                parts = []
+                seg = self._new_segment(seg_end)
+                pos, seg_end = seg_end, seg_end + self.segment_bytes
+            born = hosts.get(m.born_host) or encode_host(m.born_host)
+            if born[1] or store_v6:
+                encode_record(parts, m, t[1:], p, size, flag, qoff, pos, store_timestamp, host)
+            else:
+                body = m.body
+                header = pack(size, MAGIC_CODE, crc32(body), m.queue_id, m.flag, qoff, pos, flag,
+                              m.born_timestamp or store_timestamp, born[0], store_timestamp, store_raw,
+                              m.reconsume_times, m.prepared_transaction_offset, len(body))
+                tail = b"".join((t, (len(p) + PROPS_EXTRA).to_bytes(2, "big"), p, CRC_PREFIX))
+                parts += (header, body, tail, b"%010d\x02" % crc32(tail, crc32(header)))
+            placed.append((pos, size))
+            pos += size
+        chunks.append((seg, parts))
+        try:
+            for target, chunk in chunks:
+                if chunk:
+                    target.append(b"".join(chunk))
+        except OSError:
+            self.truncate_to(self.write_end)  # nothing of a failed batch stays
+            raise
+        self.write_end = pos
+        return placed
+
+    # --- reads -------------------------------------------------------------------
+
+    def read(self, offset: int, size: int) -> bytes:
+        """Raw bytes [offset, offset+size) within one segment (short at the write end)."""
+        seg = self.segment_for(offset)
+        if seg is None or seg.closed:
+            raise MessageNotFound(f"no CommitLog segment holds physical offset {offset}")
+        try:
+            return seg.read(offset - seg.start, min(size, seg.start + seg.capacity - offset))
+        except OSError as exc:  # a segment deleted by retention under our feet
+            raise MessageNotFound(f"physical offset {offset} is no longer readable: {exc}") from exc
+
+    def read_record(self, offset: int, size: int | None = None) -> StoredMessage:
+        """Decode the record at a physical offset; MessageNotFound if there is none."""
+        if offset < self.min_offset or offset >= self.write_end:
+            raise MessageNotFound(f"physical offset {offset} is outside the CommitLog "
+                                  f"[{self.min_offset}, {self.write_end})")
+        if size is None:
+            head = self.read(offset, 4)
+            if len(head) < 4:
+                raise MessageNotFound(f"no record at physical offset {offset}")
+            size = int.from_bytes(head, "big")
+            if size <= 0 or size > self.segment_bytes:
+                raise MessageNotFound(f"no record at physical offset {offset}")
+        buf = self.read(offset, size)
+        try:
+            msg = decode_record(buf, 0)
+        except (RecordCorrupted, ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise MessageNotFound(f"no valid record at physical offset {offset}: {exc}") from exc
+        if msg.physical_offset != offset:
+            raise MessageNotFound(f"no record starts at physical offset {offset}")
+        return msg
+
+    # --- durability ----------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync everything written so far; returns the durable end offset."""
+        with self._flush_lock:
+            target = self.write_end
+            if target <= self.flushed_end and not self._dir_dirty:
+                return self.flushed_end
+            for seg in self._table[1]:
+                if seg.end > self.flushed_end and not seg.closed:
+                    seg.sync()
+            if self._dir_dirty:
+                self._dir_dirty = False
+                fsync_dir(self.directory)
+            self.flushed_end = max(self.flushed_end, target)
+            return self.flushed_end
+
+    # --- recovery and retention ----------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything at and after `offset` (recovery of a torn or incomplete tail)."""
+        starts, segs = self._table
+        keep = [s for s in segs if s.start < offset or (s.start == offset and s is segs[0])]
+        for seg in segs:
+            if seg not in keep:
+                seg.close()
+                seg.delete()
+                self._dir_dirty = True
+        if keep:
+            last = keep[-1]
+            if last.end > offset:
+                last.truncate(offset - last.start)
+        self._table = ([s.start for s in keep], keep)
+        self.write_end = offset
+        self.flushed_end = min(self.flushed_end, offset)
+
+    def delete_segment(self, seg: MappedFile) -> None:
+        """Retention: remove the oldest segment (never the one being written)."""
+        starts, segs = self._table
+        if not segs or segs[0] is not seg or len(segs) == 1:
+            raise ValueError("only the oldest, non-active segment can be deleted")
+        self._table = (starts[1:], segs[1:])
+        seg.delete()
+        self._dir_dirty = True
+        self._graveyard.append((time.monotonic(), seg))
+
+    def reap_deleted(self, older_than_s: float = 30.0) -> None:
+        """Close descriptors of deleted segments once readers in flight are done with them."""
+        now = time.monotonic()
+        keep = []
+        for when, seg in self._graveyard:
+            if now - when >= older_than_s:
+                seg.close()
+            else:
+                keep.append((when, seg))
+        self._graveyard = keep
+
+    def close(self) -> None:
+        for seg in self._table[1]:
+            seg.close()
+        for _, seg in self._graveyard:
+            seg.close()
+        self._graveyard = []
+
+    def disk_bytes(self) -> int:
+        return sum(s.size for s in self._table[1])

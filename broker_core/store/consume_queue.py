@@ -1,0 +1,212 @@
+"""ConsumeQueue: the per-(topic, queue) index of CommitLog positions.
+
+Each entry is 20 bytes: commit-log offset (8), record size (4), tag hash (8),
+big-endian. Queue offset N is entry N; entries live in files of a fixed number
+of entries, named by the first queue offset they hold (20 digits). The queue is
+derived data: recovery truncates and rebuilds it from the CommitLog.
+
+`max_offset` is published by the dispatcher under the dispatch lock (so a
+snapshot of all queues never splits an atomic group); readers never look past it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from txmq.broker.store.mapped_file import MappedFile, file_name
+
+ENTRY = struct.Struct(">qiq")
+ENTRY_SIZE = ENTRY.size  # 20
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEntry:
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tag_hash: int
+
+
+class ConsumeQueue:
+    """The entries of one (topic, queue id)."""
+
+    def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int) -> None:
+        self.directory = Path(directory)
+        self.topic = topic
+        self.queue_id = queue_id
+        self.entries_per_file = entries_per_file
+        self.file_bytes = entries_per_file * ENTRY_SIZE
+        self.directory.mkdir(parents=True, exist_ok=True)
+        files = []
+        for p in sorted(self.directory.iterdir()):
+            if p.name.isdigit() and len(p.name) == 20:
+                start = int(p.name)
+                files.append(MappedFile(p, start * ENTRY_SIZE, self.file_bytes))
+        self._files: list[MappedFile] = files
+        if files:
+            last = files[-1]
+            whole = last.size - last.size % ENTRY_SIZE
+            if whole != last.size:
+                last.truncate(whole)  # a torn entry at the end
+            self.max_offset = last.end // ENTRY_SIZE
+            self.min_offset = files[0].start // ENTRY_SIZE
+        else:
+            self.max_offset = 0
+            self.min_offset = 0
+        self._deleted: list[MappedFile] = []
+        self.written_offset = self.max_offset  # entries on disk (>= max_offset while a batch is published)
+
+    # --- files -------------------------------------------------------------------
+
+    def _file_for(self, queue_offset: int, create: bool = False) -> MappedFile | None:
+        byte_pos = queue_offset * ENTRY_SIZE
+        files = self._files
+        for f in reversed(files):
+            if f.start <= byte_pos:
+                if byte_pos < f.start + self.file_bytes:
+                    return f
+                break
+        if not create:
+            return None
+        start = byte_pos - byte_pos % self.file_bytes
+        f = MappedFile(self.directory / file_name(start // ENTRY_SIZE), start, self.file_bytes)
+        self._files = sorted(files + [f], key=lambda x: x.start)
+        return f
+
+    # --- writes --------------------------------------------------------------------
+
+    def write(self, queue_offset: int, data: bytes) -> None:
+        """Write packed entries starting at queue_offset (not yet visible: see publish)."""
+        pos = 0
+        while pos < len(data):
+            f = self._file_for(queue_offset, create=True)
+            in_file = queue_offset * ENTRY_SIZE - f.start
+            n = min(len(data) - pos, self.file_bytes - in_file)
+            if in_file == f.size:
+                f.append(data[pos:pos + n] if pos or n != len(data) else data)
+            else:
+                f.write_at(in_file, data[pos:pos + n])
+            pos += n
+            queue_offset += n // ENTRY_SIZE
+        self.written_offset = max(self.written_offset, queue_offset)
+
+    def flush(self) -> None:
+        for f in self._files[-2:]:
+            if not f.closed:
+                f.sync()
+
+    # --- reads ---------------------------------------------------------------------
+
+    def read_raw(self, queue_offset: int, count: int) -> bytes:
+        """Packed entries from queue_offset, at most `count`, never past max_offset; may stop at a file end."""
+        end = min(self.max_offset, queue_offset + count)
+        if queue_offset >= end:
+            return b""
+        f = self._file_for(queue_offset)
+        if f is None:
+            return b""
+        in_file = queue_offset * ENTRY_SIZE - f.start
+        n = min((end - queue_offset) * ENTRY_SIZE, self.file_bytes - in_file)
+        try:
+            return f.read(in_file, n)
+        except OSError:
+            return b""
+
+    def entries(self, queue_offset: int, count: int) -> list[QueueEntry]:
+        out: list[QueueEntry] = []
+        while count > 0:
+            raw = self.read_raw(queue_offset, count)
+            if not raw:
+                break
+            for phys, size, th in ENTRY.iter_unpack(raw[:len(raw) - len(raw) % ENTRY_SIZE]):
+                out.append(QueueEntry(queue_offset, phys, size, th))
+                queue_offset += 1
+                count -= 1
+        return out
+
+    def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
+        """(physical offset, size, tag hash) of one entry, or None."""
+        f = self._file_for(queue_offset)
+        if f is None:
+            return None
+        raw = f.read(queue_offset * ENTRY_SIZE - f.start, ENTRY_SIZE)
+        return ENTRY.unpack(raw) if len(raw) == ENTRY_SIZE else None
+
+    def _first_at_or_after_phys(self, lo: int, hi: int, phys: int) -> int:
+        """Smallest queue offset in [lo, hi) whose entry's physical offset >= phys (hi if none)."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and e[0] >= phys:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # --- recovery and retention ------------------------------------------------------
+
+    def truncate_from_physical(self, phys: int) -> int:
+        """Drop entries pointing at or past `phys` (they are re-dispatched from the CommitLog)."""
+        end = self.written_offset
+        cut = self._first_at_or_after_phys(self.min_offset, end, phys)
+        if cut < end:
+            self.truncate_to(cut)
+        return cut
+
+    def truncate_to(self, queue_offset: int) -> None:
+        byte_pos = queue_offset * ENTRY_SIZE
+        keep = []
+        for f in self._files:
+            if f.start >= byte_pos and f is not self._files[0]:
+                f.close()
+                f.delete()
+            else:
+                if f.end > byte_pos:
+                    f.truncate(max(0, byte_pos - f.start))
+                keep.append(f)
+        self._files = keep
+        self.max_offset = self.written_offset = queue_offset
+        self.min_offset = min(self.min_offset, queue_offset)
+
+    def delete_below_physical(self, min_phys: int) -> int:
+        """Retention: drop files wholly below `min_phys`, advance min_offset; returns it."""
+        for f in self._deleted:
+            f.close()
+        self._deleted = []
+        files = self._files
+        while len(files) > 1:
+            last_entry = self.entry(files[0].start // ENTRY_SIZE + self.entries_per_file - 1)
+            if last_entry is None or last_entry[0] >= min_phys:
+                break
+            files[0].delete()
+            self._deleted.append(files[0])  # closed at the next retention run: readers may hold it
+            files = files[1:]
+            self._files = files
+        lo = max(self.min_offset, files[0].start // ENTRY_SIZE) if files else self.max_offset
+        self.min_offset = self._first_at_or_after_phys(lo, self.max_offset, min_phys)
+        return self.min_offset
+
+    def close(self) -> None:
+        for f in self._files + self._deleted:
+            f.close()
+
+    def destroy(self) -> None:
+        self.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def discover_queues(root: Path) -> list[tuple[str, int, Path]]:
+    """(topic, queue id, directory) of every queue on disk under root/<topic>/<queue id>/."""
+    found = []
+    if not root.exists():
+        return found
+    for tdir in root.iterdir():
+        if not tdir.is_dir():
+            continue
+        for qdir in tdir.iterdir():
+            if qdir.is_dir() and qdir.name.isdigit():
+                found.append((tdir.name, int(qdir.name), qdir))
+    return found

@@ -1,0 +1,190 @@
+"""Dispatch: from CommitLog records to ConsumeQueue entries, index entries and listeners.
+
+ConsumeQueue and index entries are derived data: written right after the
+records (by the appending thread), rebuilt by recovery after a crash. A batch's
+queue entries are written to the queue files first and then *published*
+(max offsets advanced) all together under the dispatch lock; a snapshot of max
+offsets takes the same lock, so it never sees half of an atomic group.
+
+Records whose transaction type is PREPARED or ROLLBACK are not dispatched to a
+queue (RocketMQ's rule: only normal and committed messages are consumable);
+they are still indexed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Callable, Iterable, NamedTuple
+
+from txmq.broker.store.consume_queue import ConsumeQueue, discover_queues
+from txmq.broker.store.index_file import IndexService
+from txmq.broker.store.message import (
+    PROP_KEYS,
+    PROP_TAGS,
+    PROP_UNIQ_KEY,
+    SYSFLAG_TRANSACTION_COMMIT,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_NOT_TYPE,
+    SYSFLAG_TRANSACTION_PREPARED,
+)
+from txmq.broker.store.tag_filter import tag_hash
+
+log = logging.getLogger(__name__)
+
+
+class DispatchEntry(NamedTuple):
+    """One record as dispatched: where it is in its queue and in the CommitLog.
+
+    A NamedTuple rather than a dataclass: one is built per appended message.
+    """
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tag_hash: int
+    store_timestamp: int
+    sys_flag: int
+    properties: dict[str, str]
+
+
+def goes_to_queue(sys_flag: int) -> bool:
+    return (sys_flag & SYSFLAG_TRANSACTION_MASK) in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT)
+
+
+# NOT_TYPE (0) and COMMIT (8) go to queues; PREPARED (4) and ROLLBACK (12) have bit 2 set.
+NOT_QUEUED_BIT = SYSFLAG_TRANSACTION_PREPARED
+assert all(goes_to_queue(f) == (not f & NOT_QUEUED_BIT) for f in (0, 4, 8, 12))
+
+
+def index_keys(out: list, properties: dict[str, str], topic: str, phys: int, ts: int) -> None:
+    """Append (index key, physical offset, store time) for the message's UNIQ_KEY and KEYS."""
+    uniq = properties.get(PROP_UNIQ_KEY)
+    if uniq:
+        out.append(("#U#" + uniq, phys, ts))
+    keys = properties.get(PROP_KEYS)
+    if keys:
+        for k in keys.split(" "):
+            if k:
+                out.append((f"{topic}#{k}", phys, ts))
+
+
+_tag_hashes: dict[str, int] = {}
+
+
+def cached_tag_hash(properties: dict[str, str]) -> int:
+    tag = properties.get(PROP_TAGS)
+    if not tag:
+        return 0
+    h = _tag_hashes.get(tag)
+    if h is None:
+        if len(_tag_hashes) > 65536:
+            _tag_hashes.clear()
+        h = _tag_hashes[tag] = tag_hash(tag)
+    return h
+
+
+class Dispatcher:
+    """Owns the ConsumeQueues and the index; publishes entries atomically per append."""
+
+    def __init__(self, queue_root: Path, entries_per_file: int, index: IndexService) -> None:
+        self.queue_root = Path(queue_root)
+        self.entries_per_file = entries_per_file
+        self.index = index
+        self.lock = threading.Lock()  # the dispatch lock
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._listeners: list[Callable[[list[DispatchEntry]], None]] = []
+        self._dirty: set[ConsumeQueue] = set()
+        self._dirty_lock = threading.Lock()
+        self.dispatched_through = 0  # physical offset one past the last dispatched record
+        for topic, qid, path in discover_queues(self.queue_root):
+            self._queues[(topic, qid)] = ConsumeQueue(path, topic, qid, entries_per_file)
+
+    # --- queues ------------------------------------------------------------------
+
+    def queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._queues.get((topic, queue_id))
+
+    def queue_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
+        cq = self._queues.get((topic, queue_id))
+        if cq is None:
+            cq = ConsumeQueue(self.queue_root / topic / str(queue_id), topic, queue_id, self.entries_per_file)
+            queues = dict(self._queues)
+            queues[(topic, queue_id)] = cq
+            self._queues = queues
+        return cq
+
+    def queues(self) -> list[ConsumeQueue]:
+        return list(self._queues.values())
+
+    def queue_ids(self, topic: str) -> list[int]:
+        return sorted(q for (t, q) in self._queues if t == topic)
+
+    def drop_topic(self, topic: str) -> None:
+        with self.lock:
+            queues = dict(self._queues)
+            for key in [k for k in queues if k[0] == topic]:
+                queues.pop(key).destroy()
+            self._queues = queues
+
+    # --- dispatch ----------------------------------------------------------------
+
+    def add_listener(self, fn: Callable[[list[DispatchEntry]], None]) -> None:
+        self._listeners = self._listeners + [fn]
+
+    @property
+    def has_listeners(self) -> bool:
+        return bool(self._listeners)
+
+    def dispatch(self, queue_writes: dict[tuple[str, int], list], index_items: list[tuple[str, int, int]],
+                 entries: list[DispatchEntry], end_physical: int, *, notify: bool = True) -> None:
+        """Write queue entries and index keys, then publish atomically and tell listeners.
+
+        `queue_writes` maps (topic, queue id) to [first queue offset, packed entry, ...]
+        (contiguous offsets); `index_items` are (index key, physical offset, store
+        time); `entries` are what listeners get.
+        """
+        touched = []
+        for (topic, qid), lst in queue_writes.items():
+            cq = self.queue_or_create(topic, qid)
+            cq.write(lst[0], b"".join(lst[1:]))
+            touched.append(cq)
+        if index_items:
+            self.index.put_many(index_items)
+        with self._dirty_lock:  # before publishing: a flush that sees the new offset flushes these
+            self._dirty.update(touched)
+        with self.lock:
+            for cq in touched:
+                cq.max_offset = cq.written_offset
+            self.dispatched_through = end_physical
+        if notify and entries:
+            for fn in self._listeners:
+                try:
+                    fn(entries)
+                except Exception:  # a listener must never fail an append
+                    log.exception("dispatch listener %r failed", fn)
+
+    def snapshot(self, topics: Iterable[str] | None = None) -> dict[tuple[str, int], int]:
+        """Max offset of every queue (of `topics`), taken under the dispatch lock."""
+        wanted = None if topics is None else set(topics)
+        with self.lock:
+            return {key: cq.max_offset for key, cq in self._queues.items() if wanted is None or key[0] in wanted}
+
+    # --- durability ----------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync queue files and the index; returns the physical offset now covered."""
+        through = self.dispatched_through
+        with self._dirty_lock:
+            dirty, self._dirty = self._dirty, set()
+        for cq in dirty:
+            cq.flush()
+        self.index.flush()
+        return through
+
+    def close(self) -> None:
+        for cq in self._queues.values():
+            cq.close()

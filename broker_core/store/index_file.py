@@ -1,0 +1,240 @@
+"""IndexFile: lookup of CommitLog positions by message key and by client message id.
+
+RocketMQ's design: a file is a 40-byte header, a table of hash slots (4 bytes,
+the number of the newest entry whose key hashes there) and an array of 20-byte
+entries (key hash 4, physical offset 8, seconds since the file's first entry 4,
+number of the previous entry in the same slot 4). A lookup walks a slot's chain
+newest first. Hashes collide, so callers confirm each hit on the real record.
+
+Header: begin timestamp (8), end timestamp (8), begin physical offset (8), end
+physical offset (8), slot count of this file (4), entry count (4). (RocketMQ
+stores the number of used slots in the fifth field; txmq stores the file's slot
+count so a file stays readable when the configured size changes.)
+
+Keys: a KEYS entry is indexed as "<topic>#<key>"; a client message id (UNIQ_KEY)
+as "#U#<id>" (no topic: get_by_message_id has none; a topic name cannot start
+with '#', so the two spaces never collide).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import zlib
+from pathlib import Path
+
+from txmq.broker.store.mapped_file import file_name
+
+HEADER = struct.Struct(">qqqqii")
+SLOT = struct.Struct(">i")
+ENTRY = struct.Struct(">iqii")
+HEADER_SIZE = HEADER.size  # 40
+ENTRY_SIZE = ENTRY.size  # 20
+INT32_MAX = (1 << 31) - 1
+
+
+def key_hash(key: str) -> int:
+    return zlib.crc32(key.encode()) & 0x7FFFFFFF
+
+
+def uniq_index_key(uniq_key: str) -> str:
+    return "#U#" + uniq_key
+
+
+def topic_key(topic: str, key: str) -> str:
+    return f"{topic}#{key}"
+
+
+class IndexFile:
+    """One hash-slot index file, memory-mapped."""
+
+    def __init__(self, path: Path, slots: int, capacity: int) -> None:
+        self.path = Path(path)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            st = os.fstat(fd).st_size
+            if st >= HEADER_SIZE:
+                head = os.pread(fd, HEADER_SIZE, 0)
+                slots = HEADER.unpack(head)[4] or slots
+                capacity = (st - HEADER_SIZE - slots * SLOT.size) // ENTRY_SIZE
+            else:
+                os.ftruncate(fd, HEADER_SIZE + slots * SLOT.size + capacity * ENTRY_SIZE)
+            self.mm = mmap.mmap(fd, 0)
+        finally:
+            os.close(fd)
+        self.slots = slots
+        self.capacity = capacity
+        self.entries_at = HEADER_SIZE + slots * SLOT.size
+        (self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, _, self.count) = HEADER.unpack_from(self.mm, 0)
+        if self.count == 0:
+            self.begin_ts = self.end_ts = self.begin_phys = self.end_phys = 0
+        self.count = max(0, min(self.count, capacity))
+        self.closed = False
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.capacity
+
+    def put(self, hash_value: int, phys: int, timestamp_ms: int) -> None:
+        mm = self.mm
+        n = self.count + 1
+        if self.count == 0:
+            self.begin_ts, self.begin_phys = timestamp_ms, phys
+        slot_at = HEADER_SIZE + (hash_value % self.slots) * SLOT.size
+        prev = SLOT.unpack_from(mm, slot_at)[0]
+        if not 0 <= prev < n:
+            prev = 0  # a garbage slot (torn write before a crash) ends the chain
+        diff = max(-INT32_MAX, min(INT32_MAX, (timestamp_ms - self.begin_ts) // 1000))
+        ENTRY.pack_into(mm, self.entries_at + (n - 1) * ENTRY_SIZE, hash_value, phys, diff, prev)
+        SLOT.pack_into(mm, slot_at, n)
+        self.count = n
+        self.end_ts, self.end_phys = max(self.end_ts, timestamp_ms), max(self.end_phys, phys)
+        HEADER.pack_into(mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slots, n)
+
+    def put_many(self, items: list[tuple[int, int, int]]) -> int:
+        """put() for (hash, physical offset, time) items until the file is full; returns how many went in.
+
+        The append hot path: locals instead of attribute lookups, header written once.
+        """
+        mm = self.mm
+        n = self.count
+        room = self.capacity - n
+        if room <= 0:
+            return 0
+        if len(items) > room:
+            items = items[:room]
+        if n == 0:
+            self.begin_ts, self.begin_phys = items[0][2], items[0][1]
+        begin_ts = self.begin_ts
+        slots = self.slots
+        entries_at = self.entries_at
+        slot_unpack = SLOT.unpack_from
+        slot_pack = SLOT.pack_into
+        entry_pack = ENTRY.pack_into
+        end_ts, end_phys = self.end_ts, self.end_phys
+        for h, phys, ts in items:
+            n += 1
+            slot_at = HEADER_SIZE + (h % slots) * 4
+            prev = slot_unpack(mm, slot_at)[0]
+            if not 0 <= prev < n:
+                prev = 0
+            diff = (ts - begin_ts) // 1000
+            if not -INT32_MAX <= diff <= INT32_MAX:
+                diff = INT32_MAX if diff > 0 else -INT32_MAX
+            entry_pack(mm, entries_at + (n - 1) * ENTRY_SIZE, h, phys, diff, prev)
+            slot_pack(mm, slot_at, n)
+            if ts > end_ts:
+                end_ts = ts
+            if phys > end_phys:
+                end_phys = phys
+        self.count = n
+        self.end_ts, self.end_phys = end_ts, end_phys
+        HEADER.pack_into(mm, 0, self.begin_ts, end_ts, self.begin_phys, end_phys, slots, n)
+        return len(items)
+
+    def lookup(self, hash_value: int, begin_ms: int, end_ms: int, limit: int) -> list[int]:
+        """Physical offsets of entries with this hash and time in [begin_ms, end_ms], newest first."""
+        out: list[int] = []
+        if self.count == 0 or self.end_ts < begin_ms or self.begin_ts > end_ms + 1000:
+            return out
+        mm = self.mm
+        try:
+            n = SLOT.unpack_from(mm, HEADER_SIZE + (hash_value % self.slots) * SLOT.size)[0]
+            steps = 0
+            while 0 < n <= self.count and len(out) < limit and steps <= self.count:
+                h, phys, diff, prev = ENTRY.unpack_from(mm, self.entries_at + (n - 1) * ENTRY_SIZE)
+                ts = self.begin_ts + diff * 1000
+                if h == hash_value and begin_ms - 1000 < ts + 1000 and ts <= end_ms:
+                    out.append(phys)
+                if prev >= n:
+                    break
+                n = prev
+                steps += 1
+        except ValueError:  # the file was closed by retention
+            return out
+        return out
+
+    def flush(self) -> None:
+        if not self.closed:
+            self.mm.flush()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.mm.close()
+
+
+class IndexService:
+    """The sequence of index files; the newest one takes writes."""
+
+    def __init__(self, directory: Path, slots: int, entries_per_file: int) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.slots = slots
+        self.entries_per_file = entries_per_file
+        names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit() and len(p.name) == 20)
+        self._files: list[tuple[int, IndexFile]] = [
+            (int(n), IndexFile(self.directory / n, slots, entries_per_file)) for n in names]
+        self._deleted: list[IndexFile] = []
+
+    def _active(self) -> IndexFile:
+        if not self._files or self._files[-1][1].full:
+            seq = self._files[-1][0] + 1 if self._files else 1
+            f = IndexFile(self.directory / file_name(seq), self.slots, self.entries_per_file)
+            self._files = self._files + [(seq, f)]
+        return self._files[-1][1]
+
+    def put(self, key: str, phys: int, timestamp_ms: int) -> None:
+        self._active().put(key_hash(key), phys, timestamp_ms)
+
+    def put_many(self, items: list[tuple[str, int, int]]) -> None:
+        """Index (key, physical offset, store time) items, rolling files as they fill."""
+        crc32 = zlib.crc32
+        hashed = [(crc32(k.encode()) & 0x7FFFFFFF, phys, ts) for k, phys, ts in items]
+        while hashed:
+            done = self._active().put_many(hashed)
+            hashed = hashed[done:]
+
+    def lookup(self, key: str, begin_ms: int = 0, end_ms: int | None = None, limit: int = 64) -> list[int]:
+        """Candidate physical offsets (unconfirmed), newest first, without duplicates."""
+        h = key_hash(key)
+        end_ms = (1 << 62) if end_ms is None else end_ms
+        seen: set[int] = set()
+        out: list[int] = []
+        for _, f in reversed(self._files):
+            for phys in f.lookup(h, begin_ms, end_ms, limit * 4):
+                if phys not in seen:
+                    seen.add(phys)
+                    out.append(phys)
+            if len(out) >= limit * 4:
+                break
+        return out
+
+    def flush(self) -> None:
+        for _, f in self._files[-2:]:
+            f.flush()
+
+    def delete_below(self, min_phys: int) -> int:
+        """Retention: drop files whose newest entry points below min_phys (never the active one)."""
+        for f in self._deleted:
+            f.close()
+        self._deleted = []
+        removed = 0
+        while len(self._files) > 1 and self._files[0][1].end_phys < min_phys:
+            _, f = self._files[0]
+            self._files = self._files[1:]
+            try:
+                os.unlink(f.path)
+            except FileNotFoundError:
+                pass
+            self._deleted.append(f)
+            removed += 1
+        return removed
+
+    def close(self) -> None:
+        for _, f in self._files:
+            f.flush()
+            f.close()
+        for f in self._deleted:
+            f.close()

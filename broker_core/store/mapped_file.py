@@ -1,0 +1,96 @@
+"""A fixed-capacity data file addressed by a global offset (a CommitLog segment or a queue file).
+
+Files are plain files written with pwrite and read with pread on one shared
+descriptor: pread does not move the file position, so readers run concurrently
+with the single writer without locks. Files are not preallocated: a file's
+length is how much was written, which makes a torn tail a short file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def file_name(start: int) -> str:
+    """RocketMQ's naming: the start offset as 20 decimal digits."""
+    return "%020d" % start
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a created/renamed/deleted directory entry durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class MappedFile:
+    """One file holding bytes [start, start + capacity) of a larger address space."""
+
+    __slots__ = ("path", "start", "capacity", "fd", "size", "synced", "closed")
+
+    def __init__(self, path: Path, start: int, capacity: int) -> None:
+        self.path = Path(path)
+        self.start = start
+        self.capacity = capacity
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.size = os.fstat(self.fd).st_size
+        self.synced = 0  # bytes known durable; unknown after open, so 0
+        self.closed = False
+
+    @property
+    def end(self) -> int:
+        """Global offset one past the last written byte."""
+        return self.start + self.size
+
+    @property
+    def remaining(self) -> int:
+        return self.capacity - self.size
+
+    def append(self, data: bytes | memoryview) -> None:
+        """Write at the end of the file (the caller is the only writer)."""
+        view = memoryview(data)
+        pos = self.size
+        while view:
+            n = os.pwrite(self.fd, view, pos)
+            pos += n
+            view = view[n:]
+        self.size = pos
+
+    def write_at(self, pos: int, data: bytes) -> None:
+        """Write at a file position (queue files rewrite entries during recovery)."""
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(self.fd, view, pos)
+            pos += n
+            view = view[n:]
+        self.size = max(self.size, pos)
+
+    def read(self, pos: int, n: int) -> bytes:
+        """Read n bytes at file position pos (fewer at the end of the file)."""
+        return os.pread(self.fd, n, pos)
+
+    def sync(self) -> None:
+        size = self.size
+        if self.synced != size:
+            os.fdatasync(self.fd)
+            self.synced = size
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+        self.size = size
+        self.synced = min(self.synced, size)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            os.close(self.fd)
+
+    def delete(self) -> None:
+        """Unlink the file; the descriptor stays open for readers in flight (closed later)."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass

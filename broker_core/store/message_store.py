@@ -1,0 +1,445 @@
+"""MessageStore: the storage facade the transaction engine and the server use.
+
+Writes are serialised by one write lock (encode + write + dispatch); in `sync`
+mode the appender then waits for group-committed fsync outside the lock, so
+concurrent appenders share fsyncs. Reads take no lock: queue max offsets are
+published atomically by the dispatcher and the CommitLog segment table is
+copy-on-write.
+
+Layout of `data_dir`: commitlog/ (segments), consumequeue/<topic>/<queue id>/,
+index/, checkpoint, abort (present while running), lock, topics.json,
+offsets.json.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from txmq.broker.errors import DataDeleted, IllegalOffset, MessageNotFound, StoreError
+from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
+from txmq.broker.store.commitlog import CommitLog
+from txmq.broker.store.config import StoreConfig
+from txmq.broker.store.consume_queue import ENTRY, ENTRY_SIZE, QueueEntry
+from txmq.broker.store.dispatch import NOT_QUEUED_BIT, DispatchEntry, Dispatcher, cached_tag_hash, index_keys
+from txmq.broker.store.flush import FlushService, GroupCommit
+from txmq.broker.store.index_file import IndexService, topic_key, uniq_index_key
+from txmq.broker.store.message import (
+    SYSFLAG_GROUP_END,
+    SYSFLAG_GROUP_MEMBER,
+    AppendResult,
+    Message,
+    StoredMessage,
+)
+from txmq.broker.store.metadata import ConsumerOffsets, TopicRegistry
+from txmq.broker.store.record import RecordCorrupted, decode_record, parse_message_id, store_timestamp_of
+from txmq.broker.store.recovery import RecoveryReport, recover
+from txmq.broker.store.retention import delete_expired
+from txmq.broker.store.tag_filter import TagFilter
+from txmq.broker.store.validation import check_batch
+
+GROUP_BITS = SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END
+READ_SPAN_MAX = 4 << 20  # one pread covers neighbouring records up to this span
+READ_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
+FILTER_SCAN_MAX = 20_000  # queue entries examined per filtered read
+HOUSEKEEPING_S = 10.0
+
+
+@dataclass
+class QueueRead:
+    messages: list[StoredMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+class MessageStore:
+    """CommitLog + ConsumeQueues + index + metadata behind one API (see docs/ARCHITECTURE.md)."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        root = config.data_dir
+        root.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._lock_fd)
+            raise StoreError(f"store directory {root} is in use by another process") from None
+        self._closed = False
+        self._write_lock = threading.Lock()
+        self.commitlog = CommitLog(root / "commitlog", config.commitlog_segment_bytes, config.store_host)
+        self.index = IndexService(root / "index", config.index_slots, config.index_entries_per_file)
+        self.dispatcher = Dispatcher(root / "consumequeue", config.consume_queue_entries_per_file, self.index)
+        self.checkpoint = StoreCheckpoint(root / "checkpoint")
+        self.abort_marker = AbortMarker(root / "abort")
+        crashed = self.abort_marker.crashed()
+        cp = self.checkpoint.current
+        self.recovery: RecoveryReport = recover(self.commitlog, self.dispatcher, cp.dispatch_flushed, crashed=crashed)
+        self.commitlog.flushed_end = min(cp.commitlog_flushed, self.commitlog.write_end)
+        self._write_checkpoint()
+        self.abort_marker.create()
+        self.topics = TopicRegistry(root / "topics.json", on_delete=self._drop_topic)
+        self.offsets = ConsumerOffsets(root / "offsets.json")
+        self._id_prefix = self.commitlog.store_host[0].hex().upper()
+        self._group_commit = GroupCommit(self.commitlog.flush) if config.flush_mode == "sync" else None
+        self._next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+        self._flusher = FlushService(
+            flush_commitlog=self.commitlog.flush if config.flush_mode == "async" else None,
+            checkpoint=self._periodic, flush_interval_ms=config.flush_interval_ms,
+            checkpoint_interval_ms=config.checkpoint_interval_ms)
+        self._flusher.start()
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    def close(self) -> None:
+        """Flush everything, write the checkpoint, remove the abort marker (a clean stop)."""
+        if self._closed:
+            return
+        self._flusher.stop()
+        with self._write_lock:
+            self._closed = True
+            self._write_checkpoint()
+            self.dispatcher.close()
+            self.index.close()
+            self.commitlog.close()
+            self.checkpoint.close()
+            self.abort_marker.remove()
+        os.close(self._lock_fd)
+
+    def __enter__(self) -> "MessageStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _write_checkpoint(self) -> None:
+        through = self.dispatcher.flush()
+        flushed = self.commitlog.flush()
+        self.checkpoint.write(flushed, through)
+        if self._group_commit_ready():
+            self._group_commit.note_durable(flushed)
+
+    def _group_commit_ready(self) -> bool:
+        return getattr(self, "_group_commit", None) is not None
+
+    def _periodic(self) -> None:
+        if self._closed:
+            return
+        self._write_checkpoint()
+        if time.monotonic() >= self._next_housekeeping:
+            self._next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+            self.delete_expired()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError("the message store is closed")
+
+    # --- writes --------------------------------------------------------------------
+
+    def append(self, messages: Sequence[Message], *, allow_system: bool = False) -> list[AppendResult]:
+        """Append a batch (one write); in sync mode return after fsync."""
+        return self._append(messages, allow_system=allow_system, group=False)
+
+    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> list[AppendResult]:
+        """Append an atomic group: after a crash all of its records survive or none do,
+        and its queue entries become visible together."""
+        return self._append(messages, allow_system=allow_system, group=True)
+
+    def _append(self, messages: Sequence[Message], *, allow_system: bool, group: bool) -> list[AppendResult]:
+        if not messages:
+            return []
+        cfg = self.config
+        props = check_batch(messages, max_body_bytes=cfg.max_body_bytes,
+                            max_properties_bytes=cfg.max_properties_bytes, allow_system=allow_system)
+        with self._write_lock:
+            self._check_open()
+            results = self._append_locked(messages, props, group)
+            end = self.commitlog.write_end
+        if self._group_commit is not None:
+            self._group_commit.wait_durable(end)
+        return results
+
+    def _append_locked(self, messages: Sequence[Message], props: list[bytes], group: bool) -> list[AppendResult]:
+        """Assign queue offsets, write the records, dispatch. The append hot path: one pass per step."""
+        now = int(time.time() * 1000)
+        dispatcher = self.dispatcher
+        queues = dispatcher._queues
+        if group:
+            last = len(messages) - 1
+            sys_flags = [(m.sys_flag & ~GROUP_BITS) | (SYSFLAG_GROUP_END if i == last else SYSFLAG_GROUP_MEMBER)
+                         for i, m in enumerate(messages)]
+        else:
+            sys_flags = [m.sys_flag & ~GROUP_BITS for m in messages]
+        queue_offsets: list[int] = []
+        queue_writes: dict[tuple[str, int], list] = {}  # [first offset, packed entries...]
+        for m, flag in zip(messages, sys_flags):
+            if flag & NOT_QUEUED_BIT:
+                queue_offsets.append(0)
+                continue
+            key = (m.topic, m.queue_id)
+            run = queue_writes.get(key)
+            if run is None:
+                cq = queues.get(key)
+                run = queue_writes[key] = [cq.written_offset if cq is not None else 0]
+            queue_offsets.append(run[0] + len(run) - 1)
+            run.append(None)  # placeholder for the packed entry, filled below
+        placed = self.commitlog.write_batch(messages, props, sys_flags, queue_offsets, now, group=group)
+        prefix = self._id_prefix
+        pack_entry = ENTRY.pack
+        listeners = dispatcher.has_listeners
+        results: list[AppendResult] = []
+        entries: list[DispatchEntry] = []
+        index_items: list[tuple[str, int, int]] = []
+        fill: dict[tuple[str, int], int] = {}
+        for m, (phys, size), flag, q in zip(messages, placed, sys_flags, queue_offsets):
+            p = m.properties
+            results.append(AppendResult(m.topic, m.queue_id, q, phys, size, prefix + "%016X" % phys, now))
+            if p:
+                index_keys(index_items, p, m.topic, phys, now)
+            if flag & NOT_QUEUED_BIT:
+                continue
+            th = cached_tag_hash(p) if p else 0
+            key = (m.topic, m.queue_id)
+            run = queue_writes[key]
+            i = fill.get(key, 1)
+            run[i] = pack_entry(phys, size, th)
+            fill[key] = i + 1
+            if listeners:
+                entries.append(DispatchEntry(m.topic, m.queue_id, q, phys, size, th, now, flag, p))
+        dispatcher.dispatch(queue_writes, index_items, entries, self.commitlog.write_end)
+        return results
+
+    # --- queue reads ------------------------------------------------------------------
+
+    def _queue_bounds(self, topic: str, queue_id: int, offset: int):
+        cq = self.dispatcher.queue(topic, queue_id)
+        lo, hi = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
+        if offset < lo:
+            raise DataDeleted(f"offset {offset} of {topic}:{queue_id} was deleted by retention; "
+                              f"the minimum offset is {lo}", min_offset=lo)
+        if offset > hi:
+            raise IllegalOffset(f"offset {offset} of {topic}:{queue_id} is beyond the maximum offset {hi}")
+        return cq, lo, hi
+
+    def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, *,
+                   tag_filter: TagFilter | str | None = None, max_bytes: int | None = None) -> QueueRead:
+        """Messages of a queue from `offset` (see QueueRead)."""
+        if offset < 0:
+            raise IllegalOffset(f"offset {offset} is negative")
+        cq, lo, hi = self._queue_bounds(topic, queue_id, offset)
+        if isinstance(tag_filter, str):
+            tag_filter = TagFilter.parse(tag_filter)
+        if tag_filter is not None and tag_filter.matches_all:
+            tag_filter = None
+        if cq is None or max_count <= 0 or offset >= hi:
+            return QueueRead([], offset, lo, hi)
+        scan = max_count if tag_filter is None else max(max_count, min(FILTER_SCAN_MAX, hi - offset))
+        wanted: list[tuple[int, int, int]] = []
+        q = offset
+        remaining = scan
+        while remaining > 0 and q < hi:
+            raw = cq.read_raw(q, remaining)
+            if not raw:
+                break
+            for phys, size, th in ENTRY.iter_unpack(raw):
+                if tag_filter is None or tag_filter.may_match(th):
+                    wanted.append((q, phys, size))
+                q += 1
+            remaining -= len(raw) // ENTRY_SIZE
+        scanned_to = q
+        messages: list[StoredMessage] = []
+        total = 0
+        next_offset = scanned_to
+        records = self._read_records(topic, queue_id, [(p, s) for _, p, s in wanted])
+        for (qoff, _, size), msg in zip(wanted, records):
+            if tag_filter is not None and not tag_filter.matches(msg.tags):
+                continue
+            if max_bytes is not None and messages and total + size > max_bytes:
+                next_offset = qoff
+                break
+            messages.append(msg)
+            total += size
+            if len(messages) >= max_count:
+                next_offset = qoff + 1
+                break
+        return QueueRead(messages, next_offset, cq.min_offset, cq.max_offset)
+
+    def _read_records(self, topic: str, queue_id: int, items: list[tuple[int, int]]) -> list[StoredMessage]:
+        """Decode records, reading neighbouring ones with one pread."""
+        out: list[StoredMessage] = []
+        commitlog = self.commitlog
+        n = len(items)
+        i = 0
+        while i < n:
+            lo, size = items[i]
+            seg = commitlog.segment_for(lo)
+            if seg is None or lo < commitlog.min_offset:
+                cq = self.dispatcher.queue(topic, queue_id)
+                mn = cq.min_offset if cq is not None else 0
+                raise DataDeleted(f"{topic}:{queue_id} points at physical offset {lo}, deleted by retention; "
+                                  f"the minimum offset is {mn}", min_offset=mn)
+            seg_end = seg.start + seg.capacity
+            hi = lo + size
+            j = i + 1
+            while j < n:
+                p, s = items[j]
+                if p < hi or p + s > seg_end or p + s - lo > READ_SPAN_MAX or p - hi > READ_GAP_MAX:
+                    break
+                hi = p + s
+                j += 1
+            try:
+                buf = commitlog.read(lo, hi - lo)
+                for k in range(i, j):
+                    msg = decode_record(buf, items[k][0] - lo)
+                    if msg.physical_offset != items[k][0]:
+                        raise RecordCorrupted("queue entry does not point at a record start")
+                    out.append(msg)
+            except (RecordCorrupted, ValueError, IndexError, UnicodeDecodeError) as exc:
+                raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {items[i][0]} "
+                                 f"does not match the CommitLog: {exc}") from exc
+            i = j
+        return out
+
+    def read_queue_entries(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[QueueEntry]:
+        """Raw queue entries from `offset` (at most max_count)."""
+        cq, _, hi = self._queue_bounds(topic, queue_id, offset)
+        if cq is None:
+            return []
+        return cq.entries(offset, min(max_count, hi - offset))
+
+    def read_at(self, physical_offset: int, size: int | None = None) -> StoredMessage:
+        """The record at a physical offset; MessageNotFound if there is none."""
+        return self.commitlog.read_record(physical_offset, size)
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self.dispatcher.queue(topic, queue_id)
+        return cq.min_offset if cq is not None else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """One past the last visible entry."""
+        cq = self.dispatcher.queue(topic, queue_id)
+        return cq.max_offset if cq is not None else 0
+
+    def max_offsets_snapshot(self, topics: Iterable[str] | None = None) -> dict[tuple[str, int], int]:
+        """Max offsets of all queues (of `topics`) as one consistent cut: never splits an append_group.
+
+        Queues a registered topic declares but that have no entries yet appear with 0.
+        """
+        topics = None if topics is None else list(topics)
+        snap = self.dispatcher.snapshot(topics)
+        names = topics if topics is not None else [t.name for t in self.topics.list()]
+        for name in names:
+            if self.topics.exists(name):
+                for qid in range(self.topics.get(name).queue_count):
+                    snap.setdefault((name, qid), 0)
+        return snap
+
+    def queue_ids(self, topic: str) -> list[int]:
+        """Queues of `topic` that have entries."""
+        return [q for q in self.dispatcher.queue_ids(topic)
+                if (cq := self.dispatcher.queue(topic, q)) is not None and cq.max_offset > 0]
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """First queue offset whose store time is >= timestamp_ms (max offset if none)."""
+        cq = self.dispatcher.queue(topic, queue_id)
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = cq.entry(mid)
+            if e is None:
+                lo = mid + 1
+                continue
+            try:
+                ts = store_timestamp_of(self.commitlog.read(e[0], 72))
+            except MessageNotFound:
+                lo = mid + 1
+                continue
+            if ts >= timestamp_ms:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    # --- lookups -------------------------------------------------------------------------
+
+    def get_by_message_id(self, msg_id: str) -> StoredMessage:
+        """By offset message id or by the client's UNIQ_KEY; MessageNotFound otherwise."""
+        parsed = parse_message_id(msg_id)
+        if parsed is not None and parsed[0] == self.commitlog.store_host[0]:
+            try:
+                msg = self.read_at(parsed[1])
+                if msg.msg_id == msg_id.upper():
+                    return msg
+            except MessageNotFound:
+                pass
+        for phys in self.index.lookup(uniq_index_key(msg_id), limit=16):
+            try:
+                msg = self.read_at(phys)
+            except MessageNotFound:
+                continue
+            if msg.unique_key == msg_id:
+                return msg
+        raise MessageNotFound(f"no message with id {msg_id!r}")
+
+    def query_by_key(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
+                     max_count: int = 64) -> list[StoredMessage]:
+        """Messages of `topic` whose KEYS contain `key`, stored within [begin_ms, end_ms]; oldest first."""
+        end = (1 << 62) if end_ms is None else end_ms
+        found: list[StoredMessage] = []
+        for phys in self.index.lookup(topic_key(topic, key), begin_ms, end, max_count):
+            try:
+                msg = self.read_at(phys)
+            except MessageNotFound:
+                continue
+            if msg.topic == topic and key in msg.keys and begin_ms <= msg.store_timestamp <= end:
+                found.append(msg)
+                if len(found) >= max_count:
+                    break
+        found.sort(key=lambda m: m.physical_offset)
+        return found
+
+    def add_dispatch_listener(self, fn: Callable[[list[DispatchEntry]], None]) -> None:
+        """fn(entries) runs in the appending thread after each append's entries are visible."""
+        self.dispatcher.add_listener(fn)
+
+    # --- maintenance ------------------------------------------------------------------------
+
+    def delete_expired(self, now_ms: int | None = None) -> int:
+        """Retention: delete expired segments and their queue entries; returns segments deleted."""
+        with self._write_lock:
+            if self._closed:
+                return 0
+            return delete_expired(self.commitlog, self.dispatcher, self.index,
+                                  retention_hours=self.config.retention_hours,
+                                  disk_max_used_ratio=self.config.disk_max_used_ratio, now_ms=now_ms)
+
+    def _drop_topic(self, topic: str) -> None:
+        with self._write_lock:
+            self.dispatcher.drop_topic(topic)
+        self.offsets.drop_topic(topic)
+
+    def stats(self) -> dict:
+        cl = self.commitlog
+        return {
+            "flush_mode": self.config.flush_mode,
+            "commitlog_min_offset": cl.min_offset,
+            "commitlog_max_offset": cl.write_end,
+            "commitlog_flushed_offset": cl.flushed_end,
+            "commitlog_segments": len(cl.segments),
+            "commitlog_bytes": cl.disk_bytes(),
+            "queues": len(self.dispatcher.queues()),
+            "fsyncs": self._group_commit.fsyncs if self._group_commit is not None else 0,
+            "flush_errors": self._flusher.errors,
+            "recovered_after_crash": self.recovery.crashed,
+            "recovery_seconds": round(self.recovery.seconds, 6),
+            "recovery_scanned_records": self.recovery.records_scanned,
+            "recovery_truncated_bytes": self.recovery.truncated_bytes,
+        }
+

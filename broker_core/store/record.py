@@ -1,0 +1,293 @@
+"""The CommitLog record codec: RocketMQ's v1 message layout plus a whole-record CRC.
+
+Layout (big-endian), offsets for IPv4 hosts::
+
+    0  TOTALSIZE        4   whole record, these 4 bytes included
+    4  MAGICCODE        4   0xDAA320A7
+    8  BODYCRC          4   CRC32 of the body
+   12  QUEUEID          4
+   16  FLAG             4
+   20  QUEUEOFFSET      8
+   28  PHYSICALOFFSET   8
+   36  SYSFLAG          4
+   40  BORNTIMESTAMP    8
+   48  BORNHOST         4+4  (16+4 when SYSFLAG_BORNHOST_V6)
+   56  STORETIMESTAMP   8
+   64  STOREHOST        4+4  (16+4 when SYSFLAG_STOREHOST_V6)
+   72  RECONSUMETIMES   4
+   76  PREPAREDTRANSACTIONOFFSET 8
+   84  BODYLEN          4, then the body
+       TOPICLEN         1, then the topic (UTF-8)
+       PROPLEN          2, then the properties: name \\x01 value \\x02 ...
+
+txmq addition: the last property is always ``__CRC32#`` (PROP_CRC32) whose value
+is the record CRC as exactly 10 decimal digits, so a record always ends with
+``__CRC32#\\x01DDDDDDDDDD\\x02``. The record CRC is CRC32 over every byte of the
+record except the body and the last 11 bytes (the 10 digits and the final
+``\\x02``): the header from TOTALSIZE through BODYLEN, then TOPICLEN through the
+``__CRC32#\\x01`` prefix. The body is covered through BODYCRC, which is inside
+the covered header, so a flipped bit anywhere in a record is detected while the
+body is only checksummed once on the hot path.
+
+A *blank* record (RocketMQ's end-of-segment filler) is TOTALSIZE + BLANK_MAGIC_CODE
+and pads a segment to its end when the next record does not fit.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from typing import Sequence
+
+from txmq.broker.errors import StoreError
+from txmq.broker.store.message import (
+    PROP_CRC32,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    Message,
+    StoredMessage,
+)
+
+MAGIC_CODE = 0xDAA320A7
+BLANK_MAGIC_CODE = 0xCBD43194
+BLANK_MIN_BYTES = 8  # a segment always keeps room for a blank record's TOTALSIZE + MAGIC
+
+PROP_NAME_SEP = "\x01"
+PROP_SEP = "\x02"
+CRC_PREFIX = (PROP_CRC32 + PROP_NAME_SEP).encode()
+CRC_SUFFIX_LEN = 11  # 10 digits + "\x02"
+MAX_TOPIC_BYTES = 127
+
+
+class RecordCorrupted(StoreError):
+    """Bytes at a CommitLog position are not a valid record (torn, damaged or not a record start)."""
+
+
+def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    born = "20s" if born_v6 else "8s"
+    store = "20s" if store_v6 else "8s"
+    # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QOFF POFF SYSFLAG BORNTS BORNHOST STORETS STOREHOST RECONSUME PREPARED BODYLEN
+    return struct.Struct(f">IIIiiqqiq{born}q{store}iqi")
+
+
+HEADERS = {(b, s): _header_struct(b, s) for b in (False, True) for s in (False, True)}
+HEADER_V4 = HEADERS[(False, False)]
+HEADER_V4_SIZE = HEADER_V4.size  # 88
+PREFIX = struct.Struct(">II")  # TOTALSIZE, MAGIC
+SYSFLAG_AT = 36
+PHYS_AT = 28
+STORE_TS_AT_V4 = 56
+BLANK_HEAD = struct.Struct(">II")
+
+_host_cache: dict[tuple[str, int], tuple[bytes, bool]] = {}
+_host_str_cache: dict[bytes, tuple[str, int]] = {}
+
+
+def encode_host(host: tuple[str, int]) -> tuple[bytes, bool]:
+    """(address bytes + port, is_ipv6). Cached: a broker sees few distinct hosts."""
+    hit = _host_cache.get(host)
+    if hit is not None:
+        return hit
+    ip, port = host
+    ip = ip.strip("[]")
+    try:
+        raw, v6 = socket.inet_pton(socket.AF_INET, ip), False
+    except OSError:
+        try:
+            raw, v6 = socket.inet_pton(socket.AF_INET6, ip), True
+        except OSError:
+            raw, v6 = b"\0\0\0\0", False  # a name, not an address: stored as 0.0.0.0
+    hit = (raw + int(port & 0xFFFFFFFF).to_bytes(4, "big"), v6)
+    if len(_host_cache) > 4096:
+        _host_cache.clear()
+    _host_cache[host] = hit
+    return hit
+
+
+def decode_host(raw: bytes) -> tuple[str, int]:
+    hit = _host_str_cache.get(raw)
+    if hit is None:
+        family = socket.AF_INET6 if len(raw) == 20 else socket.AF_INET
+        hit = (socket.inet_ntop(family, raw[:-4]), int.from_bytes(raw[-4:], "big"))
+        if len(_host_str_cache) > 4096:
+            _host_str_cache.clear()
+        _host_str_cache[raw] = hit
+    return hit
+
+
+def encode_properties(properties: dict[str, str]) -> bytes:
+    """RocketMQ's property string (name \\x01 value \\x02 ...), without the CRC property."""
+    if not properties:
+        return b""
+    return "".join([f"{k}\x01{v}\x02" for k, v in properties.items()]).encode()
+
+
+def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
+    """Inverse of encode_properties; drops the store-owned CRC property."""
+    text = bytes(raw).decode()
+    out: dict[str, str] = {}
+    for item in text.split(PROP_SEP):
+        if item:
+            name, sep, value = item.partition(PROP_NAME_SEP)
+            if not sep:
+                raise RecordCorrupted(f"property without a name separator: {item[:40]!r}")
+            out[name] = value
+    out.pop(PROP_CRC32, None)
+    return out
+
+
+def message_id(store_host_raw: bytes, physical_offset: int) -> str:
+    """RocketMQ's offset message id: store IP + port + physical offset, uppercase hex."""
+    return store_host_raw.hex().upper() + "%016X" % physical_offset
+
+
+def parse_message_id(msg_id: str) -> tuple[bytes, int] | None:
+    """(store host bytes, physical offset) of an offset message id, or None if it is not one."""
+    if len(msg_id) not in (32, 56):
+        return None
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        return None
+    return raw[:-8], int.from_bytes(raw[-8:], "big")
+
+
+def record_size(body_len: int, topic_len: int, props_len: int, born_v6: bool = False, store_v6: bool = False) -> int:
+    """TOTALSIZE of a record; props_len excludes the CRC property."""
+    header = HEADER_V4_SIZE + (12 if born_v6 else 0) + (12 if store_v6 else 0)
+    return header + body_len + 1 + topic_len + 2 + props_len + len(CRC_PREFIX) + CRC_SUFFIX_LEN
+
+
+def encode_record(out: list, msg: Message, topic_raw: bytes, props_raw: bytes, size: int, sys_flag: int,
+                  queue_offset: int, physical_offset: int, store_timestamp: int,
+                  store_host: tuple[bytes, bool]) -> None:
+    """Append the parts of one record to `out` (joined later into one write buffer)."""
+    body = msg.body
+    born_raw, born_v6 = encode_host(msg.born_host)
+    store_raw, store_v6 = store_host
+    if born_v6:
+        sys_flag |= SYSFLAG_BORNHOST_V6
+    if store_v6:
+        sys_flag |= SYSFLAG_STOREHOST_V6
+    header = HEADERS[(born_v6, store_v6)].pack(
+        size, MAGIC_CODE, zlib.crc32(body), msg.queue_id, msg.flag, queue_offset, physical_offset, sys_flag,
+        msg.born_timestamp or store_timestamp, born_raw, store_timestamp, store_raw, msg.reconsume_times,
+        msg.prepared_transaction_offset, len(body))
+    tail = b"".join((len(topic_raw).to_bytes(1, "big"), topic_raw,
+                     (len(props_raw) + len(CRC_PREFIX) + CRC_SUFFIX_LEN).to_bytes(2, "big"), props_raw, CRC_PREFIX))
+    crc = zlib.crc32(tail, zlib.crc32(header))
+    out += (header, body, tail, b"%010d\x02" % crc)
+
+
+def encode_blank(size: int) -> bytes:
+    """An end-of-segment filler of exactly `size` bytes."""
+    return BLANK_HEAD.pack(size, BLANK_MAGIC_CODE) + bytes(size - BLANK_MIN_BYTES)
+
+
+def is_blank(buf: bytes | memoryview, off: int) -> int:
+    """Size of the blank record at `off`, or 0 if there is none."""
+    if len(buf) - off < BLANK_MIN_BYTES:
+        return 0
+    size, magic = BLANK_HEAD.unpack_from(buf, off)
+    return size if magic == BLANK_MAGIC_CODE and size >= BLANK_MIN_BYTES else 0
+
+
+def verify_record(buf: bytes | memoryview, off: int, end: int | None = None) -> tuple[int, int, int]:
+    """Check the record at `off` completely (structure, body CRC, record CRC).
+
+    Returns (size, sys_flag, physical_offset field). Raises RecordCorrupted.
+    """
+    end = len(buf) if end is None else end
+    if end - off < HEADER_V4_SIZE:
+        raise RecordCorrupted("truncated record header")
+    size, magic = PREFIX.unpack_from(buf, off)
+    if magic != MAGIC_CODE:
+        raise RecordCorrupted(f"bad magic code 0x{magic:08X}")
+    if size < HEADER_V4_SIZE + 3 + len(CRC_PREFIX) + CRC_SUFFIX_LEN or off + size > end:
+        raise RecordCorrupted(f"record size {size} out of range")
+    sys_flag = int.from_bytes(buf[off + SYSFLAG_AT:off + SYSFLAG_AT + 4], "big", signed=True)
+    hdr = HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
+    if size < hdr.size + 3 + len(CRC_PREFIX) + CRC_SUFFIX_LEN:
+        raise RecordCorrupted(f"record size {size} out of range")
+    fields = hdr.unpack_from(buf, off)
+    body_crc, phys, body_len = fields[2], fields[6], fields[14]
+    body_at = off + hdr.size
+    tail_at = body_at + body_len
+    if body_len < 0 or tail_at + 3 > off + size:
+        raise RecordCorrupted(f"body length {body_len} does not fit the record size {size}")
+    topic_len = buf[tail_at]
+    props_at = tail_at + 1 + topic_len + 2
+    if props_at > off + size:
+        raise RecordCorrupted("topic does not fit the record")
+    props_len = int.from_bytes(buf[props_at - 2:props_at], "big")
+    if props_at + props_len != off + size or props_len < len(CRC_PREFIX) + CRC_SUFFIX_LEN:
+        raise RecordCorrupted("properties length disagrees with the record size")
+    crc_at = off + size - CRC_SUFFIX_LEN
+    if bytes(buf[crc_at - len(CRC_PREFIX):crc_at]) != CRC_PREFIX or buf[off + size - 1] != 2:
+        raise RecordCorrupted("record does not end with its CRC property")
+    digits = bytes(buf[crc_at:crc_at + 10])
+    if not digits.isdigit():
+        raise RecordCorrupted("record CRC is not decimal")
+    want = zlib.crc32(buf[tail_at:crc_at], zlib.crc32(buf[off:body_at]))
+    if int(digits) != want:
+        raise RecordCorrupted("record CRC mismatch")
+    if zlib.crc32(buf[body_at:tail_at]) != body_crc:
+        raise RecordCorrupted("body CRC mismatch")
+    return size, sys_flag, phys
+
+
+def decode_record(buf: bytes | memoryview, off: int = 0, *, verify: bool = False) -> StoredMessage:
+    """Decode the record at `off` into a StoredMessage (structure checked; CRCs when verify=True)."""
+    if verify:
+        verify_record(buf, off)
+    if len(buf) - off < HEADER_V4_SIZE:
+        raise RecordCorrupted("truncated record header")
+    sys_flag = int.from_bytes(buf[off + SYSFLAG_AT:off + SYSFLAG_AT + 4], "big", signed=True)
+    hdr = HEADER_V4 if not sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) else \
+        HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
+    (size, magic, body_crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_raw, store_ts,
+     store_raw, reconsume, prepared, body_len) = hdr.unpack_from(buf, off)
+    if magic != MAGIC_CODE:
+        raise RecordCorrupted(f"bad magic code 0x{magic:08X}")
+    end = off + size
+    body_at = off + hdr.size
+    tail_at = body_at + body_len
+    if body_len < 0 or tail_at + 3 > end or end > len(buf):
+        raise RecordCorrupted(f"body length {body_len} does not fit the record size {size}")
+    topic_len = buf[tail_at]
+    props_at = tail_at + 3 + topic_len
+    if props_at > end:
+        raise RecordCorrupted("topic does not fit the record")
+    topic = bytes(buf[tail_at + 1:tail_at + 1 + topic_len]).decode()
+    props_len = int.from_bytes(buf[props_at - 2:props_at], "big")
+    if props_at + props_len != end:
+        raise RecordCorrupted("properties length disagrees with the record size")
+    properties = decode_properties(buf[props_at:end])
+    return StoredMessage(topic, bytes(buf[body_at:tail_at]), queue_id, properties, flag, sys_flag, born_ts,
+                         decode_host(bytes(born_raw)), reconsume, prepared, queue_offset, phys, store_ts,
+                         decode_host(bytes(store_raw)), body_crc, size, message_id(bytes(store_raw), phys))
+
+
+def store_timestamp_of(buf: bytes | memoryview, off: int = 0) -> int:
+    """STORETIMESTAMP of the record at `off` without decoding the rest."""
+    sys_flag = int.from_bytes(buf[off + SYSFLAG_AT:off + SYSFLAG_AT + 4], "big", signed=True)
+    at = STORE_TS_AT_V4 + (12 if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
+    return int.from_bytes(buf[off + at:off + at + 8], "big", signed=True)
+
+
+def encode_messages_standalone(messages: Sequence[Message], first_offset: int = 0,
+                               store_host: tuple[str, int] = ("127.0.0.1", 10911),
+                               store_timestamp: int = 0) -> bytes:
+    """Encode records back to back without a store (tests and the raw-write benchmark peer)."""
+    out: list = []
+    host = encode_host(store_host)
+    pos = first_offset
+    for i, m in enumerate(messages):
+        topic_raw = m.topic.encode()
+        props_raw = encode_properties(m.properties)
+        born_v6 = encode_host(m.born_host)[1]
+        size = record_size(len(m.body), len(topic_raw), len(props_raw), born_v6, host[1])
+        encode_record(out, m, topic_raw, props_raw, size, m.sys_flag, i, pos, store_timestamp, host)
+        pos += size
+    return b"".join(out)

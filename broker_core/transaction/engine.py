@@ -1,0 +1,482 @@
+"""The transaction engine: prepare, end, resume, discard, consistent cut.
+
+RocketMQ's half/op design with its holes closed:
+- one transaction id collects many halves (topics, queues, senders) until ended;
+- COMMIT appends the final records and the op record as ONE store.append_group,
+  so a crash leaves all of the transaction visible or none of it, and readers
+  never see part of it (the store publishes a group's queue entries together);
+- the op record is in the store (fsynced in sync mode) before end() returns;
+- repeats are acknowledged and write nothing, contradictions are refused.
+
+Locking: each transaction has its own condition (see state.Transaction); the
+table lock guards only dictionary and heap operations (microseconds); the store
+append of one transaction never blocks another's except inside the store
+itself. A shared/exclusive gate (gate.py) lets a snapshot see the table and
+the queue ends in agreement.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+from txmq.broker.errors import (
+    TransactionAlreadyEnded,
+    TransactionConflict,
+    UnknownTransaction,
+)
+from txmq.broker.store.message import (
+    HALF_TOPIC,
+    OP_HALF_TOPIC,
+    SYSTEM_TOPICS,
+    Message,
+    StoredMessage,
+)
+
+from .config import TransactionConfig
+from .gate import SharedExclusiveGate
+from .half import (
+    build_discard_copy,
+    build_final,
+    build_half,
+    check_transaction_id,
+    check_transactional,
+    half_ref,
+    immunity_ms,
+)
+from .metrics import TransactionMetrics
+from .op import OpKind, OpRecord, build_op
+from .recovery import recover_table
+from .snapshot import TableSnapshot, encode_tx, load_snapshots, write_snapshot
+from .state import (
+    EndResult,
+    FinalRecord,
+    HalfRef,
+    PrepareResult,
+    Resolution,
+    Transaction,
+    TransactionInfo,
+    TxState,
+)
+
+log = logging.getLogger(__name__)
+CHECK_SOURCES = frozenset({"check", "server_check", "SOURCE_SERVER_CHECK"})
+
+
+class TransactionEngine:
+    def __init__(self, store, config: TransactionConfig | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.config = config or TransactionConfig()
+        self.clock = clock
+        self.metrics = TransactionMetrics()
+        self._table: dict[str, Transaction] = {}
+        self._finals: dict[str, FinalRecord] = {}
+        self._table_lock = threading.Lock()
+        self._gate = SharedExclusiveGate()
+        self._due: list[tuple[int, int, str]] = []  # (next_check_ms, seq, tx id): a lazy heap
+        self._due_seq = itertools.count()
+        self._cache_bytes = 0
+        self._snapshot_lock = threading.Lock()
+        self._last_snapshot_s = 0.0
+        self.state_dir = Path(self.config.state_dir or Path(store.config.data_dir) / "transaction")
+        self.recovery_stats: dict = {}
+        self._recover()
+
+    # --- public API ---------------------------------------------------------------
+
+    def prepare(self, messages: Sequence[Message], *, transaction_id: str | None = None,
+                producer_group: str = "", sender: str = "") -> PrepareResult:
+        """Store `messages` as halves of `transaction_id` (a new id when None).
+
+        The halves of one call are one append_group: a crash keeps all or none of
+        them, so a producer's retry never doubles half of a batch.
+        """
+        check_transactional(messages)
+        tx_id = check_transaction_id(transaction_id) if transaction_id is not None else _new_id()
+        now = self._now_ms()
+        tx = self._admit_prepare(tx_id, producer_group, now)
+        halves = [build_half(m, transaction_id=tx_id, producer_group=producer_group, sender=sender,
+                             prepared_ms=now) for m in messages]
+        applied = False
+        try:
+            with self._gate.shared():
+                results = self.store.append_group(halves, allow_system=True)
+                self._apply_halves(tx, halves, results, now)
+                applied = True
+        finally:
+            with tx.cond:
+                tx.inflight -= 1
+                tx.cond.notify_all()
+            if not applied:
+                self._forget_if_empty(tx)
+        return PrepareResult(tx_id, results)
+
+    def end(self, transaction_id: str, resolution: Resolution, *, source: str = "client",
+            producer_group: str | None = None, include_senders: Iterable[str] | None = None) -> EndResult:
+        """Resolve a transaction: COMMIT makes its halves visible, ROLLBACK drops them.
+
+        Exactly once: a repeat is acknowledged (newly_ended=False) and writes
+        nothing; a contradiction raises TransactionConflict; an unknown id raises
+        UnknownTransaction. `include_senders` restricts a COMMIT to those senders'
+        halves, the others are rolled back by the same op record.
+        """
+        check_transaction_id(transaction_id)
+        tx = self._lookup(transaction_id)
+        if isinstance(tx, FinalRecord):
+            return _repeat_or_conflict(transaction_id, tx.state, resolution)
+        with tx.exclusive():
+            if tx.state.is_final:
+                return _repeat_or_conflict(transaction_id, tx.state, resolution)
+            if tx.state is TxState.DISCARDED:
+                if resolution is Resolution.ROLLBACK:
+                    return EndResult(TxState.DISCARDED, False)
+                raise TransactionConflict(
+                    f"transaction {transaction_id} was discarded after its check-backs; COMMIT refused "
+                    "(an admin can resume it first)")
+            if not tx.halves:
+                raise UnknownTransaction(f"transaction {transaction_id} has no half messages")
+            now = self._now_ms()
+            if resolution is Resolution.COMMIT:
+                committed = self._commit(tx, include_senders, now)
+                state = TxState.COMMITTED
+            else:
+                self._append_op_and_finish(tx, OpKind.ROLLBACK, TxState.ROLLED_BACK, now)
+                committed, state = [], TxState.ROLLED_BACK
+            if source in CHECK_SOURCES:
+                self.metrics.count("checks_answered")
+            return EndResult(state, True, committed)
+
+    def get(self, transaction_id: str) -> TransactionInfo:
+        tx = self._lookup(transaction_id)
+        if isinstance(tx, FinalRecord):
+            return TransactionInfo(transaction_id, tx.state)
+        with tx.cond:
+            return self._info(tx, self._now_ms())
+
+    def pending(self, *, topic: str | None = None, limit: int = 1000) -> list[TransactionInfo]:
+        return self.transactions(state=TxState.PENDING, topic=topic, limit=limit)
+
+    def transactions(self, *, state: TxState = TxState.PENDING, topic: str | None = None,
+                     limit: int = 1000) -> list[TransactionInfo]:
+        """PENDING or DISCARDED transactions, oldest first (resolved ones are not listed)."""
+        with self._table_lock:
+            candidates = [tx for tx in self._table.values() if tx.state is state]
+        now = self._now_ms()
+        infos = []
+        for tx in sorted(candidates, key=lambda t: t.created_ms):
+            with tx.cond:
+                if tx.state is state and (topic is None or topic in tx.topics()):
+                    infos.append(self._info(tx, now))
+            if len(infos) >= limit:
+                break
+        return infos
+
+    def resume(self, transaction_id: str) -> None:
+        """DISCARDED → PENDING again (an admin's decision), with its checks reset."""
+        tx = self._lookup(transaction_id)
+        if isinstance(tx, FinalRecord):
+            raise TransactionAlreadyEnded(f"transaction {transaction_id} is {tx.state.value}: cannot resume",
+                                          state=tx.state.value)
+        with tx.exclusive():
+            if tx.state is TxState.PENDING:
+                return
+            if tx.state.is_final:
+                raise TransactionAlreadyEnded(
+                    f"transaction {transaction_id} is {tx.state.value}: cannot resume", state=tx.state.value)
+            now = self._now_ms()
+            op = build_op(OpRecord(tx.transaction_id, OpKind.RESUME, None, len(tx.halves), now))
+            with self._gate.shared():
+                self.store.append([op], allow_system=True)
+                with tx.cond:
+                    tx.state, tx.checks, tx.last_check_ms, tx.resumed_ms = TxState.PENDING, 0, 0, now
+            self.metrics.halves_added(Counter(h.real_topic for h in tx.halves))
+            self.metrics.count("resumes")
+            self._schedule(tx, now + tx.immunity_ms)
+
+    def discard(self, transaction_id: str, *, reason: str = "admin") -> bool:
+        """Park a PENDING transaction: copy its halves to TRANS_CHECK_MAX_TIME_TOPIC, op DISCARD.
+
+        Returns False when it was no longer pending (resolved meanwhile)."""
+        tx = self._lookup(transaction_id)
+        if isinstance(tx, FinalRecord):
+            return False
+        with tx.exclusive():
+            if tx.state is not TxState.PENDING or not tx.halves:
+                return False
+            now = self._now_ms()
+            copies = [build_discard_copy(self._half_message(h), h.physical_offset) for h in tx.halves]
+            op = build_op(OpRecord(tx.transaction_id, OpKind.DISCARD, None, len(tx.halves), now))
+            with self._gate.shared():
+                self.store.append_group([*copies, op], allow_system=True)
+                with tx.cond:
+                    tx.state = TxState.DISCARDED
+                    self._drop_cache(tx)
+            self.metrics.halves_left_pending(Counter(h.real_topic for h in tx.halves))
+            self.metrics.resolved("DISCARD", (now - tx.created_ms) / 1000)
+            log.info("transaction %s discarded (%s) after %d checks", transaction_id, reason, tx.checks)
+            return True
+
+    def consistent_cut(self, topics: Iterable[str] | None = None) -> dict[tuple[str, int], int]:
+        """Per (topic, queue), an end offset that never splits a committed transaction.
+
+        COMMIT publishes a transaction's entries as one store group and the
+        store's snapshot is taken under its dispatch lock, so the snapshot is
+        such a cut; system topics are left out of an unfiltered cut.
+        """
+        cut = self.store.max_offsets_snapshot(list(topics) if topics is not None else None)
+        if topics is None:
+            cut = {k: v for k, v in cut.items() if k[0] not in SYSTEM_TOPICS}
+        return cut
+
+    def snapshot(self) -> Path:
+        """Write a table snapshot now (bounds the next recovery's replay)."""
+        with self._snapshot_lock:
+            with self._gate.exclusive():
+                snap = TableSnapshot(
+                    half_offset=self.store.max_offset(HALF_TOPIC, 0),
+                    op_offset=self.store.max_offset(OP_HALF_TOPIC, 0),
+                    written_ms=self._now_ms(),
+                    rows=[encode_tx(tx) for tx in list(self._table.values()) if tx.halves],
+                    finals=dict(self._finals))
+            self._prune_finals(snap)
+            path = write_snapshot(self.state_dir, snap)
+            self._last_snapshot_s = time.monotonic()
+            return path
+
+    def maybe_snapshot(self) -> None:
+        if time.monotonic() - self._last_snapshot_s >= self.config.snapshot_interval_s:
+            self.snapshot()
+
+    def close(self) -> None:
+        """Write a final snapshot; call before store.close()."""
+        self.snapshot()
+
+    # --- check-back support (used by CheckbackService) ----------------------------
+
+    def claim_due(self, now_ms: int, limit: int) -> list[Transaction]:
+        """Pending transactions due for a check-back at `now_ms`, oldest due first, at most `limit`.
+
+        A lazy heap: entries of transactions resolved or rescheduled since are
+        dropped as they surface, so a round costs the due transactions, not the table."""
+        claimed: list[Transaction] = []
+        with self._table_lock:
+            while self._due and len(claimed) < limit and self._due[0][0] <= now_ms:
+                due_ms, _, tx_id = heapq.heappop(self._due)
+                tx = self._table.get(tx_id)
+                if tx is not None and tx.state is TxState.PENDING and tx.next_check_ms == due_ms:
+                    tx.next_check_ms = -1  # claimed: no other round takes it
+                    claimed.append(tx)
+        return claimed
+
+    def check_verdict(self, tx: Transaction, now_ms: int) -> str:
+        """'check', 'discard:max-checks' or 'discard:orphan' for a claimed transaction."""
+        with tx.cond:
+            if now_ms - max(tx.created_ms, tx.resumed_ms) >= self.config.orphan_timeout_s * 1000:
+                return "discard:orphan"
+            if tx.checks >= self.config.max_checks:
+                return "discard:max-checks"
+            return "check"
+
+    def record_check(self, tx: Transaction, delivered: bool, now_ms: int) -> None:
+        """After a check-back attempt: a delivered one burns a check, an undelivered one does not."""
+        with tx.cond:
+            if delivered:
+                tx.checks += 1
+                tx.last_check_ms = now_ms
+            pending = tx.state is TxState.PENDING
+        self.metrics.count("checks_sent" if delivered else "checks_undelivered")
+        if pending:
+            self._schedule(tx, now_ms + int(self.config.check_interval_s * 1000))
+
+    def release_claim(self, tx: Transaction, due_ms: int) -> None:
+        """Put a claimed transaction back (e.g. its round was stopped)."""
+        if tx.state is TxState.PENDING:
+            self._schedule(tx, due_ms)
+
+    def first_half(self, tx: Transaction) -> StoredMessage | Message:
+        """The half shown to a producer in a check-back (RocketMQ sends one message)."""
+        return self._half_message(tx.halves[0])
+
+    def info(self, tx: Transaction) -> TransactionInfo:
+        with tx.cond:
+            return self._info(tx, self._now_ms())
+
+    def now_ms(self) -> int:
+        return self._now_ms()
+
+    # --- internals ----------------------------------------------------------------
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def _lookup(self, tx_id: str) -> Transaction | FinalRecord:
+        with self._table_lock:
+            tx = self._table.get(tx_id) or self._finals.get(tx_id)
+        if tx is None:
+            raise UnknownTransaction(f"transaction {tx_id} is unknown (never prepared, or forgotten)")
+        return tx
+
+    def _admit_prepare(self, tx_id: str, producer_group: str, now: int) -> Transaction:
+        """Find or create the transaction and count this prepare in flight, or refuse."""
+        while True:
+            with self._table_lock:
+                final = self._finals.get(tx_id)
+                if final is not None:
+                    raise _already_ended(tx_id, final.state)
+                tx = self._table.get(tx_id)
+                if tx is None:
+                    tx = self._table[tx_id] = Transaction(tx_id, producer_group=producer_group, created_ms=now)
+            with tx.cond:
+                while tx.ending:
+                    tx.cond.wait()
+                if tx.state is not TxState.PENDING:
+                    raise _already_ended(tx_id, tx.state)
+                with self._table_lock:
+                    if self._table.get(tx_id) is not tx:
+                        continue  # forgotten by a failed first prepare meanwhile: start over
+                tx.inflight += 1
+                return tx
+
+    def _apply_halves(self, tx: Transaction, halves: list[Message], results, now: int) -> None:
+        size = sum(len(h.body) for h in halves)
+        with self._table_lock:
+            cache = self._cache_bytes + size <= self.config.half_cache_bytes
+            if cache:
+                self._cache_bytes += size
+        refs = [half_ref(h, physical_offset=r.physical_offset, size=r.size, half_queue_offset=r.queue_offset,
+                         cache=cache) for h, r in zip(halves, results)]
+        immunity = max(immunity_ms(h, self.config.transaction_timeout_s, self.config.max_immunity_s)
+                       for h in halves)
+        with tx.cond:
+            first = not tx.halves
+            tx.halves.extend(refs)
+            if first:
+                tx.created_ms = now
+            tx.immunity_ms = max(tx.immunity_ms, immunity)
+        self.metrics.halves_added(Counter(r.real_topic for r in refs))
+        if first:
+            self._schedule(tx, now + tx.immunity_ms)
+
+    def _forget_if_empty(self, tx: Transaction) -> None:
+        with tx.cond:
+            if tx.halves or tx.inflight or tx.ending or tx.state is not TxState.PENDING:
+                return
+            with self._table_lock:
+                if self._table.get(tx.transaction_id) is tx:
+                    del self._table[tx.transaction_id]
+
+    def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int):
+        wanted = None if include_senders is None else frozenset(include_senders)
+        selected = [h for h in tx.halves if wanted is None or h.sender in wanted]
+        finals = [build_final(self._half_message(h), h.physical_offset) for h in selected]
+        op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
+                               tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
+        with self._gate.shared():
+            results = self.store.append_group([*finals, op], allow_system=True)
+            self._finish(tx, TxState.COMMITTED, now)
+        self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, len(finals))
+        return results[:-1]
+
+    def _append_op_and_finish(self, tx: Transaction, kind: OpKind, state: TxState, now: int) -> None:
+        op = build_op(OpRecord(tx.transaction_id, kind, None, len(tx.halves), now))
+        with self._gate.shared():
+            self.store.append([op], allow_system=True)
+            self._finish(tx, state, now)
+        self.metrics.resolved(kind.value, (now - tx.created_ms) / 1000)
+
+    def _finish(self, tx: Transaction, state: TxState, now: int) -> None:
+        """Move a just-resolved transaction to the compact finals map."""
+        with tx.cond:
+            tx.state = state
+            self._drop_cache(tx)
+        with self._table_lock:
+            self._table.pop(tx.transaction_id, None)
+            self._finals[tx.transaction_id] = FinalRecord(state, now)
+        self.metrics.halves_left_pending(Counter(h.real_topic for h in tx.halves))
+
+    def _drop_cache(self, tx: Transaction) -> None:
+        freed = 0
+        for h in tx.halves:
+            if h.cached is not None:
+                freed += len(h.cached.body)
+                h.cached = None
+        if freed:
+            with self._table_lock:
+                self._cache_bytes -= freed
+
+    def _half_message(self, ref: HalfRef) -> Message:
+        return ref.cached if ref.cached is not None else self.store.read_at(ref.physical_offset, ref.size)
+
+    def _schedule(self, tx: Transaction, due_ms: int) -> None:
+        with self._table_lock:
+            tx.next_check_ms = due_ms
+            heapq.heappush(self._due, (due_ms, next(self._due_seq), tx.transaction_id))
+
+    def _info(self, tx: Transaction, now: int) -> TransactionInfo:
+        return TransactionInfo(
+            transaction_id=tx.transaction_id, state=tx.state, producer_group=tx.producer_group,
+            topics=tx.topics(), half_count=len(tx.halves), senders=tx.senders(), created_ms=tx.created_ms,
+            age_s=max(0, now - tx.created_ms) / 1000, checks=tx.checks, last_check_ms=tx.last_check_ms)
+
+    def _prune_finals(self, snap: TableSnapshot) -> None:
+        horizon = snap.written_ms - int(self.config.resolved_retention_s * 1000)
+        stale = [k for k, f in snap.finals.items() if f.resolved_ms < horizon]
+        if not stale:
+            return
+        with self._table_lock:
+            for k in stale:
+                snap.finals.pop(k, None)
+                final = self._finals.get(k)
+                if final is not None and final.resolved_ms < horizon:
+                    del self._finals[k]
+
+    def _recover(self) -> None:
+        started = time.monotonic()
+        rebuilt = recover_table(self.store, load_snapshots(self.state_dir),
+                                default_immunity_s=self.config.transaction_timeout_s,
+                                max_immunity_s=self.config.max_immunity_s)
+        self._table, self._finals = rebuilt.table, rebuilt.finals
+        interval_ms = int(self.config.check_interval_s * 1000)
+        pending = Counter()
+        for tx in self._table.values():
+            if tx.state is TxState.PENDING and tx.halves:
+                pending.update(h.real_topic for h in tx.halves)
+                due = tx.created_ms + tx.immunity_ms
+                if tx.last_check_ms:
+                    due = max(due, tx.last_check_ms + interval_ms)
+                self._schedule(tx, due)
+        self.metrics.halves_added(pending)
+        self.metrics.prepared_halves = 0
+        self.recovery_stats = {
+            "from_snapshot": rebuilt.from_snapshot, "halves_replayed": rebuilt.halves_replayed,
+            "ops_replayed": rebuilt.ops_replayed, "transactions": len(self._table),
+            "finals": len(self._finals), "seconds": time.monotonic() - started}
+        if rebuilt.halves_replayed or rebuilt.ops_replayed or not rebuilt.from_snapshot:
+            self.snapshot()  # a stale snapshot must never look valid after the store grows again
+        else:
+            self._last_snapshot_s = time.monotonic()
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex.upper()
+
+
+def _already_ended(tx_id: str, state: TxState) -> TransactionAlreadyEnded:
+    return TransactionAlreadyEnded(
+        f"transaction {tx_id} is already {state.value}: no more half messages can be added", state=state.value)
+
+
+def _repeat_or_conflict(tx_id: str, state: TxState, resolution: Resolution) -> EndResult:
+    same = (state is TxState.COMMITTED) == (resolution is Resolution.COMMIT)
+    if same:
+        return EndResult(state, False)
+    raise TransactionConflict(
+        f"transaction {tx_id} is already {state.value}: {resolution.name} refused, nothing written")

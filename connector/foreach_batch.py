@@ -1,0 +1,220 @@
+"""A foreachBatch helper: RocketMQ's TransactionListener for a Spark micro-batch.
+
+    helper = TransactionalBatch(broker="127.0.0.1:8081", topic="orders-out",
+                                checkpoint_location=ckpt,
+                                local_transaction=write_rows_to_db,   # (batch_df, batch_id) -> None
+                                check=db_has_batch)                    # (batch_id) -> bool
+    query = df.writeStream.foreachBatch(helper).option("checkpointLocation", ckpt).start()
+
+For every micro-batch: the executors send the batch's messages as halves of
+one transaction; the driver writes a manifest (which task attempts' halves are
+the batch's) into the checkpoint directory; runs the user's local transaction;
+COMMITs (only those halves) on success, ROLLs BACK if it raised. While the
+query runs, a check-back session answers the broker about transactions left
+pending by a dead run with the user's `check(batch_id)`.
+
+Why a manifest: after a crash between the local transaction and the COMMIT,
+the restarted run (or a check-back) must commit exactly the halves of the
+successful attempts, and only the manifest still knows which they were.
+
+`check(batch_id)` must say whether the local transaction of that batch
+committed, e.g. by writing the batch id in the same database transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pyarrow as pa
+
+from txmq.broker.errors import TransactionConflict, UnknownTransaction
+
+from . import transactions as txn
+from .faults import crash_point
+from .options import SinkOptions
+from .schema import validate_sink_schema
+from .sink import send_halves
+from .source import executor_client
+
+log = logging.getLogger("txmq.spark.foreach_batch")
+
+_SENT_SCHEMA = "sender string, rows long, committed boolean"
+
+
+def _local_path(location: str) -> Path:
+    if location.startswith("file:"):
+        location = location[5:]
+        while location.startswith("//"):
+            location = location[1:]
+    return Path(location)
+
+
+class TransactionalBatch:
+    """Callable for `DataStreamWriter.foreachBatch`: halves → local transaction → commit/rollback."""
+
+    def __init__(self, *, broker: str, checkpoint_location: str,
+                 local_transaction: Callable[[object, int], None], check: Callable[[int], bool],
+                 topic: str | None = None, producer_group: str | None = None, sink_id: str | None = None,
+                 checkback: bool = True, **conn_options: str) -> None:
+        opts = {"broker": broker, "checkpointLocation": checkpoint_location, **conn_options}
+        if topic:
+            opts["topic"] = topic
+        if sink_id:
+            opts["sinkId"] = sink_id
+        self.options = SinkOptions.parse(opts)
+        self.sink_id = self.options.sink_id
+        self.producer_group = producer_group or f"spark-fb-{self.sink_id}"
+        self.local_transaction = local_transaction
+        self.check = check
+        self.manifest_dir = _local_path(checkpoint_location) / "txmq-foreach-batch"
+        self.nonce = txn.run_nonce()
+        self._checkback_wanted = checkback
+        self._client = None
+        self._session = None
+        self._in_progress: int | None = None
+        self._lock = threading.Lock()
+
+    # --- driver client and check-back session -----------------------------------------
+
+    @property
+    def client(self):
+        if self._client is None:
+            self._client = self.options.connection.client()
+        return self._client
+
+    def _ensure_checkback(self) -> None:
+        if self._session is None and self._checkback_wanted:
+            topics = [self.options.topic] if self.options.topic else []
+            self._session = self.client.checkback_session(self.producer_group, topics, self._on_check)
+
+    def _on_check(self, request) -> str:
+        parsed = txn.parse_transaction_id(getattr(request, "transaction_id", ""))
+        if parsed is None or parsed[0] != self.sink_id:
+            return "UNKNOWN"
+        _, batch_id, _ = parsed
+        with self._lock:
+            if batch_id == self._in_progress:
+                return "UNKNOWN"  # this run is working on it and will end it
+        return "COMMIT" if self._commit_if_done(request.transaction_id, batch_id) else "ROLLBACK"
+
+    def close(self) -> None:
+        """Stop the check-back session and close the client (call after the query stops)."""
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __enter__(self) -> "TransactionalBatch":
+        self._ensure_checkback()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- manifest --------------------------------------------------------------------
+
+    def _manifest_path(self, batch_id: int) -> Path:
+        return self.manifest_dir / f"{batch_id}.json"
+
+    def _write_manifest(self, batch_id: int, tx: str, senders: list[str]) -> None:
+        self.manifest_dir.mkdir(parents=True, exist_ok=True)
+        path = self._manifest_path(batch_id)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"transaction_id": tx, "senders": senders}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    def _read_manifest(self, batch_id: int) -> dict | None:
+        try:
+            return json.loads(self._manifest_path(batch_id).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def _commit_if_done(self, tx: str, batch_id: int) -> bool:
+        """If the local transaction of `batch_id` committed, commit `tx`'s manifest halves. True if committed."""
+        manifest = self._read_manifest(batch_id)
+        if manifest is None or manifest["transaction_id"] != tx or not self.check(batch_id):
+            return False
+        state = txn.state_name(self.client.get_transaction(tx))
+        if state == txn.DISCARDED:
+            self.client.resume_transaction(tx)
+        self.client.end_transaction(tx, "COMMIT", include_senders=manifest["senders"],
+                                    producer_group=self.producer_group)
+        return True
+
+    # --- the batch -------------------------------------------------------------------
+
+    def _recover(self, batch_id: int) -> str | None:
+        """Settle what a dead run left for this batch. Returns a fresh tx id, or None if the batch is done."""
+        gen = 0
+        while True:
+            tx = txn.transaction_id(self.sink_id, batch_id, gen)
+            try:
+                state = txn.state_name(self.client.get_transaction(tx))
+            except UnknownTransaction:
+                return tx
+            if state == txn.COMMITTED:
+                return None
+            if state in (txn.PENDING, txn.DISCARDED):
+                if self._commit_if_done(tx, batch_id):
+                    return None
+                if state == txn.PENDING:
+                    try:
+                        self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group)
+                    except TransactionConflict:
+                        continue  # it just committed (a check-back): look again
+            gen += 1
+
+    def _send(self, batch_df, tx: str) -> list[tuple[str, int, bool]]:
+        conn, topic, group, rows_per_rpc = (self.options.connection, self.options.topic, self.producer_group,
+                                            self.options.max_batch_rows)
+        nonce = self.nonce
+
+        def send_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            from pyspark import TaskContext
+
+            tc = TaskContext.get()
+            sender = txn.sender_name(tc.partitionId(), tc.attemptNumber(), nonce)
+            rows, committed = send_halves(executor_client(conn), batches, transaction_id=tx, sender=sender,
+                                          topic=topic, producer_group=group, max_batch_rows=rows_per_rpc)
+            yield pa.RecordBatch.from_pylist([{"sender": sender, "rows": rows, "committed": committed}])
+
+        return [(r.sender, r.rows, r.committed) for r in batch_df.mapInArrow(send_partition, _SENT_SCHEMA).collect()]
+
+    def __call__(self, batch_df, batch_id: int) -> None:
+        validate_sink_schema(batch_df.schema, default_topic=self.options.topic)
+        self._ensure_checkback()
+        with self._lock:
+            self._in_progress = batch_id
+        try:
+            tx = self._recover(batch_id)
+            if tx is None:
+                log.info("txmq foreachBatch: batch %s already committed by an earlier run", batch_id)
+                return
+            sent = self._send(batch_df, tx)
+            senders = sorted({s for s, rows, _ in sent if rows > 0})
+            self._write_manifest(batch_id, tx, senders)
+            crash_point("fb.after_halves", batch_id)
+            try:
+                self.local_transaction(batch_df, batch_id)
+            except BaseException:
+                if senders:
+                    self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group)
+                raise
+            crash_point("fb.after_local_transaction", batch_id)
+            if senders:
+                self.client.end_transaction(tx, "COMMIT", include_senders=senders,
+                                            producer_group=self.producer_group)
+            crash_point("fb.after_broker_commit", batch_id)
+        finally:
+            with self._lock:
+                self._in_progress = None

@@ -1,0 +1,64 @@
+"""DataDeleted crosses the wire as DataDeleted(min_offset=...), not as a generic error.
+
+Retention is hard to trigger in a test broker, so the native handler runs
+in-process over a core whose store reports deleted offsets; the wire, the
+status mapping and the client are the real ones.
+"""
+
+from __future__ import annotations
+
+from concurrent import futures
+from types import SimpleNamespace
+
+import grpc
+import pytest
+
+from txmq.broker import errors
+from txmq.broker.client import NativeClient
+from txmq.broker.server.native_service import build_native_handler
+
+
+class _RetainedStore:
+    """A store whose queue t:0 lost offsets below 100 to retention."""
+
+    topics = SimpleNamespace(get=lambda name: SimpleNamespace(name=name, queue_count=1, permission=6))
+
+    def add_dispatch_listener(self, fn):
+        pass
+
+    def queue_ids(self, topic):
+        return [0]
+
+    def read_queue(self, topic, queue_id, offset, max_count, **kwargs):
+        raise errors.DataDeleted(f"offset {offset} of {topic}:{queue_id} was deleted", min_offset=100)
+
+    def min_offset(self, topic, queue_id):
+        return 100
+
+    def max_offset(self, topic, queue_id):
+        return 150
+
+
+@pytest.fixture
+def stub_client():
+    core = SimpleNamespace(store=_RetainedStore(), engine=SimpleNamespace(), router=None, config=None)
+    server = grpc.server(futures.ThreadPoolExecutor(4))
+    server.add_generic_rpc_handlers((build_native_handler(core),))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with NativeClient(f"127.0.0.1:{port}", timeout_s=10) as client:
+            yield client
+    finally:
+        server.stop(0)
+
+
+def test_deleted_offsets_raise_data_deleted_with_the_min_offset(stub_client):
+    with pytest.raises(errors.DataDeleted) as info:
+        stub_client.pull_arrow("t", 0, 5, 10)
+    assert info.value.min_offset == 100
+    assert "deleted" in str(info.value)
+
+
+def test_min_offsets_report_the_retained_start(stub_client):
+    assert stub_client.min_offsets(["t"]) == {"t": {0: 100}}

@@ -1,0 +1,23 @@
+"""Shared pytest fixtures: a real broker process on loopback."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # tests.support importable
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+from tests.support.broker_process import BrokerProcess  # noqa: E402
+
+
+@pytest.fixture
+def broker(tmp_path: Path):
+    """A broker process (sync flush) on a free port, stopped cleanly at the end."""
+    with BrokerProcess(tmp_path / "broker") as proc:
+        yield proc

@@ -1,0 +1,209 @@
+"""Drive the official rocketmq-python-client (5.1.2) against a broker; print one JSON line.
+
+Runs under .venv-rocketmq/bin/python (the official client's own environment),
+never inside the test process. Subcommands:
+
+  produce        send --count messages (sync, or --async), print ids and offsets
+  transaction    send transactional messages and commit / roll back / leave them
+                 orphaned for the broker's check-back (answered by a TransactionChecker)
+  simple         SimpleConsumer: receive until --expect bodies (or --timeout), with
+                 ack / no-ack / change-invisible behaviours
+  push           PushConsumer: consume until --expect bodies (or --timeout)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+
+from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message,
+                      MessageListener, Producer, PushConsumer, SimpleConsumer, TransactionChecker,
+                      TransactionResolution)
+
+
+def config(args) -> ClientConfiguration:
+    return ClientConfiguration(args.endpoint, Credentials(args.ak or "", args.sk or ""), request_timeout=5)
+
+
+def make_message(topic: str, body: str, tag: str | None) -> Message:
+    m = Message()
+    m.topic = topic
+    m.body = body.encode()
+    if tag:
+        m.tag = tag
+    m.keys = f"k-{body}"
+    m.add_property("origin", "interop")
+    return m
+
+
+def cmd_produce(args) -> dict:
+    producer = Producer(config(args), (args.topic,), tls_enable=args.tls)
+    producer.startup()
+    sent, errors = [], []
+    try:
+        futures = []
+        for i in range(args.count):
+            msg = make_message(args.topic, f"{args.prefix}-{i}", args.tag)
+            try:
+                if args.use_async:
+                    futures.append(producer.send_async(msg))
+                else:
+                    r = producer.send(msg)
+                    sent.append({"message_id": r.message_id, "offset": r.offset})
+            except Exception as exc:  # reported, the test decides
+                errors.append(f"{type(exc).__name__}: {exc}")
+        for f in futures:
+            try:
+                r = f.result(timeout=30)
+                sent.append({"message_id": r.message_id, "offset": r.offset})
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        producer.shutdown()
+    return {"sent": sent, "errors": errors}
+
+
+class Checker(TransactionChecker):
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+        self.checked: list[str] = []
+        self.lock = threading.Lock()
+
+    def check(self, message) -> TransactionResolution:
+        with self.lock:
+            self.checked.append(message.body.decode())
+        return TransactionResolution.COMMIT if self.answer == "commit" else TransactionResolution.ROLLBACK
+
+
+def cmd_transaction(args) -> dict:
+    answer = "commit" if args.mode in ("commit", "orphan-commit") else "rollback"
+    checker = Checker(answer)
+    producer = Producer(config(args), (args.topic,), checker)
+    producer.startup()
+    tx_ids, errors = [], []
+    try:
+        for i in range(args.count):
+            tx = producer.begin_transaction()
+            try:
+                r = producer.send(make_message(args.topic, f"{args.prefix}-{i}", args.tag), tx)
+                tx_ids.append(r.transaction_id)
+                if args.mode == "commit":
+                    tx.commit()
+                elif args.mode == "rollback":
+                    tx.rollback()
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+        if args.mode.startswith("orphan"):
+            deadline = time.time() + args.timeout
+            while time.time() < deadline and len(set(checker.checked)) < args.count:
+                time.sleep(0.2)
+            time.sleep(1.0)  # let the EndTransaction(SOURCE_SERVER_CHECK) calls land
+    finally:
+        producer.shutdown()
+    return {"transaction_ids": tx_ids, "checked": sorted(set(checker.checked)), "errors": errors}
+
+
+def cmd_simple(args) -> dict:
+    consumer = SimpleConsumer(config(args), args.group, {args.topic: FilterExpression(args.tag or "*")},
+                              await_duration=args.await_s)
+    consumer.startup()
+    received, errors = [], []
+    try:
+        deadline = time.time() + args.timeout
+        while time.time() < deadline and len([r for r in received if r["acked"]]) < args.expect \
+                and (args.behaviour != "no-ack" or len(received) < args.expect):
+            try:
+                messages = consumer.receive(32, args.invisible)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                time.sleep(0.2)
+                continue
+            for m in messages:
+                entry = {"body": m.body.decode(), "attempt": m.delivery_attempt, "acked": False,
+                         "message_id": m.message_id, "tag": m.tag,
+                         "properties": dict(m.properties)}
+                received.append(entry)
+                if args.behaviour == "ack" or (args.behaviour == "nack-once" and m.delivery_attempt > 1):
+                    consumer.ack(m)
+                    entry["acked"] = True
+                elif args.behaviour == "change-invisible":
+                    if m.delivery_attempt == 1:
+                        consumer.change_invisible_duration(m, args.change_to)
+                    else:
+                        consumer.ack(m)
+                        entry["acked"] = True
+    finally:
+        consumer.shutdown()
+    return {"received": received, "errors": errors}
+
+
+class Collector(MessageListener):
+    def __init__(self) -> None:
+        self.bodies: list[str] = []
+        self.lock = threading.Lock()
+
+    def consume(self, message) -> ConsumeResult:
+        with self.lock:
+            self.bodies.append(message.body.decode())
+        return ConsumeResult.SUCCESS
+
+
+def cmd_push(args) -> dict:
+    listener = Collector()
+    consumer = PushConsumer(config(args), args.group, listener, {args.topic: FilterExpression("*")})
+    consumer.startup()
+    try:
+        deadline = time.time() + args.timeout
+        while time.time() < deadline and len(listener.bodies) < args.expect:
+            time.sleep(0.1)
+        time.sleep(args.linger)  # duplicates would show up here
+    finally:
+        consumer.shutdown()
+    return {"bodies": listener.bodies}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--endpoint", required=True)
+    p.add_argument("--ak")
+    p.add_argument("--sk")
+    p.add_argument("--tls", action="store_true", help="TLS (roots from GRPC_DEFAULT_SSL_ROOTS_FILE_PATH)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pr = sub.add_parser("produce")
+    pr.add_argument("--async", dest="use_async", action="store_true")
+    tx = sub.add_parser("transaction")
+    tx.add_argument("--mode", choices=("commit", "rollback", "orphan-commit", "orphan-rollback"), required=True)
+    tx.add_argument("--timeout", type=float, default=30)
+    for q in (pr, tx):
+        q.add_argument("--topic", required=True)
+        q.add_argument("--count", type=int, default=1)
+        q.add_argument("--prefix", default="m")
+        q.add_argument("--tag")
+    sc = sub.add_parser("simple")
+    sc.add_argument("--behaviour", choices=("ack", "no-ack", "nack-once", "change-invisible"), default="ack")
+    sc.add_argument("--invisible", type=int, default=10)
+    sc.add_argument("--change-to", type=int, default=1)
+    sc.add_argument("--await-s", type=int, default=2)
+    pu = sub.add_parser("push")
+    pu.add_argument("--linger", type=float, default=1.0)
+    for q in (sc, pu):
+        q.add_argument("--topic", required=True)
+        q.add_argument("--group", required=True)
+        q.add_argument("--expect", type=int, required=True)
+        q.add_argument("--timeout", type=float, default=30)
+        q.add_argument("--tag")
+    args = p.parse_args()
+    fn = {"produce": cmd_produce, "transaction": cmd_transaction, "simple": cmd_simple, "push": cmd_push}[args.cmd]
+    try:
+        result = fn(args)
+    except Exception as exc:
+        result = {"fatal": f"{type(exc).__name__}: {exc}"}
+    print("RESULT " + json.dumps(result), flush=True)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

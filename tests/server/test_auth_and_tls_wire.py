@@ -1,0 +1,89 @@
+"""Authentication, producer-group isolation and TLS at the wire level."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+
+import grpc
+import pytest
+
+from tests.server.wire import Wire
+from tests.support.broker_process import BrokerProcess
+from txmq.broker.protocol import rocketmq_v2_pb2 as pb
+
+
+@pytest.fixture(scope="module")
+def auth_broker(tmp_path_factory):
+    d = tmp_path_factory.mktemp("auth")
+    f = d / "auth.json"
+    f.write_text(json.dumps({"accounts": [
+        {"access_key": "alice", "secret_key": "a-secret", "producer_groups": ["pg-a"], "publish": ["*"],
+         "subscribe": ["*"]},
+        {"access_key": "bob", "secret_key": "b-secret", "producer_groups": ["pg-b"], "publish": ["*"],
+         "subscribe": ["bob-*"]},
+    ]}))
+    with BrokerProcess(d / "store", flush="async", extra_args=["--auth-file", str(f)]) as proc:
+        yield proc
+
+
+def topic() -> str:
+    return f"auth-{uuid.uuid4().hex[:8]}"
+
+
+def test_signed_calls_pass(auth_broker):
+    w = Wire(auth_broker.endpoint, ak="alice", sk="a-secret")
+    assert w.send(topic(), [b"x"]).status.code == pb.OK
+
+
+@pytest.mark.parametrize("ak,sk", [("alice", "wrong"), ("eve", "a-secret"), (None, None), ("", "")])
+def test_unsigned_or_wrongly_signed_calls_get_unauthorized(auth_broker, ak, sk):
+    w = Wire(auth_broker.endpoint, ak=ak, sk=sk)
+    r = w.send(topic(), [b"x"])
+    assert r.status.code == pb.UNAUTHORIZED and r.status.message
+    route = w.call("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=topic())))
+    assert route.status.code == pb.UNAUTHORIZED
+
+
+def test_subscribe_permission_is_per_topic(auth_broker):
+    bob = Wire(auth_broker.endpoint, ak="bob", sk="b-secret")
+    status, _ = bob.receive("alice-topic", "g1")
+    assert status.code == pb.FORBIDDEN and "alice-topic" in status.message
+
+
+def test_no_client_may_end_another_producer_groups_transaction(auth_broker):
+    alice = Wire(auth_broker.endpoint, ak="alice", sk="a-secret")
+    bob = Wire(auth_broker.endpoint, ak="bob", sk="b-secret")
+    t = topic()
+    tx = alice.send(t, [b"secret"], mtype=pb.TRANSACTION).entries[0].transaction_id
+    r = bob.end(t, tx, pb.COMMIT)
+    assert r.status.code == pb.FORBIDDEN and "pg-a" in r.status.message
+    assert alice.pull_all(t) == []
+    assert alice.end(t, tx, pb.COMMIT).status.code == pb.OK
+    assert [m.body for m in alice.pull_all(t)] == [b"secret"]
+
+
+def _self_signed(tmp_path):
+    """A throwaway certificate for 127.0.0.1/localhost, made with the openssl CLI."""
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=txmq-test",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(key_file), "-out", str(cert_file)], check=True, capture_output=True)
+    return cert_file, key_file
+
+
+def test_tls_broker_serves_tls_clients_and_refuses_plaintext(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not available")
+    cert, key = _self_signed(tmp_path)
+    with BrokerProcess(tmp_path / "store", flush="async",
+                       extra_args=["--tls-cert", str(cert), "--tls-key", str(key)]) as proc:
+        creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+        w = Wire(proc.endpoint, channel=grpc.secure_channel(proc.endpoint, creds))
+        assert w.send(topic(), [b"over tls"]).status.code == pb.OK
+        plain = Wire(proc.endpoint)
+        with pytest.raises(grpc.RpcError):
+            plain.call("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=topic())), timeout=3)

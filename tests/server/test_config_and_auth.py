@@ -1,0 +1,85 @@
+"""Broker configuration parsing and request-signature verification."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from txmq.broker.errors import Forbidden, Unauthorized
+from txmq.broker.server.auth import Authenticator, authorization_header, format_date_time
+from txmq.broker.server.broker import build_arg_parser, config_from_args
+from txmq.broker.server.config import BrokerConfig, parse_duration
+
+
+@pytest.mark.parametrize("text,seconds", [("6s", 6), ("500ms", 0.5), ("2m", 120), ("1h", 3600), (15, 15)])
+def test_durations_parse(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+def test_bad_duration_is_refused_with_the_text():
+    with pytest.raises(ValueError, match="6x"):
+        parse_duration("6x")
+
+
+def test_toml_file_and_flags_combine(tmp_path):
+    f = tmp_path / "broker.toml"
+    f.write_text('[broker]\nflush = "sync"\ntransaction-timeout = "2s"\nmax_checks = 3\n')
+    args = build_arg_parser().parse_args(["--config", str(f), "--data-dir", str(tmp_path), "--max-checks", "5",
+                                          "--no-auto-create-topics"])
+    cfg = config_from_args(args)
+    assert cfg.flush == "sync" and cfg.transaction_timeout_s == 2.0
+    assert cfg.max_checks == 5 and cfg.auto_create_topics is False
+
+
+def test_defaults_follow_rocketmq():
+    cfg = BrokerConfig()
+    assert (cfg.transaction_timeout_s, cfg.check_interval_s, cfg.max_checks) == (6.0, 30.0, 15)
+    assert cfg.default_queue_count == 4 and cfg.max_body_bytes == 4 << 20
+
+
+def test_unknown_setting_is_refused():
+    with pytest.raises(ValueError, match="colour"):
+        BrokerConfig.from_mapping({"colour": "blue"})
+
+
+@pytest.fixture
+def auth(tmp_path):
+    f = tmp_path / "auth.json"
+    f.write_text(json.dumps({"accounts": [
+        {"access_key": "ak1", "secret_key": "sk1", "producer_groups": ["pg1"], "publish": ["orders*"],
+         "subscribe": ["orders"]}]}))
+    return Authenticator.from_file(f)
+
+
+def meta(ak, sk, when=None):
+    date = format_date_time(when)
+    return [("x-mq-date-time", date), ("authorization", authorization_header(ak, sk, date))]
+
+
+def test_right_keys_give_the_accounts_identity(auth):
+    ident = auth.authenticate(meta("ak1", "sk1"))
+    assert ident.access_key == "ak1" and ident.producer_group == "pg1"
+    ident.require_publish("orders-eu")
+    with pytest.raises(Forbidden):
+        ident.require_subscribe("payments")
+    with pytest.raises(Forbidden):
+        ident.require_producer_group("pg2")
+
+
+@pytest.mark.parametrize("metadata,reason", [
+    (lambda: meta("ak1", "wrong"), "signature"),
+    (lambda: meta("nobody", "sk1"), "unknown access key"),
+    (lambda: meta("", ""), "no access key"),
+    (lambda: [], "no authorization"),
+    (lambda: meta("ak1", "sk1", time.time() - 3600), "15 minutes"),
+])
+def test_bad_credentials_are_refused(auth, metadata, reason):
+    with pytest.raises(Unauthorized, match=reason):
+        auth.authenticate(metadata())
+
+
+def test_auth_off_accepts_the_empty_credential():
+    ident = Authenticator.disabled().authenticate(meta("", ""))
+    assert not ident.authenticated and ident.may_publish("anything")

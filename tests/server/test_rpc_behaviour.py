@@ -1,0 +1,135 @@
+"""RocketMQ 5 RPCs over the wire: routes, sends, transactions, pop consumption, offsets."""
+
+from __future__ import annotations
+
+import uuid
+
+from txmq.broker.protocol import rocketmq_v2_pb2 as pb
+
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_route_announces_four_read_write_queues_accepting_normal_fifo_transaction(wire):
+    r = wire.call("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=name("route"))))
+    assert r.status.code == pb.OK
+    assert [q.id for q in r.message_queues] == [0, 1, 2, 3]
+    q = r.message_queues[0]
+    assert q.permission == pb.READ_WRITE
+    assert set(q.accept_message_types) >= {pb.NORMAL, pb.FIFO, pb.TRANSACTION}
+    assert q.broker.endpoints.scheme == pb.IPv4 and q.broker.endpoints.addresses[0].port > 0
+
+
+def test_send_returns_one_entry_per_message_echoing_the_client_id(wire):
+    topic = name("send")
+    r = wire.send(topic, [b"a", b"b", b"c"])
+    assert r.status.code == pb.OK and len(r.entries) == 3
+    assert all(e.status.code == pb.OK and e.message_id for e in r.entries)
+
+
+def test_fifo_messages_of_one_group_land_on_one_queue_in_order(wire):
+    topic = name("fifo")
+    for i in range(6):
+        assert wire.send(topic, [f"g1-{i}".encode()], mtype=pb.FIFO, group="g1").status.code == pb.OK
+    msgs = wire.pull_all(topic)
+    assert {m.system_properties.queue_id for m in msgs} == {msgs[0].system_properties.queue_id}
+    assert [m.body for m in msgs] == [f"g1-{i}".encode() for i in range(6)]
+    assert msgs[0].system_properties.message_group == "g1"
+
+
+def test_transaction_is_invisible_until_commit_and_rollback_never_shows(wire):
+    topic = name("tx")
+    sent = wire.send(topic, [b"one"], mtype=pb.TRANSACTION)
+    tx_id = sent.entries[0].transaction_id
+    assert sent.status.code == pb.OK and tx_id
+    assert wire.pull_all(topic) == []
+    rolled = wire.send(topic, [b"never"], mtype=pb.TRANSACTION).entries[0].transaction_id
+    assert wire.end(topic, rolled, pb.ROLLBACK).status.code == pb.OK
+    assert wire.end(topic, tx_id, pb.COMMIT).status.code == pb.OK
+    assert [m.body for m in wire.pull_all(topic)] == [b"one"]
+
+
+def test_repeated_commit_is_ok_and_writes_nothing_more(wire):
+    topic = name("tx-repeat")
+    tx_id = wire.send(topic, [b"x"], mtype=pb.TRANSACTION).entries[0].transaction_id
+    assert wire.end(topic, tx_id).status.code == pb.OK
+    again = wire.end(topic, tx_id)
+    assert again.status.code == pb.OK and "already" in again.status.message
+    assert len(wire.pull_all(topic)) == 1
+
+
+def test_receive_ack_and_redelivery_with_growing_attempt(wire):
+    topic, group = name("pop"), name("g")
+    wire.send(topic, [b"p1"])
+    status, msgs = wire.receive(topic, group, invisible_s=1)
+    assert status.code == pb.OK and len(msgs) == 1
+    sp = msgs[0].system_properties
+    assert sp.delivery_attempt == 1 and sp.receipt_handle and sp.body_encoding == pb.IDENTITY
+    assert sp.HasField("store_timestamp") and sp.HasField("queue_offset")
+    # not acked: invisible for 1 s, then delivered again with attempt 2
+    status, none = wire.receive(topic, group, invisible_s=1)
+    assert none == [] and status.code == pb.MESSAGE_NOT_FOUND
+    status, again = wire.receive(topic, group, invisible_s=5, poll_s=3)
+    assert [m.body for m in again] == [b"p1"] and again[0].system_properties.delivery_attempt == 2
+    ack = pb.AckMessageRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic))
+    ack.entries.add(message_id=again[0].system_properties.message_id,
+                    receipt_handle=again[0].system_properties.receipt_handle)
+    assert wire.call("AckMessage", ack).status.code == pb.OK
+    # the first (superseded) handle is refused
+    ack.entries[0].receipt_handle = sp.receipt_handle
+    assert wire.call("AckMessage", ack).status.code == pb.INVALID_RECEIPT_HANDLE
+
+
+def test_change_invisible_duration_returns_a_new_handle_and_supersedes_the_old(wire):
+    topic, group = name("civ"), name("g")
+    wire.send(topic, [b"c1"])
+    _, msgs = wire.receive(topic, group, invisible_s=30)
+    old = msgs[0].system_properties.receipt_handle
+    req = pb.ChangeInvisibleDurationRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+                                            receipt_handle=old, message_id=msgs[0].system_properties.message_id)
+    req.invisible_duration.seconds = 0
+    r = wire.call("ChangeInvisibleDuration", req)
+    assert r.status.code == pb.OK and r.receipt_handle and r.receipt_handle != old
+    _, again = wire.receive(topic, group, poll_s=2)
+    assert [m.body for m in again] == [b"c1"]
+    assert wire.call("ChangeInvisibleDuration", req).status.code == pb.INVALID_RECEIPT_HANDLE
+
+
+def test_long_poll_returns_a_message_sent_while_waiting(wire, module_broker):
+    import threading
+    import time
+    topic, group = name("lp"), name("g")
+    wire.queue_count(topic)
+    threading.Timer(0.5, lambda: wire.send(topic, [b"late"])).start()
+    t0 = time.monotonic()
+    status, msgs = wire.receive(topic, group, poll_s=10)
+    assert [m.body for m in msgs] == [b"late"] and time.monotonic() - t0 < 5
+
+
+def test_offsets_update_get_and_query(wire):
+    topic, group = name("off"), name("g")
+    wire.send(topic, [b"a"], mtype=pb.FIFO, group="k")
+    q = [m for m in wire.pull_all(topic)][0].system_properties.queue_id
+    mq = pb.MessageQueue(topic=pb.Resource(name=topic), id=q)
+    get = wire.call("GetOffset", pb.GetOffsetRequest(group=pb.Resource(name=group), message_queue=mq))
+    assert get.status.code == pb.OFFSET_NOT_FOUND
+    upd = wire.call("UpdateOffset", pb.UpdateOffsetRequest(group=pb.Resource(name=group), message_queue=mq, offset=1))
+    assert upd.status.code == pb.OK
+    assert wire.call("GetOffset", pb.GetOffsetRequest(group=pb.Resource(name=group), message_queue=mq)).offset == 1
+    end = wire.call("QueryOffset", pb.QueryOffsetRequest(message_queue=mq, query_offset_policy=pb.END))
+    assert end.status.code == pb.OK and end.offset == 1
+    beyond = wire.call("UpdateOffset", pb.UpdateOffsetRequest(group=pb.Resource(name=group), message_queue=mq,
+                                                              offset=99))
+    assert beyond.status.code == pb.ILLEGAL_OFFSET
+
+
+def test_heartbeat_assignment_and_termination_answer_ok(wire):
+    topic, group = name("hb"), name("g")
+    hb = pb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER)
+    hb.group.name = group
+    assert wire.call("Heartbeat", hb).status.code == pb.OK
+    qa = wire.call("QueryAssignment", pb.QueryAssignmentRequest(topic=pb.Resource(name=topic),
+                                                                group=pb.Resource(name=group)))
+    assert qa.status.code == pb.OK and len(qa.assignments) == 4
+    assert wire.call("NotifyClientTermination", pb.NotifyClientTerminationRequest()).status.code == pb.OK

@@ -1,0 +1,91 @@
+"""Spark test fixtures: ONE local SparkSession and ONE broker process for the whole session.
+
+Spark costs ~10 s to start on this 2-core machine, so every Spark test shares a
+session (`spark.sql.shuffle.partitions=2`) and a broker, and isolates itself by
+using fresh topic names and checkpoint directories instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.support.broker_process import BrokerProcess
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def spark_broker(tmp_path_factory):
+    """A broker (sync flush) shared by the Spark tests."""
+    with BrokerProcess(tmp_path_factory.mktemp("spark-broker")) as proc:
+        yield proc
+
+
+def expose_autoregister_module(tmp_dir: Path) -> None:
+    """Make `pyspark_txmq` visible to pyspark's data source lookup in an editable install.
+
+    pyspark finds `pyspark_*` modules with `pkgutil.iter_modules()`, which cannot see
+    packages that an editable install maps through an import hook (a regular
+    `pip install` puts `pyspark_txmq/` in site-packages, where it is found). A
+    symlink on PYTHONPATH, inherited by Spark's Python workers, does the same here.
+    """
+    import pkgutil
+
+    if any(m.name == "pyspark_txmq" for m in pkgutil.iter_modules()):
+        return
+    link = tmp_dir / "pyspark_txmq"
+    if not link.exists():
+        link.symlink_to(ROOT / "connector" / "autoregister", target_is_directory=True)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_dir), os.environ.get("PYTHONPATH")) if p)
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    expose_autoregister_module(tmp_path_factory.mktemp("pythonpath"))
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("txmq-tests")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.driver.memory", "1g")
+               .config("spark.sql.streaming.stopTimeout", "30s")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def client(spark_broker):
+    from txmq.broker.client import NativeClient
+
+    c = NativeClient(spark_broker.endpoint)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def topic(client) -> str:
+    """A fresh 4-queue topic."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    client.create_topic(name, 4)
+    return name
+
+
+@pytest.fixture
+def checkpoint(tmp_path) -> str:
+    return str(tmp_path / "checkpoint")
+
+
+@pytest.fixture
+def source_options(spark_broker):
+    return {"broker": spark_broker.endpoint}
+
+

@@ -1,0 +1,117 @@
+"""An in-memory stand-in for MessageStore, following the ARCHITECTURE.md contract.
+
+Why: the engine's rules (states, idempotence, check-back timing) are tested
+fast and deterministically against this; the real store is used by the
+recovery, crash and stateful tests. Only the calls the engine makes exist.
+A `fail_next_append` switch simulates a store failure (the append writes nothing).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from txmq.broker.errors import DataDeleted, IllegalOffset, IllegalTopic, MessageNotFound, StoreError
+from txmq.broker.store.message import SYSTEM_TOPICS, AppendResult, Message, StoredMessage
+
+
+@dataclass
+class _Config:
+    data_dir: Path
+
+
+@dataclass
+class QueueRead:
+    messages: list[StoredMessage]
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+class MemoryStore:
+    def __init__(self, data_dir: Path) -> None:
+        self.config = _Config(Path(data_dir))
+        self._lock = threading.Lock()
+        self._records: dict[int, StoredMessage] = {}
+        self._queues: dict[tuple[str, int], list[int]] = {}
+        self._next_physical = 0
+        self.appends = 0
+        self.fail_next_append = False
+
+    def append(self, messages: Sequence[Message], *, allow_system: bool = False) -> list[AppendResult]:
+        return self._write(messages, allow_system)
+
+    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> list[AppendResult]:
+        return self._write(messages, allow_system)
+
+    def _write(self, messages: Sequence[Message], allow_system: bool) -> list[AppendResult]:
+        for m in messages:
+            if m.topic in SYSTEM_TOPICS and not allow_system:
+                raise IllegalTopic(f"{m.topic} is a system topic")
+        with self._lock:
+            if self.fail_next_append:
+                self.fail_next_append = False
+                raise StoreError("simulated store failure")
+            self.appends += 1
+            results = []
+            for m in messages:
+                queue = self._queues.setdefault((m.topic, m.queue_id), [])
+                size = 100 + len(m.body)
+                stored = StoredMessage(**{f: getattr(m, f) for f in Message.__slots__},
+                                       queue_offset=len(queue), physical_offset=self._next_physical,
+                                       size=size, store_timestamp=1)
+                stored.properties = dict(m.properties)
+                self._records[self._next_physical] = stored
+                queue.append(self._next_physical)
+                results.append(AppendResult(m.topic, m.queue_id, stored.queue_offset, stored.physical_offset,
+                                            size, f"{stored.physical_offset:016X}", 1))
+                self._next_physical += size
+            return results
+
+    def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, **_: object) -> QueueRead:
+        with self._lock:
+            queue = self._queues.get((topic, queue_id), [])
+            if offset > len(queue):
+                raise IllegalOffset(f"{offset} > {len(queue)}")
+            picked = queue[offset:offset + max_count]
+            return QueueRead([replace(self._records[p]) for p in picked], offset + len(picked), 0, len(queue))
+
+    def read_at(self, physical_offset: int, size: int | None = None) -> StoredMessage:
+        with self._lock:
+            if physical_offset not in self._records:
+                raise MessageNotFound(str(physical_offset))
+            return replace(self._records[physical_offset])
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        return 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        with self._lock:
+            return len(self._queues.get((topic, queue_id), []))
+
+    def max_offsets_snapshot(self, topics: Iterable[str] | None = None) -> dict[tuple[str, int], int]:
+        with self._lock:
+            wanted = set(topics) if topics is not None else None
+            return {k: len(v) for k, v in self._queues.items() if wanted is None or k[0] in wanted}
+
+    def visible(self, topic: str, queue_id: int) -> list[StoredMessage]:
+        """Everything a consumer of (topic, queue) would read."""
+        return self.read_queue(topic, queue_id, 0, 1 << 30).messages
+
+    def close(self) -> None:
+        pass
+
+
+_ = DataDeleted  # the real store raises it from read_queue; recovery handles it
+
+
+def clone(store: MemoryStore, data_dir: Path) -> MemoryStore:
+    """A copy of the store as it is now (what a crash that loses later writes leaves behind)."""
+    copy = MemoryStore(data_dir)
+    with store._lock:
+        copy._records = {k: replace(v) for k, v in store._records.items()}
+        copy._queues = {k: list(v) for k, v in store._queues.items()}
+        copy._next_physical = store._next_physical
+    return copy
