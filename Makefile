@@ -41,7 +41,7 @@ proto: venv
 	$(VPY) -m txmq.broker.protocol.generate
 
 demo: venv
-	$(VPY) examples/orders_points/run_demo.py
+	$(VPY) examples/orders_points/run_demo.py $(DEMO_ARGS)
 
 bench: venv
 	$(VPY) bench/run_all.py

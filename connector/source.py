@@ -265,10 +265,11 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: off.Cut | None = None  # Trigger.AvailableNow: never read past this
         self._last_seen: off.Cut | None = None
         self._last_batch_at = time.monotonic()
+        self._group_committed: off.Cut | None = None
 
     def __getstate__(self) -> dict:
         return {"options": self.options, "planner": _Planner(self.options), "_target": None,
-                "_last_seen": None, "_last_batch_at": 0.0}
+                "_last_seen": None, "_last_batch_at": 0.0, "_group_committed": None}
 
     def initialOffset(self) -> dict:
         o = self.options
@@ -297,6 +298,7 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         start_cut = off.from_json(start)
+        self._commit_group(start_cut)
         if self._target is not None:
             latest = self._target
         else:
@@ -328,11 +330,20 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                                 fail_on_data_loss=self.options.fail_on_data_loss)
 
     def commit(self, end: dict) -> None:
+        self._commit_group(off.from_json(end))
+
+    def _commit_group(self, processed: off.Cut) -> None:
+        """Record processed offsets under `consumerGroup` (for lag monitoring; Spark's checkpoint rules).
+
+        Spark calls `commit(end)` only when it plans the next batch with data, so
+        `latestOffset(start)` also reports `start`: every batch before it finished.
+        """
         group = self.options.consumer_group
-        if group is None:
+        if group is None or not processed or processed == self._group_committed:
             return
         try:
-            self.planner.client.commit_offsets(group, off.from_json(end))
+            self.planner.client.commit_offsets(group, processed)
+            self._group_committed = processed
         except Exception as e:  # progress reporting must not fail the query
             log.warning("txmq source: could not commit offsets of group %s: %s", group, e)
 

@@ -58,7 +58,7 @@ class BrokerConfig:
     max_body_bytes: int = 4 << 20
     max_properties_bytes: int = 32767
     max_message_bytes: int = 256 << 20  # gRPC frame limit (native Arrow batches are large)
-    max_workers: int = 128  # long polls and telemetry streams each hold a thread
+    max_workers: int = 256  # long polls and telemetry streams each hold a thread
     # Pop consumption (ReceiveMessage).
     default_invisible_s: float = 30.0
     max_invisible_s: float = 12 * 3600.0

@@ -119,10 +119,13 @@ class MessagingService:
         topic = check_topic(req.topic.name)
         check_group(req.group.name)
         call.identity.require_subscribe(topic)
-        count = self.core.topic_queue_count(topic)
-        queues = self._queues(req.topic, count, self._endpoints(req.endpoints))
-        return pb.QueryAssignmentResponse(status=st.ok(),
-                                          assignments=[pb.Assignment(message_queue=q) for q in queues])
+        self.core.topic_queue_count(topic)
+        # Pop consumption spans every queue of the topic, so (like RocketMQ's proxy)
+        # one assignment per broker with queue id -1 is enough: a push consumer then
+        # holds one long poll per topic instead of one per queue.
+        queue = self._queues(req.topic, 1, self._endpoints(req.endpoints))[0]
+        queue.id = -1
+        return pb.QueryAssignmentResponse(status=st.ok(), assignments=[pb.Assignment(message_queue=queue)])
 
     # --- client lifecycle ---------------------------------------------------------
 
@@ -251,7 +254,7 @@ class MessagingService:
                 raise IllegalPollingTime(f"long polling timeout {poll_s:g} s is out of range "
                                          f"(0 .. {self.config.max_long_polling_s:g} s)")
         count = self.core.topic_queue_count(topic)
-        start = req.message_queue.id if 0 <= req.message_queue.id < count else 0
+        start = req.message_queue.id if 0 <= req.message_queue.id < count else -1
         deadline = time.monotonic() + poll_s
         context = call.context
         while True:

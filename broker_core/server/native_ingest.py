@@ -18,7 +18,13 @@ from typing import Callable, Iterable
 
 import pyarrow as pa
 
-from txmq.broker.errors import BadRequest, IllegalPropertyKey, MessageBodyEmpty
+from txmq.broker.errors import (
+    BadRequest,
+    IllegalMessageKey,
+    IllegalMessageTag,
+    IllegalPropertyKey,
+    MessageBodyEmpty,
+)
 from txmq.broker.protocol import native_pb2
 from txmq.broker.protocol.native_arrow import check_send_schema, table_from_ipc
 from txmq.broker.server.property_names import is_user_property
@@ -75,8 +81,14 @@ def _build_message(topic: str | None, body: bytes | None, tag: str | None, keys:
                 raise IllegalPropertyKey(f"message {row}: property {name!r} is reserved by the broker "
                                          "(use tag/keys/shardingKey/messageId columns instead)")
     if tag:
+        if "|" in tag or "\x01" in tag or "\x02" in tag:
+            raise IllegalMessageTag(f"message {row}: tag {tag[:100]!r} contains '|' or a separator character")
         props[PROP_TAGS] = tag
     if keys:
+        for key in keys:
+            if not key or " " in key or "\x01" in key or "\x02" in key:
+                raise IllegalMessageKey(f"message {row}: key {key[:100]!r} is empty or contains a space "
+                                        "(keys are stored space-separated)")
         props[PROP_KEYS] = " ".join(keys)
     if sharding_key:
         props[PROP_SHARDING_KEY] = sharding_key

@@ -22,6 +22,7 @@ from txmq.broker import errors
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
+from txmq.broker.server.auth import ANONYMOUS
 from txmq.broker.server.native_ingest import QueueSelector, decode_batch
 from txmq.broker.server.native_pull import build_pull_batch
 from txmq.broker.server.native_status import ok_status, status_for
@@ -42,6 +43,7 @@ from txmq.broker.store.tag_filter import TagFilter
 
 log = logging.getLogger(__name__)
 
+_ANONYMOUS = ANONYMOUS
 MAX_PULL_COUNT = 100_000
 DEFAULT_PULL_BYTES = 64 << 20
 MAX_WAIT_MS = 120_000
@@ -151,6 +153,28 @@ class NativeService:
         self.waiters = OffsetWaiters(self.store)
         self.metrics = metrics if metrics is not None else RpcMetrics.of(core)
 
+    # ---- access ------------------------------------------------------------
+    def _identity(self, context):
+        """The caller's Identity (ANONYMOUS when auth is off); the interceptor already verified it."""
+        auth = getattr(self.core, "auth", None)
+        if auth is None or not getattr(auth, "enabled", False):
+            return _ANONYMOUS
+        return auth.authenticate(context.invocation_metadata())
+
+    def _require_subscribe(self, context, topics: Iterable[str]) -> None:
+        identity = self._identity(context)
+        for topic in topics:
+            identity.require_subscribe(topic)
+
+    def _require_admin(self, context) -> None:
+        self._identity(context).require_admin()
+
+    def _require_group_of(self, context, transaction_id: str) -> None:
+        """Only an owner of the transaction's producer group may end or inspect it (auth on)."""
+        identity = self._identity(context)
+        if identity.authenticated and not identity.admin:
+            identity.require_producer_group(self.engine.get(transaction_id).producer_group)
+
     # ---- topics ------------------------------------------------------------
     def _topic(self, name: str, *, create: bool = False):
         """The topic's config; auto-created (if the broker allows it) when `create` is set."""
@@ -200,6 +224,9 @@ class NativeService:
     def SendMessages(self, request: pb.SendRequest, context) -> pb.SendResponse:
         started = time.perf_counter()
         messages = decode_batch(request.batch, self._queue_count, self.selector)
+        identity = self._identity(context)
+        for topic in {m.topic for m in messages}:
+            identity.require_publish(topic)
         results = self.store.append(messages)
         self.metrics.observe("send", len(messages), time.perf_counter() - started)
         return pb.SendResponse(status=ok_status(), count=len(results), slices=_slices(results),
@@ -208,6 +235,10 @@ class NativeService:
     def PrepareMessages(self, request: pb.PrepareRequest, context) -> pb.PrepareResponse:
         started = time.perf_counter()
         messages = decode_batch(request.batch, self._queue_count, self.selector)
+        identity = self._identity(context)
+        for topic in {m.topic for m in messages}:
+            identity.require_publish(topic)
+        identity.require_producer_group(request.producer_group)
         result = self.engine.prepare(messages, transaction_id=request.transaction_id or None,
                                      producer_group=request.producer_group, sender=request.sender)
         self.metrics.observe("prepare", len(messages), time.perf_counter() - started)
@@ -229,6 +260,7 @@ class NativeService:
         started = time.perf_counter()
         if not request.transaction_id:
             raise errors.InvalidTransactionId("transaction_id is empty")
+        self._require_group_of(context, request.transaction_id)
         kwargs: dict[str, Any] = {"source": request.source or "client",
                                   "producer_group": request.producer_group or None}
         if request.restrict_senders:
@@ -245,10 +277,12 @@ class NativeService:
     def GetTransaction(self, request, context) -> pb.GetTransactionResponse:
         if not request.transaction_id:
             raise errors.InvalidTransactionId("transaction_id is empty")
+        self._require_group_of(context, request.transaction_id)
         info = self.engine.get(request.transaction_id)
         return pb.GetTransactionResponse(status=ok_status(), transaction=transaction_view(info))
 
     def ListTransactions(self, request, context) -> pb.ListTransactionsResponse:
+        self._require_admin(context)
         state = (request.state or "PENDING").upper()
         limit = request.limit or 1000
         topic = request.topic or None
@@ -262,6 +296,7 @@ class NativeService:
     def ResumeTransaction(self, request, context) -> pb.ResumeTransactionResponse:
         if not request.transaction_id:
             raise errors.InvalidTransactionId("transaction_id is empty")
+        self._require_admin(context)
         self.engine.resume(request.transaction_id)
         return pb.ResumeTransactionResponse(status=ok_status())
 
@@ -269,13 +304,16 @@ class NativeService:
     def SnapshotOffsets(self, request: pb.OffsetsRequest, context) -> pb.OffsetsResponse:
         if not request.topics:
             raise errors.BadRequest("give at least one topic")
+        self._require_subscribe(context, request.topics)
         return pb.OffsetsResponse(status=ok_status(), topics=_offsets_to_pb(self._cut(list(request.topics))))
 
     def MinOffsets(self, request: pb.OffsetsRequest, context) -> pb.OffsetsResponse:
+        self._require_subscribe(context, request.topics)
         offsets = self._per_queue(list(request.topics), self.store.min_offset)
         return pb.OffsetsResponse(status=ok_status(), topics=_offsets_to_pb(offsets))
 
     def OffsetsForTimestamp(self, request: pb.OffsetsRequest, context) -> pb.OffsetsResponse:
+        self._require_subscribe(context, request.topics)
         ts = request.timestamp_ms
         offsets = self._per_queue(list(request.topics), lambda t, q: self.store.offset_for_timestamp(t, q, ts))
         return pb.OffsetsResponse(status=ok_status(), topics=_offsets_to_pb(offsets))
@@ -286,6 +324,7 @@ class NativeService:
             raise errors.BadRequest("give at least one topic")
         if request.timeout_ms < 0 or request.timeout_ms > MAX_WAIT_MS:
             raise errors.IllegalPollingTime(f"timeout_ms must be within 0..{MAX_WAIT_MS}, got {request.timeout_ms}")
+        self._require_subscribe(context, topics)
         known = _offsets_from_pb(request.known)
         deadline = time.monotonic() + request.timeout_ms / 1000.0
         moved, cut = self.waiters.wait(lambda: self._cut(topics), known, deadline, context.is_active)
@@ -295,6 +334,7 @@ class NativeService:
     def PullArrow(self, request: pb.PullRequest, context) -> pb.PullResponse:
         started = time.perf_counter()
         topic, queue_id, start = request.topic, request.queue_id, request.start_offset
+        self._require_subscribe(context, [topic])
         self._topic(topic)
         end = request.end_offset if request.end_offset >= 0 else start + MAX_PULL_COUNT
         count = max(0, min(end - start, MAX_PULL_COUNT))
@@ -318,12 +358,14 @@ class NativeService:
     def GetMessage(self, request, context) -> pb.GetMessageResponse:
         if not request.message_id:
             raise errors.IllegalMessageId("message_id is empty")
-        return pb.GetMessageResponse(status=ok_status(),
-                                     message=message_view(self.store.get_by_message_id(request.message_id)))
+        found = self.store.get_by_message_id(request.message_id)
+        self._require_subscribe(context, [found.topic])
+        return pb.GetMessageResponse(status=ok_status(), message=message_view(found))
 
     def QueryMessages(self, request, context) -> pb.QueryMessagesResponse:
         if not request.topic or not request.key:
             raise errors.BadRequest("query needs a topic and a key")
+        self._require_subscribe(context, [request.topic])
         found = self.store.query_by_key(request.topic, request.key, begin_ms=request.begin_ms,
                                         end_ms=request.end_ms or None, max_count=request.max_count or 64)
         return pb.QueryMessagesResponse(status=ok_status(), messages=[message_view(m) for m in found])
@@ -332,6 +374,7 @@ class NativeService:
     def CheckbackSession(self, request, context) -> Iterator[pb.CheckRequestFrame]:
         if not request.producer_group and not request.topics:
             raise errors.BadRequest("a check-back session needs a producer group or topics")
+        self._identity(context).require_producer_group(request.producer_group, "check-back session")
         session = NativeCheckbackSession(request.producer_group, request.topics, request.client_id)
         context.add_callback(session.close)
         router = self.core.router
@@ -346,6 +389,7 @@ class NativeService:
 
     # ---- admin -------------------------------------------------------------
     def CreateTopic(self, request, context) -> pb.TopicResponse:
+        self._require_admin(context)
         if not request.name:
             raise errors.IllegalTopic("topic name is empty")
         queue_count = request.queue_count or getattr(self.core.config, "default_queue_count", 4)
@@ -355,13 +399,17 @@ class NativeService:
         return pb.TopicResponse(status=ok_status(), topic=self._topic_view(config))
 
     def ListTopics(self, request, context) -> pb.ListTopicsResponse:
-        views = [self._topic_view(t) for t in self.store.topics.list(include_system=request.include_system)]
+        identity = self._identity(context)
+        views = [self._topic_view(t) for t in self.store.topics.list(include_system=request.include_system)
+                 if identity.may_subscribe(t.name) or identity.may_publish(t.name)]
         return pb.ListTopicsResponse(status=ok_status(), topics=views)
 
     def DescribeTopic(self, request, context) -> pb.TopicResponse:
+        self._require_subscribe(context, [request.name])
         return pb.TopicResponse(status=ok_status(), topic=self._topic_view(self._topic(request.name)))
 
     def DeleteTopic(self, request, context) -> pb.DeleteTopicResponse:
+        self._require_admin(context)
         self._topic(request.name)
         self.store.topics.delete(request.name)
         return pb.DeleteTopicResponse(status=ok_status())
@@ -369,6 +417,7 @@ class NativeService:
     def CommitOffsets(self, request, context) -> pb.CommitOffsetsResponse:
         if not request.group:
             raise errors.IllegalConsumerGroup("consumer group is empty")
+        self._require_subscribe(context, [item.topic for item in request.offsets])
         for item in request.offsets:
             for queue_id, offset in item.offsets.items():
                 if offset < 0:
@@ -383,6 +432,7 @@ class NativeService:
             raise errors.IllegalConsumerGroup("consumer group is empty")
         committed = self.store.offsets.group(request.group)
         topics = list(request.topics) or sorted({t for t, _ in committed})
+        self._require_subscribe(context, topics)
         if not topics:
             raise errors.ConsumerGroupNotFound(f"consumer group {request.group!r} has no committed offsets")
         entries = []
@@ -395,6 +445,7 @@ class NativeService:
         return pb.GroupLagResponse(status=ok_status(), entries=entries)
 
     def Stats(self, request, context) -> pb.StatsResponse:
+        self._require_admin(context)
         data = {"store": self.store.stats(), "transactions": self.engine.metrics.snapshot(),
                 "rpc": self.metrics.snapshot()}
         return pb.StatsResponse(status=ok_status(), json=json.dumps(data, default=str))

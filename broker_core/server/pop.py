@@ -75,6 +75,7 @@ class _GroupTopic:
     queues: dict[int, QueueState] = field(default_factory=dict)
     version: int = 0
     salt: int = 0
+    rotation: int = 0  # start queue of receives that name no queue, so no queue starves
 
 
 def parse_tag_filter(expression: str | None) -> frozenset[str] | None:
@@ -200,7 +201,7 @@ class PopService:
         return f"{queue_id}.{e.offset}.{e.version}.{e.deadline_ms}.{st.salt:08x}"
 
     def _parse_handle(self, st: _GroupTopic, handle: str) -> tuple[int, int, int]:
-        parts = handle.split(".")
+        parts = handle.split(".") if len(handle) <= 120 else []
         if len(parts) != 5 or not all(p.isdigit() for p in parts[:4]):
             raise InvalidReceiptHandle(f"receipt handle {handle[:80]!r} is malformed")
         if parts[4] != f"{st.salt:08x}":
@@ -229,8 +230,11 @@ class PopService:
         st = self._state(group, topic)
         now = int(self.clock() * 1000)
         out: list[Delivery] = []
-        order = [(start_queue + i) % queue_count for i in range(queue_count)]
         with st.lock:
+            if start_queue < 0:
+                st.rotation += 1
+                start_queue = st.rotation
+            order = [(start_queue + i) % queue_count for i in range(queue_count)]
             for qid in order:
                 if len(out) >= batch:
                     break

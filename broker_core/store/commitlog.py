@@ -13,7 +13,6 @@ snapshot without taking the writer's lock.
 from __future__ import annotations
 
 import bisect
-import os
 import threading
 import time
 import zlib
@@ -110,28 +109,14 @@ class CommitLog:
         max_record = self.segment_bytes - BLANK_MIN_BYTES
         host = self.store_host
         fixed = record_size(0, 0, 0, False, host[1]) - 1  # + body + topic prefix (1 + topic) + props
-        sizes = []
-        tails = []
-        for m, p in zip(messages, props):
-            t = topic_cache.get(m.topic)
-            if t is None:
-                raw = m.topic.encode()
-                t = topic_cache[m.topic] = len(raw).to_bytes(1, "big") + raw
-            tails.append(t)
-            size = fixed + len(m.body) + len(t) + len(p)
-            if size > max_record:
-                raise MessageBodyTooLarge(
-                    f"record of {size} bytes does not fit a CommitLog segment of {self.segment_bytes} bytes "
-                    f"(at most {max_record} bytes per record)")
-            sizes.append(size)
-
+        start_end = self.write_end
         seg = self._current_segment()
-        pos = self.write_end
+        pos = start_end
         seg_end = seg.start + seg.capacity
         chunks: list[tuple[MappedFile, list]] = []
         parts: list = []
         if group:
-            total = sum(sizes)
+            total = sum(fixed + len(m.body) + 2 + len(m.topic.encode()) + len(p) for m, p in zip(messages, props))
             if total + BLANK_MIN_BYTES <= self.segment_bytes and pos + total + BLANK_MIN_BYTES > seg_end:
                 parts.append(encode_blank(seg_end - pos))
                 chunks.append((seg, parts))
@@ -143,25 +128,38 @@ class CommitLog:
         pack = HEADER_V4.pack
         crc32 = zlib.crc32
         hosts = _HOST_CACHE
-        for m, p, t, size, flag, qoff in zip(messages, props, tails, sizes, sys_flags, queue_offsets):
-            if pos + size + BLANK_MIN_BYTES > seg_end:
-                parts.append(encode_blank(seg_end - pos))
-                chunks.append((seg, parts))
-                parts = []
-                seg = self._new_segment(seg_end)
-                pos, seg_end = seg_end, seg_end + self.segment_bytes
-            born = hosts.get(m.born_host) or encode_host(m.born_host)
-            if born[1] or store_v6:
-                encode_record(parts, m, t[1:], p, size, flag, qoff, pos, store_timestamp, host)
-            else:
+        try:
+            for m, p, flag, qoff in zip(messages, props, sys_flags, queue_offsets):
+                t = topic_cache.get(m.topic)
+                if t is None:
+                    raw = m.topic.encode()
+                    t = topic_cache[m.topic] = len(raw).to_bytes(1, "big") + raw
                 body = m.body
-                header = pack(size, MAGIC_CODE, crc32(body), m.queue_id, m.flag, qoff, pos, flag,
-                              m.born_timestamp or store_timestamp, born[0], store_timestamp, store_raw,
-                              m.reconsume_times, m.prepared_transaction_offset, len(body))
-                tail = b"".join((t, (len(p) + PROPS_EXTRA).to_bytes(2, "big"), p, CRC_PREFIX))
-                parts += (header, body, tail, b"%010d\x02" % crc32(tail, crc32(header)))
-            placed.append((pos, size))
-            pos += size
+                size = fixed + len(body) + len(t) + len(p)
+                if pos + size + BLANK_MIN_BYTES > seg_end:
+                    if size > max_record:
+                        raise MessageBodyTooLarge(
+                            f"record of {size} bytes does not fit a CommitLog segment of {self.segment_bytes} "
+                            f"bytes (at most {max_record} bytes per record)")
+                    parts.append(encode_blank(seg_end - pos))
+                    chunks.append((seg, parts))
+                    parts = []
+                    seg = self._new_segment(seg_end)
+                    pos, seg_end = seg_end, seg_end + self.segment_bytes
+                born = hosts.get(m.born_host) or encode_host(m.born_host)
+                if born[1] or store_v6:
+                    encode_record(parts, m, t[1:], p, size, flag, qoff, pos, store_timestamp, host)
+                else:
+                    header = pack(size, MAGIC_CODE, crc32(body), m.queue_id, m.flag, qoff, pos, flag,
+                                  m.born_timestamp or store_timestamp, born[0], store_timestamp, store_raw,
+                                  m.reconsume_times, m.prepared_transaction_offset, len(body))
+                    tail = b"".join((t, (len(p) + PROPS_EXTRA).to_bytes(2, "big"), p, CRC_PREFIX))
+                    parts += (header, body, tail, b"%010d\x02" % crc32(tail, crc32(header)))
+                placed.append((pos, size))
+                pos += size
+        except BaseException:
+            self.truncate_to(start_end)  # drop segments created for this batch; nothing was written
+            raise
         chunks.append((seg, parts))
         try:
             for target, chunk in chunks:

@@ -7,8 +7,9 @@ queue entries are written to the queue files first and then *published*
 offsets takes the same lock, so it never sees half of an atomic group.
 
 Records whose transaction type is PREPARED or ROLLBACK are not dispatched to a
-queue (RocketMQ's rule: only normal and committed messages are consumable);
-they are still indexed.
+user topic's queue (RocketMQ's rule: only normal and committed messages are
+consumable); they are still indexed. PREPARED records of the half topic are
+dispatched to its queue, which only the transaction engine reads.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Callable, Iterable, NamedTuple
 from txmq.broker.store.consume_queue import ConsumeQueue, discover_queues
 from txmq.broker.store.index_file import IndexService
 from txmq.broker.store.message import (
+    HALF_TOPIC,
     PROP_KEYS,
     PROP_TAGS,
     PROP_UNIQ_KEY,
@@ -51,11 +53,18 @@ class DispatchEntry(NamedTuple):
     properties: dict[str, str]
 
 
-def goes_to_queue(sys_flag: int) -> bool:
-    return (sys_flag & SYSFLAG_TRANSACTION_MASK) in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT)
+def goes_to_queue(sys_flag: int, topic: str | None = None) -> bool:
+    """Whether a record gets a queue entry: NOT_TYPE and COMMIT records do; PREPARED
+    records only in the half topic (the transaction engine reads its halves from that
+    queue; no consumer ever does); ROLLBACK records never."""
+    tx_type = sys_flag & SYSFLAG_TRANSACTION_MASK
+    if tx_type in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT):
+        return True
+    return tx_type == SYSFLAG_TRANSACTION_PREPARED and topic == HALF_TOPIC
 
 
-# NOT_TYPE (0) and COMMIT (8) go to queues; PREPARED (4) and ROLLBACK (12) have bit 2 set.
+# NOT_TYPE (0) and COMMIT (8) go to queues; PREPARED (4) and ROLLBACK (12) have bit 2 set
+# and need the full check (goes_to_queue with the topic).
 NOT_QUEUED_BIT = SYSFLAG_TRANSACTION_PREPARED
 assert all(goes_to_queue(f) == (not f & NOT_QUEUED_BIT) for f in (0, 4, 8, 12))
 

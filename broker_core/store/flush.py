@@ -37,14 +37,16 @@ class GroupCommit:
                     continue
                 self._leader_active = True
                 self._cond.release()
+                durable = self._durable
                 try:
                     durable = self._flush()
                 finally:
+                    # wake the followers even if the fsync failed: one of them leads the retry
                     self._cond.acquire()
                     self._leader_active = False
+                    self._durable = max(self._durable, durable)
+                    self._cond.notify_all()
                 self.fsyncs += 1
-                self._durable = max(self._durable, durable)
-                self._cond.notify_all()
 
     def note_durable(self, offset: int) -> None:
         """The background flusher made `offset` durable."""

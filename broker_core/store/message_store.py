@@ -13,7 +13,9 @@ offsets.json.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import logging
 import os
 import threading
 import time
@@ -25,7 +27,14 @@ from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.config import StoreConfig
 from txmq.broker.store.consume_queue import ENTRY, ENTRY_SIZE, QueueEntry
-from txmq.broker.store.dispatch import NOT_QUEUED_BIT, DispatchEntry, Dispatcher, cached_tag_hash, index_keys
+from txmq.broker.store.dispatch import (
+    NOT_QUEUED_BIT,
+    DispatchEntry,
+    Dispatcher,
+    cached_tag_hash,
+    goes_to_queue,
+    index_keys,
+)
 from txmq.broker.store.flush import FlushService, GroupCommit
 from txmq.broker.store.index_file import IndexService, topic_key, uniq_index_key
 from txmq.broker.store.message import (
@@ -35,18 +44,67 @@ from txmq.broker.store.message import (
     Message,
     StoredMessage,
 )
-from txmq.broker.store.metadata import ConsumerOffsets, TopicRegistry
+from txmq.broker.store.metadata import ConsumerOffsets, TopicRegistry, read_json, write_json_atomically
 from txmq.broker.store.record import RecordCorrupted, decode_record, parse_message_id, store_timestamp_of
 from txmq.broker.store.recovery import RecoveryReport, recover
 from txmq.broker.store.retention import delete_expired
 from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.store.validation import check_batch
 
+log = logging.getLogger(__name__)
 GROUP_BITS = SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END
+
+
+def _append_result_factory() -> Callable[..., AppendResult]:
+    """A constructor for the frozen AppendResult that skips the frozen-dataclass __init__
+    (object.__setattr__ per field): it costs ~4x a plain init and one is built per message."""
+    slots = AppendResult.__dict__
+    setters = [slots[name].__set__ for name in
+               ("topic", "queue_id", "queue_offset", "physical_offset", "size", "msg_id", "store_timestamp")]
+    s_topic, s_queue, s_qoff, s_phys, s_size, s_id, s_ts = setters
+    new = object.__new__
+
+    def make(topic, queue_id, queue_offset, physical_offset, size, msg_id, store_timestamp) -> AppendResult:
+        r = new(AppendResult)
+        s_topic(r, topic)
+        s_queue(r, queue_id)
+        s_qoff(r, queue_offset)
+        s_phys(r, physical_offset)
+        s_size(r, size)
+        s_id(r, msg_id)
+        s_ts(r, store_timestamp)
+        return r
+    return make
+
+
+_new_append_result = _append_result_factory()
 READ_SPAN_MAX = 4 << 20  # one pread covers neighbouring records up to this span
 READ_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
 FILTER_SCAN_MAX = 20_000  # queue entries examined per filtered read
 HOUSEKEEPING_S = 10.0
+
+
+GEOMETRY_FILE = "store_meta.json"
+GEOMETRY_FIELDS = ("commitlog_segment_bytes", "consume_queue_entries_per_file")
+
+
+def _with_on_disk_geometry(config: StoreConfig) -> StoreConfig:
+    """File geometry is fixed when a data directory is created (store_meta.json).
+
+    Opening it later with different sizes would misread segments and queue files,
+    so the recorded sizes win over the configured ones (with a warning).
+    """
+    path = config.data_dir / GEOMETRY_FILE
+    recorded = read_json(path, None)
+    if recorded is None:
+        write_json_atomically(path, {f: getattr(config, f) for f in GEOMETRY_FIELDS})
+        return config
+    changed = {f: int(recorded[f]) for f in GEOMETRY_FIELDS if f in recorded and int(recorded[f]) != getattr(config, f)}
+    if changed:
+        log.warning("store %s was created with %s; using those instead of the configured values",
+                    config.data_dir, changed)
+        config = dataclasses.replace(config, **changed)
+    return config
 
 
 @dataclass
@@ -70,6 +128,7 @@ class MessageStore:
         except OSError:
             os.close(self._lock_fd)
             raise StoreError(f"store directory {root} is in use by another process") from None
+        config = self.config = _with_on_disk_geometry(config)
         self._closed = False
         self._write_lock = threading.Lock()
         self.commitlog = CommitLog(root / "commitlog", config.commitlog_segment_bytes, config.store_host)
@@ -79,8 +138,13 @@ class MessageStore:
         self.abort_marker = AbortMarker(root / "abort")
         crashed = self.abort_marker.crashed()
         cp = self.checkpoint.current
-        self.recovery: RecoveryReport = recover(self.commitlog, self.dispatcher, cp.dispatch_flushed, crashed=crashed)
+        rebuild_from = cp.dispatch_flushed
+        if not self.dispatcher.queues() and self.commitlog.segments:
+            rebuild_from = 0  # queue files lost or removed: derived data, rebuilt from the whole log
+        self.recovery: RecoveryReport = recover(self.commitlog, self.dispatcher, rebuild_from, crashed=crashed)
         self.commitlog.flushed_end = min(cp.commitlog_flushed, self.commitlog.write_end)
+        for cq in self.dispatcher.queues():  # min offsets after retention (a binary search each)
+            cq.delete_below_physical(self.commitlog.min_offset)
         self._write_checkpoint()
         self.abort_marker.create()
         self.topics = TopicRegistry(root / "topics.json", on_delete=self._drop_topic)
@@ -177,38 +241,42 @@ class MessageStore:
             sys_flags = [m.sys_flag & ~GROUP_BITS for m in messages]
         queue_offsets: list[int] = []
         queue_writes: dict[tuple[str, int], list] = {}  # [first offset, packed entries...]
+        runs: list = []  # per message: its queue's run (None if not queued)
+        next_offsets: dict[tuple[str, int], int] = {}
         for m, flag in zip(messages, sys_flags):
-            if flag & NOT_QUEUED_BIT:
+            if flag & NOT_QUEUED_BIT and not goes_to_queue(flag, m.topic):
                 queue_offsets.append(0)
+                runs.append(None)
                 continue
             key = (m.topic, m.queue_id)
-            run = queue_writes.get(key)
-            if run is None:
+            q = next_offsets.get(key)
+            if q is None:
                 cq = queues.get(key)
-                run = queue_writes[key] = [cq.written_offset if cq is not None else 0]
-            queue_offsets.append(run[0] + len(run) - 1)
-            run.append(None)  # placeholder for the packed entry, filled below
-        placed = self.commitlog.write_batch(messages, props, sys_flags, queue_offsets, now, group=group)
+                q = cq.written_offset if cq is not None else 0
+                queue_writes[key] = [q]
+            next_offsets[key] = q + 1
+            queue_offsets.append(q)
+            runs.append(queue_writes[key])
+        try:
+            placed = self.commitlog.write_batch(messages, props, sys_flags, queue_offsets, now, group=group)
+        except OSError as exc:  # the CommitLog already dropped the partial batch
+            raise StoreError(f"CommitLog write failed: {exc}") from exc
         prefix = self._id_prefix
         pack_entry = ENTRY.pack
         listeners = dispatcher.has_listeners
         results: list[AppendResult] = []
+        new_result = _new_append_result
         entries: list[DispatchEntry] = []
         index_items: list[tuple[str, int, int]] = []
-        fill: dict[tuple[str, int], int] = {}
-        for m, (phys, size), flag, q in zip(messages, placed, sys_flags, queue_offsets):
+        for m, (phys, size), flag, q, run in zip(messages, placed, sys_flags, queue_offsets, runs):
             p = m.properties
-            results.append(AppendResult(m.topic, m.queue_id, q, phys, size, prefix + "%016X" % phys, now))
+            results.append(new_result(m.topic, m.queue_id, q, phys, size, prefix + "%016X" % phys, now))
             if p:
                 index_keys(index_items, p, m.topic, phys, now)
-            if flag & NOT_QUEUED_BIT:
+            if run is None:
                 continue
             th = cached_tag_hash(p) if p else 0
-            key = (m.topic, m.queue_id)
-            run = queue_writes[key]
-            i = fill.get(key, 1)
-            run[i] = pack_entry(phys, size, th)
-            fill[key] = i + 1
+            run.append(pack_entry(phys, size, th))  # messages of a queue come in queue-offset order
             if listeners:
                 entries.append(DispatchEntry(m.topic, m.queue_id, q, phys, size, th, now, flag, p))
         dispatcher.dispatch(queue_writes, index_items, entries, self.commitlog.write_end)
@@ -357,7 +425,7 @@ class MessageStore:
                 lo = mid + 1
                 continue
             try:
-                ts = store_timestamp_of(self.commitlog.read(e[0], 72))
+                ts = store_timestamp_of(self.commitlog.read(e[0], 128))
             except MessageNotFound:
                 lo = mid + 1
                 continue

@@ -237,17 +237,30 @@ def verify_record(buf: bytes | memoryview, off: int, end: int | None = None) -> 
     return size, sys_flag, phys
 
 
+_id_prefixes: dict[bytes, str] = {}
+_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+_CRC_TAIL = len(CRC_PREFIX) + CRC_SUFFIX_LEN
+
+
 def decode_record(buf: bytes | memoryview, off: int = 0, *, verify: bool = False) -> StoredMessage:
-    """Decode the record at `off` into a StoredMessage (structure checked; CRCs when verify=True)."""
+    """Decode the record at `off` into a StoredMessage (structure checked; CRCs when verify=True).
+
+    The read hot path: one struct unpack, slices of `buf`, and the property string
+    parsed without its trailing CRC property.
+    """
     if verify:
         verify_record(buf, off)
+    if type(buf) is not bytes:
+        buf = bytes(buf)
     if len(buf) - off < HEADER_V4_SIZE:
         raise RecordCorrupted("truncated record header")
-    sys_flag = int.from_bytes(buf[off + SYSFLAG_AT:off + SYSFLAG_AT + 4], "big", signed=True)
-    hdr = HEADER_V4 if not sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) else \
-        HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
+    hdr = HEADER_V4
+    fields = hdr.unpack_from(buf, off)
+    if fields[7] & _V6_BITS:
+        hdr = HEADERS[(bool(fields[7] & SYSFLAG_BORNHOST_V6), bool(fields[7] & SYSFLAG_STOREHOST_V6))]
+        fields = hdr.unpack_from(buf, off)
     (size, magic, body_crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_raw, store_ts,
-     store_raw, reconsume, prepared, body_len) = hdr.unpack_from(buf, off)
+     store_raw, reconsume, prepared, body_len) = fields
     if magic != MAGIC_CODE:
         raise RecordCorrupted(f"bad magic code 0x{magic:08X}")
     end = off + size
@@ -257,16 +270,27 @@ def decode_record(buf: bytes | memoryview, off: int = 0, *, verify: bool = False
         raise RecordCorrupted(f"body length {body_len} does not fit the record size {size}")
     topic_len = buf[tail_at]
     props_at = tail_at + 3 + topic_len
-    if props_at > end:
-        raise RecordCorrupted("topic does not fit the record")
-    topic = bytes(buf[tail_at + 1:tail_at + 1 + topic_len]).decode()
-    props_len = int.from_bytes(buf[props_at - 2:props_at], "big")
-    if props_at + props_len != end:
+    if props_at > end or int.from_bytes(buf[props_at - 2:props_at], "big") != end - props_at:
         raise RecordCorrupted("properties length disagrees with the record size")
-    properties = decode_properties(buf[props_at:end])
-    return StoredMessage(topic, bytes(buf[body_at:tail_at]), queue_id, properties, flag, sys_flag, born_ts,
-                         decode_host(bytes(born_raw)), reconsume, prepared, queue_offset, phys, store_ts,
-                         decode_host(bytes(store_raw)), body_crc, size, message_id(bytes(store_raw), phys))
+    if buf[end - _CRC_TAIL:end - CRC_SUFFIX_LEN] != CRC_PREFIX:
+        raise RecordCorrupted("record does not end with its CRC property")
+    properties: dict[str, str] = {}
+    if props_at < end - _CRC_TAIL:
+        try:
+            for item in buf[props_at:end - _CRC_TAIL - 1].decode().split(PROP_SEP):
+                name, value = item.split(PROP_NAME_SEP, 1)
+                properties[name] = value
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise RecordCorrupted(f"malformed properties: {exc}") from None
+    hosts = _host_str_cache
+    born = hosts.get(born_raw) or decode_host(born_raw)
+    store = hosts.get(store_raw) or decode_host(store_raw)
+    prefix = _id_prefixes.get(store_raw)
+    if prefix is None:
+        prefix = _id_prefixes[store_raw] = store_raw.hex().upper()
+    return StoredMessage(buf[tail_at + 1:tail_at + 1 + topic_len].decode(), buf[body_at:tail_at], queue_id,
+                         properties, flag, sys_flag, born_ts, born, reconsume, prepared, queue_offset, phys,
+                         store_ts, store, body_crc, size, prefix + "%016X" % phys)
 
 
 def store_timestamp_of(buf: bytes | memoryview, off: int = 0) -> int:

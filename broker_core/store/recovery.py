@@ -135,7 +135,7 @@ def recover(commitlog: CommitLog, dispatcher: Dispatcher, dispatch_flushed: int,
         for m in pending:  # a complete group (or a single record): keep it
             if m.properties:
                 index_keys(index_items, m.properties, m.topic, m.physical_offset, m.store_timestamp)
-            if not goes_to_queue(m.sys_flag):
+            if not goes_to_queue(m.sys_flag, m.topic):
                 continue
             key = (m.topic, m.queue_id)
             run = queue_writes.get(key)

@@ -146,3 +146,22 @@ def test_unreachable_broker_exits_3_quickly(cli):
 def test_broker_start_help_is_the_broker_parser(cli):
     out = cli.run("broker", "start", "--help", broker=False)
     assert out.returncode == 0 and "--data-dir" in out.stdout
+
+
+def test_broker_start_serves_until_sigterm(tmp_path):
+    import re
+    import signal
+
+    proc = subprocess.Popen([TXMQ, "broker", "start", "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0",
+                             "--flush", "async"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()
+        m = re.search(r"txmq broker ready on (\S+:\d+)", line)
+        assert m, line
+        listed = subprocess.run([TXMQ, "topic", "list", "--json", "--broker", m.group(1)], capture_output=True,
+                                text=True, timeout=60)
+        assert listed.returncode == 0 and json.loads(listed.stdout) == []
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()

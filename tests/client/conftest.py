@@ -1,4 +1,4 @@
-"""Fixtures for the client tests: one broker process shared by the module, fresh topics per test.
+"""Fixtures for the client tests: one broker process shared by the package, fresh topics per test.
 
 The broker runs with a short transaction timeout and check interval so
 check-back behaviour shows up within a second; every test uses its own topic
@@ -17,7 +17,7 @@ from txmq.broker.client import NativeClient
 FAST_CHECKS = ["--transaction-timeout", "1s", "--check-interval", "0.2s", "--max-checks", "50"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def shared_broker(tmp_path_factory):
     with BrokerProcess(tmp_path_factory.mktemp("broker") / "data", flush="async", extra_args=FAST_CHECKS) as proc:
         yield proc

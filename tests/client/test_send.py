@@ -90,3 +90,13 @@ def test_row_without_any_topic_is_refused(client):
 def test_reserved_property_is_refused(client, topic):
     with pytest.raises(errors.BadRequest):
         client.send([Message(topic=topic, body=b"x", properties={"UNIQ_KEY": "forged"})])
+
+
+def test_key_with_a_space_is_refused(client, topic):
+    with pytest.raises(errors.IllegalMessageKey, match="space"):
+        client.send([Message(topic=topic, body=b"x", keys=["two words"])])
+
+
+def test_tag_with_a_bar_is_refused(client, topic):
+    with pytest.raises(errors.IllegalMessageTag):
+        client.send([Message(topic=topic, body=b"x", tag="a|b")])

@@ -42,6 +42,14 @@ def test_sync_send_is_received_once_by_a_simple_consumer(endpoint):
     assert {r["message_id"] for r in got["received"]} == {s["message_id"] for s in sent["sent"]}
 
 
+def test_fifo_messages_of_one_group_are_received_in_send_order(endpoint):
+    topic = name("fifo")
+    sent = run_client(endpoint, "produce", "--topic", topic, "--count", "8", "--message-group", "order-42")
+    assert sent["errors"] == []
+    got = run_client(endpoint, "simple", "--topic", topic, "--group", name("g"), "--expect", "8")
+    assert bodies_of(got["received"]) == [f"m-{i}" for i in range(8)]
+
+
 def test_async_send(endpoint):
     topic = name("async")
     sent = run_client(endpoint, "produce", "--topic", topic, "--count", "20", "--async")

@@ -131,5 +131,34 @@ def test_heartbeat_assignment_and_termination_answer_ok(wire):
     assert wire.call("Heartbeat", hb).status.code == pb.OK
     qa = wire.call("QueryAssignment", pb.QueryAssignmentRequest(topic=pb.Resource(name=topic),
                                                                 group=pb.Resource(name=group)))
-    assert qa.status.code == pb.OK and len(qa.assignments) == 4
+    assert qa.status.code == pb.OK and [a.message_queue.id for a in qa.assignments] == [-1]
+    assert qa.assignments[0].message_queue.permission == pb.READ_WRITE
     assert wire.call("NotifyClientTermination", pb.NotifyClientTerminationRequest()).status.code == pb.OK
+
+
+def test_forward_to_dead_letter_queue_moves_the_message_and_retires_it(wire):
+    topic, group = name("dlq"), name("g")
+    wire.send(topic, [b"poison"])
+    _, msgs = wire.receive(topic, group)
+    handle = msgs[0].system_properties.receipt_handle
+    req = pb.ForwardMessageToDeadLetterQueueRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+                                                    receipt_handle=handle, delivery_attempt=1,
+                                                    max_delivery_attempts=1)
+    assert wire.call("ForwardMessageToDeadLetterQueue", req).status.code == pb.OK
+    assert [m.body for m in wire.pull_all(f"%DLQ%{group}")] == [b"poison"]
+    assert wire.call("ForwardMessageToDeadLetterQueue", req).status.code == pb.INVALID_RECEIPT_HANDLE
+    status, again = wire.receive(topic, group)
+    assert again == []
+
+
+def test_tag_filter_delivers_only_matching_tags(wire):
+    topic, group = name("tags"), name("g")
+    wire.send(topic, [b"a1"], tag="a")
+    wire.send(topic, [b"b1"], tag="b")
+    wire.send(topic, [b"c1"], tag="c")
+    req = pb.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=10,
+                                   message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+                                   filter_expression=pb.FilterExpression(type=pb.TAG, expression="a || c"))
+    req.long_polling_timeout.seconds = 0
+    got = [r.message.body for r in wire.call("ReceiveMessage", req) if r.WhichOneof("content") == "message"]
+    assert sorted(got) == [b"a1", b"c1"]

@@ -62,36 +62,30 @@ def test_rows_carry_the_documented_columns(spark, client, source_options, topic)
 
 def test_every_micro_batch_holds_whole_transactions_under_concurrent_commits(
         spark, client, source_options, topic, checkpoint):
-    stop = threading.Event()
-    committed = []
+    committed: list[str] = []
 
     def produce():
-        i = 0
-        while not stop.is_set() and i < 400:
+        for i in range(60):
             committed.append(send_transaction(client, topic, [b"%d-%d" % (i, j) for j in range(4)], "COMMIT"))
-            i += 1
+            time.sleep(0.01)
 
     seen: list[Counter] = []
-    df = read_stream(spark, source_options, topic=topic, startingOffsets="earliest", maxOffsetsPerTrigger=7)
+    df = read_stream(spark, source_options, topic=topic, startingOffsets="earliest", maxOffsetsPerTrigger=18)
     query = (df.writeStream.foreachBatch(lambda d, i: seen.append(Counter(r.transactionId for r in d.collect())))
-             .option("checkpointLocation", checkpoint).trigger(processingTime="50 milliseconds").start())
+             .option("checkpointLocation", checkpoint).start())
     producer = threading.Thread(target=produce)
     producer.start()
-    try:
-        time.sleep(8)
-    finally:
-        stop.set()
-        producer.join()
-    deadline = time.time() + 60
+    producer.join()
+    deadline = time.time() + 90
     while sum(sum(c.values()) for c in seen) < 4 * len(committed) and time.time() < deadline:
-        time.sleep(0.5)
+        time.sleep(0.2)
     query.stop()
     per_tx = Counter()
     for counts in seen:
         for tx, n in counts.items():
             assert n == 4, f"transaction {tx} split: {n} of 4 rows in one batch"
             per_tx[tx] += 1
-    assert len(seen) > 2
+    assert sum(1 for c in seen if c) >= 3
     assert set(per_tx) == set(committed) and set(per_tx.values()) == {1}
 
 

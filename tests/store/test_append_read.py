@@ -157,3 +157,9 @@ def test_second_open_of_the_same_directory_is_refused(open_store, tmp_path) -> N
     open_store()
     with pytest.raises(StoreError):
         MessageStore(small_config(tmp_path / "store"))
+
+
+def test_prepared_records_of_the_half_topic_are_queued_for_the_engine(open_store) -> None:
+    store = open_store()
+    store.append([Message(HALF_TOPIC, b"half", sys_flag=SYSFLAG_TRANSACTION_PREPARED)], allow_system=True)
+    assert store.read_queue(HALF_TOPIC, 0, 0, 10).messages[0].body == b"half"

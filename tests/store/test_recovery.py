@@ -138,3 +138,15 @@ def test_torn_tail_torture(tmp_path) -> None:
         finally:
             for s in opened:
                 s.close()
+
+
+def test_deleted_queue_files_are_rebuilt_from_the_whole_log(open_store, tmp_path) -> None:
+    import shutil
+    store = open_store()
+    store.append([msg(body=b"%d" % i, queue_id=i % 2, TAGS="t") for i in range(50)])
+    store.close()
+    shutil.rmtree(tmp_path / "store" / "consumequeue")
+    store = open_store()
+    assert store.recovery.records_scanned == 50
+    assert queue_contents(store) == {("T", 0): [b"%d" % i for i in range(0, 50, 2)],
+                                     ("T", 1): [b"%d" % i for i in range(1, 50, 2)]}

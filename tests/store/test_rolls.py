@@ -69,3 +69,12 @@ def test_a_group_bigger_than_a_segment_spans_segments_and_stays_readable(open_st
     store.close()
     store = open_store()
     assert [m.body for m in store.read_queue("T", 0, 0, 100).messages] == [b"%03d" % i * 300 for i in range(40)]
+
+
+def test_reopening_with_other_file_sizes_keeps_the_recorded_geometry(open_store) -> None:
+    store = open_store(commitlog_segment_bytes=8192, consume_queue_entries_per_file=4)
+    store.append([msg(body=b"%d" % i * 300) for i in range(40)])
+    store.close()
+    store = open_store(commitlog_segment_bytes=1 << 20, consume_queue_entries_per_file=1000)
+    assert store.config.commitlog_segment_bytes == 8192
+    assert [m.body for m in store.read_queue("T", 0, 0, 100).messages] == [b"%d" % i * 300 for i in range(40)]

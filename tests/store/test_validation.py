@@ -101,3 +101,14 @@ def test_a_refused_batch_writes_nothing(open_store, tmp_path) -> None:
     assert store.max_offset("T", 0) == 1
     assert store.append([msg()])[0].queue_offset == 1
     assert os.path.exists(tmp_path / "store" / "abort")
+
+
+def test_a_batch_refused_after_a_segment_roll_leaves_no_new_segment(open_store, tmp_path) -> None:
+    store = open_store(commitlog_segment_bytes=4096)
+    store.append([msg(body=b"x" * 3000)])
+    before = sorted(os.listdir(tmp_path / "store" / "commitlog"))
+    with pytest.raises(MessageBodyTooLarge):
+        store.append([msg(body=b"y" * 2000), msg(body=b"z" * 5000)])  # the first one rolls the segment
+    assert sorted(os.listdir(tmp_path / "store" / "commitlog")) == before
+    r = store.append([msg(body=b"y" * 2000)])[0]
+    assert store.read_at(r.physical_offset).body == b"y" * 2000 and r.queue_offset == 1

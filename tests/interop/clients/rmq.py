@@ -47,6 +47,8 @@ def cmd_produce(args) -> dict:
         futures = []
         for i in range(args.count):
             msg = make_message(args.topic, f"{args.prefix}-{i}", args.tag)
+            if args.message_group:
+                msg.message_group = args.message_group
             try:
                 if args.use_async:
                     futures.append(producer.send_async(msg))
@@ -174,6 +176,7 @@ def main() -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("produce")
     pr.add_argument("--async", dest="use_async", action="store_true")
+    pr.add_argument("--message-group", help="send FIFO messages of this message group")
     tx = sub.add_parser("transaction")
     tx.add_argument("--mode", choices=("commit", "rollback", "orphan-commit", "orphan-rollback"), required=True)
     tx.add_argument("--timeout", type=float, default=30)

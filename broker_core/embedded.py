@@ -1,0 +1,100 @@
+"""An embedded txmq broker: the broker as its own OS process, started from Python.
+
+The quickstart, the examples and the crash tests all need a broker they can
+start, crash and restart without installing a server.
+
+The broker is started with `python -m txmq.broker.server`; it prints
+`txmq broker ready on HOST:PORT` once it serves. `kill()` sends SIGKILL (a
+crash: no clean shutdown, abort marker left); `stop()` sends SIGTERM (a clean
+stop). `restart()` starts a new process on the same data directory and port.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+READY = re.compile(r"txmq broker ready on (\S+):(\d+)")
+
+
+class EmbeddedBroker:
+    """A broker subprocess bound to one data directory."""
+
+    def __init__(self, data_dir: Path, *, flush: str = "sync", extra_args: list[str] | None = None,
+                 env: dict[str, str] | None = None, start_timeout_s: float = 60.0) -> None:
+        self.data_dir = Path(data_dir)
+        self.flush = flush
+        self.extra_args = list(extra_args or [])
+        self.env = env
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen[str] | None = None
+        self.host = "127.0.0.1"
+        self.port = 0
+        self.output: deque[str] = deque(maxlen=400)
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> "EmbeddedBroker":
+        """Start the broker and wait until it prints its ready line."""
+        cmd = [sys.executable, "-m", "txmq.broker.server", "--data-dir", str(self.data_dir),
+               "--listen", f"{self.host}:{self.port}", "--flush", self.flush, *self.extra_args]
+        env = dict(os.environ)
+        env.update(self.env or {})
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        ready = threading.Event()
+        threading.Thread(target=self._pump, args=(self.proc, ready), daemon=True).start()
+        deadline = time.monotonic() + self.start_timeout_s
+        while not ready.wait(0.05):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise RuntimeError("broker did not start:\n" + "\n".join(self.output))
+        return self
+
+    def _pump(self, proc: subprocess.Popen[str], ready: threading.Event) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.output.append(line.rstrip())
+            m = READY.search(line)
+            if m and not ready.is_set():
+                self.host, self.port = m.group(1), int(m.group(2))
+                ready.set()
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(30)
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM: a clean stop. Returns the exit code."""
+        if not self.proc or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def restart(self) -> "EmbeddedBroker":
+        """Start again on the same data directory and port (after kill or stop)."""
+        return self.start()
+
+    def __enter__(self) -> "EmbeddedBroker":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill()

@@ -1,0 +1,44 @@
+"""NativeClient reconnects with backoff and reports an unreachable broker as BrokerUnavailable."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tests.support.broker_process import BrokerProcess
+from txmq.broker import errors
+from txmq.broker.client import NativeClient
+
+
+def test_unreachable_broker_raises_broker_unavailable_after_retrying():
+    with NativeClient("127.0.0.1:1", timeout_s=5, retry_unavailable_s=0.5) as client:
+        started = time.monotonic()
+        with pytest.raises(errors.BrokerUnavailable, match="127.0.0.1:1"):
+            client.list_topics()
+        assert 0.1 < time.monotonic() - started < 4  # retried with backoff, within the window
+
+
+def test_bad_endpoint_string_is_refused():
+    with pytest.raises(errors.BadRequest, match="HOST:PORT"):
+        NativeClient("no-port-here")
+
+
+def test_call_made_while_the_broker_restarts_succeeds(tmp_path):
+    with BrokerProcess(tmp_path / "data", flush="async") as broker:
+        with NativeClient(broker.endpoint, timeout_s=30) as client:
+            client.create_topic("before", 1)
+            broker.stop()
+            restarter = threading.Timer(1.0, broker.restart)
+            restarter.start()
+            try:
+                assert "before" in [t.name for t in client.list_topics()]
+            finally:
+                restarter.join()
+
+
+def test_second_endpoint_is_used_when_the_first_is_down(tmp_path):
+    with BrokerProcess(tmp_path / "data", flush="async") as broker:
+        with NativeClient(f"127.0.0.1:1;{broker.endpoint}", timeout_s=10) as client:
+            assert client.create_topic("failover", 2).queue_count == 2
