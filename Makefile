@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
 	$(VPY) -m pip install -q -e '.[test,bench]'
+	@# pyspark finds `pyspark_*` data sources with pkgutil.iter_modules, which cannot see the
+	@# editable-install finder: put the folder holding pyspark_txmq on sys.path as well.
+	$(VPY) -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'txmq_spark_autoregister.pth').write_text('$(abspath connector/autoregister)\\n')"
 	touch $(STAMP)
 
 # The official RocketMQ 5 Python client lives in its own venv: interop tests run it as a separate process.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import uuid
 import zlib
 from typing import Callable, Iterable
 
@@ -57,6 +58,32 @@ class QueueSelector:
             with self._lock:
                 counter = self._counters.setdefault(topic, itertools.count())
         return next(counter) % queue_count
+
+
+class MessageIdGenerator:
+    """Unique client-style message ids (UNIQ_KEY) for halves that came without one.
+
+    A transactional message keeps its UNIQ_KEY from half to final record, so
+    the id a producer gets at prepare time is the id readers see after COMMIT.
+    A random per-process prefix plus a counter: unique without per-id entropy.
+    """
+
+    def __init__(self) -> None:
+        self._prefix = uuid.uuid4().hex[:20].upper()
+        self._counter = itertools.count()
+
+    def next_id(self) -> str:
+        return f"{self._prefix}{next(self._counter):012X}"
+
+    def assign(self, messages: list[Message]) -> list[str]:
+        """Give every message without a UNIQ_KEY a new one; return all ids in order."""
+        ids = []
+        for m in messages:
+            mid = m.properties.get(PROP_UNIQ_KEY)
+            if not mid:
+                mid = m.properties[PROP_UNIQ_KEY] = self.next_id()
+            ids.append(mid)
+        return ids
 
 
 def _column(table: pa.Table, name: str, rows: int) -> list:

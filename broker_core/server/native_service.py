@@ -23,7 +23,7 @@ from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
-from txmq.broker.server.native_ingest import QueueSelector, decode_batch
+from txmq.broker.server.native_ingest import MessageIdGenerator, QueueSelector, decode_batch
 from txmq.broker.server.native_pull import build_pull_batch
 from txmq.broker.server.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
@@ -150,6 +150,7 @@ class NativeService:
         self.store = core.store
         self.engine = core.engine
         self.selector = QueueSelector()
+        self.ids = MessageIdGenerator()
         self.waiters = OffsetWaiters(self.store)
         self.metrics = metrics if metrics is not None else RpcMetrics.of(core)
 
@@ -192,6 +193,15 @@ class NativeService:
         """Queue count of a topic written to, auto-creating it when the broker allows."""
         return self.core.topic_queue_count(name)
 
+    def _writable_queue_count(self, context) -> Callable[[str], int]:
+        """Queue count per topic for a writer, checking its publish right before any auto-creation."""
+        identity = self._identity(context)
+
+        def queue_count(topic: str) -> int:
+            identity.require_publish(topic)
+            return self._queue_count(topic)
+        return queue_count
+
     def _queue_ids(self, topic: str) -> list[int]:
         config = self._topic(topic)
         ids = set(range(config.queue_count))
@@ -223,10 +233,7 @@ class NativeService:
     # ---- writes ------------------------------------------------------------
     def SendMessages(self, request: pb.SendRequest, context) -> pb.SendResponse:
         started = time.perf_counter()
-        messages = decode_batch(request.batch, self._queue_count, self.selector)
-        identity = self._identity(context)
-        for topic in {m.topic for m in messages}:
-            identity.require_publish(topic)
+        messages = decode_batch(request.batch, self._writable_queue_count(context), self.selector)
         results = self.store.append(messages)
         self.metrics.observe("send", len(messages), time.perf_counter() - started)
         return pb.SendResponse(status=ok_status(), count=len(results), slices=_slices(results),
@@ -234,18 +241,16 @@ class NativeService:
 
     def PrepareMessages(self, request: pb.PrepareRequest, context) -> pb.PrepareResponse:
         started = time.perf_counter()
-        messages = decode_batch(request.batch, self._queue_count, self.selector)
-        identity = self._identity(context)
-        for topic in {m.topic for m in messages}:
-            identity.require_publish(topic)
-        identity.require_producer_group(request.producer_group)
+        self._identity(context).require_producer_group(request.producer_group)
+        messages = decode_batch(request.batch, self._writable_queue_count(context), self.selector)
+        message_ids = self.ids.assign(messages)
         result = self.engine.prepare(messages, transaction_id=request.transaction_id or None,
                                      producer_group=request.producer_group, sender=request.sender)
         self.metrics.observe("prepare", len(messages), time.perf_counter() - started)
         self._note_senders(result.transaction_id, messages, context)
-        ids = [r.msg_id for r in result.results] if request.return_message_ids else []
         return pb.PrepareResponse(status=ok_status(), transaction_id=result.transaction_id,
-                                  count=len(result.results), message_ids=ids)
+                                  count=len(result.results),
+                                  message_ids=message_ids if request.return_message_ids else [])
 
     def _note_senders(self, transaction_id: str, messages: list, context) -> None:
         """Tell the router which client sent these halves, so check-backs go back to it first."""

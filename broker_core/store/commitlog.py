@@ -97,7 +97,8 @@ class CommitLog:
     # --- writes ------------------------------------------------------------------
 
     def write_batch(self, messages: Sequence[Message], props: Sequence[bytes], sys_flags: Sequence[int],
-                    queue_offsets: Sequence[int], store_timestamp: int, *, group: bool = False) -> list[tuple[int, int]]:
+                    queue_offsets: Sequence[int], store_timestamp: int, *,
+                    group: bool = False) -> list[tuple[int, int]]:
         """Encode and write records; returns (physical offset, size) per message.
 
         With group=True a group that fits in one segment is kept in one segment
@@ -116,7 +117,8 @@ class CommitLog:
         chunks: list[tuple[MappedFile, list]] = []
         parts: list = []
         if group:
-            total = sum(fixed + len(m.body) + 2 + len(m.topic.encode()) + len(p) for m, p in zip(messages, props))
+            total = sum(fixed + len(m.body) + 2 + len(m.topic.encode()) + len(p)
+                        + (12 if encode_host(m.born_host)[1] else 0) for m, p in zip(messages, props))
             if total + BLANK_MIN_BYTES <= self.segment_bytes and pos + total + BLANK_MIN_BYTES > seg_end:
                 parts.append(encode_blank(seg_end - pos))
                 chunks.append((seg, parts))
@@ -135,7 +137,8 @@ class CommitLog:
                     raw = m.topic.encode()
                     t = topic_cache[m.topic] = len(raw).to_bytes(1, "big") + raw
                 body = m.body
-                size = fixed + len(body) + len(t) + len(p)
+                born = hosts.get(m.born_host) or encode_host(m.born_host)
+                size = fixed + len(body) + len(t) + len(p) + (12 if born[1] else 0)
                 if pos + size + BLANK_MIN_BYTES > seg_end:
                     if size > max_record:
                         raise MessageBodyTooLarge(
@@ -146,7 +149,6 @@ class CommitLog:
                     parts = []
                     seg = self._new_segment(seg_end)
                     pos, seg_end = seg_end, seg_end + self.segment_bytes
-                born = hosts.get(m.born_host) or encode_host(m.born_host)
                 if born[1] or store_v6:
                     encode_record(parts, m, t[1:], p, size, flag, qoff, pos, store_timestamp, host)
                 else:

@@ -8,7 +8,7 @@ copy-on-write.
 
 Layout of `data_dir`: commitlog/ (segments), consumequeue/<topic>/<queue id>/,
 index/, checkpoint, abort (present while running), lock, topics.json,
-offsets.json.
+offsets.json, store_meta.json (file geometry fixed at creation).
 """
 
 from __future__ import annotations

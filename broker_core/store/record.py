@@ -67,7 +67,8 @@ class RecordCorrupted(StoreError):
 def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
     born = "20s" if born_v6 else "8s"
     store = "20s" if store_v6 else "8s"
-    # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QOFF POFF SYSFLAG BORNTS BORNHOST STORETS STOREHOST RECONSUME PREPARED BODYLEN
+    # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QOFF POFF SYSFLAG BORNTS BORNHOST STORETS STOREHOST
+    # RECONSUME PREPARED BODYLEN
     return struct.Struct(f">IIIiiqqiq{born}q{store}iqi")
 
 

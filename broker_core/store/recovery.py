@@ -52,6 +52,9 @@ def _scan_start(commitlog: CommitLog, wanted: int) -> int:
     seg = commitlog.segment_for(wanted)
     if seg is not None and wanted <= seg.end:
         return wanted
+    last = segs[-1]
+    if wanted == last.start + last.capacity == last.end:
+        return wanted  # the checkpoint sits exactly at the end of a full segment
     # the checkpoint points past the data: start at the last segment that has data
     with_data = [s for s in segs if s.size > 0 and s.start <= wanted] or segs[:1]
     return with_data[-1].start

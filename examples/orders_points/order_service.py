@@ -96,21 +96,42 @@ def make_orders(count: int, seed: int = 7) -> list[Order]:
             for i in range(count)]
 
 
-def place_orders(broker: str, db_path: Path, orders: list[Order], progress=print) -> dict[str, int]:
-    """Publish every order in its own transaction; returns how many ended which way."""
-    db = open_db(db_path)
-    counts = {"COMMIT": 0, "ROLLBACK": 0, "UNKNOWN": 0}
-    with TransactionProducer(broker, PRODUCER_GROUP, OrderListener(db), topics=[ORDERS_TOPIC]) as producer:
+class OrderService:
+    """The running order service: its database and its TransactionProducer.
+
+    It must stay up after placing orders: the broker asks the live producer
+    about transactions it left UNKNOWN, and only this process can answer.
+    """
+
+    def __init__(self, broker: str, db_path: Path) -> None:
+        self.db = open_db(db_path)
+        self.producer = TransactionProducer(broker, PRODUCER_GROUP, OrderListener(self.db), topics=[ORDERS_TOPIC])
+        self.counts = {"COMMIT": 0, "ROLLBACK": 0, "UNKNOWN": 0}
+
+    def __enter__(self) -> "OrderService":
+        self.producer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.producer.shutdown()
+        self.db.close()
+
+    def place(self, order: Order) -> str:
+        """Pay one order in one transaction; returns COMMIT, ROLLBACK or UNKNOWN (left to check-back)."""
+        body = json.dumps({"order_id": order.order_id, "user": order.user, "amount": order.amount}).encode()
+        message = Message(ORDERS_TOPIC, body, tag="paid", keys=[order.order_id], sharding_key=order.user)
+        state = self.producer.send_message_in_transaction(message, order).local_state.value
+        self.counts[state] += 1
+        return state
+
+    def place_all(self, orders: list[Order], progress=print) -> dict[str, int]:
         for n, order in enumerate(orders, 1):
-            body = json.dumps({"order_id": order.order_id, "user": order.user, "amount": order.amount}).encode()
-            message = Message(ORDERS_TOPIC, body, tag="paid", keys=[order.order_id], sharding_key=order.user)
-            result = producer.send_message_in_transaction(message, order)
-            counts[result.local_state.value] += 1
+            self.place(order)
             if n % 50 == 0 or n == len(orders):
-                progress(f"  orders placed: {n}/{len(orders)}  (committed {counts['COMMIT']}, "
-                         f"rolled back {counts['ROLLBACK']}, left to check-back {counts['UNKNOWN']})")
-    db.close()
-    return counts
+                c = self.counts
+                progress(f"  orders placed: {n}/{len(orders)}  (committed {c['COMMIT']}, "
+                         f"rolled back {c['ROLLBACK']}, left to check-back {c['UNKNOWN']})")
+        return dict(self.counts)
 
 
 def main() -> None:
@@ -119,7 +140,9 @@ def main() -> None:
     parser.add_argument("--db", type=Path, default=Path("orders.db"))
     parser.add_argument("--orders", type=int, default=200)
     args = parser.parse_args()
-    place_orders(args.broker, args.db, make_orders(args.orders))
+    with OrderService(args.broker, args.db) as service:
+        service.place_all(make_orders(args.orders))
+        input("orders placed; keep this process up to answer check-backs, press Enter to stop ")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE))  # the example's sibling modules
 
-from order_service import make_orders, place_orders  # noqa: E402
+from order_service import OrderService, make_orders  # noqa: E402
 from points_consumer import apply_available  # noqa: E402
 from txmq.broker.client import NativeClient  # noqa: E402
 from txmq.broker.embedded import EmbeddedBroker  # noqa: E402
@@ -88,9 +88,10 @@ def run(order_count: int, work: Path) -> bool:
             say("[2/6] starting the Spark points job (spark-submit, local[2]) ...")
             spark_job = start_spark_job(broker.endpoint, work)
             say(f"[3/6] placing {order_count} orders through the TransactionProducer ...")
-            outcome = place_orders(broker.endpoint, work / "orders.db", make_orders(order_count), progress=say)
-            say("[4/6] letting the broker's check-back resolve the unanswered transactions ...")
-            wait_until_resolved(client, timeout_s=120)
+            with OrderService(broker.endpoint, work / "orders.db") as service:
+                outcome = service.place_all(make_orders(order_count), progress=say)
+                say("[4/6] the broker's check-back asks the order service about unanswered transactions ...")
+                wait_until_resolved(client, timeout_s=120)
         say("[5/6] draining the Spark job ...")
         (work / "stop").touch()
         if spark_job.wait(timeout=600) != 0:
@@ -104,7 +105,9 @@ def run(order_count: int, work: Path) -> bool:
         say("Summary")
         say(f"  orders committed by the service:     {outcome['COMMIT']}")
         say(f"  orders rolled back (declined):       {outcome['ROLLBACK']}")
-        say(f"  orders resolved by check-back:       {by_check}")
+        by_check_committed = facts["orders_committed_in_db"] - outcome["COMMIT"]
+        say(f"  orders resolved by check-back:       {by_check} "
+            f"({by_check_committed} committed, {by_check - by_check_committed} rolled back)")
         say(f"  committed orders in the database:    {facts['orders_committed_in_db']}")
         say(f"  points messages applied:             {facts['points_messages_applied']}")
         say(f"  points awarded / expected:           {facts['points_total']} / {facts['expected_points_total']}")

@@ -103,3 +103,14 @@ def test_protobuf_prepare_form_returns_ids(client, topic):
     assert prep.count == 1 and len(prep.message_ids) == 1
     client.end_transaction(prep.transaction_id, "COMMIT")
     assert bodies(read_all(client, topic)) == [b"one"]
+
+
+def test_prepare_ids_are_the_ids_readers_see_after_commit(client, topic):
+    from txmq.broker.client import Message
+
+    prep = client.prepare("", [Message(topic=topic, body=b"a"), Message(topic=topic, body=b"b", message_id="mine")],
+                          producer_group="g", sender="s")
+    assert prep.message_ids[1] == "mine"
+    client.end_transaction(prep.transaction_id, "COMMIT")
+    assert sorted(read_all(client, topic).column("messageId").to_pylist()) == sorted(prep.message_ids)
+    assert client.get_message(prep.message_ids[0]).body == b"a"

@@ -27,6 +27,8 @@ def pipe(spark, source_options, src: str, dst: str, checkpoint: str, *, transfor
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     try:
         query.awaitTermination(180)
+    except Exception:  # the caller looks at query.exception()
+        pass
     finally:
         if query.isActive:
             query.stop()

@@ -1,0 +1,325 @@
+"""`make bench`: every benchmark against its peers, several runs each, then the report.
+
+    .venv/bin/python bench/run_all.py [--quick] [--only a,b] [--runs N] [--no-profile] [--report-only]
+
+Steps: install the peers that are missing (bench/peers.py: Debian's
+rabbitmq-server and redis-server, pika and redis-py); run each benchmark script
+as a subprocess (its own process group, killed on timeout) `runs` times; take
+the last JSON line each run prints; aggregate every numeric figure as the median
+of the runs with min and max (a ratio is aggregated from the per-run ratios, so
+each one still compares figures measured in the same run); profile the hot
+paths (bench/profile_hot_paths.py); write bench/results/summary.json and let
+bench/report.py write bench/REPORT.md and bench/plots/*.png.
+
+A benchmark script that is missing, fails or times out is recorded as such (its
+row in the report says so) and the run goes on. The benchmark scripts stop the
+processes they start (brokers, RabbitMQ, Redis, Spark); after each one the
+runner kills whatever is left in its process group.
+
+Budget (2-core machine): the full run stays under 20 minutes, --quick takes a
+few minutes (one run per benchmark, and its runs are the profiled ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+RESULTS = BENCH / "results"
+LOGS = RESULTS / "logs"
+SUMMARY = RESULTS / "summary.json"
+sys.path.insert(0, str(ROOT))
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark script and how the runner drives it."""
+
+    name: str
+    full_args: tuple[str, ...] = ()
+    quick_args: tuple[str, ...] = ("--quick",)
+    full_runs: int = 3
+    timeout_s: float = 600
+    needs_peers: bool = False
+    what: str = ""
+    self_repeating: bool = False  # the script takes medians of its own repeats: run it once
+
+    @property
+    def script(self) -> Path:
+        return BENCH / f"{self.name}.py"
+
+
+# Order: cheap and independent first, Spark last (it is the slowest to start).
+BENCHMARKS: tuple[Benchmark, ...] = (
+    Benchmark("store", what="storage engine vs raw file loops; recovery time vs log size", timeout_s=600),
+    Benchmark("tx", what="transaction engine vs plain append; check-back with 100k pending", timeout_s=600),
+    Benchmark("grpc_server_models", what="thread-pool vs asyncio gRPC server (per-call floor)", timeout_s=300),
+    Benchmark("rocketmq_send", what="RocketMQ 5 SendMessage / transaction vs a bare gRPC call", timeout_s=300),
+    Benchmark("broker", full_args=("--seconds", "4"), what="txmq vs RabbitMQ vs Redis, over the wire",
+              needs_peers=True, timeout_s=900),
+    Benchmark("scaling", full_runs=1, self_repeating=True, timeout_s=1200,
+              quick_args=("--quick", "--repeats", "2"),
+              what="producers, queues, batch size, check-back scan vs pending"),
+    Benchmark("spark_source", full_runs=2, what="Spark source rows/s vs its ceilings", timeout_s=900),
+    Benchmark("spark_sink", full_runs=2, what="Spark sink rows/s vs its ceilings", timeout_s=900),
+)
+
+
+# ---- running one script ------------------------------------------------------------------------
+
+
+@dataclass
+class RunOutcome:
+    ok: bool
+    seconds: float
+    result: dict | None = None
+    error: str = ""
+
+
+def last_json_line(text: str) -> dict | None:
+    """The last stdout line that is a JSON object with a "bench" key (the contract of every bench)."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, dict) and "bench" in value:
+                return value
+    return None
+
+
+def run_script(cmd: list[str], timeout_s: float, log_path: Path, env: dict[str, str] | None = None) -> RunOutcome:
+    """Run a benchmark in its own process group; kill the whole group on timeout and afterwards."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
+                                start_new_session=True, env=env)
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            out, _ = proc.communicate()
+            timed_out = True
+        finally:
+            _kill_group(proc.pid)  # stragglers the script left in its group
+        log.write("\n---- stdout ----\n" + (out or ""))
+    seconds = time.monotonic() - started
+    if timed_out:
+        return RunOutcome(False, seconds, error=f"timed out after {timeout_s:.0f} s")
+    result = last_json_line(out or "")
+    if proc.returncode != 0:
+        return RunOutcome(False, seconds, result, error=f"exit code {proc.returncode}: {_tail(log_path)}")
+    if result is None:
+        return RunOutcome(False, seconds, error="printed no JSON result line")
+    return RunOutcome(True, seconds, result)
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    text = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip() and not ln.startswith("----")]
+    return " | ".join(text[-lines:])[-400:]
+
+
+# ---- aggregation -----------------------------------------------------------------------------
+
+
+def flatten(value, prefix: str = "") -> dict[str, float]:
+    """Numeric leaves of a nested result as dotted keys (booleans and lists of runs left out)."""
+    out: dict[str, float] = {}
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            out.update(flatten(sub, f"{prefix}{key}."))
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        out[prefix[:-1]] = float(value)
+    return out
+
+
+def aggregate(results: list[dict]) -> dict[str, dict]:
+    """Per figure: median, min, max over the runs that reported it."""
+    per_key: dict[str, list[float]] = {}
+    for result in results:
+        for key, value in flatten(result).items():
+            per_key.setdefault(key, []).append(value)
+    return {key: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
+            for key, v in sorted(per_key.items())}
+
+
+# ---- machine and versions ------------------------------------------------------------------
+
+
+def machine() -> dict:
+    mem_kib = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    except OSError:
+        pass
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "memory_gib": round(mem_kib / (1 << 20), 1), "cpu": cpu,
+            "kernel": platform.release(), "platform": platform.platform()}
+
+
+def versions() -> dict:
+    from importlib import metadata
+
+    from bench.peers import peer_versions
+
+    out = {"python": platform.python_version()}
+    for dist in ("grpcio", "protobuf", "pyarrow", "pyspark", "pika", "redis", "matplotlib", "py-spy",
+                 "pyinstrument"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    peers = peer_versions()
+    out["rabbitmq"] = peers.get("rabbitmq-server", "not installed")
+    out["redis-server"] = peers.get("redis-server", "not installed")
+    try:
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+        out["java"] = (java.stderr or java.stdout).splitlines()[0] if (java.stderr or java.stdout) else "?"
+    except (OSError, subprocess.SubprocessError):
+        out["java"] = "not installed"
+    return out
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+
+def bench_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    env["MPLBACKEND"] = "Agg"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_benchmark(bench: Benchmark, *, quick: bool, runs: int, env: dict[str, str], log) -> dict:
+    """All runs of one benchmark → its summary entry."""
+    entry: dict = {"name": bench.name, "what": bench.what, "script": f"bench/{bench.name}.py"}
+    if not bench.script.exists():
+        log(f"[{bench.name}] missing: {bench.script.relative_to(ROOT)}")
+        return {**entry, "status": "missing", "error": "script not present", "runs": []}
+    args = list(bench.quick_args if quick else bench.full_args)
+    entry["args"] = args
+    outcomes: list[RunOutcome] = []
+    for i in range(runs):
+        log(f"[{bench.name}] run {i + 1}/{runs}: bench/{bench.name}.py {' '.join(args)}")
+        outcome = run_script([sys.executable, str(bench.script), *args], bench.timeout_s,
+                             LOGS / f"{bench.name}.run{i + 1}.log", env)
+        log(f"[{bench.name}] run {i + 1}: {'ok' if outcome.ok else 'FAILED: ' + outcome.error} "
+            f"({outcome.seconds:.0f} s)")
+        outcomes.append(outcome)
+        if not outcome.ok and i == 0 and outcome.result is None:
+            break  # a script that fails outright will fail again: save the time
+    good = [o.result for o in outcomes if o.ok and o.result]
+    entry["runs"] = good
+    entry["seconds"] = [round(o.seconds, 1) for o in outcomes]
+    entry["errors"] = [o.error for o in outcomes if not o.ok]
+    entry["self_repeating"] = bench.self_repeating
+    if not good:
+        entry["status"] = "failed"
+        entry["error"] = entry["errors"][0] if entry["errors"] else "no result"
+        return entry
+    entry["status"] = "ok" if len(good) == len(outcomes) else "partial"
+    entry["figures"] = aggregate(good)
+    return entry
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="development run: --quick scripts, one run each")
+    ap.add_argument("--only", help="comma-separated benchmark names (default: all)")
+    ap.add_argument("--runs", type=int, help="runs per benchmark (default: 3 full, 1 quick)")
+    ap.add_argument("--no-profile", action="store_true", help="skip bench/profile_hot_paths.py")
+    ap.add_argument("--report-only", action="store_true", help="rewrite REPORT.md and plots from summary.json")
+    args = ap.parse_args(argv)
+
+    def log(msg: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
+
+    if args.report_only:
+        from bench import report
+
+        report.write_report(json.loads(SUMMARY.read_text()))
+        return 0
+
+    started = time.monotonic()
+    chosen = [b for b in BENCHMARKS if not args.only or b.name in args.only.split(",")]
+    env = bench_env()
+    summary: dict = {"started_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "quick": args.quick,
+                     "machine": machine(), "benchmarks": {}}
+    if any(b.needs_peers for b in chosen):
+        from bench.peers import ensure_peers_installed
+
+        summary["peers"] = ensure_peers_installed(log)
+    summary["versions"] = versions()
+    profiled_in_runs = args.quick and not args.no_profile
+    for bench in chosen:
+        runs = args.runs or (1 if args.quick or bench.self_repeating else bench.full_runs)
+        summary["benchmarks"][bench.name] = run_benchmark(bench, quick=args.quick, runs=runs, env=env, log=log)
+        _write_summary(summary)
+    if not args.no_profile:
+        summary["profile"] = run_profiles(chosen, quick=args.quick, env=env, log=log)
+        if profiled_in_runs:
+            summary["profile"]["note"] = "quick run: profiled in a separate pass after the measured runs"
+    summary["total_seconds"] = round(time.monotonic() - started, 1)
+    _write_summary(summary)
+    from bench import report
+
+    report.write_report(summary)
+    log(f"done in {summary['total_seconds']:.0f} s: bench/REPORT.md, bench/plots/, bench/results/summary.json")
+    return 0
+
+
+def run_profiles(chosen: list[Benchmark], *, quick: bool, env: dict[str, str], log) -> dict:
+    """bench/profile_hot_paths.py over the chosen benchmarks (their --quick variants)."""
+    script = BENCH / "profile_hot_paths.py"
+    if not script.exists():
+        return {"status": "missing"}
+    names = ",".join(b.name for b in chosen if b.script.exists())
+    log(f"[profile] py-spy over: {names}")
+    outcome = run_script([sys.executable, str(script), "--only", names], 1800 if not quick else 900,
+                         LOGS / "profile_hot_paths.log", env)
+    log(f"[profile] {'ok' if outcome.ok else 'FAILED: ' + outcome.error} ({outcome.seconds:.0f} s)")
+    if not outcome.ok or not outcome.result:
+        return {"status": "failed", "error": outcome.error}
+    return {"status": "ok", **outcome.result}
+
+
+def _write_summary(summary: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    SUMMARY.write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,339 @@
+"""Scaling benchmark: how txmq's cost grows with concurrency, queues, batch size and pending transactions.
+
+    .venv/bin/python bench/scaling.py [--quick] [--parts batch,producers,pull,checkback] [--repeats N]
+
+Measured in one run, every figure the median of `--repeats` runs (with min and max):
+- batch: one producer over loopback gRPC (native service, 1 KiB bodies), messages/s
+  for batches of 1, 10, 100, 1000 — plain SendMessages and transactions
+  (PrepareMessages + EndTransaction COMMIT);
+- producers: 1, 2, 4, 8 concurrent producer processes, each sending batches of 1
+  and of 100 messages; the ratio to 1 producer says how much of the added work
+  the broker absorbs (ideal: N, on a 2-core machine at most ~2);
+- pull: draining a topic of 1 queue with one consumer and of 4 queues with one
+  consumer per queue (PullArrow), messages/s;
+- checkback: a full check-back scan (CheckbackService rounds until every pending
+  transaction was handed to the listener once) over 10k, 100k and 1M (--quick:
+  10k, 100k) pending transactions, built at engine level in-process
+  (TransactionEngine over a MessageStore in a temp dir, a settable clock), with
+  the engine's default settings (10 000 checks per round, 64 MiB half cache,
+  a table snapshot every 10 s). Per-transaction cost should stay flat: the
+  ratio 1M/10k (or 100k/10k) of µs per transaction says where it does not.
+Prints one JSON line and writes bench/results/scaling.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results" / "scaling.json"
+BODY = b"x" * 1024
+BATCH_SIZES = (1, 10, 100, 1000)
+PRODUCER_COUNTS = (1, 2, 4, 8)
+PRODUCER_BATCHES = (1, 100)
+
+
+def stats(values: list[float]) -> dict:
+    """A figure: median of the runs, with min and max (and the runs themselves)."""
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3), "runs": [round(v, 3) for v in values]}
+
+
+def body_table(n: int):
+    import pyarrow as pa
+
+    return pa.table({"body": pa.array([BODY] * n, pa.binary())})
+
+
+# ---- batch size (one producer, in this process) -----------------------------------------------
+
+
+def send_rate(client, topic: str, batch: int, seconds: float, transactional: bool) -> float:
+    """Messages/s one sequential producer reaches for `seconds`."""
+    table = body_table(batch)
+    sender = uuid.uuid4().hex[:8]
+    sent, started = 0, time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        if transactional:
+            prep = client.prepare_arrow("", table, topic=topic, producer_group="scaling", sender=sender)
+            client.end_transaction(prep.transaction_id, "COMMIT")
+        else:
+            client.send_arrow(table, topic=topic)
+        sent += batch
+    return sent / (time.perf_counter() - started)
+
+
+def measure_batch_sizes(endpoint: str, seconds: float, repeats: int) -> dict:
+    from txmq.broker.client import NativeClient
+
+    out: dict = {"plain": {}, "transaction": {}}
+    with NativeClient(endpoint, timeout_s=60) as client:
+        client.create_topic("scaling-batch", 4)
+        send_rate(client, "scaling-batch", 10, 0.5, True)  # warm up channel and code paths
+        for kind in ("plain", "transaction"):
+            for size in BATCH_SIZES:
+                runs = [send_rate(client, "scaling-batch", size, seconds, kind == "transaction")
+                        for _ in range(repeats)]
+                out[kind][str(size)] = stats(runs)
+    return out
+
+
+# ---- concurrent producers (separate processes: no shared GIL on the client side) -----------
+
+
+def _producer(endpoint: str, batch: int, seconds: float, start_at: float, results) -> None:
+    from txmq.broker.client import NativeClient
+
+    table = body_table(batch)
+    with NativeClient(endpoint, timeout_s=60) as client:
+        client.send_arrow(table, topic="scaling-producers")  # connect before the clock starts
+        time.sleep(max(0.0, start_at - time.time()))
+        sent, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            client.send_arrow(table, topic="scaling-producers")
+            sent += batch
+        results.put((sent, time.perf_counter() - started))
+
+
+def producers_rate(endpoint: str, producers: int, batch: int, seconds: float) -> float:
+    """Total messages/s of `producers` processes sending concurrently for `seconds`."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    start_at = time.time() + 2.0 + 0.4 * producers  # every process imported and connected by then
+    procs = [ctx.Process(target=_producer, args=(endpoint, batch, seconds, start_at, results))
+             for _ in range(producers)]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join(30)
+    return sum(sent for sent, _ in got) / max(elapsed for _, elapsed in got)
+
+
+def measure_producers(endpoint: str, seconds: float, repeats: int) -> dict:
+    from txmq.broker.client import NativeClient
+
+    with NativeClient(endpoint) as client:
+        client.create_topic("scaling-producers", 8)
+    out: dict = {}
+    for batch in PRODUCER_BATCHES:
+        runs: dict[int, list[float]] = {n: [] for n in PRODUCER_COUNTS}
+        for _ in range(repeats):  # interleaved, so drift (other load) hits every count alike
+            for n in PRODUCER_COUNTS:
+                runs[n].append(producers_rate(endpoint, n, batch, seconds))
+        out[f"batch_{batch}"] = {str(n): stats(v) for n, v in runs.items()}
+    return out
+
+
+# ---- pull with 1 and 4 queues ---------------------------------------------------------------
+
+
+def _consumer(endpoint: str, topic: str, queue_id: int, end: int, start_at: float, results) -> None:
+    from txmq.broker.client import NativeClient
+
+    with NativeClient(endpoint, timeout_s=120) as client:
+        client.pull_arrow(topic, queue_id, 0, 1)  # connect before the clock starts
+        time.sleep(max(0.0, start_at - time.time()))
+        offset, rows, started = 0, 0, time.perf_counter()
+        while offset < end:
+            res = client.pull_arrow(topic, queue_id, offset, end, max_bytes=4 << 20)
+            rows += res.batch.num_rows
+            offset = res.next_offset
+        results.put((rows, started, time.perf_counter()))
+
+
+def fill_topic(client, topic: str, queues: int, messages: int) -> dict[int, int]:
+    client.create_topic(topic, queues)
+    table = body_table(1000)
+    for _ in range(messages // 1000):
+        client.send_arrow(table, topic=topic)
+    return client.snapshot_offsets([topic])[topic]
+
+
+def pull_rate(endpoint: str, topic: str, ends: dict[int, int]) -> float:
+    """Messages/s of one consumer process per queue draining the whole topic."""
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    start_at = time.time() + 2.0 + 0.4 * len(ends)
+    procs = [ctx.Process(target=_consumer, args=(endpoint, topic, q, end, start_at, results))
+             for q, end in ends.items()]
+    for p in procs:
+        p.start()
+    got = [results.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(30)
+    rows = sum(r for r, _, _ in got)
+    assert rows == sum(ends.values()), (rows, ends)
+    return rows / (max(e for _, _, e in got) - min(s for _, s, _ in got))
+
+
+def measure_pull(endpoint: str, messages: int, repeats: int) -> dict:
+    from txmq.broker.client import NativeClient
+
+    with NativeClient(endpoint, timeout_s=120) as client:
+        ends = {q: fill_topic(client, f"scaling-pull-{q}q", q, messages) for q in (1, 4)}
+    runs: dict[int, list[float]] = {1: [], 4: []}
+    for _ in range(repeats):
+        for q in (1, 4):
+            runs[q].append(pull_rate(endpoint, f"scaling-pull-{q}q", ends[q]))
+    return {"messages": messages, **{f"{q}_queues": stats(v) for q, v in runs.items()}}
+
+
+# ---- check-back scan over many pending transactions (engine level, in-process) -------------
+
+
+class SettableClock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class AcceptingListener:
+    """Every check is 'delivered' (a producer is there); counts them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def request_check(self, tx, half) -> bool:
+        self.count += 1
+        return True
+
+
+def full_scan(service, listener: AcceptingListener, expected: int) -> tuple[float, int]:
+    """Run rounds until `expected` transactions were handed over; (seconds, rounds)."""
+    listener.count, rounds = 0, 0
+    started = time.perf_counter()
+    while listener.count < expected:
+        result = service.run_once()
+        rounds += 1
+        if not result.more_due and listener.count < expected:
+            raise RuntimeError(f"scan stopped at {listener.count} of {expected}")
+    return time.perf_counter() - started, rounds
+
+
+def measure_checkback(sizes: tuple[int, ...], repeats: int, body: bytes) -> dict:
+    from txmq.broker.store import Message, MessageStore, StoreConfig
+    from txmq.broker.transaction import CheckbackService, TransactionConfig, TransactionEngine
+
+    root = Path(tempfile.mkdtemp(prefix="txmq-scaling-checkback-"))
+    store = MessageStore(StoreConfig(data_dir=root))
+    clock = SettableClock()
+    config = TransactionConfig()
+    engine = TransactionEngine(store, config, clock=clock)
+    listener = AcceptingListener()
+    service = CheckbackService(engine, listener, config)
+    out: dict = {}
+    built, build_s = 0, 0.0
+    try:
+        for size in sizes:
+            started = time.perf_counter()
+            for i in range(built, size):  # grow the pending set from the previous size
+                engine.prepare([Message(topic="scaling-tx", body=body, queue_id=i % 4)],
+                               transaction_id=f"s{i}", producer_group="scaling")
+            build_s += time.perf_counter() - started
+            built = size
+            scans, rounds = [], 0
+            for _ in range(repeats):
+                clock.now += config.check_interval_s + config.transaction_timeout_s + 1  # everything due
+                seconds, rounds = full_scan(service, listener, size)
+                scans.append(seconds)
+            started = time.perf_counter()
+            idle = service.run_once()  # nothing due: the cost of a round that finds no work
+            idle_s = time.perf_counter() - started
+            assert idle.checked == 0
+            started = time.perf_counter()
+            engine.snapshot()
+            snapshot_s = time.perf_counter() - started
+            out[str(size)] = {
+                "scan_s": stats(scans),
+                "per_tx_us": stats([s / size * 1e6 for s in scans]),
+                "rounds": rounds,
+                "idle_round_ms": round(idle_s * 1000, 3),
+                "snapshot_s": round(snapshot_s, 3),
+                "build_s_total": round(build_s, 1),
+                "cached_bytes": engine._cache_bytes,  # noqa: SLF001 - explains the per-tx cost
+            }
+            print(f"checkback {size}: scan {out[str(size)]['scan_s']['median']} s, rounds {rounds}",
+                  file=sys.stderr, flush=True)
+        engine.close()
+    finally:
+        store.close()
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+# ---- main ----------------------------------------------------------------------------------
+
+
+def ratios(result: dict) -> dict:
+    r: dict = {}
+    med = lambda fig: fig["median"]  # noqa: E731
+    if "producers" in result:
+        for batch, series in result["producers"].items():
+            r[f"producers_8_vs_1_{batch}"] = round(med(series["8"]) / med(series["1"]), 3)
+            r[f"producers_2_vs_1_{batch}"] = round(med(series["2"]) / med(series["1"]), 3)
+    if "pull" in result:
+        r["pull_4q_vs_1q"] = round(med(result["pull"]["4_queues"]) / med(result["pull"]["1_queues"]), 3)
+    if "batch" in result:
+        for kind, series in result["batch"].items():
+            r[f"batch_1000_vs_1_{kind}"] = round(med(series["1000"]) / med(series["1"]), 2)
+        r["tx_vs_plain_batch_100"] = round(med(result["batch"]["transaction"]["100"])
+                                           / med(result["batch"]["plain"]["100"]), 3)
+    if "checkback" in result:
+        sizes = sorted(result["checkback"], key=int)
+        small, large = sizes[0], sizes[-1]
+        r[f"checkback_per_tx_{large}_vs_{small}"] = round(
+            med(result["checkback"][large]["per_tx_us"]) / med(result["checkback"][small]["per_tx_us"]), 3)
+    return r
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="shorter points; check-back stops at 100k")
+    ap.add_argument("--parts", default="batch,producers,pull,checkback")
+    ap.add_argument("--repeats", type=int, help="runs per figure (default 3)")
+    ap.add_argument("--seconds", type=float, help="seconds per throughput point (default 3, quick 1.5)")
+    args = ap.parse_args(argv)
+    parts = set(args.parts.split(","))
+    repeats = args.repeats or 3
+    seconds = args.seconds or (1.5 if args.quick else 3.0)
+    result: dict = {"bench": "scaling", "quick": args.quick, "repeats": repeats, "seconds_per_point": seconds,
+                    "body_bytes": len(BODY)}
+    if parts & {"batch", "producers", "pull"}:
+        from txmq.broker.embedded import EmbeddedBroker
+
+        data = Path(tempfile.mkdtemp(prefix="txmq-scaling-broker-"))
+        try:
+            with EmbeddedBroker(data, flush="async") as broker:
+                if "batch" in parts:
+                    result["batch"] = measure_batch_sizes(broker.endpoint, seconds, repeats)
+                if "producers" in parts:
+                    result["producers"] = measure_producers(broker.endpoint, seconds, repeats)
+                if "pull" in parts:
+                    result["pull"] = measure_pull(broker.endpoint, 20_000 if args.quick else 60_000, repeats)
+        finally:
+            shutil.rmtree(data, ignore_errors=True)
+    if "checkback" in parts:
+        sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
+        result["checkback"] = measure_checkback(sizes, repeats, BODY)
+    result["ratios"] = ratios(result)
+    line = json.dumps(result, sort_keys=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(line + "\n")
+    print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
