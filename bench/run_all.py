@@ -39,6 +39,10 @@ BENCH = ROOT / "bench"
 RESULTS = BENCH / "results"
 LOGS = RESULTS / "logs"
 SUMMARY = RESULTS / "summary.json"
+# `make bench` must end within 20 minutes on the 2-core machine: runs beyond the first
+# stop here, leaving time for the report and for a slow first run of the last benchmark.
+FULL_BUDGET_S = 17 * 60
+PROFILE_RATE_HZ = 50
 sys.path.insert(0, str(ROOT))
 
 
@@ -62,14 +66,15 @@ class Benchmark:
 
 # Order: cheap and independent first, Spark last (it is the slowest to start).
 BENCHMARKS: tuple[Benchmark, ...] = (
-    Benchmark("store", what="storage engine vs raw file loops; recovery time vs log size", timeout_s=600),
-    Benchmark("tx", what="transaction engine vs plain append; check-back with 100k pending", timeout_s=600),
+    Benchmark("store", full_runs=2, timeout_s=600,
+              what="storage engine vs raw file loops; recovery time vs log size"),
+    Benchmark("tx", full_runs=2, timeout_s=600,
+              what="transaction engine vs plain append; check-back with 100k pending"),
     Benchmark("grpc_server_models", what="thread-pool vs asyncio gRPC server (per-call floor)", timeout_s=300),
     Benchmark("rocketmq_send", what="RocketMQ 5 SendMessage / transaction vs a bare gRPC call", timeout_s=300),
-    Benchmark("broker", full_args=("--seconds", "4"), what="txmq vs RabbitMQ vs Redis, over the wire",
-              needs_peers=True, timeout_s=900),
+    Benchmark("broker", full_args=("--seconds", "3"), full_runs=2, needs_peers=True, timeout_s=900,
+              what="txmq vs RabbitMQ vs Redis, over the wire"),
     Benchmark("scaling", full_runs=1, self_repeating=True, timeout_s=1200,
-              quick_args=("--quick", "--repeats", "2"),
               what="producers, queues, batch size, check-back scan vs pending"),
     Benchmark("spark_source", full_runs=2, what="Spark source rows/s vs its ceilings", timeout_s=900),
     Benchmark("spark_sink", full_runs=2, what="Spark sink rows/s vs its ceilings", timeout_s=900),
@@ -223,53 +228,110 @@ def bench_env() -> dict[str, str]:
     return env
 
 
-def run_benchmark(bench: Benchmark, *, quick: bool, runs: int, env: dict[str, str], log) -> dict:
-    """All runs of one benchmark → its summary entry."""
-    entry: dict = {"name": bench.name, "what": bench.what, "script": f"bench/{bench.name}.py"}
-    if not bench.script.exists():
-        log(f"[{bench.name}] missing: {bench.script.relative_to(ROOT)}")
-        return {**entry, "status": "missing", "error": "script not present", "runs": []}
-    args = list(bench.quick_args if quick else bench.full_args)
-    entry["args"] = args
-    outcomes: list[RunOutcome] = []
-    for i in range(runs):
-        log(f"[{bench.name}] run {i + 1}/{runs}: bench/{bench.name}.py {' '.join(args)}")
-        outcome = run_script([sys.executable, str(bench.script), *args], bench.timeout_s,
-                             LOGS / f"{bench.name}.run{i + 1}.log", env)
-        log(f"[{bench.name}] run {i + 1}: {'ok' if outcome.ok else 'FAILED: ' + outcome.error} "
-            f"({outcome.seconds:.0f} s)")
-        outcomes.append(outcome)
-        if not outcome.ok and i == 0 and outcome.result is None:
-            break  # a script that fails outright will fail again: save the time
-    good = [o.result for o in outcomes if o.ok and o.result]
-    entry["runs"] = good
-    entry["seconds"] = [round(o.seconds, 1) for o in outcomes]
-    entry["errors"] = [o.error for o in outcomes if not o.ok]
-    entry["self_repeating"] = bench.self_repeating
-    if not good:
-        entry["status"] = "failed"
-        entry["error"] = entry["errors"][0] if entry["errors"] else "no result"
+class BenchState:
+    """The runs of one benchmark so far, turned into its summary entry at the end."""
+
+    def __init__(self, bench: Benchmark, args: list[str]) -> None:
+        self.bench = bench
+        self.args = args
+        self.outcomes: list[RunOutcome] = []
+        self.profile: dict | None = None
+
+    @property
+    def hopeless(self) -> bool:
+        """A first run that failed outright (no result at all) will fail again: no reruns."""
+        return bool(self.outcomes) and not self.outcomes[0].ok and self.outcomes[0].result is None
+
+    def mean_seconds(self) -> float:
+        return statistics.mean(o.seconds for o in self.outcomes) if self.outcomes else 0.0
+
+    def entry(self) -> dict:
+        b = self.bench
+        entry: dict = {"name": b.name, "what": b.what, "script": f"bench/{b.name}.py", "args": self.args,
+                       "self_repeating": b.self_repeating}
+        if not b.script.exists() and not self.outcomes:
+            return {**entry, "status": "missing", "error": "script not present", "runs": []}
+        good = [o.result for o in self.outcomes if o.ok and o.result]
+        entry["runs"] = good
+        entry["seconds"] = [round(o.seconds, 1) for o in self.outcomes]
+        entry["errors"] = [o.error for o in self.outcomes if not o.ok]
+        if self.profile is not None:
+            entry["profile"] = self.profile
+        if not good:
+            entry["status"] = "failed"
+            entry["error"] = entry["errors"][0] if entry["errors"] else "no result"
+            return entry
+        entry["status"] = "ok" if len(good) == len(self.outcomes) else "partial"
+        entry["figures"] = aggregate(good)
         return entry
-    entry["status"] = "ok" if len(good) == len(outcomes) else "partial"
-    entry["figures"] = aggregate(good)
-    return entry
+
+
+def run_once(state: BenchState, *, env: dict[str, str], log, profiler: str | None = None) -> None:
+    """One run of a benchmark; with `profiler` (py-spy) the run is sampled too."""
+    bench, i = state.bench, len(state.outcomes) + 1
+    cmd = [sys.executable, str(bench.script), *state.args]
+    raw = LOGS / f"{bench.name}.pyspy.txt"
+    if profiler:
+        from bench.profile_hot_paths import pyspy_command
+
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        raw.unlink(missing_ok=True)
+        cmd = pyspy_command(profiler, cmd, raw, rate=PROFILE_RATE_HZ)
+    log(f"[{bench.name}] run {i}: bench/{bench.name}.py {' '.join(state.args)}{' (profiled)' if profiler else ''}")
+    outcome = run_script(cmd, bench.timeout_s, LOGS / f"{bench.name}.run{i}.log", env)
+    log(f"[{bench.name}] run {i}: {'ok' if outcome.ok else 'FAILED: ' + outcome.error} ({outcome.seconds:.0f} s)")
+    state.outcomes.append(outcome)
+    if profiler:
+        state.profile = _profile_of(raw)
+
+
+def run_plan(chosen: list[Benchmark], *, quick: bool, max_runs: int | None, budget_s: float | None,
+             started: float, env: dict[str, str], log, profiler: str | None, on_progress) -> dict[str, BenchState]:
+    """Every benchmark once (profiled), then further rounds while the time budget allows.
+
+    Rounds interleave the benchmarks, so a burst of load from elsewhere on the machine
+    spreads over all of them instead of skewing one benchmark's every run."""
+    states = {b.name: BenchState(b, list(b.quick_args if quick else b.full_args)) for b in chosen}
+    for state in states.values():
+        if not state.bench.script.exists():
+            log(f"[{state.bench.name}] missing: bench/{state.bench.name}.py")
+            continue
+        run_once(state, env=env, log=log, profiler=profiler)
+        on_progress(states)
+    wanted = {name: (max_runs or (1 if quick or s.bench.self_repeating else s.bench.full_runs))
+              for name, s in states.items()}
+    for round_no in range(2, max(wanted.values(), default=1) + 1):
+        # cheapest first: the budget then buys the most repeated figures
+        for name, state in sorted(states.items(), key=lambda kv: kv[1].mean_seconds()):
+            if not state.outcomes or state.hopeless or wanted[name] < round_no:
+                continue
+            elapsed = time.monotonic() - started
+            if budget_s is not None and elapsed + state.mean_seconds() * 1.1 > budget_s:
+                log(f"[{name}] run {round_no} skipped: {elapsed:.0f} s + ~{state.mean_seconds():.0f} s "
+                    f"would pass the {budget_s:.0f} s budget")
+                continue
+            run_once(state, env=env, log=log)
+            on_progress(states)
+    return states
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="development run: --quick scripts, one run each")
     ap.add_argument("--only", help="comma-separated benchmark names (default: all)")
-    ap.add_argument("--runs", type=int, help="runs per benchmark (default: 3 full, 1 quick)")
-    ap.add_argument("--no-profile", action="store_true", help="skip bench/profile_hot_paths.py")
+    ap.add_argument("--runs", type=int, help="most runs per benchmark (default: its full_runs; 1 with --quick)")
+    ap.add_argument("--budget", type=float, help=f"seconds for all runs (default {FULL_BUDGET_S:.0f}; "
+                                                 "none with --quick): later rounds are skipped past it")
+    ap.add_argument("--no-profile", action="store_true", help="do not sample the first runs with py-spy")
     ap.add_argument("--report-only", action="store_true", help="rewrite REPORT.md and plots from summary.json")
     args = ap.parse_args(argv)
 
     def log(msg: str) -> None:
         print(f"{time.strftime('%H:%M:%S')} {msg}", file=sys.stderr, flush=True)
 
-    if args.report_only:
-        from bench import report
+    from bench import report
 
+    if args.report_only:
         report.write_report(json.loads(SUMMARY.read_text()))
         return 0
 
@@ -283,37 +345,44 @@ def main(argv: list[str] | None = None) -> int:
 
         summary["peers"] = ensure_peers_installed(log)
     summary["versions"] = versions()
-    profiled_in_runs = args.quick and not args.no_profile
-    for bench in chosen:
-        runs = args.runs or (1 if args.quick or bench.self_repeating else bench.full_runs)
-        summary["benchmarks"][bench.name] = run_benchmark(bench, quick=args.quick, runs=runs, env=env, log=log)
-        _write_summary(summary)
+    profiler = None
     if not args.no_profile:
-        summary["profile"] = run_profiles(chosen, quick=args.quick, env=env, log=log)
-        if profiled_in_runs:
-            summary["profile"]["note"] = "quick run: profiled in a separate pass after the measured runs"
+        from bench.profile_hot_paths import py_spy
+
+        profiler = py_spy()
+        if profiler is None:
+            log("py-spy unavailable: no profile (bench/profile_hot_paths.py can fall back to pyinstrument)")
+
+    def progress(states: dict[str, BenchState]) -> None:
+        summary["benchmarks"] = {name: st.entry() for name, st in states.items()}
+        _write_summary(summary)
+
+    budget = args.budget if args.budget is not None else (None if args.quick else FULL_BUDGET_S)
+    summary["budget_s"] = budget
+    states = run_plan(chosen, quick=args.quick, max_runs=args.runs, budget_s=budget, started=started, env=env,
+                      log=log, profiler=profiler, on_progress=progress)
+    progress(states)
+    if profiler:
+        summary["profile"] = {"status": "ok", "tool": "py-spy", "rate_hz": PROFILE_RATE_HZ,
+                              "note": "sampled during the first measured run of each benchmark",
+                              "benchmarks": {name: e.get("profile", {"status": e.get("status", "missing")})
+                                             for name, e in summary["benchmarks"].items()}}
     summary["total_seconds"] = round(time.monotonic() - started, 1)
     _write_summary(summary)
-    from bench import report
-
     report.write_report(summary)
     log(f"done in {summary['total_seconds']:.0f} s: bench/REPORT.md, bench/plots/, bench/results/summary.json")
     return 0
 
 
-def run_profiles(chosen: list[Benchmark], *, quick: bool, env: dict[str, str], log) -> dict:
-    """bench/profile_hot_paths.py over the chosen benchmarks (their --quick variants)."""
-    script = BENCH / "profile_hot_paths.py"
-    if not script.exists():
-        return {"status": "missing"}
-    names = ",".join(b.name for b in chosen if b.script.exists())
-    log(f"[profile] py-spy over: {names}")
-    outcome = run_script([sys.executable, str(script), "--only", names], 1800 if not quick else 900,
-                         LOGS / "profile_hot_paths.log", env)
-    log(f"[profile] {'ok' if outcome.ok else 'FAILED: ' + outcome.error} ({outcome.seconds:.0f} s)")
-    if not outcome.ok or not outcome.result:
-        return {"status": "failed", "error": outcome.error}
-    return {"status": "ok", **outcome.result}
+def _profile_of(raw: Path) -> dict:
+    from bench.profile_hot_paths import hot_functions, parse_raw
+
+    if not raw.exists():
+        return {"status": "failed", "error": "py-spy wrote no samples"}
+    try:
+        return {"status": "ok", "tool": "py-spy", **hot_functions(parse_raw(raw.read_text(errors="replace")))}
+    finally:
+        raw.unlink(missing_ok=True)
 
 
 def _write_summary(summary: dict) -> None:

@@ -13,7 +13,8 @@ Measures, on a real MessageStore in a temporary directory:
 - sequential read throughput: a queue scan to message bodies, against a raw
   loop that preads the same records one by one;
 - recovery time after a SIGKILLed writer for logs of ~0.25, 1 and 4 GiB
-  (32/128/512 MiB with --quick): it must stay flat (ratio largest/smallest).
+  (32/128/512 MiB with --quick), best of 3 crash/recover cycles per size: it
+  must stay flat (ratio largest/smallest).
 Prints one JSON line and writes it to bench/results/store.json.
 """
 
@@ -179,6 +180,25 @@ time.sleep(60)
 """
 
 
+def crash_and_recover(d: Path) -> tuple[float, float, int]:
+    """SIGKILL a writer after it appended an unflushed tail; time the recovering open."""
+    proc = subprocess.Popen([sys.executable, "-c", KILL_WRITER, str(d)], stdout=subprocess.PIPE,
+                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert b"TAIL WRITTEN" in line, line
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    t0 = time.perf_counter()
+    store = MessageStore(StoreConfig(d, flush_mode="async"))
+    seconds = time.perf_counter() - t0
+    assert store.recovery.crashed and store.recovery.records_scanned == 2000, store.recovery
+    result = (seconds, store.recovery.seconds, store.commitlog.write_end)
+    store.close()
+    return result
+
+
 def bench_recovery(tmp: Path, sizes_mib: list[int]) -> dict:
     d = tmp / "recovery"
     body = os.urandom(4096)
@@ -189,22 +209,13 @@ def bench_recovery(tmp: Path, sizes_mib: list[int]) -> dict:
         while store.commitlog.write_end < size * 2**20:
             store.append(batch)
         store.close()
-        proc = subprocess.Popen([sys.executable, "-c", KILL_WRITER, str(d)], stdout=subprocess.PIPE,
-                                env=dict(os.environ, PYTHONPATH=str(ROOT)))
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert b"TAIL WRITTEN" in line, line
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        proc.stdout.close()
-        t0 = time.perf_counter()
-        store = MessageStore(StoreConfig(d, flush_mode="async"))
-        seconds = time.perf_counter() - t0
-        assert store.recovery.crashed and store.recovery.records_scanned == 2000, store.recovery
-        out[f"recovery_s_{size}mib"] = round(seconds, 4)
-        out[f"recovery_scan_s_{size}mib"] = round(store.recovery.seconds, 4)
-        out[f"log_bytes_{size}mib"] = store.commitlog.write_end
-        store.close()
+        timings = []
+        for _ in range(3):  # best of 3 crash/recover cycles: the machine is shared
+            timings.append(crash_and_recover(d))
+        best = min(timings, key=lambda t: t[0])
+        out[f"recovery_s_{size}mib"] = round(best[0], 4)
+        out[f"recovery_scan_s_{size}mib"] = round(best[1], 4)
+        out[f"log_bytes_{size}mib"] = best[2]
     shutil.rmtree(d)
     values = [out[f"recovery_s_{s}mib"] for s in sizes_mib]
     out["recovery_largest_vs_smallest"] = round(values[-1] / values[0], 2)

@@ -1,9 +1,10 @@
-"""Crash points for the connector's crash tests (no effect unless the variable is set).
+"""Crash points for the connector's crash tests (no effect unless the variables are set).
 
 `TXMQ_SPARK_CRASH_AT="point:batch_id"` makes `crash_point(point, batch_id)` SIGKILL
-the whole Spark application (its process group: the JVM, the Python driver and
-its workers) when reached, which is how the tests kill the driver exactly
-between two steps of the sink's protocol. Points:
+the Spark application when reached: the process group named by
+`TXMQ_SPARK_CRASH_PGID` (the driver program, its JVM) and then the caller's own
+group (pyspark's worker daemon runs in a group of its own). That is how the
+tests kill the driver exactly between two steps of the sink's protocol. Points:
   sink.before_halves, sink.after_halves, sink.after_broker_commit,
   fb.after_halves, fb.after_local_transaction, fb.after_broker_commit.
 """
@@ -14,6 +15,7 @@ import os
 import signal
 
 ENV = "TXMQ_SPARK_CRASH_AT"
+ENV_PGID = "TXMQ_SPARK_CRASH_PGID"
 
 
 def crash_point(point: str, batch_id: int | str | None) -> None:
@@ -21,5 +23,9 @@ def crash_point(point: str, batch_id: int | str | None) -> None:
     if not wanted or batch_id is None:
         return
     name, _, batch = wanted.rpartition(":")
-    if name == point and batch == str(batch_id):
-        os.killpg(os.getpgid(0), signal.SIGKILL)
+    if name != point or batch != str(batch_id):
+        return
+    target = os.environ.get(ENV_PGID)
+    if target:
+        os.killpg(int(target), signal.SIGKILL)
+    os.killpg(os.getpgid(0), signal.SIGKILL)

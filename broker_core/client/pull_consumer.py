@@ -9,7 +9,6 @@ a consumer group, and a consumer with a group resumes from its committed offsets
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import threading
 import time
 from typing import Any, Callable, Iterable, Iterator
 

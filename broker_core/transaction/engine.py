@@ -197,7 +197,7 @@ class TransactionEngine:
                 self.store.append([op], allow_system=True)
                 with tx.cond:
                     tx.state, tx.checks, tx.last_check_ms, tx.resumed_ms = TxState.PENDING, 0, 0, now
-            self.metrics.halves_added(Counter(h.real_topic for h in tx.halves))
+            self.metrics.halves_back_to_pending(Counter(h.real_topic for h in tx.halves))
             self.metrics.count("resumes")
             self._schedule(tx, now + tx.immunity_ms)
 
@@ -453,8 +453,7 @@ class TransactionEngine:
                 if tx.last_check_ms:
                     due = max(due, tx.last_check_ms + interval_ms)
                 self._schedule(tx, due)
-        self.metrics.halves_added(pending)
-        self.metrics.prepared_halves = 0
+        self.metrics.halves_back_to_pending(pending)
         self.recovery_stats = {
             "from_snapshot": rebuilt.from_snapshot, "halves_replayed": rebuilt.halves_replayed,
             "ops_replayed": rebuilt.ops_replayed, "transactions": len(self._table),

@@ -56,24 +56,6 @@ _TX_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _GROUP_BITS = SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END
 
 
-def _half_sys_flag() -> int:
-    """TEMPORARY (until the store dispatches PREPARED records of the half topic, see
-    docs/STATUS.md): halves are written with sysflag NOT_TYPE, as RocketMQ itself
-    does, when the store would otherwise leave them out of the half queue."""
-    try:
-        from txmq.broker.store.dispatch import goes_to_queue
-    except ImportError:
-        return SYSFLAG_TRANSACTION_PREPARED
-    try:
-        ok = goes_to_queue(SYSFLAG_TRANSACTION_PREPARED, HALF_TOPIC)  # type: ignore[call-arg]
-    except TypeError:
-        ok = goes_to_queue(SYSFLAG_TRANSACTION_PREPARED)
-    return SYSFLAG_TRANSACTION_PREPARED if ok else SYSFLAG_TRANSACTION_NOT_TYPE
-
-
-HALF_SYS_FLAG = _half_sys_flag()
-
-
 def check_transaction_id(transaction_id: str) -> str:
     """Ids are printable ASCII without spaces, 1..256 chars: they travel in properties and logs."""
     if not isinstance(transaction_id, str) or not _TX_ID.fullmatch(transaction_id):
@@ -121,7 +103,7 @@ def build_half(message: Message, *, transaction_id: str, producer_group: str, se
         queue_id=0,
         properties=props,
         flag=message.flag,
-        sys_flag=_with_tx_type(message.sys_flag, HALF_SYS_FLAG),
+        sys_flag=_with_tx_type(message.sys_flag, SYSFLAG_TRANSACTION_PREPARED),
         born_timestamp=message.born_timestamp,
         born_host=message.born_host,
         reconsume_times=message.reconsume_times,

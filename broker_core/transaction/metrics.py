@@ -38,6 +38,11 @@ class TransactionMetrics:
             self.pending_halves.update(topics)
             self.prepared_halves += sum(topics.values())
 
+    def halves_back_to_pending(self, topics: Counter[str]) -> None:
+        """Pending again without a new prepare (a resume, a restart's rebuilt table)."""
+        with self._lock:
+            self.pending_halves.update(topics)
+
     def halves_left_pending(self, topics: Counter[str]) -> None:
         with self._lock:
             self.pending_halves.subtract(topics)

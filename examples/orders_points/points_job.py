@@ -58,6 +58,7 @@ def main() -> None:
     spark = (SparkSession.builder.appName("txmq-orders-to-points")
              .config("spark.sql.shuffle.partitions", "2")
              .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false")
              .getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
     query = build_query(spark, args.broker, args.checkpoint, args.trigger_seconds)

@@ -14,7 +14,7 @@ from txmq.broker.server.native_ingest import QueueSelector, decode_batch
 from txmq.broker.server.native_pull import build_pull_batch
 from txmq.broker.store.message import StoredMessage
 
-text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02 "), min_size=1,
+text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02 |"), min_size=1,
                max_size=12)
 messages = st.lists(st.builds(
     Message,

@@ -45,9 +45,15 @@ def expose_autoregister_module(tmp_dir: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory):
+def spark_env(tmp_path_factory) -> dict[str, str]:
+    """The environment Spark (and a driver subprocess) needs: our Python, pyspark_txmq importable."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     expose_autoregister_module(tmp_path_factory.mktemp("pythonpath"))
+    return dict(os.environ)
+
+
+@pytest.fixture(scope="session")
+def spark(spark_env):
     from pyspark.sql import SparkSession
 
     session = (SparkSession.builder.master("local[2]").appName("txmq-tests")

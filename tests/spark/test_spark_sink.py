@@ -130,14 +130,20 @@ def test_bad_input_columns_are_refused_before_anything_is_sent(spark, client, so
     assert topic_bodies(client, out_topic) == []
 
 
-def test_streaming_sink_without_checkpoint_or_sink_id_is_refused(spark, source_options, topic, out_topic):
-    df = spark.readStream.format("txmq").options(**source_options, topic=topic).load().select("body")
-    with pytest.raises(Exception, match="sinkId"):
-        q = df.writeStream.format("txmq").options(**source_options, topic=out_topic).start()
+def test_streaming_sink_without_checkpoint_option_or_sink_id_is_refused(spark, source_options, topic, out_topic,
+                                                                        tmp_path):
+    # with the session-wide checkpoint conf, the sink sees no checkpointLocation option
+    spark.conf.set("spark.sql.streaming.checkpointLocation", str(tmp_path / "session-ckpt"))
+    try:
+        df = spark.readStream.format("txmq").options(**source_options, topic=topic).load().select("body")
+        query = df.writeStream.format("txmq").options(**source_options, topic=out_topic).start()
         try:
-            q.processAllAvailable()
+            with pytest.raises(Exception, match="sinkId"):
+                query.processAllAvailable()
         finally:
-            q.stop()
+            query.stop()
+    finally:
+        spark.conf.unset("spark.sql.streaming.checkpointLocation")
 
 
 def test_unknown_topic_with_auto_create_off_fails_clearly(spark, tmp_path):

@@ -125,7 +125,8 @@ def replay_resolutions(engine: TransactionEngine, events: list[dict], journal: J
             sys.exit(3)
 
 
-def run_transactions(engine: TransactionEngine, journal: Journal, listener: JournalListener, seed: int) -> None:
+def run_transactions(engine: TransactionEngine, journal: Journal, listener: JournalListener, seed: int,
+                     pace_s: float) -> None:
     rng = random.Random(seed)
     serial = 0
     while True:
@@ -149,6 +150,7 @@ def run_transactions(engine: TransactionEngine, journal: Journal, listener: Jour
             result = engine.end(tx_id, Resolution[decision])
             if result.newly_ended:
                 journal.write(ev="ended", tx=tx_id, state=result.state.value, by="client")
+        time.sleep(pace_s)  # bounds the data a life writes: each kill's check re-reads all of it
 
 
 def drain(engine: TransactionEngine, timeout_s: float = 60.0) -> bool:
@@ -167,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--flush", choices=("sync", "async"), default="sync")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--drain", action="store_true")
+    ap.add_argument("--pace-ms", type=float, default=2.0, help="pause between transactions")
     args = ap.parse_args(argv)
     events = read_journal(args.journal)
     decisions = {e["tx"]: e["decision"] for e in events if e.get("ev") == "decided"}
@@ -185,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
         print("drained" if ok else "not drained", flush=True)
         return 0 if ok else 4
-    run_transactions(engine, journal, listener, args.seed)
+    run_transactions(engine, journal, listener, args.seed, args.pace_ms / 1000)
     return 0
 
 

@@ -122,6 +122,7 @@ def test_killed_worker_keeps_transactions_whole_and_exactly_once(tmp_path, flush
 
 
 @pytest.mark.torture
+@pytest.mark.timeout(3600)
 @pytest.mark.parametrize("flush", ["sync", "async"])
 def test_fifty_kills_keep_transactions_whole_and_exactly_once(tmp_path, flush):
     summary = torture(tmp_path, flush, kills=50, seed=11)

@@ -28,7 +28,6 @@ from txmq.broker.store.message import (
     SYSFLAG_TRANSACTION_PREPARED,
 )
 from txmq.broker.transaction import Resolution, TxState
-from txmq.broker.transaction.half import HALF_SYS_FLAG
 
 from .conftest import msg
 
@@ -45,8 +44,6 @@ def test_prepare_parks_halves_in_the_half_topic_with_their_real_destination(engi
     assert half.properties[PROP_TX_SENDER] == "s1"
 
 
-@pytest.mark.skipif(HALF_SYS_FLAG != SYSFLAG_TRANSACTION_PREPARED,
-                    reason="store does not yet dispatch PREPARED halves to the half queue (docs/STATUS.md)")
 def test_halves_carry_sysflag_prepared(engine, memory_store):
     engine.prepare([msg("orders", b"a")], transaction_id="t1")
     [half] = memory_store.visible(HALF_TOPIC, 0)

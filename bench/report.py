@@ -1,0 +1,601 @@
+"""Write bench/REPORT.md, bench/plots/*.png and docs/benchmarks.md from bench/results/summary.json.
+
+    .venv/bin/python bench/report.py            # from the last `make bench` / `make bench-quick`
+
+The summary (bench/run_all.py) holds, per benchmark, every run's JSON line and
+each numeric figure's median, min and max over the runs. This module only
+reads it: the tables show medians with [min–max], the plots draw medians with
+min–max error bars. A benchmark that was missing or failed keeps its row,
+saying so. Plots use matplotlib's Agg backend (no display needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+REPORT = BENCH / "REPORT.md"
+PLOTS = BENCH / "plots"
+DOCS = ROOT / "docs" / "benchmarks.md"
+SUMMARY = BENCH / "results" / "summary.json"
+
+PEER_WORDS = ("rabbitmq", "redis")
+LIMIT_WORDS = ("raw", "bare", "ceiling", "limit", "pread", "fsync_loop", "ideal", "pyarrow", "spark",
+               "vs_plain", "target", "direct", "file")
+SCALING_WORDS = ("_vs_1", "vs_smallest", "aio_vs_sync", "per_tx_")
+# Ratios worth a line in docs/benchmarks.md (prefix match on "bench:ratio").
+KEY_RATIOS = ("broker:a_tx100_msgs_vs", "broker:b_tx1_p1_tps_vs", "broker:b_tx1_p8_tps_vs", "store:append_vs_raw_loop",
+              "store:read_vs_raw", "store:recovery_largest", "tx:tx_cost_vs_plain_append", "rocketmq_send:send_vs",
+              "rocketmq_send:transaction_vs", "spark_source:", "spark_sink:", "scaling:producers_8_vs_1",
+              "scaling:pull_4q", "scaling:checkback_per_tx")
+
+
+@dataclass(frozen=True)
+class Stat:
+    median: float
+    min: float
+    max: float
+    n: int
+
+    def text(self, digits: int = 3) -> str:
+        fmt = _fmt(self.median, digits)
+        if self.n > 1 and (self.min != self.max):
+            return f"{fmt} [{_fmt(self.min, digits)}–{_fmt(self.max, digits)}]"
+        return fmt
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    if value == 0:
+        return "0"
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.{digits}g}"
+
+
+class Results:
+    """Read access to the summary: figures as Stats, whatever the bench's own nesting."""
+
+    def __init__(self, summary: dict) -> None:
+        self.summary = summary
+        self.benches: dict = summary.get("benchmarks", {})
+
+    def status(self, bench: str) -> str:
+        return self.benches.get(bench, {}).get("status", "not run")
+
+    def figures(self, bench: str) -> dict:
+        return self.benches.get(bench, {}).get("figures", {})
+
+    def get(self, bench: str, key: str) -> Stat | None:
+        """A figure by dotted key; a self-repeating bench's {median,min,max} figures are unpacked."""
+        figs = self.figures(bench)
+        if f"{key}.median" in figs:
+            return Stat(figs[f"{key}.median"]["median"], figs.get(f"{key}.min", figs[f"{key}.median"])["min"],
+                        figs.get(f"{key}.max", figs[f"{key}.median"])["max"],
+                        int(len(self._runs_list(bench, key)) or figs[f"{key}.median"]["n"]))
+        if key in figs:
+            f = figs[key]
+            return Stat(f["median"], f["min"], f["max"], f["n"])
+        return None
+
+    def _runs_list(self, bench: str, key: str) -> list:
+        runs = self.benches.get(bench, {}).get("runs", [])
+        node = runs[-1] if runs else {}
+        for part in key.split("."):
+            node = node.get(part, {}) if isinstance(node, dict) else {}
+        return node.get("runs", []) if isinstance(node, dict) else []
+
+    def keys(self, bench: str, prefix: str = "") -> list[str]:
+        out = []
+        for key in self.figures(bench):
+            for suffix in (".median", ".min", ".max", ".runs"):
+                if key.endswith(suffix) and f"{key[: -len(suffix)]}.median" in self.figures(bench):
+                    key = key[: -len(suffix)]
+            if key.startswith(prefix) and key not in out:
+                out.append(key)
+        return out
+
+    def ratios(self, bench: str) -> dict[str, Stat]:
+        return {k[len("ratios."):]: s for k in self.keys(bench, "ratios.") if (s := self.get(bench, k))}
+
+    def runs(self, bench: str) -> int:
+        return len(self.benches.get(bench, {}).get("runs", []))
+
+
+# ---- plots ----------------------------------------------------------------------------------
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _errbar(ax, xs, stats, label, **kw):
+    pts = [(x, s) for x, s in zip(xs, stats) if s is not None]
+    if not pts:
+        return False
+    x = [p[0] for p in pts]
+    med = [p[1].median for p in pts]
+    lo = [p[1].median - p[1].min for p in pts]
+    hi = [p[1].max - p[1].median for p in pts]
+    ax.errorbar(x, med, yerr=[lo, hi], marker="o", capsize=3, label=label, **kw)
+    return True
+
+
+def _save(fig, name: str) -> str:
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(PLOTS / name, dpi=90)
+    _plt().close(fig)
+    return f"plots/{name}"
+
+
+def _empty(ax, what: str) -> None:
+    ax.text(0.5, 0.5, f"no data: {what}", ha="center", va="center", transform=ax.transAxes, color="gray")
+
+
+def plot_throughput_vs_batch(r: Results) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    sizes = (1, 10, 100, 1000)
+    drawn = False
+    for kind, style in (("plain", "-"), ("transaction", "--")):
+        drawn |= _errbar(ax, sizes, [r.get("scaling", f"batch.{kind}.{s}") for s in sizes],
+                         f"txmq {kind} send (wire, 1 producer)", linestyle=style)
+    for system, color in (("txmq", "C2"), ("rabbitmq", "C3"), ("redis", "C4")):
+        drawn |= _errbar(ax, (1, 100), [r.get("broker", f"figures.b_tx1_p1.{system}.messages_per_s"),
+                                        r.get("broker", f"figures.a_tx100.{system}.messages_per_s")],
+                         f"{system} transactions (broker bench)", color=color, linestyle=":")
+    drawn |= _errbar(ax, (1, 100), [r.get("tx", "plain_msgs_per_s_1"), r.get("tx", "plain_msgs_per_s_100")],
+                     "store append (in-process limit)", color="gray", linestyle="-.")
+    drawn |= _errbar(ax, (1, 100), [r.get("tx", "tx_msgs_per_s_1"), r.get("tx", "tx_msgs_per_s_100")],
+                     "engine prepare+commit (in-process)", color="black", linestyle="-.")
+    if drawn:
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+    else:
+        _empty(ax, "scaling/broker/tx")
+    ax.set_xlabel("messages per batch / transaction")
+    ax.set_ylabel("messages/s (median, min–max)")
+    ax.set_title("Throughput against batch size (1 KiB bodies)")
+    ax.grid(True, which="both", alpha=0.3)
+    return _save(fig, "throughput_vs_batch.png")
+
+
+def plot_latency(r: Results) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    groups = []
+    for scenario, label in (("b_tx1_p1", "1-msg tx, 1 producer"), ("b_tx1_p8", "1-msg tx, 8 producers"),
+                            ("a_tx100", "100-msg tx, 1 producer")):
+        for system in ("txmq", "rabbitmq", "redis"):
+            groups.append((f"{system}\n{label}", r.get("broker", f"figures.{scenario}.{system}.p50_ms"),
+                           r.get("broker", f"figures.{scenario}.{system}.p99_ms")))
+    for key, label in (("send_1", "RocketMQ send\n1 client"), ("transaction_1", "RocketMQ tx\n1 client"),
+                       ("bare_grpc_1", "bare gRPC\n1 client")):
+        groups.append((label, r.get("rocketmq_send", f"{key}.p50_ms"), r.get("rocketmq_send", f"{key}.p99_ms")))
+    groups = [g for g in groups if g[1] is not None or g[2] is not None]
+    if not groups:
+        _empty(ax, "broker/rocketmq_send")
+        return _save(fig, "latency_percentiles.png")
+    width = 0.4
+    for i, (pct, offset) in enumerate((("p50", -width / 2), ("p99", width / 2))):
+        xs, meds, lo, hi = [], [], [], []
+        for j, g in enumerate(groups):
+            s = g[1 + i]
+            if s is None:
+                continue
+            xs.append(j + offset)
+            meds.append(s.median)
+            lo.append(s.median - s.min)
+            hi.append(s.max - s.median)
+        ax.bar(xs, meds, width, yerr=[lo, hi], capsize=2, label=pct)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([g[0] for g in groups], fontsize=6, rotation=60, ha="right")
+    ax.set_yscale("log")
+    ax.set_ylabel("latency, ms (median of runs, min–max)")
+    ax.set_title("Latency percentiles (1 KiB bodies, loopback)")
+    ax.legend()
+    ax.grid(True, axis="y", alpha=0.3)
+    return _save(fig, "latency_percentiles.png")
+
+
+def _rows_keys(r: Results, bench: str) -> list[str]:
+    return [k for k in r.keys(bench) if not k.startswith("ratios.") and
+            any(w in k for w in ("rows_per_s", "rows_s", "msgs_per_s", "messages_per_s"))]
+
+
+def plot_spark(r: Results) -> str:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5))
+    for ax, bench in zip(axes, ("spark_source", "spark_sink")):
+        keys = _rows_keys(r, bench)
+        if not keys:
+            _empty(ax, f"{bench} ({r.status(bench)})")
+            ax.set_title(bench)
+            continue
+        stats = [r.get(bench, k) for k in keys]
+        colors = ["gray" if any(w in k for w in ("ceiling", "limit", "raw", "bare", "pyarrow", "direct"))
+                  else "C0" for k in keys]
+        ax.barh(range(len(keys)), [s.median for s in stats],
+                xerr=[[s.median - s.min for s in stats], [s.max - s.median for s in stats]], color=colors,
+                capsize=2)
+        ax.set_yticks(range(len(keys)))
+        ax.set_yticklabels(keys, fontsize=6)
+        ax.set_xlabel("rows/s (median, min–max); gray = ceiling")
+        ax.set_title(bench)
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle("Spark rows/s against the ceilings")
+    return _save(fig, "spark_rows.png")
+
+
+def plot_recovery(r: Results) -> str:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    keys = [k for k in r.keys("store") if k.startswith("recovery_s_")]
+    points = []
+    for k in keys:
+        suffix = k[len("recovery_s_"):]
+        size = r.get("store", f"log_bytes_{suffix}")
+        if size is not None:
+            points.append((size.median / (1 << 20), r.get("store", k), r.get("store", f"recovery_scan_s_{suffix}")))
+    points.sort(key=lambda p: p[0])
+    if points:
+        xs = [p[0] for p in points]
+        _errbar(ax, xs, [p[1] for p in points], "store recovery after SIGKILL (total)")
+        _errbar(ax, xs, [p[2] for p in points], "of which: CommitLog scan", linestyle="--")
+        tx_recovery = r.get("tx", "recovery_from_snapshot_s")
+        if tx_recovery is not None:
+            ax.axhline(tx_recovery.median, color="gray", linestyle=":",
+                       label="tx table rebuild, 100k pending (tx bench)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    else:
+        _empty(ax, f"store ({r.status('store')})")
+    ax.set_xlabel("CommitLog size, MiB")
+    ax.set_ylabel("seconds (median, min–max)")
+    ax.set_title("Recovery time against log size")
+    ax.grid(True, which="both", alpha=0.3)
+    return _save(fig, "recovery_vs_log_size.png")
+
+
+def plot_scaling(r: Results) -> str:
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    ax = axes[0]
+    counts = (1, 2, 4, 8)
+    drawn = False
+    for batch in ("batch_1", "batch_100"):
+        drawn |= _errbar(ax, counts, [r.get("scaling", f"producers.{batch}.{n}") for n in counts],
+                         f"{batch.replace('_', ' ')} per send")
+    if drawn:
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    else:
+        _empty(ax, "scaling.producers")
+    ax.set_xticks(counts)
+    ax.set_xlabel("concurrent producer processes")
+    ax.set_ylabel("messages/s")
+    ax.set_title("Producers")
+    ax.grid(True, alpha=0.3)
+
+    ax = axes[1]
+    pulls = [r.get("scaling", f"pull.{q}_queues") for q in (1, 4)]
+    if any(pulls):
+        ax.bar([0, 1], [p.median if p else 0 for p in pulls],
+               yerr=[[p.median - p.min if p else 0 for p in pulls], [p.max - p.median if p else 0 for p in pulls]],
+               capsize=3)
+        ax.set_xticks([0, 1])
+        ax.set_xticklabels(["1 queue\n1 consumer", "4 queues\n4 consumers"])
+    else:
+        _empty(ax, "scaling.pull")
+    ax.set_ylabel("messages/s")
+    ax.set_title("Pull (PullArrow)")
+    ax.grid(True, axis="y", alpha=0.3)
+
+    ax = axes[2]
+    sizes = sorted({int(k.split(".")[1]) for k in r.keys("scaling", "checkback.")})
+    if sizes:
+        _errbar(ax, sizes, [r.get("scaling", f"checkback.{s}.scan_s") for s in sizes], "full scan, s")
+        ax2 = ax.twinx()
+        _errbar(ax2, sizes, [r.get("scaling", f"checkback.{s}.per_tx_us") for s in sizes], "µs per transaction",
+                color="C1", linestyle="--")
+        ax2.set_ylabel("µs per transaction", color="C1")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.legend(loc="upper left", fontsize=8)
+    else:
+        _empty(ax, "scaling.checkback")
+    ax.set_xlabel("pending transactions")
+    ax.set_ylabel("full check-back scan, s")
+    ax.set_title("Check-back scan")
+    ax.grid(True, which="both", alpha=0.3)
+    return _save(fig, "scaling.png")
+
+
+# ---- tables -----------------------------------------------------------------------------------
+
+
+def ratio_kind(name: str) -> str:
+    low = name.lower()
+    if any(w in low for w in PEER_WORDS):
+        return "vs peer"
+    if any(w in low for w in SCALING_WORDS):
+        return "scaling"
+    if any(w in low for w in LIMIT_WORDS):
+        return "vs limit"
+    return "other"
+
+
+def ratio_rows(r: Results, key_only: bool = False) -> list[str]:
+    rows = ["| benchmark | ratio | compares | median [min–max] | runs |", "|---|---|---|---|---|"]
+    for bench, entry in r.benches.items():
+        ratios = r.ratios(bench)
+        if entry.get("status") in ("missing", "failed") and not key_only:
+            rows.append(f"| {bench} | — | — | **{entry.get('status')}**: {_cell(entry.get('error', ''))} | 0 |")
+            continue
+        for name, stat in ratios.items():
+            if key_only and not any(f"{bench}:{name}".startswith(k) for k in KEY_RATIOS):
+                continue
+            runs = r.runs(bench) if not entry.get("self_repeating") else stat.n
+            rows.append(f"| {bench} | `{name}` | {ratio_kind(name)} | {stat.text()} | {runs} |")
+    return rows
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "/").replace("\n", " ")[:200]
+
+
+def targets(r: Results) -> list[str]:
+    out = []
+    for bench, entry in r.benches.items():
+        for run in entry.get("runs", [])[-1:]:
+            for key in ("targets_met", "target_met"):
+                if key in run:
+                    met = run[key]
+                    if isinstance(met, dict):
+                        out += [f"- {bench}: `{k}` {'met' if v else '**not met**'}" for k, v in met.items()]
+                    else:
+                        out.append(f"- {bench}: target {'met' if met else '**not met**'}")
+    return out
+
+
+def figure_tables(r: Results) -> list[str]:
+    out = []
+    for bench, entry in r.benches.items():
+        keys = [k for k in r.keys(bench) if not k.startswith("ratios.") and not k.endswith(".n")]
+        if not keys:
+            continue
+        out += [f"<details><summary>{bench}: all figures ({len(keys)})</summary>", "",
+                "| figure | median [min–max] |", "|---|---|"]
+        out += [f"| `{k}` | {s.text(4)} |" for k in keys if (s := r.get(bench, k))]
+        out += ["", "</details>", ""]
+    return out
+
+
+def profile_section(summary: dict) -> list[str]:
+    prof = summary.get("profile") or {}
+    benches = prof.get("benchmarks") or {}
+    if not benches:
+        return [f"Profiling was not run ({prof.get('status', 'skipped')}: {prof.get('error', '')})."]
+    out = [f"Sampled with {_tool(benches)} over each benchmark's `--quick` run, broker and worker processes "
+           f"included, idle threads excluded. *Self* = samples where the function is the innermost txmq frame "
+           f"(the txmq code running, or calling into C, at that moment), as % of all active samples of the run.",
+           "", "| benchmark | # | heaviest txmq functions (self %, inclusive %, process) | heaviest overall |",
+           "|---|---|---|---|"]
+    for bench, p in benches.items():
+        if p.get("status") != "ok":
+            out.append(f"| {bench} | | **{p.get('status')}** {_cell(p.get('error', ''))} | |")
+            continue
+        tops, overall = p.get("top_txmq", []), p.get("top_overall", [])
+        for i in range(max(len(tops), len(overall), 1)):
+            t = tops[i] if i < len(tops) else None
+            o = overall[i] if i < len(overall) else None
+            tcell = (f"`{t['function']}` {t.get('self_pct', '?')}% / {t.get('inclusive_pct', '?')}% "
+                     f"({t.get('process', '')})") if t else ""
+            ocell = f"`{o['function']}` {o.get('self_pct', '?')}%" if o else ""
+            out.append(f"| {bench if i == 0 else ''} | {i + 1} | {tcell} | {ocell} |")
+    return out
+
+
+def _tool(benches: dict) -> str:
+    tools = {p.get("tool") for p in benches.values() if p.get("tool")}
+    return ", ".join(sorted(tools)) or "py-spy"
+
+
+# ---- analysis (growth) ----------------------------------------------------------------------
+
+
+def growth_section(r: Results) -> list[str]:
+    """Where cost grows faster than the work, with the figures of this run and the reason in the code."""
+    out = []
+    cb = sorted({int(k.split(".")[1]) for k in r.keys("scaling", "checkback.")})
+    if cb:
+        per = {s: r.get("scaling", f"checkback.{s}.per_tx_us") for s in cb}
+        scan = {s: r.get("scaling", f"checkback.{s}.scan_s") for s in cb}
+        line = ", ".join(f"{s:,} → {scan[s].median:.2f} s ({per[s].median:.1f} µs/tx)" for s in cb if per[s])
+        small, large = cb[0], cb[-1]
+        growth = per[large].median / per[small].median if per[small] and per[large] else 1.0
+        out.append(f"- **Check-back scan** ({line}): per-transaction cost ×{growth:.2f} from {small:,} to "
+                   f"{large:,} pending. " + CHECKBACK_WHY)
+        idle = [r.get("scaling", f"checkback.{s}.idle_round_ms") for s in cb]
+        snaps = [r.get("scaling", f"checkback.{s}.snapshot_s") for s in cb]
+        if all(idle) and all(snaps):
+            out.append("  An idle round stays flat (" + ", ".join(f"{i.median:.3f} ms" for i in idle) +
+                       ": the due-heap's head says nothing is due), but a table snapshot grows with the table (" +
+                       ", ".join(f"{s.median:.2f} s" for s in snaps) + ") " + SNAPSHOT_WHY)
+    prod = {b: {n: r.get("scaling", f"producers.{b}.{n}") for n in (1, 2, 4, 8)} for b in ("batch_1", "batch_100")}
+    for batch, series in prod.items():
+        if series[1] and series[8]:
+            out.append(f"- **Concurrent producers, {batch.replace('_', ' ')}**: 8 producers reach "
+                       f"×{series[8].median / series[1].median:.2f} the messages/s of one "
+                       f"({', '.join(f'{n}: {s.median:,.0f}' for n, s in series.items() if s)} msg/s). "
+                       + (PRODUCERS_WHY_1 if batch == "batch_1" else PRODUCERS_WHY_100))
+    p1, p4 = r.get("scaling", "pull.1_queues"), r.get("scaling", "pull.4_queues")
+    if p1 and p4:
+        out.append(f"- **Pull with 4 queues**: ×{p4.median / p1.median:.2f} of one queue "
+                   f"({p1.median:,.0f} → {p4.median:,.0f} msg/s). " + PULL_WHY)
+    b1, b1000 = r.get("scaling", "batch.plain.100"), r.get("scaling", "batch.plain.1000")
+    if b1 and b1000 and b1000.median < b1.median:
+        out.append(f"- **Batches of 1000 are slower than batches of 100** ({b1.median:,.0f} → "
+                   f"{b1000.median:,.0f} msg/s). " + BATCH_WHY)
+    return out or ["(the scaling benchmark did not run)"]
+
+
+CHECKBACK_WHY = (
+    "Claiming due transactions is a heap pop (`TransactionEngine.claim_due`, O(log n) each), so the "
+    "round itself scales with the due work. What grows faster is fetching the half shown to the "
+    "producer: `CheckbackService._deliver` → `engine.first_half` returns the cached body only while the "
+    "64 MiB `half_cache_bytes` budget lasts (`_apply_halves` stops caching once it is used up — about 60k "
+    "halves of 1 KiB); past that every check is a `MessageStore.read_at` + record decode from the "
+    "CommitLog. Then `TransactionEngine.info` builds a `TransactionInfo` per check (topics and senders sets "
+    "recomputed from the halves). Next step: cache only the first half per transaction (what a check "
+    "needs), or read halves in physical-offset order in one batch per round.")
+SNAPSHOT_WHY = (
+    "because `CheckbackService.run_once` ends with `engine.maybe_snapshot()`, which every "
+    "`snapshot_interval_s` (10 s) encodes the whole pending table (`TransactionEngine.snapshot` → "
+    "`encode_tx` per row) under the exclusive gate — an O(table) pause every 10 s even when few "
+    "transactions are due. With a million pending transactions that pause blocks prepares and commits; an "
+    "incremental snapshot (only rows changed since the last one) would bound it.")
+PRODUCERS_WHY_1 = (
+    "One-message sends are bound by per-RPC work in a single broker process: the gRPC thread pool hands "
+    "calls to Python handlers that all need the GIL, and `MessageStore.append` takes the store's write "
+    "lock per call; on 2 cores the producers' own processes compete with the broker for CPU. Added "
+    "producers mostly add queueing (latency), not throughput, past 2.")
+PRODUCERS_WHY_100 = (
+    "With 100-message batches the per-RPC cost is amortised and the broker's single writer (the store's "
+    "write lock around CommitLog append + dispatch) is the limit, so throughput is flat in the number "
+    "of producers and per-message cost does not fall with concurrency.")
+PULL_WHY = (
+    "Each queue's consumer is its own process, but every PullArrow is served by the same broker process: "
+    "`read_queue` + Arrow encoding run under the GIL, so 4 queues share one core's worth of Python work "
+    "while 4 consumer processes compete for the second core; per-message cost grows with the number of "
+    "concurrent pulls instead of staying flat.")
+BATCH_WHY = (
+    "A 1000 × 1 KiB batch is a ~1 MiB Arrow payload: the client serialises it in one go and the broker "
+    "decodes, validates and appends it in one `append` under the store lock, so the two processes "
+    "no longer overlap their work (pipelining is lost) and the larger allocations/copies cost more than "
+    "the saved RPCs.")
+
+
+# ---- the report -------------------------------------------------------------------------------
+
+
+def header(summary: dict) -> list[str]:
+    m, v = summary.get("machine", {}), summary.get("versions", {})
+    mode = "quick (`make bench-quick`)" if summary.get("quick") else "full (`make bench`)"
+    vers = ", ".join(f"{k} {v[k]}" for k in ("python", "grpcio", "protobuf", "pyarrow", "pyspark", "rabbitmq",
+                                             "redis-server", "pika", "redis", "java") if k in v)
+    return [
+        "# txmq benchmark report",
+        "",
+        f"Generated by `bench/run_all.py` ({mode}) on {summary.get('started_utc', '?')}, "
+        f"total {summary.get('total_seconds', '?')} s.",
+        "",
+        f"**Machine**: {m.get('cores', '?')} cores ({m.get('cpu', '?')}), {m.get('memory_gib', '?')} GiB memory, "
+        f"Linux {m.get('kernel', '?')}. The machine was shared with other work while this ran, so absolute "
+        "figures move between runs; ratios are measured within one run against a peer or a limit on the same "
+        "machine at the same time.",
+        "",
+        f"**Versions**: {vers}.",
+        "",
+        "Every figure is the median of the runs with [min–max]; a ratio is the median of the per-run ratios. "
+        "Raw runs: `bench/results/summary.json`; each script's last run: `bench/results/<name>.json`.",
+        "",
+    ]
+
+
+def bench_status(r: Results) -> list[str]:
+    out = ["| benchmark | what | status | runs | seconds per run |", "|---|---|---|---|---|"]
+    for name, e in r.benches.items():
+        status = e.get("status", "?")
+        if status != "ok":
+            status = f"**{status}**" + (f": {_cell(e.get('error', ''))}" if e.get("error") else "")
+        secs = ", ".join(f"{s:.0f}" for s in e.get("seconds", []))
+        out.append(f"| `{e.get('script', name)}` | {e.get('what', '')} | {status} | {len(e.get('runs', []))} "
+                   f"| {secs} |")
+    return out
+
+
+def write_report(summary: dict) -> str:
+    r = Results(summary)
+    plots = {}
+    for name, fn in (("throughput", plot_throughput_vs_batch), ("latency", plot_latency), ("spark", plot_spark),
+                     ("recovery", plot_recovery), ("scaling", plot_scaling)):
+        try:
+            plots[name] = fn(r)
+        except Exception as exc:  # noqa: BLE001 - a broken plot must not lose the tables
+            plots[name] = None
+            print(f"plot {name} failed: {exc}", file=sys.stderr)
+    lines = header(summary)
+    lines += ["## Benchmarks run", ""] + bench_status(r) + [""]
+    lines += ["## Ratios (txmq vs peer vs limit)", "",
+              "*vs peer*: RabbitMQ / Redis doing the same work; *vs limit*: the same work done by the simplest "
+              "possible code (raw file loop, bare gRPC call, plain append, Spark/Arrow ceiling); *scaling*: txmq "
+              "against itself with more concurrency, queues or pending work.", ""]
+    lines += ratio_rows(r) + [""]
+    tg = targets(r)
+    if tg:
+        lines += ["Targets reported by the benchmarks (last run):", ""] + tg + [""]
+    lines += ["## Plots", ""]
+    for name, title in (("throughput", "Throughput against batch size"), ("latency", "Latency percentiles"),
+                        ("spark", "Spark rows/s against the ceilings"), ("recovery", "Recovery time against log size"),
+                        ("scaling", "Scaling: producers, queues, pending transactions")):
+        if plots.get(name):
+            lines += [f"### {title}", "", f"![{title}]({plots[name]})", ""]
+    lines += ["## Where cost grows faster than the work", ""] + growth_section(r) + [""]
+    lines += ["## Hot paths (profile)", ""] + profile_section(summary) + [""]
+    lines += ["## All figures", ""] + figure_tables(r)
+    lines += ["", "Reproduce: `make bench` (full, < 20 min on 2 cores) or `make bench-quick` (a few minutes); "
+              "`.venv/bin/python bench/report.py` rewrites this file and the plots from "
+              "`bench/results/summary.json`.", ""]
+    REPORT.write_text("\n".join(lines))
+    write_docs(r, summary)
+    return str(REPORT)
+
+
+def write_docs(r: Results, summary: dict) -> None:
+    m = summary.get("machine", {})
+    lines = [
+        "# Benchmarks",
+        "",
+        "`make bench` runs every benchmark in `bench/` against its peers in one command: it installs and starts "
+        "private RabbitMQ and Redis instances (Debian's rabbitmq-server and redis-server, driven by pika and "
+        "redis-py), runs the storage, transaction, RocketMQ-protocol, broker, scaling and Spark benchmarks "
+        "several times each, stops every process it started, profiles the hot paths with py-spy, and writes "
+        "[`bench/REPORT.md`](../bench/REPORT.md) with plots in `bench/plots/`. Each ratio compares figures "
+        "measured in the same run (txmq against RabbitMQ/Redis, or against the simplest code doing the same "
+        "work: a raw file loop, a bare gRPC call, a plain append); figures are medians with [min–max]. "
+        "`make bench-quick` is the few-minute variant for development.",
+        "",
+        f"Key ratios from the committed report ({'quick' if summary.get('quick') else 'full'} run, "
+        f"{summary.get('started_utc', '?')}, {m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB):",
+        "",
+    ]
+    lines += ratio_rows(r, key_only=True)
+    lines += ["", "The full tables, the plots, where cost grows faster than the work, and the three heaviest "
+              "functions of each benchmark are in [`bench/REPORT.md`](../bench/REPORT.md).", ""]
+    DOCS.write_text("\n".join(lines))
+
+
+def main() -> int:
+    print(write_report(json.loads(SUMMARY.read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

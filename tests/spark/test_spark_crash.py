@@ -1,0 +1,121 @@
+"""Exactly-once through driver crashes: the Spark driver is SIGKILLed at chosen points and restarted.
+
+Each run is a real driver process (tests/spark/crash_driver.py); the connector's
+crash points kill it between two steps of the commit protocol. After the last,
+uninterrupted restart, every input row must be in the output topic (and, for
+the foreachBatch helper, in the SQLite table) exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.spark.support import send_plain, send_transaction, topic_bodies
+
+pytestmark = pytest.mark.spark
+
+ROOT = Path(__file__).resolve().parents[2]
+SINK_POINTS = ["sink.before_halves", "sink.after_halves", "sink.after_broker_commit"]
+FOREACH_POINTS = ["fb.after_halves", "fb.after_local_transaction", "fb.after_broker_commit"]
+
+
+def run_driver(env: dict, log: Path, *args: str, crash_at: str | None = None, timeout_s: float = 300) -> int:
+    env = dict(env)
+    env.pop("TXMQ_SPARK_CRASH_AT", None)
+    if crash_at:
+        env["TXMQ_SPARK_CRASH_AT"] = crash_at
+    with open(log, "a") as out:
+        out.write(f"\n=== run crash_at={crash_at}\n")
+        out.flush()
+        proc = subprocess.Popen([sys.executable, "-m", "tests.spark.crash_driver", *args], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(timeout_s)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def fill_source(client, topic: str, n: int) -> list[bytes]:
+    expected = []
+    for i in range(0, n, 6):  # a mix of plain sends and multi-queue transactions
+        bodies = [b"row-%04d" % j for j in range(i, min(n, i + 6))]
+        (send_transaction if i % 12 else send_plain)(client, topic, bodies)
+        expected.extend(bodies)
+    return expected
+
+
+def kill_and_restart(env, log, args, crashes: list[str]) -> None:
+    for crash_at in crashes:
+        rc = run_driver(env, log, *args, crash_at=crash_at)
+        assert rc == -signal.SIGKILL, f"the driver was to die at {crash_at} but exited {rc}; see {log}"
+    assert run_driver(env, log, *args) == 0, f"the final run failed; see {log}"
+
+
+def random_crashes(rng: random.Random, points: list[str], count: int, batches: int) -> list[str]:
+    return [f"{rng.choice(points)}:{rng.randrange(batches)}" for _ in range(count)]
+
+
+def sink_scenario(spark_env, spark_broker, client, tmp_path, crashes: list[str], rows: int = 60) -> None:
+    src, dst = f"src-{uuid.uuid4().hex[:8]}", f"dst-{uuid.uuid4().hex[:8]}"
+    client.create_topic(src, 4)
+    client.create_topic(dst, 4)
+    expected = fill_source(client, src, rows)
+    args = ["--mode", "sink", "--broker", spark_broker.endpoint, "--src", src, "--dst", dst,
+            "--checkpoint", str(tmp_path / "ckpt")]
+    kill_and_restart(spark_env, tmp_path / "driver.log", args, crashes)
+    got = Counter(topic_bodies(client, dst))
+    assert sorted(got.elements()) == sorted(expected), "lost or duplicated rows"
+
+
+def foreach_scenario(spark_env, spark_broker, client, tmp_path, crashes: list[str], rows: int = 60) -> None:
+    src, dst = f"src-{uuid.uuid4().hex[:8]}", f"dst-{uuid.uuid4().hex[:8]}"
+    client.create_topic(src, 4)
+    client.create_topic(dst, 4)
+    expected = fill_source(client, src, rows)
+    db = tmp_path / "local.db"
+    args = ["--mode", "foreach", "--broker", spark_broker.endpoint, "--src", src, "--dst", dst,
+            "--checkpoint", str(tmp_path / "ckpt"), "--db", str(db)]
+    kill_and_restart(spark_env, tmp_path / "driver.log", args, crashes)
+    con = sqlite3.connect(db)
+    in_db = sorted(bytes(r[0]) for r in con.execute("SELECT body FROM rows"))
+    con.close()
+    assert in_db == sorted(expected), "the database lost or repeated rows"
+    assert sorted(topic_bodies(client, dst)) == in_db, "database rows and committed messages differ"
+
+
+def test_sink_survives_driver_kills_at_each_protocol_point(spark_env, spark_broker, client, tmp_path):
+    # one query, killed once at each point (in different batches), then run to the end
+    sink_scenario(spark_env, spark_broker, client, tmp_path,
+                  ["sink.before_halves:1", "sink.after_halves:2", "sink.after_broker_commit:3"])
+
+
+def test_foreach_batch_helper_keeps_database_and_topic_one_to_one_through_kills(
+        spark_env, spark_broker, client, tmp_path):
+    foreach_scenario(spark_env, spark_broker, client, tmp_path,
+                     ["fb.after_halves:1", "fb.after_local_transaction:2", "fb.after_broker_commit:3"])
+
+
+@pytest.mark.torture
+def test_sink_survives_thirty_random_driver_kills(spark_env, spark_broker, client, tmp_path):
+    rng = random.Random(int(os.environ.get("TXMQ_TORTURE_SEED", "5")))
+    crashes = random_crashes(rng, SINK_POINTS, 30, 12)
+    sink_scenario(spark_env, spark_broker, client, tmp_path, crashes, rows=120)
+
+
+@pytest.mark.torture
+def test_foreach_batch_helper_survives_thirty_random_driver_kills(spark_env, spark_broker, client, tmp_path):
+    rng = random.Random(int(os.environ.get("TXMQ_TORTURE_SEED", "7")))
+    crashes = random_crashes(rng, FOREACH_POINTS, 30, 12)
+    foreach_scenario(spark_env, spark_broker, client, tmp_path, crashes, rows=120)
