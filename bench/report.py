@@ -427,69 +427,88 @@ def growth_section(r: Results) -> list[str]:
     if cb:
         per = {s: r.get("scaling", f"checkback.{s}.per_tx_us") for s in cb}
         scan = {s: r.get("scaling", f"checkback.{s}.scan_s") for s in cb}
-        line = ", ".join(f"{s:,} → {scan[s].median:.2f} s ({per[s].median:.1f} µs/tx)" for s in cb if per[s])
+        snap = {s: r.get("scaling", f"checkback.{s}.snapshot_s") for s in cb}
+        rebuild = {s: r.get("scaling", f"checkback.{s}.table_rebuild_s") for s in cb}
+        idle = {s: r.get("scaling", f"checkback.{s}.idle_round_ms") for s in cb}
         small, large = cb[0], cb[-1]
-        growth = per[large].median / per[small].median if per[small] and per[large] else 1.0
-        out.append(f"- **Check-back scan** ({line}): per-transaction cost ×{growth:.2f} from {small:,} to "
-                   f"{large:,} pending. " + CHECKBACK_WHY)
-        idle = [r.get("scaling", f"checkback.{s}.idle_round_ms") for s in cb]
-        snaps = [r.get("scaling", f"checkback.{s}.snapshot_s") for s in cb]
-        if all(idle) and all(snaps):
-            out.append("  An idle round stays flat (" + ", ".join(f"{i.median:.3f} ms" for i in idle) +
-                       ": the due-heap's head says nothing is due), but a table snapshot grows with the table (" +
-                       ", ".join(f"{s.median:.2f} s" for s in snaps) + ") " + SNAPSHOT_WHY)
+        if all(per.values()) and all(scan.values()):
+            growth = per[large].median / per[small].median
+            line = "; ".join(f"{s:,}: {scan[s].median:.2f} s, {per[s].median:.1f} µs/tx" for s in cb)
+            verdict = ("grows faster than the work" if growth > 1.2 else
+                       "stays proportional to the work" if growth > 0.8 else "even falls (fixed costs amortised)")
+            out.append(f"- **Check-back scan** ({line}): the per-transaction cost ×{growth:.2f} from {small:,} "
+                       f"to {large:,} pending — the scan itself {verdict}. " + CHECKBACK_WHY)
+        if all(snap.values()):
+            worst = snap[large].median
+            est = ""
+            if scan.get(large) and scan[large].median > 10:
+                n_snaps = int(scan[large].median // 10)
+                est = (f" A {large:,}-transaction scan lasts {scan[large].median:.0f} s, so at the default "
+                       f"interval it would carry ~{n_snaps} snapshots, ~{n_snaps * worst:.0f} s more: scan work "
+                       f"O(n) times snapshots O(n) each is O(n²).")
+            out.append("- **Table snapshots inside check-back rounds** (one snapshot: " +
+                       ", ".join(f"{s:,} → {snap[s].median:.2f} s" for s in cb) + "). " + SNAPSHOT_WHY + est +
+                       " An incremental snapshot (only the rows changed since the last one) would bound it.")
+        if all(rebuild.values()):
+            out.append("- **Table rebuild after a crash without snapshot** (" +
+                       ", ".join(f"{s:,} → {rebuild[s].median:.2f} s ({rebuild[s].median / s * 1e6:.0f} µs/tx)"
+                                 for s in cb) + "): a full replay of the half and op queues "
+                       "(`recovery.recover_table`), linear in the pending halves; snapshots exist to avoid it.")
+        if all(idle.values()):
+            out.append("- An idle round (nothing due) stays flat: " +
+                       ", ".join(f"{s:,} → {idle[s].median:.3f} ms" for s in cb) +
+                       " — `claim_due` looks only at the due-heap's head.")
     prod = {b: {n: r.get("scaling", f"producers.{b}.{n}") for n in (1, 2, 4, 8)} for b in ("batch_1", "batch_100")}
     for batch, series in prod.items():
         if series[1] and series[8]:
-            out.append(f"- **Concurrent producers, {batch.replace('_', ' ')}**: 8 producers reach "
+            out.append(f"- **Concurrent producers, {batch.replace('_', ' ')} per send**: 8 producers reach "
                        f"×{series[8].median / series[1].median:.2f} the messages/s of one "
-                       f"({', '.join(f'{n}: {s.median:,.0f}' for n, s in series.items() if s)} msg/s). "
+                       f"({', '.join(f'{n}: {s.median:,.0f}' for n, s in series.items() if s)} msg/s), i.e. the "
+                       f"cost per message grows with concurrency. "
                        + (PRODUCERS_WHY_1 if batch == "batch_1" else PRODUCERS_WHY_100))
     p1, p4 = r.get("scaling", "pull.1_queues"), r.get("scaling", "pull.4_queues")
     if p1 and p4:
-        out.append(f"- **Pull with 4 queues**: ×{p4.median / p1.median:.2f} of one queue "
+        out.append(f"- **Pull with 4 queues and 4 consumers**: ×{p4.median / p1.median:.2f} of one queue "
                    f"({p1.median:,.0f} → {p4.median:,.0f} msg/s). " + PULL_WHY)
-    b1, b1000 = r.get("scaling", "batch.plain.100"), r.get("scaling", "batch.plain.1000")
-    if b1 and b1000 and b1000.median < b1.median:
-        out.append(f"- **Batches of 1000 are slower than batches of 100** ({b1.median:,.0f} → "
+    b100, b1000 = r.get("scaling", "batch.plain.100"), r.get("scaling", "batch.plain.1000")
+    if b100 and b1000 and b1000.median < 0.9 * b100.median:
+        out.append(f"- **Batches of 1000 are slower per message than batches of 100** ({b100.median:,.0f} → "
                    f"{b1000.median:,.0f} msg/s). " + BATCH_WHY)
     return out or ["(the scaling benchmark did not run)"]
 
 
 CHECKBACK_WHY = (
-    "Claiming due transactions is a heap pop (`TransactionEngine.claim_due`, O(log n) each), so the "
-    "round itself scales with the due work. What grows faster is fetching the half shown to the "
-    "producer: `CheckbackService._deliver` → `engine.first_half` returns the cached body only while the "
-    "64 MiB `half_cache_bytes` budget lasts (`_apply_halves` stops caching once it is used up — about 60k "
-    "halves of 1 KiB); past that every check is a `MessageStore.read_at` + record decode from the "
-    "CommitLog. Then `TransactionEngine.info` builds a `TransactionInfo` per check (topics and senders sets "
-    "recomputed from the halves). Next step: cache only the first half per transaction (what a check "
-    "needs), or read halves in physical-offset order in one batch per round.")
+    "Per transaction a round does (`CheckbackService.run_once`): `TransactionEngine.claim_due` — a heap "
+    "pop under the table lock, O(log n); `check_verdict`; `_deliver` → `engine.info(tx)`, which builds a "
+    "`TransactionInfo` with `Transaction.topics()`/`senders()` recomputed as sorted sets of the halves, and "
+    "`engine.first_half(tx)`, which for a half not in the 64 MiB half cache (every half after a restart, as "
+    "here) is a `MessageStore.read_at` — a CommitLog read and record decode, scattered over a log that grows "
+    "with n; then `record_check` → `_schedule`, a heap push, O(log n). So the heap work is O(n log n) and the "
+    "reads lose locality as the log outgrows the CPU caches; the per-check constant is Python object "
+    "construction (`TransactionInfo`, `StoredMessage`).")
 SNAPSHOT_WHY = (
-    "because `CheckbackService.run_once` ends with `engine.maybe_snapshot()`, which every "
-    "`snapshot_interval_s` (10 s) encodes the whole pending table (`TransactionEngine.snapshot` → "
-    "`encode_tx` per row) under the exclusive gate — an O(table) pause every 10 s even when few "
-    "transactions are due. With a million pending transactions that pause blocks prepares and commits; an "
-    "incremental snapshot (only rows changed since the last one) would bound it.")
+    "A snapshot encodes every pending row (`TransactionEngine.snapshot` → `encode_tx` per row, under the "
+    "exclusive gate, so prepares and commits wait), O(table). `CheckbackService.run_once` ends with "
+    "`engine.maybe_snapshot()`, which takes one whenever `snapshot_interval_s` (10 s) has passed: a scan "
+    "that lasts longer than 10 s pays a whole-table snapshot every 10 s, so its cost grows with the table "
+    "size times the scan length. (The scan figures above hold the periodic snapshot off and measure it apart.)")
 PRODUCERS_WHY_1 = (
-    "One-message sends are bound by per-RPC work in a single broker process: the gRPC thread pool hands "
-    "calls to Python handlers that all need the GIL, and `MessageStore.append` takes the store's write "
-    "lock per call; on 2 cores the producers' own processes compete with the broker for CPU. Added "
-    "producers mostly add queueing (latency), not throughput, past 2.")
+    "One-message sends are bound by per-RPC work in the one broker process: gRPC's thread pool hands each "
+    "call to a Python handler that needs the GIL, and `MessageStore.append` serialises writers on its "
+    "`_write_lock`; on 2 cores the producer processes compete with the broker for CPU, so extra producers "
+    "add queueing (latency) rather than throughput.")
 PRODUCERS_WHY_100 = (
-    "With 100-message batches the per-RPC cost is amortised and the broker's single writer (the store's "
-    "write lock around CommitLog append + dispatch) is the limit, so throughput is flat in the number "
-    "of producers and per-message cost does not fall with concurrency.")
+    "With 100-message batches the per-RPC cost is amortised and the single writer (`MessageStore._write_lock` "
+    "around the CommitLog append and dispatch, plus Arrow decode under the GIL) is the limit: throughput stays "
+    "near the one-producer figure while the work per process falls.")
 PULL_WHY = (
-    "Each queue's consumer is its own process, but every PullArrow is served by the same broker process: "
-    "`read_queue` + Arrow encoding run under the GIL, so 4 queues share one core's worth of Python work "
-    "while 4 consumer processes compete for the second core; per-message cost grows with the number of "
-    "concurrent pulls instead of staying flat.")
+    "Each queue has its own consumer process, but every PullArrow is served by the same broker process: "
+    "`read_queue` and the Arrow encoding run under its GIL, so four concurrent pulls share one core's worth of "
+    "Python work while the four consumers compete for the other core.")
 BATCH_WHY = (
-    "A 1000 × 1 KiB batch is a ~1 MiB Arrow payload: the client serialises it in one go and the broker "
-    "decodes, validates and appends it in one `append` under the store lock, so the two processes "
-    "no longer overlap their work (pipelining is lost) and the larger allocations/copies cost more than "
-    "the saved RPCs.")
+    "A 1000 × 1 KiB batch is a ~1 MiB Arrow payload decoded, validated and appended in one call under the "
+    "store's write lock: client and broker no longer overlap (no pipelining between them), and the larger "
+    "buffers cost more copying than the RPCs saved.")
 
 
 # ---- the report -------------------------------------------------------------------------------

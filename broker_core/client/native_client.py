@@ -172,18 +172,14 @@ class NativeClient:
             return self._stubs
 
     def _fail_over(self) -> None:
-        """Drop the channel and move to the next endpoint (a fresh channel reconnects at once)."""
+        """Move to the next endpoint. With one endpoint the channel stays: gRPC reconnects it itself."""
+        if len(self.endpoints) == 1:
+            return
         with self._lock:
             old, self._channel = self._channel, None
             self._target_index += 1
-        if old is not None and len(self.endpoints) > 1:
+        if old is not None:
             old.close()
-        elif old is not None:
-            with self._lock:  # one endpoint: keep the channel, gRPC reconnects with its own backoff
-                if self._channel is None and not self._closed:
-                    self._channel = old
-                else:
-                    old.close()
 
     def close(self) -> None:
         with self._lock:

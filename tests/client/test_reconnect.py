@@ -42,3 +42,16 @@ def test_second_endpoint_is_used_when_the_first_is_down(tmp_path):
     with BrokerProcess(tmp_path / "data", flush="async") as broker:
         with NativeClient(f"127.0.0.1:1;{broker.endpoint}", timeout_s=10) as client:
             assert client.create_topic("failover", 2).queue_count == 2
+
+
+def test_checkback_session_registers_again_after_a_broker_restart(tmp_path):
+    with BrokerProcess(tmp_path / "data", flush="async") as broker:
+        with NativeClient(broker.endpoint, timeout_s=30) as client:
+            with client.checkback_session("g", ["t"], lambda request: "UNKNOWN") as session:
+                assert session.wait_registered(10)
+                broker.stop()
+                deadline = time.monotonic() + 10
+                while session.wait_registered(0) and time.monotonic() < deadline:
+                    time.sleep(0.05)  # the stream notices the broker went away
+                broker.restart()
+                assert session.wait_registered(15)

@@ -134,3 +134,17 @@ def test_pending_transactions_are_checked_back_after_restart(engine, memory_stor
 def test_metrics_count_pending_halves_after_restart(engine, memory_store, clock):
     engine.prepare([msg("a"), msg("b")], transaction_id="t")
     assert reopen(memory_store, clock).metrics.snapshot()["pending_halves"] == {"a": 1, "b": 1}
+
+
+def test_with_only_snapshots_ahead_of_the_store_recovery_replays_everything(engine, memory_store, clock, tmp_path):
+    engine.prepare([msg("a", b"kept")], transaction_id="kept")
+    survivor = clone(memory_store, tmp_path / "survivor")
+    engine.end("kept", COMMIT)
+    engine.snapshot()
+    target = tmp_path / "survivor" / "transaction"
+    target.mkdir(parents=True)
+    newest = sorted(engine.state_dir.iterdir())[-1]
+    shutil.copy(newest, target / newest.name)
+    again = reopen(survivor, clock)
+    assert not again.recovery_stats["from_snapshot"]
+    assert again.get("kept").state is TxState.PENDING
