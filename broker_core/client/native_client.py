@@ -66,6 +66,10 @@ _GRPC_ERRORS: dict[grpc.StatusCode, type[errors.TxmqError]] = {
 }
 
 
+# RPCs that store something new each time they run: never re-sent after a failure mid-call.
+NON_IDEMPOTENT = frozenset({"SendMessages", "PrepareMessages"})
+
+
 def parse_endpoints(endpoints: str) -> list[str]:
     """["h1:p1", "h2:p2"] from "h1:p1;h2:p2" (commas accepted too)."""
     items = [e.strip() for e in endpoints.replace(",", ";").split(";") if e.strip()]
@@ -205,20 +209,32 @@ class NativeClient:
         return md
 
     def _call(self, name: str, request: Any, *, timeout_s: float | None = None) -> Any:
-        """One unary RPC with reconnect/backoff on UNAVAILABLE; raises the broker's typed error."""
+        """One unary RPC with reconnect/backoff on UNAVAILABLE; raises the broker's typed error.
+
+        Writes that are not idempotent (NON_IDEMPOTENT) are never re-sent: a broker
+        that dies after storing them but before answering would store them twice,
+        and a COMMIT would then show duplicates. They wait for the channel to be
+        ready instead (nothing has been sent while it is not), and a failure in
+        the middle of the call surfaces to the caller, whose recovery is
+        transactional (Spark retries the task as a new sender; a TransactionProducer's
+        unfinished transaction is settled by check-back).
+        """
         timeout = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         retry_until = time.monotonic() + min(timeout, self.retry_unavailable_s)
         backoff = BACKOFF_START_S
+        resend = name not in NON_IDEMPOTENT
         while True:
             stub = self._callables()[name]
             remaining = max(0.001, deadline - time.monotonic())
             target = self.target
             try:
-                response = stub(request, timeout=remaining, metadata=self._metadata())
+                response = stub(request, timeout=remaining, metadata=self._metadata(), wait_for_ready=not resend)
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
-                if code == grpc.StatusCode.UNAVAILABLE and not self._closed \
+                if not resend:
+                    self._fail_over()
+                elif code == grpc.StatusCode.UNAVAILABLE and not self._closed \
                         and time.monotonic() + backoff < retry_until:
                     log.debug("broker %s unavailable, retrying in %.2fs", target, backoff)
                     self._fail_over()

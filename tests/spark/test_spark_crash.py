@@ -14,6 +14,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -35,7 +36,7 @@ def run_driver(env: dict, log: Path, *args: str, crash_at: str | None = None, ti
     if crash_at:
         env["TXMQ_SPARK_CRASH_AT"] = crash_at
     with open(log, "a") as out:
-        out.write(f"\n=== run crash_at={crash_at}\n")
+        out.write(f"\n=== {time.strftime('%H:%M:%S')} run crash_at={crash_at}\n")
         out.flush()
         proc = subprocess.Popen([sys.executable, "-m", "tests.spark.crash_driver", *args], cwd=ROOT, env=env,
                                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
@@ -98,13 +99,13 @@ def foreach_scenario(spark_env, spark_broker, client, tmp_path, crashes: list[st
 def test_sink_survives_driver_kills_at_each_protocol_point(spark_env, spark_broker, client, tmp_path):
     # one query, killed once at each point (in different batches), then run to the end
     sink_scenario(spark_env, spark_broker, client, tmp_path,
-                  ["sink.before_halves:1", "sink.after_halves:2", "sink.after_broker_commit:3"])
+                  ["sink.before_halves:0", "sink.after_halves:1", "sink.after_broker_commit:2"], rows=36)
 
 
 def test_foreach_batch_helper_keeps_database_and_topic_one_to_one_through_kills(
         spark_env, spark_broker, client, tmp_path):
     foreach_scenario(spark_env, spark_broker, client, tmp_path,
-                     ["fb.after_halves:1", "fb.after_local_transaction:2", "fb.after_broker_commit:3"])
+                     ["fb.after_halves:0", "fb.after_local_transaction:1", "fb.after_broker_commit:2"], rows=36)
 
 
 @pytest.mark.torture

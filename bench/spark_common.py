@@ -1,0 +1,54 @@
+"""Shared setup of the Spark benchmarks: a broker process, a local SparkSession, result output."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.broker_process import BrokerProcess  # noqa: E402
+
+
+def spark_session():
+    """local[2] with our Python; `pyspark_txmq` made visible even in an editable install."""
+    import pkgutil
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if not any(m.name == "pyspark_txmq" for m in pkgutil.iter_modules()):
+        link_dir = Path(tempfile.mkdtemp(prefix="txmq-pythonpath-"))
+        (link_dir / "pyspark_txmq").symlink_to(ROOT / "connector" / "autoregister", target_is_directory=True)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(link_dir), os.environ.get("PYTHONPATH")) if p)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("txmq-bench")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+             .config("spark.driver.memory", "4g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def best_rate(fn, rows: int, repeat: int) -> float:
+    """rows/s of the fastest of `repeat` runs of fn() (the first run warms Python workers)."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return rows / best
+
+
+def emit(name: str, result: dict) -> None:
+    line = json.dumps({"bench": name, **result})
+    out = ROOT / "bench" / "results" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(line + "\n")
+    print(line)
+
+
+__all__ = ["BrokerProcess", "spark_session", "best_rate", "emit", "ROOT"]

@@ -1,0 +1,98 @@
+"""Spark sink benchmark: writing rows to txmq through the exactly-once sink, in rows/s.
+
+    .venv/bin/python bench/spark_sink.py [--quick] [--rows N]
+
+The same N rows of 1 KiB bodies (default 1,000,000; --quick: 100,000; made by
+`spark.range`, 4 partitions) are written in a local[2] SparkSession
+(a) through the transactional sink (`df.write.format("txmq")`: every task sends
+    halves with prepare_arrow, the driver commits the one transaction),
+(b) as plain non-transactional sends from the executors (`send_arrow`, same
+    batching), the peer the target is measured against,
+(c) to parquet by Spark.
+Target: (a) ≥ 0.7 of (b). Prints one JSON line, writes bench/results/spark_sink.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import uuid
+from pathlib import Path
+
+from spark_common import BrokerProcess, best_rate, emit, spark_session  # noqa: I001
+
+PARTITIONS = 4
+
+
+def rows_df(spark, rows: int):
+    return (spark.range(0, rows, 1, PARTITIONS)
+            .selectExpr("CAST(repeat('x', 1024) AS BINARY) AS body"))
+
+
+def plain_send(df, endpoint: str, topic: str, rows_per_rpc: int) -> int:
+    """Send every row with send_arrow from the executors; returns rows sent."""
+
+    def send(batches):
+        import pyarrow as pa
+
+        from txmq.spark.options import Connection
+        from txmq.spark.source import executor_client
+
+        client = executor_client(Connection(endpoint))
+        n = 0
+        for batch in batches:
+            for start in range(0, batch.num_rows, rows_per_rpc):
+                chunk = batch.slice(start, rows_per_rpc)
+                client.send_arrow(chunk, topic=topic)
+                n += chunk.num_rows
+        yield pa.RecordBatch.from_pydict({"n": [n]})
+
+    return df.mapInArrow(send, "n long").groupBy().sum("n").collect()[0][0]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--rows", type=int)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    rows = args.rows or (100_000 if args.quick else 1_000_000)
+    spark = spark_session()
+    from txmq.broker.client import NativeClient
+
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "broker", flush="async") as broker:
+        client = NativeClient(broker.endpoint)
+        df = rows_df(spark, rows)
+        tx_topic, plain_topic = "bench-sink-tx", "bench-sink-plain"
+        client.create_topic(tx_topic, 4)
+        client.create_topic(plain_topic, 4)
+        rows_per_rpc = 4096
+
+        def transactional():
+            df.write.format("txmq").option("broker", broker.endpoint).option("topic", tx_topic) \
+                .option("maxBatchRows", str(rows_per_rpc)).mode("append").save()
+
+        def plain():
+            assert plain_send(df, broker.endpoint, plain_topic, rows_per_rpc) == rows
+
+        def parquet():
+            df.write.mode("overwrite").parquet(str(Path(tmp) / f"p-{uuid.uuid4().hex}"))
+
+        rates = {"transactional": best_rate(transactional, rows, args.repeat),
+                 "plain_send_arrow": best_rate(plain, rows, args.repeat),
+                 "parquet": best_rate(parquet, rows, args.repeat)}
+        committed = sum(client.snapshot_offsets([tx_topic])[tx_topic].values())
+        assert committed == rows * args.repeat, f"transactional sink committed {committed} rows"
+        client.close()
+    spark.stop()
+    emit("spark_sink", {
+        "rows": rows, "body_bytes": 1024, "partitions": PARTITIONS,
+        "rows_per_s": {k: round(v) for k, v in rates.items()},
+        "ratios": {"transactional_vs_plain_sends": round(rates["transactional"] / rates["plain_send_arrow"], 3),
+                   "transactional_vs_parquet": round(rates["transactional"] / rates["parquet"], 3)},
+        "target": {"transactional_vs_plain_sends": 0.7},
+    })
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Spark source benchmark: reading committed messages through `format("txmq")`, in rows/s.
+
+    .venv/bin/python bench/spark_source.py [--quick] [--rows N]
+
+Loads N committed 1 KiB messages (transactions of 10,000 messages) into a
+4-queue topic of a broker process (default 2,000,000; --quick: 200,000), then
+runs `SELECT count(*), sum(length(body))` in a local[2] SparkSession over
+(a) an in-memory Python data source that yields the same rows as prebuilt
+    Arrow batches in the source's schema: the ceiling of any Python data source,
+(b) Spark's parquet reader over the same rows (written once beforehand),
+(c) txmq.
+Target: (c) ≥ 0.7 of (a). Prints one JSON line, writes bench/results/spark_source.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+
+from spark_common import BrokerProcess, best_rate, emit, spark_session  # noqa: I001
+
+BODY = b"x" * 1024
+TX_ROWS = 10_000
+QUEUES = 4
+
+
+def load_messages(client, topic: str, rows: int) -> None:
+    bodies = pa.array([BODY] * TX_ROWS, pa.binary())
+    sent = 0
+    while sent < rows:
+        n = min(TX_ROWS, rows - sent)
+        tx = f"bench-{uuid.uuid4().hex}"
+        client.prepare_arrow(tx, pa.RecordBatch.from_arrays([bodies.slice(0, n)], names=["body"]), topic=topic,
+                             producer_group="bench", sender="loader")
+        client.end_transaction(tx, "COMMIT", producer_group="bench")
+        sent += n
+
+
+def memory_source_class(rows: int):
+    """A Python data source yielding `rows` rows in QUEUES partitions from one cached Arrow batch."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from txmq.spark.schema import SOURCE_SCHEMA
+
+    per_part = rows // QUEUES
+
+    class MemoryReader(DataSourceReader):
+        def partitions(self):
+            return [InputPartition(i) for i in range(QUEUES)]
+
+        def read(self, partition):
+            import pyarrow as pa
+
+            from txmq.spark.schema import source_arrow_schema
+
+            schema = source_arrow_schema()
+            chunk = 8192
+            now = pa.scalar(int(time.time() * 1e6), pa.timestamp("us", tz="UTC"))
+            batch = pa.RecordBatch.from_arrays([
+                pa.array(["bench"] * chunk), pa.array([partition.value] * chunk, pa.int32()),
+                pa.array(range(chunk), pa.int64()), pa.array(["id"] * chunk), pa.nulls(chunk, pa.string()),
+                pa.array([[]] * chunk, pa.list_(pa.string())), pa.array([BODY] * chunk, pa.binary()),
+                pa.array([[]] * chunk, pa.map_(pa.string(), pa.string())),
+                pa.array([now] * chunk), pa.array([now] * chunk), pa.array(["tx"] * chunk)], schema=schema)
+            left = per_part
+            while left > 0:
+                n = min(chunk, left)
+                yield batch.slice(0, n)
+                left -= n
+
+    class MemorySource(DataSource):
+        @classmethod
+        def name(cls):
+            return "bench_memory"
+
+        def schema(self):
+            return SOURCE_SCHEMA
+
+        def reader(self, schema):
+            return MemoryReader()
+
+    return MemorySource
+
+
+def count_and_sum(df) -> tuple[int, int]:
+    row = df.selectExpr("count(*) AS n", "sum(length(body)) AS bytes").collect()[0]
+    return row.n, row.bytes
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--rows", type=int)
+    p.add_argument("--repeat", type=int, default=3)
+    args = p.parse_args()
+    rows = args.rows or (200_000 if args.quick else 2_000_000)
+    rows -= rows % QUEUES
+    spark = spark_session()
+    from txmq.broker.client import NativeClient
+
+    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "broker", flush="async") as broker:
+        client = NativeClient(broker.endpoint)
+        topic = "bench-source"
+        client.create_topic(topic, QUEUES)
+        t0 = time.perf_counter()
+        load_messages(client, topic, rows)
+        load_s = time.perf_counter() - t0
+
+        txmq_df = spark.read.format("txmq").option("broker", broker.endpoint).option("topic", topic).load()
+        spark.dataSource.register(memory_source_class(rows))
+        memory_df = spark.read.format("bench_memory").load()
+        parquet_path = str(Path(tmp) / "rows.parquet")
+        txmq_df.write.parquet(parquet_path)
+        parquet_df = spark.read.parquet(parquet_path)
+
+        expected = (rows, rows * len(BODY))
+        for name, df in (("memory", memory_df), ("parquet", parquet_df), ("txmq", txmq_df)):
+            assert count_and_sum(df) == expected, f"{name} read the wrong rows"
+        rates = {name: best_rate(lambda df=df: count_and_sum(df), rows, args.repeat)
+                 for name, df in (("memory", memory_df), ("parquet", parquet_df), ("txmq", txmq_df))}
+        client.close()
+    spark.stop()
+    emit("spark_source", {
+        "rows": rows, "body_bytes": len(BODY), "queues": QUEUES, "load_s": round(load_s, 2),
+        "rows_per_s": {k: round(v) for k, v in rates.items()},
+        "ratios": {"txmq_vs_python_memory_source": round(rates["txmq"] / rates["memory"], 3),
+                   "txmq_vs_parquet": round(rates["txmq"] / rates["parquet"], 3)},
+        "target": {"txmq_vs_python_memory_source": 0.7},
+    })
+
+
+if __name__ == "__main__":
+    main()
