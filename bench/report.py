@@ -28,7 +28,7 @@ SUMMARY = BENCH / "results" / "summary.json"
 
 PEER_WORDS = ("rabbitmq", "redis")
 LIMIT_WORDS = ("raw", "bare", "ceiling", "limit", "pread", "fsync_loop", "ideal", "pyarrow", "spark",
-               "vs_plain", "target", "direct", "file")
+               "vs_plain", "target", "direct", "file", "memory", "parquet")
 SCALING_WORDS = ("_vs_1", "vs_smallest", "aio_vs_sync", "per_tx_")
 # Ratios worth a line in docs/benchmarks.md (prefix match on "bench:ratio").
 KEY_RATIOS = ("broker:a_tx100_msgs_vs", "broker:b_tx1_p1_tps_vs", "broker:b_tx1_p8_tps_vs", "store:append_vs_raw_loop",
@@ -228,14 +228,14 @@ def plot_spark(r: Results) -> str:
             ax.set_title(bench)
             continue
         stats = [r.get(bench, k) for k in keys]
-        colors = ["gray" if any(w in k for w in ("ceiling", "limit", "raw", "bare", "pyarrow", "direct"))
-                  else "C0" for k in keys]
+        colors = ["C0" if any(w in k.rsplit(".", 1)[-1] for w in ("txmq", "transactional")) else "gray"
+                  for k in keys]
         ax.barh(range(len(keys)), [s.median for s in stats],
                 xerr=[[s.median - s.min for s in stats], [s.max - s.median for s in stats]], color=colors,
                 capsize=2)
         ax.set_yticks(range(len(keys)))
         ax.set_yticklabels(keys, fontsize=6)
-        ax.set_xlabel("rows/s (median, min–max); gray = ceiling")
+        ax.set_xlabel("rows/s (median, min–max); blue = txmq, gray = ceilings")
         ax.set_title(bench)
         ax.grid(True, axis="x", alpha=0.3)
     fig.suptitle("Spark rows/s against the ceilings")
@@ -341,18 +341,36 @@ def ratio_kind(name: str) -> str:
     return "other"
 
 
+def ratio_targets(r: Results, bench: str) -> dict[str, str]:
+    """Targets a benchmark states for its ratios: a "target" dict, or "<ratio>_target" entries."""
+    runs = r.benches.get(bench, {}).get("runs", [])
+    last = runs[-1] if runs else {}
+    out = {}
+    if isinstance(last.get("target"), dict):
+        out.update({k: f"≥ {v}" for k, v in last["target"].items()})
+    for k, v in (last.get("ratios") or {}).items():
+        if k.endswith("_target"):
+            out[k[: -len("_target")]] = f"≥ {v}"
+    return out
+
+
 def ratio_rows(r: Results, key_only: bool = False) -> list[str]:
-    rows = ["| benchmark | ratio | compares | median [min–max] | runs |", "|---|---|---|---|---|"]
+    rows = ["| benchmark | ratio | compares | median [min–max] | target | runs |", "|---|---|---|---|---|---|"]
     for bench, entry in r.benches.items():
         ratios = r.ratios(bench)
         if entry.get("status") in ("missing", "failed") and not key_only:
-            rows.append(f"| {bench} | — | — | **{entry.get('status')}**: {_cell(entry.get('error', ''))} | 0 |")
+            rows.append(f"| {bench} | — | — | **{entry.get('status')}**: {_cell(entry.get('error', ''))} | | 0 |")
             continue
+        goals = ratio_targets(r, bench)
         for name, stat in ratios.items():
+            if name.endswith("_target"):
+                continue
             if key_only and not any(f"{bench}:{name}".startswith(k) for k in KEY_RATIOS):
                 continue
-            runs = r.runs(bench) if not entry.get("self_repeating") else stat.n
-            rows.append(f"| {bench} | `{name}` | {ratio_kind(name)} | {stat.text()} | {runs} |")
+            runs = str(r.runs(bench))
+            if entry.get("self_repeating") and entry.get("runs"):
+                runs += f" (of medians of {entry['runs'][-1].get('repeats', '?')})"
+            rows.append(f"| {bench} | `{name}` | {ratio_kind(name)} | {stat.text()} | {goals.get(name, '')} | {runs} |")
     return rows
 
 
