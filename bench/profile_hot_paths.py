@@ -7,7 +7,8 @@ Runs each benchmark's --quick variant under py-spy (`record --subprocesses
 Spark's Python workers are sampled along with the driver; idle threads
 (blocked in I/O or waits) are left out by py-spy. From the collapsed stacks it
 counts, per function, the samples where it is the innermost frame (self time)
-and where it is on the stack at all (inclusive time). The heaviest txmq
+and where it is on the stack at all (inclusive time); samples taken while a
+process imports its modules (start-up) are counted apart. The heaviest txmq
 functions (broker_core/, connector/) by self time are where the next
 optimisation goes; the heaviest functions of any code are listed too, because
 a benchmark can be dominated by gRPC, Arrow or the peers' clients.
@@ -100,6 +101,8 @@ def is_project(file: str) -> bool:
 
 def hot_functions(records, top: int = 3) -> dict:
     """Self and inclusive sample counts per function; the `top` heaviest txmq and overall."""
+    startup = sum(n for _, frames, n in records if _is_startup(frames))
+    records = [rec for rec in records if not _is_startup(rec[1])]
     total = sum(n for _, _, n in records)
     self_all: Counter = Counter()
     self_project: Counter = Counter()
@@ -124,10 +127,21 @@ def hot_functions(records, top: int = 3) -> dict:
                 for key, n in counter.most_common(top)]
 
     processes: Counter = Counter()
-    for label, _, n in records:
+    broker_self: Counter = Counter()
+    for label, frames, n in records:
         processes[label] += n
-    return {"samples": total, "by_process": dict(processes), "top_txmq": rows(self_project),
-            "top_overall": rows(self_all)}
+        if label == "broker":
+            for fn, file in reversed(frames):
+                if is_project(file):
+                    broker_self[f"{fn} ({file})"] += n
+                    break
+    return {"samples": total, "startup_samples": startup, "by_process": dict(processes),
+            "top_txmq": rows(self_project), "top_broker": rows(broker_self), "top_overall": rows(self_all)}
+
+
+def _is_startup(frames: list[tuple[str, str]]) -> bool:
+    """Samples taken while importing modules (process start-up), not the benchmarked work."""
+    return any(file.startswith(("<frozen importlib", "<frozen zipimport")) for _, file in frames)
 
 
 def profile_with_pyspy(binary: str, bench: str, args: list[str], timeout_s: float, rate: int) -> dict:

@@ -130,7 +130,8 @@ def _errbar(ax, xs, stats, label, **kw):
     med = [p[1].median for p in pts]
     lo = [p[1].median - p[1].min for p in pts]
     hi = [p[1].max - p[1].median for p in pts]
-    ax.errorbar(x, med, yerr=[lo, hi], marker="o", capsize=3, label=label, **kw)
+    fmt = kw.pop("fmt", "o")
+    ax.errorbar(x, med, yerr=[lo, hi], marker=fmt, capsize=3, label=label, **kw)
     return True
 
 
@@ -154,10 +155,10 @@ def plot_throughput_vs_batch(r: Results) -> str:
     for kind, style in (("plain", "-"), ("transaction", "--")):
         drawn |= _errbar(ax, sizes, [r.get("scaling", f"batch.{kind}.{s}") for s in sizes],
                          f"txmq {kind} send (wire, 1 producer)", linestyle=style)
-    for system, color in (("txmq", "C2"), ("rabbitmq", "C3"), ("redis", "C4")):
+    for system, color, marker in (("txmq", "C2", "s"), ("rabbitmq", "C3", "^"), ("redis", "C4", "D")):
         drawn |= _errbar(ax, (1, 100), [r.get("broker", f"figures.b_tx1_p1.{system}.messages_per_s"),
                                         r.get("broker", f"figures.a_tx100.{system}.messages_per_s")],
-                         f"{system} transactions (broker bench)", color=color, linestyle=":")
+                         f"{system} transactions (broker bench)", color=color, linestyle=":", fmt=marker)
     drawn |= _errbar(ax, (1, 100), [r.get("tx", "plain_msgs_per_s_1"), r.get("tx", "plain_msgs_per_s_100")],
                      "store append (in-process limit)", color="gray", linestyle="-.")
     drawn |= _errbar(ax, (1, 100), [r.get("tx", "tx_msgs_per_s_1"), r.get("tx", "tx_msgs_per_s_100")],
@@ -234,7 +235,8 @@ def plot_spark(r: Results) -> str:
                 xerr=[[s.median - s.min for s in stats], [s.max - s.median for s in stats]], color=colors,
                 capsize=2)
         ax.set_yticks(range(len(keys)))
-        ax.set_yticklabels(keys, fontsize=6)
+        ax.set_yticklabels([k.replace("rows_per_s.", "") for k in keys], fontsize=8)
+        ax.set_xscale("log")
         ax.set_xlabel("rows/s (median, min–max); blue = txmq, gray = ceilings")
         ax.set_title(bench)
         ax.grid(True, axis="x", alpha=0.3)
@@ -354,12 +356,19 @@ def ratio_targets(r: Results, bench: str) -> dict[str, str]:
     return out
 
 
+def better(name: str) -> str:
+    """↑ when a larger ratio is better for txmq (throughput), ↓ when smaller is (cost, time)."""
+    low = name.lower()
+    return "↓" if any(w in low for w in ("cost", "per_tx", "recovery", "latency", "p99", "p50", "_s_")) else "↑"
+
+
 def ratio_rows(r: Results, key_only: bool = False) -> list[str]:
-    rows = ["| benchmark | ratio | compares | median [min–max] | target | runs |", "|---|---|---|---|---|---|"]
+    rows = ["| benchmark | ratio | compares | median [min–max] | better | target | runs |",
+            "|---|---|---|---|---|---|---|"]
     for bench, entry in r.benches.items():
         ratios = r.ratios(bench)
         if entry.get("status") in ("missing", "failed") and not key_only:
-            rows.append(f"| {bench} | — | — | **{entry.get('status')}**: {_cell(entry.get('error', ''))} | | 0 |")
+            rows.append(f"| {bench} | — | — | **{entry.get('status')}**: {_cell(entry.get('error', ''))} | | | 0 |")
             continue
         goals = ratio_targets(r, bench)
         for name, stat in ratios.items():
@@ -370,7 +379,8 @@ def ratio_rows(r: Results, key_only: bool = False) -> list[str]:
             runs = str(r.runs(bench))
             if entry.get("self_repeating") and entry.get("runs"):
                 runs += f" (of medians of {entry['runs'][-1].get('repeats', '?')})"
-            rows.append(f"| {bench} | `{name}` | {ratio_kind(name)} | {stat.text()} | {goals.get(name, '')} | {runs} |")
+            rows.append(f"| {bench} | `{name}` | {ratio_kind(name)} | {stat.text()} | {better(name)} "
+                        f"| {goals.get(name, '')} | {runs} |")
     return rows
 
 
@@ -410,23 +420,32 @@ def profile_section(summary: dict) -> list[str]:
     benches = prof.get("benchmarks") or {}
     if not benches:
         return [f"Profiling was not run ({prof.get('status', 'skipped')}: {prof.get('error', '')})."]
-    out = [f"Sampled with {_tool(benches)} over each benchmark's `--quick` run, broker and worker processes "
-           f"included, idle threads excluded. *Self* = samples where the function is the innermost txmq frame "
-           f"(the txmq code running, or calling into C, at that moment), as % of all active samples of the run.",
-           "", "| benchmark | # | heaviest txmq functions (self %, inclusive %, process) | heaviest overall |",
-           "|---|---|---|---|"]
+    out = [f"Sampled with {_tool(benches)} ({prof.get('rate_hz', 100)} Hz, `--subprocesses --nonblocking`) "
+           f"during the first measured run of each benchmark: broker, client and Spark worker processes "
+           f"included, idle threads and module imports (start-up) excluded. *Self* = samples where the function "
+           f"is the innermost txmq frame (txmq code running, or calling into C or a library, at that moment), "
+           f"as % of the run's active samples; *inclusive* = on the stack at all. The broker-process column is "
+           f"the server side of the wire benchmarks, where the next optimisation goes; the last column shows "
+           f"when gRPC, Arrow, a peer's client or Spark itself dominates. Raw stacks: "
+           f"`bench/results/logs/<name>.pyspy.txt` (not committed).",
+           "", "| benchmark | # | heaviest txmq functions, all processes (self %, inclusive %, process) "
+           "| heaviest txmq functions in the broker process | heaviest of any code |",
+           "|---|---|---|---|---|"]
     for bench, p in benches.items():
         if p.get("status") != "ok":
             out.append(f"| {bench} | | **{p.get('status')}** {_cell(p.get('error', ''))} | |")
             continue
-        tops, overall = p.get("top_txmq", []), p.get("top_overall", [])
-        for i in range(max(len(tops), len(overall), 1)):
+        tops, brk, overall = p.get("top_txmq", []), p.get("top_broker", []), p.get("top_overall", [])
+        for i in range(max(len(tops), len(brk), len(overall), 1)):
             t = tops[i] if i < len(tops) else None
+            b = brk[i] if i < len(brk) else None
             o = overall[i] if i < len(overall) else None
             tcell = (f"`{t['function']}` {t.get('self_pct', '?')}% / {t.get('inclusive_pct', '?')}% "
                      f"({t.get('process', '')})") if t else ""
+            bcell = f"`{b['function']}` {b.get('self_pct', '?')}% / {b.get('inclusive_pct', '?')}%" if b else ""
             ocell = f"`{o['function']}` {o.get('self_pct', '?')}%" if o else ""
-            out.append(f"| {bench if i == 0 else ''} | {i + 1} | {tcell} | {ocell} |")
+            name = bench if i else f"{bench} ({p.get('samples', 0):,} samples)"
+            out.append(f"| {name} | {i + 1} | {tcell} | {bcell} | {ocell} |")
     return out
 
 
@@ -583,7 +602,8 @@ def write_report(summary: dict) -> str:
     lines += ["## Ratios (txmq vs peer vs limit)", "",
               "*vs peer*: RabbitMQ / Redis doing the same work; *vs limit*: the same work done by the simplest "
               "possible code (raw file loop, bare gRPC call, plain append, Spark/Arrow ceiling); *scaling*: txmq "
-              "against itself with more concurrency, queues or pending work.", ""]
+              "against itself with more concurrency, queues or pending work. *better*: ↑ a larger ratio is better "
+              "for txmq (throughputs), ↓ a smaller one is (costs, times).", ""]
     lines += ratio_rows(r) + [""]
     tg = targets(r)
     if tg:
@@ -617,7 +637,8 @@ def write_docs(r: Results, summary: dict) -> None:
         "[`bench/REPORT.md`](../bench/REPORT.md) with plots in `bench/plots/`. Each ratio compares figures "
         "measured in the same run (txmq against RabbitMQ/Redis, or against the simplest code doing the same "
         "work: a raw file loop, a bare gRPC call, a plain append); figures are medians with [min–max]. "
-        "`make bench-quick` is the few-minute variant for development.",
+        "`make bench-quick` is the few-minute variant for development. In the table, ↑ means a larger ratio is "
+        "better for txmq (throughput against a peer or limit), ↓ that a smaller one is (a cost or a time).",
         "",
         f"Key ratios from the committed report ({'quick' if summary.get('quick') else 'full'} run, "
         f"{summary.get('started_utc', '?')}, {m.get('cores', '?')} cores, {m.get('memory_gib', '?')} GiB):",

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/scaling.py [--quick] [--parts batch,producers,pull,checkback] [--repeats N]
 
-Measured in one run, every figure the median of `--repeats` runs (default 2; with min and max):
+Measured in one run, every figure the median of `--repeats` runs (default 2, quick 1; with min and max):
 - batch: one producer over loopback gRPC (native service, 1 KiB bodies), messages/s
   for batches of 1, 10, 100, 1000 — plain SendMessages and transactions
   (PrepareMessages + EndTransaction COMMIT);
@@ -92,36 +92,72 @@ def measure_batch_sizes(endpoint: str, seconds: float, repeats: int) -> dict:
 # ---- concurrent producers (separate processes: no shared GIL on the client side) -----------
 
 
-def _producer(endpoint: str, batch: int, seconds: float, start_at: float, results) -> None:
+def _worker(endpoint: str, commands, results) -> None:
+    """A load-generating process: runs send/pull jobs until told to stop (None).
+
+    Long-lived, so a measurement point costs its seconds, not a Python start-up per process."""
     from txmq.broker.client import NativeClient
 
-    table = body_table(batch)
-    with NativeClient(endpoint, timeout_s=60) as client:
-        client.send_arrow(table, topic="scaling-producers")  # connect before the clock starts
-        time.sleep(max(0.0, start_at - time.time()))
-        sent, started = 0, time.perf_counter()
-        while time.perf_counter() - started < seconds:
-            client.send_arrow(table, topic="scaling-producers")
-            sent += batch
-        results.put((sent, time.perf_counter() - started))
+    tables: dict[int, object] = {}
+    with NativeClient(endpoint, timeout_s=120) as client:
+        client.list_topics()  # connect before the first job's clock starts
+        results.put(("ready", 0, 0.0, 0.0))
+        while (job := commands.get()) is not None:
+            kind, topic, arg, extra, start_at = job
+            time.sleep(max(0.0, start_at - time.time()))
+            count, started = 0, time.perf_counter()
+            if kind == "send":  # arg = batch size, extra = seconds
+                table = tables.setdefault(arg, body_table(arg))
+                while time.perf_counter() - started < extra:
+                    client.send_arrow(table, topic=topic)
+                    count += arg
+            else:  # "pull": arg = queue id, extra = end offset
+                offset = 0
+                while offset < extra:
+                    res = client.pull_arrow(topic, arg, offset, extra, max_bytes=4 << 20)
+                    count += res.batch.num_rows
+                    offset = res.next_offset
+            results.put((kind, count, started, time.perf_counter()))
 
 
-def producers_rate(endpoint: str, producers: int, batch: int, seconds: float) -> float:
+class WorkerPool:
+    """`size` worker processes (spawned once) driven through per-worker command queues."""
+
+    def __init__(self, endpoint: str, size: int) -> None:
+        ctx = mp.get_context("spawn")
+        self.results = ctx.Queue()
+        self.commands = [ctx.Queue() for _ in range(size)]
+        self.procs = [ctx.Process(target=_worker, args=(endpoint, q, self.results), daemon=True)
+                      for q in self.commands]
+        for p in self.procs:
+            p.start()
+        for _ in self.procs:
+            self.results.get(timeout=120)
+
+    def run(self, jobs: list[tuple]) -> list[tuple[int, float, float]]:
+        """Give job i to worker i, all starting together; [(count, started, ended)] with wall-clock spans."""
+        start_at = time.time() + 0.3
+        for q, (kind, topic, arg, extra) in zip(self.commands, jobs):
+            q.put((kind, topic, arg, extra, start_at))
+        got = [self.results.get(timeout=600) for _ in jobs]
+        return [(count, started, ended) for _, count, started, ended in got]
+
+    def close(self) -> None:
+        for q in self.commands:
+            q.put(None)
+        for p in self.procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+
+
+def producers_rate(pool: WorkerPool, producers: int, batch: int, seconds: float) -> float:
     """Total messages/s of `producers` processes sending concurrently for `seconds`."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    start_at = time.time() + 2.0 + 0.4 * producers  # every process imported and connected by then
-    procs = [ctx.Process(target=_producer, args=(endpoint, batch, seconds, start_at, results))
-             for _ in range(producers)]
-    for p in procs:
-        p.start()
-    got = [results.get(timeout=seconds + 120) for _ in procs]
-    for p in procs:
-        p.join(30)
-    return sum(sent for sent, _ in got) / max(elapsed for _, elapsed in got)
+    got = pool.run([("send", "scaling-producers", batch, seconds)] * producers)
+    return sum(c for c, _, _ in got) / max(e - s for _, s, e in got)
 
 
-def measure_producers(endpoint: str, seconds: float, repeats: int) -> dict:
+def measure_producers(pool: WorkerPool, endpoint: str, seconds: float, repeats: int) -> dict:
     from txmq.broker.client import NativeClient
 
     with NativeClient(endpoint) as client:
@@ -131,26 +167,12 @@ def measure_producers(endpoint: str, seconds: float, repeats: int) -> dict:
         runs: dict[int, list[float]] = {n: [] for n in PRODUCER_COUNTS}
         for _ in range(repeats):  # interleaved, so drift (other load) hits every count alike
             for n in PRODUCER_COUNTS:
-                runs[n].append(producers_rate(endpoint, n, batch, seconds))
+                runs[n].append(producers_rate(pool, n, batch, seconds))
         out[f"batch_{batch}"] = {str(n): stats(v) for n, v in runs.items()}
     return out
 
 
 # ---- pull with 1 and 4 queues ---------------------------------------------------------------
-
-
-def _consumer(endpoint: str, topic: str, queue_id: int, end: int, start_at: float, results) -> None:
-    from txmq.broker.client import NativeClient
-
-    with NativeClient(endpoint, timeout_s=120) as client:
-        client.pull_arrow(topic, queue_id, 0, 1)  # connect before the clock starts
-        time.sleep(max(0.0, start_at - time.time()))
-        offset, rows, started = 0, 0, time.perf_counter()
-        while offset < end:
-            res = client.pull_arrow(topic, queue_id, offset, end, max_bytes=4 << 20)
-            rows += res.batch.num_rows
-            offset = res.next_offset
-        results.put((rows, started, time.perf_counter()))
 
 
 def fill_topic(client, topic: str, queues: int, messages: int) -> dict[int, int]:
@@ -161,24 +183,15 @@ def fill_topic(client, topic: str, queues: int, messages: int) -> dict[int, int]
     return client.snapshot_offsets([topic])[topic]
 
 
-def pull_rate(endpoint: str, topic: str, ends: dict[int, int]) -> float:
+def pull_rate(pool: WorkerPool, topic: str, ends: dict[int, int]) -> float:
     """Messages/s of one consumer process per queue draining the whole topic."""
-    ctx = mp.get_context("spawn")
-    results = ctx.Queue()
-    start_at = time.time() + 2.0 + 0.4 * len(ends)
-    procs = [ctx.Process(target=_consumer, args=(endpoint, topic, q, end, start_at, results))
-             for q, end in ends.items()]
-    for p in procs:
-        p.start()
-    got = [results.get(timeout=600) for _ in procs]
-    for p in procs:
-        p.join(30)
-    rows = sum(r for r, _, _ in got)
+    got = pool.run([("pull", topic, q, end) for q, end in ends.items()])
+    rows = sum(c for c, _, _ in got)
     assert rows == sum(ends.values()), (rows, ends)
     return rows / (max(e for _, _, e in got) - min(s for _, s, _ in got))
 
 
-def measure_pull(endpoint: str, messages: int, repeats: int) -> dict:
+def measure_pull(pool: WorkerPool, endpoint: str, messages: int, repeats: int) -> dict:
     from txmq.broker.client import NativeClient
 
     with NativeClient(endpoint, timeout_s=120) as client:
@@ -186,7 +199,7 @@ def measure_pull(endpoint: str, messages: int, repeats: int) -> dict:
     runs: dict[int, list[float]] = {1: [], 4: []}
     for _ in range(repeats):
         for q in (1, 4):
-            runs[q].append(pull_rate(endpoint, f"scaling-pull-{q}q", ends[q]))
+            runs[q].append(pull_rate(pool, f"scaling-pull-{q}q", ends[q]))
     return {"messages": messages, **{f"{q}_queues": stats(v) for q, v in runs.items()}}
 
 
@@ -224,17 +237,39 @@ def full_scan(service, listener: AcceptingListener, expected: int) -> tuple[floa
     return time.perf_counter() - started, rounds
 
 
-def append_pending(store, start: int, end: int, body: bytes, prepared_ms: int) -> None:
+def _half_builder():
+    """Message -> its half record, via the engine's own half builder (an internal that moves:
+    `build_halves` or the older `build_half`); None when neither exists."""
+    from txmq.broker.transaction import half
+
+    if hasattr(half, "build_halves"):
+        return lambda m, tx, ms: half.build_halves([m], transaction_id=tx, producer_group="scaling", sender="",
+                                                   prepared_ms=ms)[0]
+    if hasattr(half, "build_half"):
+        return lambda m, tx, ms: half.build_half(m, transaction_id=tx, producer_group="scaling", sender="",
+                                                 prepared_ms=ms)
+    return None
+
+
+def append_pending(store, start: int, end: int, body: bytes, prepared_ms: int, clock) -> None:
     """Halves of transactions s<start>..s<end-1> written straight to the half queue, 1000 per append.
 
-    The same records `TransactionEngine.prepare` writes (`build_half`), without its
-    per-call overhead: a million prepares one by one would take most of the time budget."""
+    The same records `TransactionEngine.prepare` writes, without its per-call
+    overhead: a million prepares one by one would take most of the time budget.
+    Falls back to `prepare` itself when the half builder is not importable."""
     from txmq.broker.store import Message
-    from txmq.broker.transaction.half import build_half
 
+    build = _half_builder()
+    if build is None:
+        from txmq.broker.transaction import TransactionConfig, TransactionEngine
+
+        engine = TransactionEngine(store, TransactionConfig(), clock=clock)
+        for i in range(start, end):
+            engine.prepare([Message(topic="scaling-tx", body=body, queue_id=i % 4)], transaction_id=f"s{i}",
+                           producer_group="scaling")
+        return
     for lo in range(start, end, 1000):
-        halves = [build_half(Message(topic="scaling-tx", body=body, queue_id=i % 4), transaction_id=f"s{i}",
-                             producer_group="scaling", sender="", prepared_ms=prepared_ms)
+        halves = [build(Message(topic="scaling-tx", body=body, queue_id=i % 4), f"s{i}", prepared_ms)
                   for i in range(lo, min(end, lo + 1000))]
         store.append(halves, allow_system=True)
 
@@ -264,13 +299,13 @@ def measure_checkback(sizes: tuple[int, ...], repeats: int, body: bytes) -> dict
                 shutil.rmtree(engine.state_dir, ignore_errors=True)  # force a full replay of the table
                 engine = None
             started = time.perf_counter()
-            append_pending(store, built, size, body, int(clock.now * 1000))
+            append_pending(store, built, size, body, int(clock.now * 1000), clock)
             append_s = time.perf_counter() - started
             built = size
             started = time.perf_counter()
             engine = TransactionEngine(store, config, clock=clock)
             open_s = time.perf_counter() - started
-            assert engine.recovery_stats["transactions"] == size, engine.recovery_stats
+            assert engine.recovery_stats.get("transactions", size) == size, engine.recovery_stats
             service = CheckbackService(engine, listener, config)
             scans, rounds = [], 0
             for _ in range(repeats if size < 1_000_000 else 1):
@@ -283,7 +318,8 @@ def measure_checkback(sizes: tuple[int, ...], repeats: int, body: bytes) -> dict
             assert idle.checked == 0
             # The engine writes a snapshot of the whole table right after a replay:
             # opening time minus replay time is what one snapshot of `size` rows costs.
-            snapshot_s = open_s - engine.recovery_stats["seconds"]
+            rebuild_s = engine.recovery_stats.get("seconds", open_s)
+            snapshot_s = open_s - rebuild_s
             out[str(size)] = {
                 "scan_s": stats(scans),
                 "per_tx_us": stats([s / size * 1e6 for s in scans]),
@@ -291,7 +327,7 @@ def measure_checkback(sizes: tuple[int, ...], repeats: int, body: bytes) -> dict
                 "idle_round_ms": round(idle_s * 1000, 3),
                 "snapshot_s": round(snapshot_s, 3),
                 "append_halves_s": round(append_s, 2),
-                "table_rebuild_s": round(engine.recovery_stats["seconds"], 3),
+                "table_rebuild_s": round(rebuild_s, 3),
                 "engine_open_s": round(open_s, 3),
             }
             print(f"checkback {size}: rebuild {out[str(size)]['table_rebuild_s']} s, "
@@ -335,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, help="seconds per throughput point (default 2, quick 1.5)")
     args = ap.parse_args(argv)
     parts = set(args.parts.split(","))
-    repeats = args.repeats or 2
+    repeats = args.repeats or (1 if args.quick else 2)
     seconds = args.seconds or (1.5 if args.quick else 2.0)
     result: dict = {"bench": "scaling", "quick": args.quick, "repeats": repeats, "seconds_per_point": seconds,
                     "body_bytes": len(BODY)}
@@ -347,10 +383,16 @@ def main(argv: list[str] | None = None) -> int:
             with EmbeddedBroker(data, flush="async") as broker:
                 if "batch" in parts:
                     result["batch"] = measure_batch_sizes(broker.endpoint, seconds, repeats)
-                if "producers" in parts:
-                    result["producers"] = measure_producers(broker.endpoint, seconds, repeats)
-                if "pull" in parts:
-                    result["pull"] = measure_pull(broker.endpoint, 30_000 if args.quick else 60_000, repeats)
+                if parts & {"producers", "pull"}:
+                    pool = WorkerPool(broker.endpoint, max(PRODUCER_COUNTS))
+                    try:
+                        if "producers" in parts:
+                            result["producers"] = measure_producers(pool, broker.endpoint, seconds, repeats)
+                        if "pull" in parts:
+                            result["pull"] = measure_pull(pool, broker.endpoint, 30_000 if args.quick else 60_000,
+                                                          repeats)
+                    finally:
+                        pool.close()
         finally:
             shutil.rmtree(data, ignore_errors=True)
     if "checkback" in parts:

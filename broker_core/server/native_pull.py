@@ -1,21 +1,34 @@
 """Build the Arrow record batch a native pull returns (the Spark source's schema).
 
-This is the hot path of Spark reads, so the columns are gathered in one pass
-over the stored messages into flat Python lists and handed to Arrow once per
-column (offsets arrays for `keys` and `properties`), never row by row through
-Arrow's Python scalar API. Most of a pull's time is the store decoding
-records; building the batch costs about 3 µs per message.
+This is the hot path of Spark reads. Two builders make the same batch:
+
+- `pull_batch` (what the PullArrow RPC uses) reads the queue range as columns
+  (`store.columnar_read`) and derives every column with numpy and pyarrow.compute:
+  the property strings are split on their separators once for the whole batch,
+  so the cost per message is a few hundred nanoseconds and no Python object is
+  made per message. Tag-filtered pulls take the object path below (the filter is
+  confirmed on decoded tags by `MessageStore.read_queue`; filtered reads are the
+  rare case and are bounded by the filter's scan limit).
+- `build_pull_batch(messages)` builds the batch from decoded StoredMessages (one
+  comprehension per column). It is the reference the columnar path is tested
+  against and serves the filtered pulls.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
 from txmq.broker.server.property_names import SYSTEM_PROPERTIES
+from txmq.broker.errors import StoreError
+from txmq.broker.store.columnar_read import RecordColumns, read_queue_columns
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage
+from txmq.broker.store.tag_filter import TagFilter
 
 
 def message_id_of(message: StoredMessage) -> str:
@@ -55,12 +68,11 @@ def build_pull_batch(messages: Sequence[StoredMessage]) -> pa.RecordBatch:
         if raw_keys:
             key_values.extend(k for k in raw_keys.split(" ") if k)
         key_offsets.append(len(key_values))
-        extra = props.keys() - system
-        if extra:
-            for k in extra:
-                if not k.startswith("__"):
+        if props.keys() - system:  # in insertion (= on-disk) order, like the columnar path
+            for k, v in props.items():
+                if k not in system and not k.startswith("__"):
                     prop_keys.append(k)
-                    prop_values.append(props[k])
+                    prop_values.append(v)
         prop_offsets.append(len(prop_keys))
     first_topic = topics[0]
     topic_col = (pa.repeat(pa.scalar(first_topic, pa.string()), n)
@@ -84,3 +96,133 @@ def build_pull_batch(messages: Sequence[StoredMessage]) -> pa.RecordBatch:
 
 def _micros(millis: list[int]) -> pa.Array:
     return pa.array([ms * 1000 for ms in millis], pa.int64()).view(UTC_MICROS)
+
+
+# --- the columnar path ---------------------------------------------------------------
+
+_SYSTEM_NAMES = pa.array(sorted(SYSTEM_PROPERTIES), pa.string())
+
+
+@dataclass
+class PullBatch:
+    """A pull's batch and the queue offsets the PullResponse reports."""
+
+    batch: pa.RecordBatch
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int | None = None,
+               tag_filter: TagFilter | None = None) -> PullBatch:
+    """Up to `count` messages of a queue from `start` as one PULL_SCHEMA batch (see module doc)."""
+    if tag_filter is not None and not tag_filter.matches_all:
+        read = store.read_queue(topic, queue_id, start, count, max_bytes=max_bytes, tag_filter=tag_filter)
+        return PullBatch(build_pull_batch(read.messages), read.next_offset, read.min_offset, read.max_offset)
+    read = read_queue_columns(store, topic, queue_id, start, count, max_bytes=max_bytes)
+    return PullBatch(build_pull_batch_columnar(read.records, topic), read.next_offset, read.min_offset,
+                     read.max_offset)
+
+
+@dataclass
+class _Properties:
+    """Every property of a batch as three parallel columns, in record then on-disk order."""
+
+    names: pa.StringArray
+    values: pa.StringArray
+    row: np.ndarray  # the record each property belongs to
+
+    def by_row(self, n: int, name: str) -> pa.StringArray:
+        """Value of property `name` per record (null where absent)."""
+        hits = np.flatnonzero(pc.equal(self.names, name).to_numpy(zero_copy_only=False))
+        if not len(hits):
+            return pa.nulls(n, pa.string())
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[self.row[hits]] = hits
+        return self.values.take(pa.array(pos, mask=pos < 0))
+
+
+def _split_properties(records: RecordColumns) -> _Properties:
+    """Split every record's property string on \x02 (items) and each item on its first \x01."""
+    lists = pc.split_pattern(records.property_text(), "\x02")
+    row = pc.list_parent_indices(lists).to_numpy()
+    items = pc.list_flatten(lists)
+    has_props = records.props_len > 0
+    if not has_props.all():  # an empty property string splits into one empty item: drop it
+        keep = has_props[row]
+        items, row = items.filter(pa.array(keep)), row[keep]
+    pairs = pc.split_pattern(items, "\x01", max_splits=1)
+    if len(pairs) and pc.min(pc.list_value_length(pairs)).as_py() != 2:
+        raise StoreError("a record has a malformed property (no name separator)")
+    flat = pc.list_flatten(pairs)
+    k = len(items)
+    return _Properties(flat.take(pa.array(np.arange(0, 2 * k, 2))), flat.take(pa.array(np.arange(1, 2 * k, 2))), row)
+
+
+def _keys_column(props: _Properties, n: int) -> pa.ListArray:
+    """KEYS split on spaces, empty keys dropped; an empty list where there is none."""
+    hits = np.flatnonzero(pc.equal(props.names, PROP_KEYS).to_numpy(zero_copy_only=False))
+    counts = np.zeros(n, dtype=np.int64)
+    if len(hits):
+        lists = pc.split_pattern(props.values.take(pa.array(hits)), " ")
+        owner = props.row[hits][pc.list_parent_indices(lists).to_numpy()]
+        tokens = pc.list_flatten(lists)
+        nonempty = pc.greater(pc.binary_length(tokens), 0)
+        tokens = tokens.filter(nonempty)
+        owner = owner[nonempty.to_numpy(zero_copy_only=False)]
+        counts = np.bincount(owner, minlength=n)
+    else:
+        tokens = pa.array([], pa.string())
+    return pa.ListArray.from_arrays(pa.array(_offsets(counts)), tokens)
+
+
+def _user_properties_column(props: _Properties, n: int) -> pa.MapArray:
+    system = pc.or_(pc.is_in(props.names, value_set=_SYSTEM_NAMES), pc.starts_with(props.names, "__"))
+    user = pc.invert(system)
+    names, values = props.names.filter(user), props.values.filter(user)
+    counts = np.bincount(props.row[user.to_numpy(zero_copy_only=False)], minlength=n)
+    return pa.MapArray.from_arrays(pa.array(_offsets(counts)), names, values).cast(STRING_MAP)
+
+
+def _message_ids(records: RecordColumns, props: _Properties, n: int) -> pa.StringArray:
+    """UNIQ_KEY where it is set and not empty, else the offset message id."""
+    uniq = props.by_row(n, PROP_UNIQ_KEY)
+    given = pc.fill_null(pc.greater(pc.binary_length(uniq), 0), False).to_numpy(zero_copy_only=False)
+    if given.all():
+        return uniq
+    missing = np.flatnonzero(~given)
+    index = np.arange(n, dtype=np.int64)
+    index[missing] = n + np.arange(len(missing))
+    return pa.concat_arrays([uniq, records.offset_ids(missing)]).take(pa.array(index))
+
+
+def _offsets(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def build_pull_batch_columnar(records: RecordColumns, topic: str | None = None) -> pa.RecordBatch:
+    """The PULL_SCHEMA batch of `records`, equal to build_pull_batch of the same messages.
+
+    `topic` is the topic the records are expected to have (a queue's records all
+    carry its topic); it lets the topic column be one repeated value.
+    """
+    n = records.count
+    if n == 0:
+        return empty_pull_batch()
+    props = _split_properties(records)
+    columns = [
+        records.topics(topic),
+        pa.array(records.queue_id, pa.int32()),
+        pa.array(records.queue_offset, pa.int64()),
+        _message_ids(records, props, n),
+        props.by_row(n, PROP_TAGS),
+        _keys_column(props, n),
+        records.bodies(),
+        _user_properties_column(props, n),
+        pa.array(records.born_ts * 1000, pa.int64()).view(UTC_MICROS),
+        pa.array(records.store_ts * 1000, pa.int64()).view(UTC_MICROS),
+        props.by_row(n, PROP_TRANSACTION_ID),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=PULL_SCHEMA)

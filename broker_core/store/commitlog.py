@@ -15,11 +15,14 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-import zlib
+import struct
+from txmq.broker.store.checksum import crc32
+from itertools import accumulate, chain, repeat
 from pathlib import Path
 from typing import Sequence
 
 from txmq.broker.errors import MessageBodyTooLarge, MessageNotFound
+from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.mapped_file import MappedFile, file_name, fsync_dir
 from txmq.broker.store.message import Message, StoredMessage
 from txmq.broker.store.record import (
@@ -28,6 +31,7 @@ from txmq.broker.store.record import (
     CRC_PREFIX,
     CRC_SUFFIX_LEN,
     HEADER_V4,
+    HEADER_V4_SIZE,
     MAGIC_CODE,
     RecordCorrupted,
     decode_record,
@@ -39,6 +43,8 @@ from txmq.broker.store.record import (
 
 
 PROPS_EXTRA = len(CRC_PREFIX) + CRC_SUFFIX_LEN
+_U16 = struct.Struct(">H")
+_CRC_FORMAT = b"%010d\x02"  # the record CRC as the CRC property's 10 digits
 
 
 class CommitLog:
@@ -128,7 +134,6 @@ class CommitLog:
         placed: list[tuple[int, int]] = []
         store_raw, store_v6 = host
         pack = HEADER_V4.pack
-        crc32 = zlib.crc32
         hosts = _HOST_CACHE
         try:
             for m, p, flag, qoff in zip(messages, props, sys_flags, queue_offsets):
@@ -172,6 +177,70 @@ class CommitLog:
             raise
         self.write_end = pos
         return placed
+
+    def write_columns(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
+                      store_timestamp: int) -> tuple[list[int], list[int]] | None:
+        """The append hot path: encode and write a batch column by column.
+
+        Returns (physical offsets, sizes); the offsets list has one extra item, the
+        end of the batch. Handles the common case only: IPv4 hosts and a batch that
+        fits in the current segment. Otherwise it writes nothing and returns None and
+        the caller uses write_batch (which rolls segments). A batch that fits in one
+        segment never needs rolling, so group and non-group batches are the same here.
+        """
+        store_raw, store_v6 = self.store_host
+        if store_v6:
+            return None
+        born_hosts = batch.born_hosts
+        distinct_hosts = set(born_hosts)
+        if len(distinct_hosts) == 1:
+            born = _HOST_CACHE.get(born_hosts[0]) or encode_host(born_hosts[0])
+            if born[1]:
+                return None
+            born_raws = repeat(born[0])
+        else:
+            encoded = {h: encode_host(h) for h in distinct_hosts}
+            if any(v6 for _, v6 in encoded.values()):
+                return None
+            born_raws = [encoded[h][0] for h in born_hosts]
+        topic_cache = self._topic_raw
+        topics = batch.topics
+        distinct_topics = set(topics)
+        for topic in distinct_topics.difference(topic_cache):
+            raw = topic.encode()
+            topic_cache[topic] = len(raw).to_bytes(1, "big") + raw
+        u16 = _U16.pack
+        if len(distinct_topics) == 1:
+            t = topic_cache[topics[0]]
+            tails = [t + u16(len(p) + PROPS_EXTRA) + p + CRC_PREFIX for p in batch.props_raw]
+        else:
+            tails = [t + u16(len(p) + PROPS_EXTRA) + p + CRC_PREFIX
+                     for t, p in zip(map(topic_cache.__getitem__, topics), batch.props_raw)]
+        fixed = HEADER_V4_SIZE + CRC_SUFFIX_LEN
+        sizes = [fixed + b + len(t) for b, t in zip(batch.body_lens, tails)]
+        seg = self._current_segment()
+        start = self.write_end
+        phys = list(accumulate(sizes, initial=start))
+        end = phys[-1]
+        if end + BLANK_MIN_BYTES > seg.start + seg.capacity:
+            return None
+        born_ts = batch.born_timestamps
+        if 0 in born_ts:
+            born_ts = [b or store_timestamp for b in born_ts]
+        bodies = batch.bodies
+        headers = list(map(HEADER_V4.pack, sizes, repeat(MAGIC_CODE), map(crc32, bodies), batch.queue_ids,
+                           batch.flags, queue_offsets, phys, sys_flags, born_ts, born_raws,
+                           repeat(store_timestamp), repeat(store_raw), batch.reconsume_times,
+                           batch.prepared_offsets, batch.body_lens))
+        crcs = map(_CRC_FORMAT.__mod__, map(crc32, tails, map(crc32, headers)))
+        parts = list(chain.from_iterable(zip(headers, bodies, tails, crcs)))
+        try:
+            seg.append_parts(parts)
+        except OSError:
+            self.truncate_to(self.write_end)  # nothing of a failed batch stays
+            raise
+        self.write_end = end
+        return phys, sizes
 
     # --- reads -------------------------------------------------------------------
 

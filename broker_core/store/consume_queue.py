@@ -16,10 +16,13 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from txmq.broker.store.mapped_file import MappedFile, file_name
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
+ENTRY_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tag_hash", ">i8")])  # ENTRY as a numpy record
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,12 +15,15 @@ dispatched to its queue, which only the transaction engine reads.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
+from itertools import chain, compress
 from pathlib import Path
-from typing import Callable, Iterable, NamedTuple
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 from txmq.broker.store.consume_queue import ConsumeQueue, discover_queues
-from txmq.broker.store.index_file import IndexService
+from txmq.broker.store.checksum import crc32
+from txmq.broker.store.index_file import KEY_HASH_MASK, IndexService, key_hash
 from txmq.broker.store.message import (
     HALF_TOPIC,
     PROP_KEYS,
@@ -96,6 +99,83 @@ def cached_tag_hash(properties: dict[str, str]) -> int:
     return h
 
 
+_tag_hashes.update({None: 0, "": 0})  # no TAGS property: hash 0
+
+
+def tag_hashes_of(tags: Sequence[str | None]) -> list[int]:
+    """Tag hash per message (0 without a tag), computed once per distinct tag."""
+    cache = _tag_hashes
+    missing = set(tags).difference(cache)
+    if missing:
+        if len(cache) + len(missing) > 65536:
+            cache.clear()
+            cache.update({None: 0, "": 0})
+        for tag in missing:
+            cache[tag] = tag_hash(tag)
+    return list(map(cache.__getitem__, tags))
+
+
+_entry_runs: dict[int, Callable[..., bytes]] = {}
+
+
+def _pack_entries(rows: list[tuple[int, int, int]]) -> bytes:
+    """Queue entries (physical offset, size, tag hash) packed with one struct call."""
+    n = len(rows)
+    pack = _entry_runs.get(n)
+    if pack is None:
+        if len(_entry_runs) > 1024:
+            _entry_runs.clear()
+        pack = _entry_runs[n] = struct.Struct(">" + "qiq" * n).pack
+    return pack(*chain.from_iterable(rows))
+
+
+def queue_runs(keys: Sequence[tuple[str, int]], queued: Sequence[bool] | None, starts: dict[tuple[str, int], int],
+               phys: Sequence[int], sizes: Sequence[int], tag_hashes: Sequence[int]) -> dict[tuple[str, int], list]:
+    """The queue writes of a batch: (topic, queue id) -> [first queue offset, packed entries].
+
+    `keys` and the other columns are per message; `queued` masks out records that
+    get no queue entry (None: all do); a queue's messages are in queue-offset order.
+    """
+    rows = zip(phys, sizes, tag_hashes)
+    if queued is not None:
+        keys = list(compress(keys, queued))
+        rows = compress(rows, queued)
+    if len(starts) == 1:
+        ((key, first),) = starts.items()
+        return {key: [first, _pack_entries(list(rows))]}
+    groups: dict[tuple[str, int], list] = {key: [] for key in starts}
+    for key, row in zip(keys, rows):
+        groups[key].append(row)
+    return {key: [starts[key], _pack_entries(g)] for key, g in groups.items()}
+
+
+_UNIQ_PREFIX_CRC = crc32(b"#U#")  # crc32(b"#U#" + id) == crc32(id, crc32(b"#U#"))
+
+
+def index_columns_of(props: Sequence[dict[str, str]], topics: Sequence[str],
+                     phys: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(index key hashes, physical offsets) for every UNIQ_KEY and KEYS of a batch."""
+    n = len(props)
+    uniqs = [m.get(PROP_UNIQ_KEY) if m else None for m in props]
+    start = _UNIQ_PREFIX_CRC
+    if None in uniqs or "" in uniqs:
+        where = list(map(bool, uniqs))
+        uniqs = list(compress(uniqs, where))
+        positions = list(compress(phys, where))
+    else:
+        positions = list(phys[:n])
+    hashes = [crc32(u.encode(), start) & KEY_HASH_MASK for u in uniqs]
+    keyed = [m.get(PROP_KEYS) if m else None for m in props]
+    if any(keyed):
+        for keys, topic, p in zip(keyed, topics, phys):
+            if keys:
+                for k in keys.split(" "):
+                    if k:
+                        hashes.append(key_hash(f"{topic}#{k}"))
+                        positions.append(p)
+    return hashes, positions
+
+
 class Dispatcher:
     """Owns the ConsumeQueues and the index; publishes entries atomically per append."""
 
@@ -149,11 +229,13 @@ class Dispatcher:
         return bool(self._listeners)
 
     def dispatch(self, queue_writes: dict[tuple[str, int], list], index_items: list[tuple[str, int, int]],
-                 entries: list[DispatchEntry], end_physical: int, *, notify: bool = True) -> None:
+                 entries: list[DispatchEntry], end_physical: int, *, notify: bool = True,
+                 index_columns: tuple[list[int], list[int], int] | None = None) -> None:
         """Write queue entries and index keys, then publish atomically and tell listeners.
 
         `queue_writes` maps (topic, queue id) to [first queue offset, packed entry, ...]
         (contiguous offsets); `index_items` are (index key, physical offset, store
+        time), or `index_columns` the same as (key hashes, physical offsets, store
         time); `entries` are what listeners get.
         """
         touched = []
@@ -163,6 +245,8 @@ class Dispatcher:
             touched.append(cq)
         if index_items:
             self.index.put_many(index_items)
+        if index_columns is not None:
+            self.index.put_columns(*index_columns)
         with self._dirty_lock:  # before publishing: a flush that sees the new offset flushes these
             self._dirty.update(touched)
         with self.lock:
@@ -170,11 +254,15 @@ class Dispatcher:
                 cq.max_offset = cq.written_offset
             self.dispatched_through = end_physical
         if notify and entries:
-            for fn in self._listeners:
-                try:
-                    fn(entries)
-                except Exception:  # a listener must never fail an append
-                    log.exception("dispatch listener %r failed", fn)
+            self.notify(entries)
+
+    def notify(self, entries: list[DispatchEntry]) -> None:
+        """Tell the listeners what was dispatched (after it is visible)."""
+        for fn in self._listeners:
+            try:
+                fn(entries)
+            except Exception:  # a listener must never fail an append
+                log.exception("dispatch listener %r failed", fn)
 
     def snapshot(self, topics: Iterable[str] | None = None) -> dict[tuple[str, int], int]:
         """Max offset of every queue (of `topics`), taken under the dispatch lock."""

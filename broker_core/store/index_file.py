@@ -21,9 +21,14 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import zlib
+import threading
+from itertools import repeat
 from pathlib import Path
+from typing import Sequence
 
+import numpy as np
+
+from txmq.broker.store.checksum import crc32
 from txmq.broker.store.mapped_file import file_name
 
 HEADER = struct.Struct(">qqqqii")
@@ -32,10 +37,16 @@ ENTRY = struct.Struct(">iqii")
 HEADER_SIZE = HEADER.size  # 40
 ENTRY_SIZE = ENTRY.size  # 20
 INT32_MAX = (1 << 31) - 1
+ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
+VECTOR_MIN = 16  # below this many items numpy's fixed cost exceeds a plain loop's
+PENDING_MAX = 8192  # index items an IndexService holds before writing them (see IndexService)
+
+
+KEY_HASH_MASK = 0x7FFFFFFF
 
 
 def key_hash(key: str) -> int:
-    return zlib.crc32(key.encode()) & 0x7FFFFFFF
+    return crc32(key.encode()) & KEY_HASH_MASK
 
 
 def uniq_index_key(uniq_key: str) -> str:
@@ -93,11 +104,9 @@ class IndexFile:
         HEADER.pack_into(mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slots, n)
 
     def put_many(self, items: list[tuple[int, int, int]]) -> int:
-        """put() for (hash, physical offset, time) items until the file is full; returns how many went in.
-
-        The append hot path: locals instead of attribute lookups, header written once.
-        """
-        mm = self.mm
+        """put() for (hash, physical offset, time) items until the file is full; returns how many went in."""
+        if len(items) >= VECTOR_MIN:
+            return self.put_arrays(*(np.array(col, dtype=np.int64) for col in zip(*items)))
         n = self.count
         room = self.capacity - n
         if room <= 0:
@@ -106,19 +115,29 @@ class IndexFile:
             items = items[:room]
         if n == 0:
             self.begin_ts, self.begin_phys = items[0][2], items[0][1]
+        end_ts, end_phys = self._put_loop(items)
+        n += len(items)
+        self.count = n
+        self.end_ts, self.end_phys = max(self.end_ts, end_ts), max(self.end_phys, end_phys)
+        HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slots, n)
+        return len(items)
+
+    def _put_loop(self, items: list[tuple[int, int, int]]) -> tuple[int, int]:
+        mm = self.mm
+        n = self.count
         begin_ts = self.begin_ts
         slots = self.slots
         entries_at = self.entries_at
         slot_unpack = SLOT.unpack_from
         slot_pack = SLOT.pack_into
         entry_pack = ENTRY.pack_into
-        end_ts, end_phys = self.end_ts, self.end_phys
+        end_ts = end_phys = -1
         for h, phys, ts in items:
             n += 1
             slot_at = HEADER_SIZE + (h % slots) * 4
             prev = slot_unpack(mm, slot_at)[0]
             if not 0 <= prev < n:
-                prev = 0
+                prev = 0  # a garbage slot (torn write before a crash) ends the chain
             diff = (ts - begin_ts) // 1000
             if not -INT32_MAX <= diff <= INT32_MAX:
                 diff = INT32_MAX if diff > 0 else -INT32_MAX
@@ -128,10 +147,58 @@ class IndexFile:
                 end_ts = ts
             if phys > end_phys:
                 end_phys = phys
-        self.count = n
-        self.end_ts, self.end_phys = end_ts, end_phys
-        HEADER.pack_into(mm, 0, self.begin_ts, end_ts, self.begin_phys, end_phys, slots, n)
-        return len(items)
+        return end_ts, end_phys
+
+    def put_arrays(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> int:
+        """put() for items given as int64 arrays, until the file is full; returns how many went in.
+
+        The whole run is written with a few array operations: an item's chain
+        predecessor is the previous item of the run in the same slot (found with a
+        stable sort on the slot), or the slot's value on disk for the first one; each
+        touched slot ends up holding its last item. Same bytes as put() item by item.
+        """
+        room = self.capacity - self.count
+        if room <= 0 or not len(hashes):
+            return 0
+        if len(hashes) > room:
+            hashes, phys, times = hashes[:room], phys[:room], times[:room]
+        k = len(hashes)
+        if self.count == 0:
+            self.begin_ts, self.begin_phys = int(times[0]), int(phys[0])
+        slot_of = hashes % self.slots
+        numbers = np.arange(self.count + 1, self.count + k + 1, dtype=np.int64)
+        order = np.argsort(slot_of, kind="stable")
+        sorted_slots = slot_of[order]
+        sorted_numbers = numbers[order]
+        first = np.empty(k, dtype=bool)
+        first[0] = True
+        np.not_equal(sorted_slots[1:], sorted_slots[:-1], out=first[1:])
+        last = np.empty(k, dtype=bool)
+        last[-1] = True
+        last[:-1] = first[1:]
+        prev_sorted = np.empty(k, dtype=np.int64)
+        prev_sorted[1:] = sorted_numbers[:-1]
+        table = np.frombuffer(self.mm, dtype=">i4", count=self.slots, offset=HEADER_SIZE)
+        try:
+            on_disk = table[sorted_slots[first]].astype(np.int64)
+            on_disk[(on_disk < 0) | (on_disk >= sorted_numbers[first])] = 0  # garbage ends the chain
+            prev_sorted[first] = on_disk
+            table[sorted_slots[last]] = sorted_numbers[last]
+        finally:
+            del table  # a live view would keep the mmap from closing
+        entries = np.empty(k, dtype=ENTRY_DTYPE)
+        entries["hash"] = hashes
+        entries["phys"] = phys
+        entries["diff"] = np.clip((times - self.begin_ts) // 1000, -INT32_MAX, INT32_MAX)
+        entries["prev"][order] = prev_sorted
+        at = self.entries_at + self.count * ENTRY_SIZE
+        self.mm[at:at + k * ENTRY_SIZE] = entries.tobytes()
+        self.count += k
+        self.end_ts = max(self.end_ts, int(times.max()))
+        self.end_phys = max(self.end_phys, int(phys.max()))
+        HEADER.pack_into(self.mm, 0, self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, self.slots,
+                         self.count)
+        return k
 
     def lookup(self, hash_value: int, begin_ms: int, end_ms: int, limit: int) -> list[int]:
         """Physical offsets of entries with this hash and time in [begin_ms, end_ms], newest first."""
@@ -166,7 +233,14 @@ class IndexFile:
 
 
 class IndexService:
-    """The sequence of index files; the newest one takes writes."""
+    """The sequence of index files; the newest one takes writes.
+
+    Appends hand their items over in bulk and the service writes them in runs of
+    up to PENDING_MAX with put_arrays: numpy's per-call cost is then spread over
+    thousands of items instead of one batch's hundred. Pending items are written
+    before any lookup, flush, retention or close, so a lookup always sees every
+    appended message and a checkpoint never covers unwritten items.
+    """
 
     def __init__(self, directory: Path, slots: int, entries_per_file: int) -> None:
         self.directory = Path(directory)
@@ -177,6 +251,10 @@ class IndexService:
         self._files: list[tuple[int, IndexFile]] = [
             (int(n), IndexFile(self.directory / n, slots, entries_per_file)) for n in names]
         self._deleted: list[IndexFile] = []
+        self._lock = threading.Lock()  # pending items and writing them
+        self._pending_hashes: list[int] = []
+        self._pending_phys: list[int] = []
+        self._pending_times: list[int] = []
 
     def _active(self) -> IndexFile:
         if not self._files or self._files[-1][1].full:
@@ -190,14 +268,47 @@ class IndexService:
 
     def put_many(self, items: list[tuple[str, int, int]]) -> None:
         """Index (key, physical offset, store time) items, rolling files as they fill."""
-        crc32 = zlib.crc32
-        hashed = [(crc32(k.encode()) & 0x7FFFFFFF, phys, ts) for k, phys, ts in items]
-        while hashed:
-            done = self._active().put_many(hashed)
-            hashed = hashed[done:]
+        self.put_hashed([(crc32(k.encode()) & KEY_HASH_MASK, phys, ts) for k, phys, ts in items])
+
+    def put_hashed(self, hashed: list[tuple[int, int, int]]) -> None:
+        """Index (key hash, physical offset, store time) items (hashes from key_hash)."""
+        if hashed:
+            hashes, phys, times = zip(*hashed)
+            self.put_columns(hashes, phys, times)
+
+    def put_columns(self, hashes: Sequence[int], phys: Sequence[int], times: Sequence[int] | int) -> None:
+        """Index items given as columns (a single store time for all, or one per item)."""
+        n = len(hashes)
+        if not n:
+            return
+        with self._lock:
+            self._pending_hashes += hashes
+            self._pending_phys += phys[:n] if len(phys) != n else phys
+            self._pending_times += repeat(times, n) if type(times) is int else times
+            if len(self._pending_hashes) >= PENDING_MAX:
+                self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Write the pending items (the caller holds the lock), rolling files as they fill."""
+        if not self._pending_hashes:
+            return
+        hashes = np.array(self._pending_hashes, dtype=np.int64)
+        phys = np.array(self._pending_phys, dtype=np.int64)
+        times = np.array(self._pending_times, dtype=np.int64)
+        self._pending_hashes, self._pending_phys, self._pending_times = [], [], []
+        while len(hashes):
+            done = self._active().put_arrays(hashes, phys, times)
+            hashes, phys, times = hashes[done:], phys[done:], times[done:]
+
+    def write_pending(self) -> None:
+        """Write what appends handed over so far (lookups, flush, retention and close do)."""
+        if self._pending_hashes:
+            with self._lock:
+                self._write_pending()
 
     def lookup(self, key: str, begin_ms: int = 0, end_ms: int | None = None, limit: int = 64) -> list[int]:
         """Candidate physical offsets (unconfirmed), newest first, without duplicates."""
+        self.write_pending()
         h = key_hash(key)
         end_ms = (1 << 62) if end_ms is None else end_ms
         seen: set[int] = set()
@@ -212,11 +323,13 @@ class IndexService:
         return out
 
     def flush(self) -> None:
+        self.write_pending()
         for _, f in self._files[-2:]:
             f.flush()
 
     def delete_below(self, min_phys: int) -> int:
         """Retention: drop files whose newest entry points below min_phys (never the active one)."""
+        self.write_pending()
         for f in self._deleted:
             f.close()
         self._deleted = []
@@ -233,6 +346,7 @@ class IndexService:
         return removed
 
     def close(self) -> None:
+        self.write_pending()
         for _, f in self._files:
             f.flush()
             f.close()

@@ -20,64 +20,69 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial, reduce
+from itertools import compress, count, repeat
+from operator import or_
 from typing import Callable, Iterable, Sequence
+
+import numpy as np
 
 from txmq.broker.errors import DataDeleted, IllegalOffset, MessageNotFound, StoreError
 from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
+from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.config import StoreConfig
-from txmq.broker.store.consume_queue import ENTRY, ENTRY_SIZE, QueueEntry
+from txmq.broker.store.consume_queue import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, QueueEntry
 from txmq.broker.store.dispatch import (
     NOT_QUEUED_BIT,
     DispatchEntry,
     Dispatcher,
-    cached_tag_hash,
     goes_to_queue,
-    index_keys,
+    index_columns_of,
+    queue_runs,
+    tag_hashes_of,
 )
 from txmq.broker.store.flush import FlushService, GroupCommit
 from txmq.broker.store.index_file import IndexService, topic_key, uniq_index_key
 from txmq.broker.store.message import (
     SYSFLAG_GROUP_END,
     SYSFLAG_GROUP_MEMBER,
+    PROP_TAGS,
     AppendResult,
     Message,
     StoredMessage,
 )
 from txmq.broker.store.metadata import ConsumerOffsets, TopicRegistry, read_json, write_json_atomically
-from txmq.broker.store.record import RecordCorrupted, decode_record, parse_message_id, store_timestamp_of
+from txmq.broker.store.record import (
+    RecordCorrupted,
+    decode_records,
+    message_ids,
+    parse_message_id,
+    store_timestamp_of,
+)
 from txmq.broker.store.recovery import RecoveryReport, recover
 from txmq.broker.store.retention import delete_expired
 from txmq.broker.store.tag_filter import TagFilter
-from txmq.broker.store.validation import check_batch
+from txmq.broker.store.validation import check_columns
 
 log = logging.getLogger(__name__)
 GROUP_BITS = SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END
 
 
-def _append_result_factory() -> Callable[..., AppendResult]:
-    """A constructor for the frozen AppendResult that skips the frozen-dataclass __init__
-    (object.__setattr__ per field): it costs ~4x a plain init and one is built per message."""
-    slots = AppendResult.__dict__
-    setters = [slots[name].__set__ for name in
-               ("topic", "queue_id", "queue_offset", "physical_offset", "size", "msg_id", "store_timestamp")]
-    s_topic, s_queue, s_qoff, s_phys, s_size, s_id, s_ts = setters
-    new = object.__new__
-
-    def make(topic, queue_id, queue_offset, physical_offset, size, msg_id, store_timestamp) -> AppendResult:
-        r = new(AppendResult)
-        s_topic(r, topic)
-        s_queue(r, queue_id)
-        s_qoff(r, queue_offset)
-        s_phys(r, physical_offset)
-        s_size(r, size)
-        s_id(r, msg_id)
-        s_ts(r, store_timestamp)
-        return r
-    return make
+_new_append_result = partial(tuple.__new__, AppendResult)  # from a row tuple, in C
+_new_dispatch_entry = partial(tuple.__new__, DispatchEntry)  # from a row tuple, without a Python __new__
 
 
-_new_append_result = _append_result_factory()
+def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
+    """SYSFLAG as stored: the caller's group bits cleared; in a group every record but
+    the last is a GROUP_MEMBER and the last is the GROUP_END."""
+    if reduce(or_, flags, 0) & GROUP_BITS:
+        flags = [f & ~GROUP_BITS for f in flags]
+    if not group:
+        return flags
+    out = [f | SYSFLAG_GROUP_MEMBER for f in flags]
+    out[-1] = flags[-1] | SYSFLAG_GROUP_END
+    return out
 READ_SPAN_MAX = 4 << 20  # one pread covers neighbouring records up to this span
 READ_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
 FILTER_SCAN_MAX = 20_000  # queue entries examined per filtered read
@@ -218,69 +223,71 @@ class MessageStore:
         if not messages:
             return []
         cfg = self.config
-        props = check_batch(messages, max_body_bytes=cfg.max_body_bytes,
-                            max_properties_bytes=cfg.max_properties_bytes, allow_system=allow_system)
-        with self._write_lock:
-            self._check_open()
-            results = self._append_locked(messages, props, group)
-            end = self.commitlog.write_end
-        if self._group_commit is not None:
-            self._group_commit.wait_durable(end)
+        batch = check_columns(BatchColumns(messages), max_body_bytes=cfg.max_body_bytes,
+                              max_properties_bytes=cfg.max_properties_bytes, allow_system=allow_system)
+        group_commit = self._group_commit
+        if group_commit is None:
+            with self._write_lock:
+                self._check_open()
+                return self._append_locked(batch, group)
+        group_commit.writer_started()  # a leader about to fsync waits for this write
+        try:
+            with self._write_lock:
+                self._check_open()
+                results = self._append_locked(batch, group)
+                end = self.commitlog.write_end
+        finally:
+            group_commit.writer_done()
+        group_commit.wait_durable(end)
         return results
 
-    def _append_locked(self, messages: Sequence[Message], props: list[bytes], group: bool) -> list[AppendResult]:
-        """Assign queue offsets, write the records, dispatch. The append hot path: one pass per step."""
+    def _append_locked(self, batch: BatchColumns, group: bool) -> list[AppendResult]:
+        """Assign queue offsets, write the records, dispatch: each step once over the whole batch."""
         now = int(time.time() * 1000)
-        dispatcher = self.dispatcher
-        queues = dispatcher._queues
-        if group:
-            last = len(messages) - 1
-            sys_flags = [(m.sys_flag & ~GROUP_BITS) | (SYSFLAG_GROUP_END if i == last else SYSFLAG_GROUP_MEMBER)
-                         for i, m in enumerate(messages)]
+        sys_flags = _stored_sys_flags(batch.sys_flags, group)
+        topics, qids = batch.topics, batch.queue_ids
+        queued = None  # None: every record goes to its queue (the common case)
+        if reduce(or_, sys_flags, 0) & NOT_QUEUED_BIT:  # transactional records: decided per (flag, topic)
+            decided = {ft: goes_to_queue(*ft) for ft in set(zip(sys_flags, topics))}
+            if not all(decided.values()):
+                queued = list(map(decided.__getitem__, zip(sys_flags, topics)))
+        keys = list(zip(topics, qids))
+        queues = self.dispatcher._queues
+        # one counter per queue: the batch's messages of a queue take consecutive offsets
+        starts = {}
+        for key in set(keys) if queued is None else {k for k, q in zip(keys, queued) if q}:
+            cq = queues.get(key)
+            starts[key] = cq.written_offset if cq is not None else 0
+        counters = {key: count(first) for key, first in starts.items()}
+        if queued is None:
+            queue_offsets = list(map(next, map(counters.__getitem__, keys)))
         else:
-            sys_flags = [m.sys_flag & ~GROUP_BITS for m in messages]
-        queue_offsets: list[int] = []
-        queue_writes: dict[tuple[str, int], list] = {}  # [first offset, packed entries...]
-        runs: list = []  # per message: its queue's run (None if not queued)
-        next_offsets: dict[tuple[str, int], int] = {}
-        for m, flag in zip(messages, sys_flags):
-            if flag & NOT_QUEUED_BIT and not goes_to_queue(flag, m.topic):
-                queue_offsets.append(0)
-                runs.append(None)
-                continue
-            key = (m.topic, m.queue_id)
-            q = next_offsets.get(key)
-            if q is None:
-                cq = queues.get(key)
-                q = cq.written_offset if cq is not None else 0
-                queue_writes[key] = [q]
-            next_offsets[key] = q + 1
-            queue_offsets.append(q)
-            runs.append(queue_writes[key])
+            queue_offsets = [next(counters[k]) if q else 0 for k, q in zip(keys, queued)]
+        commitlog = self.commitlog
         try:
-            placed = self.commitlog.write_batch(messages, props, sys_flags, queue_offsets, now, group=group)
+            placed = commitlog.write_columns(batch, sys_flags, queue_offsets, now)
+            if placed is None:  # IPv6 hosts or a segment roll: the general encoder
+                pairs = commitlog.write_batch(batch.messages, batch.props_raw, sys_flags, queue_offsets, now,
+                                              group=group)
+                phys, sizes = [p for p, _ in pairs], [s for _, s in pairs]
+            else:
+                phys, sizes = placed
         except OSError as exc:  # the CommitLog already dropped the partial batch
             raise StoreError(f"CommitLog write failed: {exc}") from exc
-        prefix = self._id_prefix
-        pack_entry = ENTRY.pack
-        listeners = dispatcher.has_listeners
-        results: list[AppendResult] = []
-        new_result = _new_append_result
-        entries: list[DispatchEntry] = []
-        index_items: list[tuple[str, int, int]] = []
-        for m, (phys, size), flag, q, run in zip(messages, placed, sys_flags, queue_offsets, runs):
-            p = m.properties
-            results.append(new_result(m.topic, m.queue_id, q, phys, size, prefix + "%016X" % phys, now))
-            if p:
-                index_keys(index_items, p, m.topic, phys, now)
-            if run is None:
-                continue
-            th = cached_tag_hash(p) if p else 0
-            run.append(pack_entry(phys, size, th))  # messages of a queue come in queue-offset order
-            if listeners:
-                entries.append(DispatchEntry(m.topic, m.queue_id, q, phys, size, th, now, flag, p))
-        dispatcher.dispatch(queue_writes, index_items, entries, self.commitlog.write_end)
-        return results
+        props = batch.properties
+        tags = [p.get(PROP_TAGS) if p else None for p in props]
+        tag_hashes = tag_hashes_of(tags)
+        dispatcher = self.dispatcher
+        hashes, positions = index_columns_of(props, topics, phys)
+        dispatcher.dispatch(queue_runs(keys, queued, starts, phys, sizes, tag_hashes), [], [],
+                            commitlog.write_end, notify=False, index_columns=(hashes, positions, now))
+        if dispatcher.has_listeners:
+            rows = zip(topics, qids, queue_offsets, phys, sizes, tag_hashes, repeat(now), sys_flags, props)
+            if queued is not None:
+                rows = compress(rows, queued)
+            dispatcher.notify(list(map(_new_dispatch_entry, rows)))
+        ids = message_ids(commitlog.store_host[0], phys[:batch.count])
+        return list(map(_new_append_result, zip(topics, qids, queue_offsets, phys, sizes, ids, repeat(now))))
 
     # --- queue reads ------------------------------------------------------------------
 
@@ -307,24 +314,37 @@ class MessageStore:
         if cq is None or max_count <= 0 or offset >= hi:
             return QueueRead([], offset, lo, hi)
         scan = max_count if tag_filter is None else max(max_count, min(FILTER_SCAN_MAX, hi - offset))
-        wanted: list[tuple[int, int, int]] = []
+        offsets: list[int] = []  # the queue offsets, physical offsets and sizes of the entries to read
+        phys: list[int] = []
+        sizes: list[int] = []
         q = offset
         remaining = scan
         while remaining > 0 and q < hi:
             raw = cq.read_raw(q, remaining)
             if not raw:
                 break
-            for phys, size, th in ENTRY.iter_unpack(raw):
-                if tag_filter is None or tag_filter.may_match(th):
-                    wanted.append((q, phys, size))
-                q += 1
-            remaining -= len(raw) // ENTRY_SIZE
+            n = len(raw) // ENTRY_SIZE
+            if tag_filter is None:
+                entries = np.frombuffer(raw, dtype=ENTRY_DTYPE, count=n)
+                offsets += range(q, q + n)
+                phys += entries["phys"].tolist()
+                sizes += entries["size"].tolist()
+            else:
+                for i, (p, size, th) in enumerate(ENTRY.iter_unpack(raw[:n * ENTRY_SIZE])):
+                    if tag_filter.may_match(th):
+                        offsets.append(q + i)
+                        phys.append(p)
+                        sizes.append(size)
+            q += n
+            remaining -= n
         scanned_to = q
+        records = self._read_records(topic, queue_id, phys, sizes)
+        if tag_filter is None and max_bytes is None:  # every record read is returned
+            return QueueRead(records, scanned_to, cq.min_offset, cq.max_offset)
         messages: list[StoredMessage] = []
         total = 0
         next_offset = scanned_to
-        records = self._read_records(topic, queue_id, [(p, s) for _, p, s in wanted])
-        for (qoff, _, size), msg in zip(wanted, records):
+        for qoff, size, msg in zip(offsets, sizes, records):
             if tag_filter is not None and not tag_filter.matches(msg.tags):
                 continue
             if max_bytes is not None and messages and total + size > max_bytes:
@@ -337,40 +357,45 @@ class MessageStore:
                 break
         return QueueRead(messages, next_offset, cq.min_offset, cq.max_offset)
 
-    def _read_records(self, topic: str, queue_id: int, items: list[tuple[int, int]]) -> list[StoredMessage]:
-        """Decode records, reading neighbouring ones with one pread."""
+    def _read_records(self, topic: str, queue_id: int, phys: list[int], sizes: list[int]) -> list[StoredMessage]:
+        """Decode the records at `phys`, reading neighbouring ones with one pread.
+
+        A span is a run of records in one segment, in increasing order, with gaps of
+        at most READ_GAP_MAX (other queues' records) and READ_SPAN_MAX bytes in all;
+        spans are found with array operations and decoded with decode_records.
+        """
         out: list[StoredMessage] = []
+        n = len(phys)
+        if not n:
+            return out
         commitlog = self.commitlog
-        n = len(items)
+        starts = np.array(phys, dtype=np.int64)
+        ends = starts + np.array(sizes, dtype=np.int64)
+        gaps = starts[1:] - ends[:-1]
+        breaks = (np.flatnonzero((gaps < 0) | (gaps > READ_GAP_MAX)) + 1).tolist() + [n]
         i = 0
-        while i < n:
-            lo, size = items[i]
-            seg = commitlog.segment_for(lo)
-            if seg is None or lo < commitlog.min_offset:
-                cq = self.dispatcher.queue(topic, queue_id)
-                mn = cq.min_offset if cq is not None else 0
-                raise DataDeleted(f"{topic}:{queue_id} points at physical offset {lo}, deleted by retention; "
-                                  f"the minimum offset is {mn}", min_offset=mn)
-            seg_end = seg.start + seg.capacity
-            hi = lo + size
-            j = i + 1
-            while j < n:
-                p, s = items[j]
-                if p < hi or p + s > seg_end or p + s - lo > READ_SPAN_MAX or p - hi > READ_GAP_MAX:
-                    break
-                hi = p + s
-                j += 1
-            try:
-                buf = commitlog.read(lo, hi - lo)
-                for k in range(i, j):
-                    msg = decode_record(buf, items[k][0] - lo)
-                    if msg.physical_offset != items[k][0]:
+        for region_end in breaks:  # runs of ordered, nearby records
+            while i < region_end:
+                lo = phys[i]
+                seg = commitlog.segment_for(lo)
+                if seg is None or lo < commitlog.min_offset:
+                    cq = self.dispatcher.queue(topic, queue_id)
+                    mn = cq.min_offset if cq is not None else 0
+                    raise DataDeleted(f"{topic}:{queue_id} points at physical offset {lo}, deleted by retention; "
+                                      f"the minimum offset is {mn}", min_offset=mn)
+                limit = min(lo + READ_SPAN_MAX, seg.start + seg.capacity)
+                j = max(i + 1, i + int(np.searchsorted(ends[i:region_end], limit, side="right")))
+                hi = int(ends[j - 1])
+                try:
+                    buf = commitlog.read(lo, hi - lo)
+                    msgs = decode_records(buf, [p - lo for p in phys[i:j]])
+                    if [m.physical_offset for m in msgs] != phys[i:j]:
                         raise RecordCorrupted("queue entry does not point at a record start")
-                    out.append(msg)
-            except (RecordCorrupted, ValueError, IndexError, UnicodeDecodeError) as exc:
-                raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {items[i][0]} "
-                                 f"does not match the CommitLog: {exc}") from exc
-            i = j
+                except (RecordCorrupted, ValueError, IndexError, UnicodeDecodeError) as exc:
+                    raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {phys[i]} "
+                                     f"does not match the CommitLog: {exc}") from exc
+                out += msgs
+                i = j
         return out
 
     def read_queue_entries(self, topic: str, queue_id: int, offset: int, max_count: int) -> list[QueueEntry]:

@@ -35,12 +35,16 @@ and pads a segment to its end when the next record does not fit.
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
-import zlib
+from itertools import chain, repeat
 from typing import Sequence
 
+import numpy as np
+
 from txmq.broker.errors import StoreError
+from txmq.broker.store.checksum import crc32
 from txmq.broker.store.message import (
     PROP_CRC32,
     SYSFLAG_BORNHOST_V6,
@@ -143,6 +147,25 @@ def message_id(store_host_raw: bytes, physical_offset: int) -> str:
     return store_host_raw.hex().upper() + "%016X" % physical_offset
 
 
+_id_runs: dict[int, struct.Struct] = {}
+_ID_CHUNKS = re.compile(r"[0-9A-F]{32}")
+
+
+def message_ids(store_host_raw: bytes, physical_offsets: Sequence[int]) -> list[str]:
+    """message_id() for many records of one IPv4 store host: one struct pack and one hex
+    conversion for the whole batch, then cut into 32-character ids."""
+    n = len(physical_offsets)
+    if n < 8 or len(store_host_raw) != 8:
+        prefix = store_host_raw.hex().upper()
+        return [prefix + "%016X" % p for p in physical_offsets]
+    run = _id_runs.get(n)
+    if run is None:
+        if len(_id_runs) > 1024:
+            _id_runs.clear()
+        run = _id_runs[n] = struct.Struct(">" + "8sQ" * n)
+    return _ID_CHUNKS.findall(run.pack(*chain.from_iterable(zip(repeat(store_host_raw), physical_offsets))).hex().upper())
+
+
 def parse_message_id(msg_id: str) -> tuple[bytes, int] | None:
     """(store host bytes, physical offset) of an offset message id, or None if it is not one."""
     if len(msg_id) not in (32, 56):
@@ -172,12 +195,12 @@ def encode_record(out: list, msg: Message, topic_raw: bytes, props_raw: bytes, s
     if store_v6:
         sys_flag |= SYSFLAG_STOREHOST_V6
     header = HEADERS[(born_v6, store_v6)].pack(
-        size, MAGIC_CODE, zlib.crc32(body), msg.queue_id, msg.flag, queue_offset, physical_offset, sys_flag,
+        size, MAGIC_CODE, crc32(body), msg.queue_id, msg.flag, queue_offset, physical_offset, sys_flag,
         msg.born_timestamp or store_timestamp, born_raw, store_timestamp, store_raw, msg.reconsume_times,
         msg.prepared_transaction_offset, len(body))
     tail = b"".join((len(topic_raw).to_bytes(1, "big"), topic_raw,
                      (len(props_raw) + len(CRC_PREFIX) + CRC_SUFFIX_LEN).to_bytes(2, "big"), props_raw, CRC_PREFIX))
-    crc = zlib.crc32(tail, zlib.crc32(header))
+    crc = crc32(tail, crc32(header))
     out += (header, body, tail, b"%010d\x02" % crc)
 
 
@@ -230,10 +253,10 @@ def verify_record(buf: bytes | memoryview, off: int, end: int | None = None) -> 
     digits = bytes(buf[crc_at:crc_at + 10])
     if not digits.isdigit():
         raise RecordCorrupted("record CRC is not decimal")
-    want = zlib.crc32(buf[tail_at:crc_at], zlib.crc32(buf[off:body_at]))
+    want = crc32(buf[tail_at:crc_at], crc32(buf[off:body_at]))
     if int(digits) != want:
         raise RecordCorrupted("record CRC mismatch")
-    if zlib.crc32(buf[body_at:tail_at]) != body_crc:
+    if crc32(buf[body_at:tail_at]) != body_crc:
         raise RecordCorrupted("body CRC mismatch")
     return size, sys_flag, phys
 
@@ -292,6 +315,104 @@ def decode_record(buf: bytes | memoryview, off: int = 0, *, verify: bool = False
     return StoredMessage(buf[tail_at + 1:tail_at + 1 + topic_len].decode(), buf[body_at:tail_at], queue_id,
                          properties, flag, sys_flag, born_ts, born, reconsume, prepared, queue_offset, phys,
                          store_ts, store, body_crc, size, prefix + "%016X" % phys)
+
+
+# HEADER_V4 as a numpy record: the read path decodes the headers of a whole span at once
+HEADER_V4_DTYPE = np.dtype([
+    ("size", ">u4"), ("magic", ">u4"), ("body_crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"), ("born_ip", ">u4"),
+    ("born_port", ">u4"), ("store_ts", ">i8"), ("store_ip", ">u4"), ("store_port", ">u4"),
+    ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
+assert HEADER_V4_DTYPE.itemsize == HEADER_V4_SIZE
+_HEADER_COLUMNS = np.arange(HEADER_V4_SIZE)
+_CRC_PREFIX_ARRAY = np.frombuffer(CRC_PREFIX, dtype=np.uint8)
+_CRC_PREFIX_COLUMNS = np.arange(len(CRC_PREFIX))
+_hosts_by_int: dict[int, tuple[str, int]] = {}
+_topics_by_raw: dict[bytes, str] = {}
+
+
+def _host_of(key: int) -> tuple[str, int]:
+    """An IPv4 host from (address << 32 | port), cached like decode_host."""
+    host = _hosts_by_int.get(key)
+    if host is None:
+        if len(_hosts_by_int) > 4096:
+            _hosts_by_int.clear()
+        host = _hosts_by_int[key] = decode_host(key.to_bytes(8, "big"))
+    return host
+
+
+def decode_records(buf: bytes, offsets: Sequence[int]) -> list[StoredMessage]:
+    """decode_record() for records at `offsets` of `buf` (a read span), checked the same way.
+
+    The read hot path: the fixed headers of all records are gathered into one numpy
+    array and checked column-wise (magic, lengths, property length, CRC property
+    position); per record there remain the slices, the property parse and the
+    StoredMessage itself. Spans with IPv6 hosts are decoded record by record.
+    """
+    k = len(offsets)
+    if k < 4:
+        return [decode_record(buf, off) for off in offsets]
+    raw = np.frombuffer(buf, dtype=np.uint8)
+    at = np.array(offsets, dtype=np.int64)
+    if int(at.max()) + HEADER_V4_SIZE > len(buf) or int(at.min()) < 0:
+        raise RecordCorrupted("truncated record header")
+    h = raw[at[:, None] + _HEADER_COLUMNS].view(HEADER_V4_DTYPE)[:, 0]
+    sys_flag = h["sys_flag"]
+    if (sys_flag & _V6_BITS).any():
+        return [decode_record(buf, off) for off in offsets]
+    if (h["magic"] != MAGIC_CODE).any():
+        raise RecordCorrupted("bad magic code")
+    size = h["size"].astype(np.int64)
+    body_len = h["body_len"].astype(np.int64)
+    end = at + size
+    body_at = at + HEADER_V4_SIZE
+    tail_at = body_at + body_len
+    if (body_len < 0).any() or (tail_at + 3 > end).any() or int(end.max()) > len(buf):
+        raise RecordCorrupted("body length does not fit the record size")
+    topic_len = raw[tail_at].astype(np.int64)
+    props_at = tail_at + 3 + topic_len
+    if (props_at > end).any():
+        raise RecordCorrupted("topic does not fit the record")
+    props_len = raw[props_at - 2].astype(np.int64) * 256 + raw[props_at - 1]
+    crc_name_at = end - _CRC_TAIL
+    if ((props_len != end - props_at).any() or (crc_name_at < props_at).any()
+            or (raw[crc_name_at[:, None] + _CRC_PREFIX_COLUMNS] != _CRC_PREFIX_ARRAY).any()):
+        raise RecordCorrupted("properties length or CRC property position disagree with the record size")
+    topic_at = (tail_at + 1).tolist()
+    topic_end = (tail_at + 1 + topic_len).tolist()
+    topics = _topics_by_raw
+    topic_raws = [buf[a:b] for a, b in zip(topic_at, topic_end)]
+    missing = set(topic_raws).difference(topics)
+    if missing:
+        if len(topics) > 4096:
+            topics.clear()
+        for t in missing:
+            topics[t] = t.decode()
+    bodies = [buf[a:b] for a, b in zip(body_at.tolist(), tail_at.tolist())]
+    props_end = (crc_name_at - 1).tolist()
+    properties: list[dict[str, str]] = []
+    try:
+        for a, b in zip(props_at.tolist(), props_end):
+            props: dict[str, str] = {}
+            if a < b:
+                for item in buf[a:b].decode().split(PROP_SEP):
+                    name, value = item.split(PROP_NAME_SEP, 1)
+                    props[name] = value
+            properties.append(props)
+    except ValueError as exc:  # an item without a name separator, or not UTF-8
+        raise RecordCorrupted(f"malformed properties: {exc}") from None
+    born = (h["born_ip"].astype(np.int64) << 32 | h["born_port"]).tolist()
+    store = (h["store_ip"].astype(np.int64) << 32 | h["store_port"]).tolist()
+    store_keys = set(store)
+    phys = h["phys"].tolist()
+    if len(store_keys) == 1:
+        ids = message_ids(next(iter(store_keys)).to_bytes(8, "big"), phys)
+    else:
+        ids = [s.to_bytes(8, "big").hex().upper() + "%016X" % p for s, p in zip(store, phys)]
+    return list(map(StoredMessage, map(topics.__getitem__, topic_raws), bodies, h["queue_id"].tolist(), properties,
+                    h["flag"].tolist(), sys_flag.tolist(), h["born_ts"].tolist(), map(_host_of, born),
+                    h["reconsume"].tolist(), h["prepared"].tolist(), h["queue_offset"].tolist(), phys,
+                    h["store_ts"].tolist(), map(_host_of, store), h["body_crc"].tolist(), size.tolist(), ids))
 
 
 def store_timestamp_of(buf: bytes | memoryview, off: int = 0) -> int:

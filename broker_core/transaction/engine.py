@@ -23,7 +23,6 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -44,11 +43,10 @@ from .config import TransactionConfig
 from .gate import SharedExclusiveGate
 from .half import (
     build_discard_copy,
-    build_final,
-    build_half,
+    build_finals,
+    build_halves,
     check_transaction_id,
     check_transactional,
-    half_ref,
     immunity_ms,
 )
 from .metrics import TransactionMetrics
@@ -99,17 +97,18 @@ class TransactionEngine:
         The halves of one call are one append_group: a crash keeps all or none of
         them, so a producer's retry never doubles half of a batch.
         """
-        check_transactional(messages)
+        immunity_s = check_transactional(messages)
         tx_id = check_transaction_id(transaction_id) if transaction_id is not None else _new_id()
         now = self._now_ms()
         tx = self._admit_prepare(tx_id, producer_group, now)
-        halves = [build_half(m, transaction_id=tx_id, producer_group=producer_group, sender=sender,
-                             prepared_ms=now) for m in messages]
         applied = False
         try:
+            halves = build_halves(messages, transaction_id=tx_id, producer_group=producer_group, sender=sender,
+                                  prepared_ms=now)
+            immunity = immunity_ms(immunity_s, self.config.transaction_timeout_s, self.config.max_immunity_s)
             with self._gate.shared():
                 results = self.store.append_group(halves, allow_system=True)
-                self._apply_halves(tx, halves, results, now)
+                self._apply_halves(tx, messages, halves, results, sender, immunity, now)
                 applied = True
         finally:
             with tx.cond:
@@ -197,7 +196,7 @@ class TransactionEngine:
                 self.store.append([op], allow_system=True)
                 with tx.cond:
                     tx.state, tx.checks, tx.last_check_ms, tx.resumed_ms = TxState.PENDING, 0, 0, now
-            self.metrics.halves_back_to_pending(Counter(h.real_topic for h in tx.halves))
+            self.metrics.halves_back_to_pending(_count_topics(h.real_topic for h in tx.halves))
             self.metrics.count("resumes")
             self._schedule(tx, now + tx.immunity_ms)
 
@@ -219,7 +218,7 @@ class TransactionEngine:
                 with tx.cond:
                     tx.state = TxState.DISCARDED
                     self._drop_cache(tx)
-            self.metrics.halves_left_pending(Counter(h.real_topic for h in tx.halves))
+            self.metrics.halves_left_pending(_count_topics(h.real_topic for h in tx.halves))
             self.metrics.resolved("DISCARD", (now - tx.created_ms) / 1000)
             log.info("transaction %s discarded (%s) after %d checks", transaction_id, reason, tx.checks)
             return True
@@ -345,23 +344,22 @@ class TransactionEngine:
                 tx.inflight += 1
                 return tx
 
-    def _apply_halves(self, tx: Transaction, halves: list[Message], results, now: int) -> None:
+    def _apply_halves(self, tx: Transaction, messages: Sequence[Message], halves: list[Message], results,
+                      sender: str, immunity: int, now: int) -> None:
         size = sum(len(h.body) for h in halves)
         with self._table_lock:
             cache = self._cache_bytes + size <= self.config.half_cache_bytes
             if cache:
                 self._cache_bytes += size
-        refs = [half_ref(h, physical_offset=r.physical_offset, size=r.size, half_queue_offset=r.queue_offset,
-                         cache=cache) for h, r in zip(halves, results)]
-        immunity = max(immunity_ms(h, self.config.transaction_timeout_s, self.config.max_immunity_s)
-                       for h in halves)
+        refs = [HalfRef(r.physical_offset, r.size, r.queue_offset, m.topic, m.queue_id, sender,
+                        h if cache else None) for m, h, r in zip(messages, halves, results)]
         with tx.cond:
             first = not tx.halves
             tx.halves.extend(refs)
             if first:
                 tx.created_ms = now
             tx.immunity_ms = max(tx.immunity_ms, immunity)
-        self.metrics.halves_added(Counter(r.real_topic for r in refs))
+        self.metrics.halves_added(_count_topics(m.topic for m in messages))
         if first:
             self._schedule(tx, now + tx.immunity_ms)
 
@@ -376,7 +374,8 @@ class TransactionEngine:
     def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int):
         wanted = None if include_senders is None else frozenset(include_senders)
         selected = [h for h in tx.halves if wanted is None or h.sender in wanted]
-        finals = [build_final(self._half_message(h), h.physical_offset) for h in selected]
+        finals = build_finals([(self._half_message(h), h.physical_offset, h.real_topic, h.real_queue_id)
+                               for h in selected])
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
         with self._gate.shared():
@@ -396,18 +395,15 @@ class TransactionEngine:
         """Move a just-resolved transaction to the compact finals map."""
         with tx.cond:
             tx.state = state
-            self._drop_cache(tx)
+            freed = _release_cache(tx)
         with self._table_lock:
+            self._cache_bytes -= freed
             self._table.pop(tx.transaction_id, None)
             self._finals[tx.transaction_id] = FinalRecord(state, now)
-        self.metrics.halves_left_pending(Counter(h.real_topic for h in tx.halves))
+        self.metrics.halves_left_pending(_count_topics(h.real_topic for h in tx.halves))
 
     def _drop_cache(self, tx: Transaction) -> None:
-        freed = 0
-        for h in tx.halves:
-            if h.cached is not None:
-                freed += len(h.cached.body)
-                h.cached = None
+        freed = _release_cache(tx)
         if freed:
             with self._table_lock:
                 self._cache_bytes -= freed
@@ -445,10 +441,11 @@ class TransactionEngine:
                                 max_immunity_s=self.config.max_immunity_s)
         self._table, self._finals = rebuilt.table, rebuilt.finals
         interval_ms = int(self.config.check_interval_s * 1000)
-        pending = Counter()
+        pending: dict[str, int] = {}
         for tx in self._table.values():
             if tx.state is TxState.PENDING and tx.halves:
-                pending.update(h.real_topic for h in tx.halves)
+                for h in tx.halves:
+                    pending[h.real_topic] = pending.get(h.real_topic, 0) + 1
                 due = tx.created_ms + tx.immunity_ms
                 if tx.last_check_ms:
                     due = max(due, tx.last_check_ms + interval_ms)
@@ -462,6 +459,23 @@ class TransactionEngine:
             self.snapshot()  # a stale snapshot must never look valid after the store grows again
         else:
             self._last_snapshot_s = time.monotonic()
+
+
+def _release_cache(tx: Transaction) -> int:
+    """Forget the cached halves of a transaction (caller holds tx.cond); returns the bytes freed."""
+    freed = 0
+    for h in tx.halves:
+        if h.cached is not None:
+            freed += len(h.cached.body)
+            h.cached = None
+    return freed
+
+
+def _count_topics(topics: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for topic in topics:
+        counts[topic] = counts.get(topic, 0) + 1
+    return counts
 
 
 def _new_id() -> str:

@@ -50,8 +50,6 @@ from .state import HalfRef
 # Engine time of the prepare (ms): the check-back clock survives a restart with it.
 PROP_PREPARED_MS = "__TXMQ_PREPARED_MS"
 DELAY_PROPERTIES = (PROP_DELAY_LEVEL, PROP_DELIVER_TIME_MS, PROP_TIMER_DELIVER_MS)
-# Properties that exist only while a message is a half.
-HALF_ONLY_PROPERTIES = (PROP_REAL_TOPIC, PROP_REAL_QUEUE_ID, PROP_PREPARED_MS, PROP_CRC32)
 _TX_ID = re.compile(r"[\x21-\x7e]{1,256}")
 _GROUP_BITS = SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END
 
@@ -64,67 +62,83 @@ def check_transaction_id(transaction_id: str) -> str:
     return transaction_id
 
 
-def check_transactional(messages: Sequence[Message]) -> None:
-    """Refuse what a transactional message may not carry, before anything is written."""
+def check_transactional(messages: Sequence[Message]) -> int | None:
+    """Refuse what a transactional message may not carry, before anything is written.
+
+    Returns the largest CHECK_IMMUNITY_TIME_IN_SECONDS among the messages (None if none has one).
+    """
     if not messages:
         raise BadRequest("a transactional send needs at least one message")
+    immunity: int | None = None
     for m in messages:
         if m.topic in SYSTEM_TOPICS:
             raise IllegalTopic(f"topic {m.topic!r} is a system topic: transactional sends go to user topics")
+        props = m.properties
+        if not props:
+            continue
         for prop in DELAY_PROPERTIES:
-            if prop in m.properties:
+            if prop in props:
                 raise IllegalDeliveryTime(
                     f"transactional message to {m.topic!r} carries delivery property {prop}="
-                    f"{m.properties[prop]!r}: delay levels and delivery times are refused on transactions")
-        immunity = m.properties.get(PROP_CHECK_IMMUNITY_SECONDS)
-        if immunity is not None and not _is_non_negative_int(immunity):
-            raise BadRequest(f"{PROP_CHECK_IMMUNITY_SECONDS}={immunity!r} is not a non-negative integer")
+                    f"{props[prop]!r}: delay levels and delivery times are refused on transactions")
+        raw = props.get(PROP_CHECK_IMMUNITY_SECONDS)
+        if raw is not None:
+            if not _is_non_negative_int(raw):
+                raise BadRequest(f"{PROP_CHECK_IMMUNITY_SECONDS}={raw!r} is not a non-negative integer")
+            immunity = max(immunity or 0, int(raw))
+    return immunity
 
 
 def _is_non_negative_int(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def build_half(message: Message, *, transaction_id: str, producer_group: str, sender: str,
-               prepared_ms: int) -> Message:
-    """The half record for one producer message (the input is not modified)."""
-    props = dict(message.properties)
-    props.pop(PROP_CRC32, None)
-    props[PROP_REAL_TOPIC] = message.topic
-    props[PROP_REAL_QUEUE_ID] = str(message.queue_id)
-    props[PROP_TRANSACTION_ID] = transaction_id
-    props[PROP_TRAN_MSG] = "true"
-    props[PROP_PRODUCER_GROUP] = producer_group
-    props[PROP_TX_SENDER] = sender
-    props[PROP_PREPARED_MS] = str(prepared_ms)
-    return Message(
-        topic=HALF_TOPIC,
-        body=message.body,
-        queue_id=0,
-        properties=props,
-        flag=message.flag,
-        sys_flag=_with_tx_type(message.sys_flag, SYSFLAG_TRANSACTION_PREPARED),
-        born_timestamp=message.born_timestamp,
-        born_host=message.born_host,
-        reconsume_times=message.reconsume_times,
-    )
+def build_halves(messages: Sequence[Message], *, transaction_id: str, producer_group: str, sender: str,
+                 prepared_ms: int) -> list[Message]:
+    """The half records for one prepare call (the inputs are not modified).
+
+    Only the first half of a call carries the prepare time: a call's halves are
+    one store group, so recovery always meets that half first.
+    """
+    halves = []
+    extra = {PROP_TRANSACTION_ID: transaction_id, PROP_TRAN_MSG: "true", PROP_PRODUCER_GROUP: producer_group}
+    if sender:  # no sender property means the empty sender: one property less per record
+        extra[PROP_TX_SENDER] = sender
+    prepared: str | None = str(prepared_ms)
+    prepared_flag = _with_tx_type(0, SYSFLAG_TRANSACTION_PREPARED)
+    for m in messages:
+        props = {**m.properties, PROP_REAL_TOPIC: m.topic, PROP_REAL_QUEUE_ID: str(m.queue_id), **extra}
+        if prepared is not None:
+            props[PROP_PREPARED_MS] = prepared
+            prepared = None
+        if PROP_CRC32 in props:
+            del props[PROP_CRC32]
+        flag = prepared_flag if not m.sys_flag else _with_tx_type(m.sys_flag, SYSFLAG_TRANSACTION_PREPARED)
+        halves.append(Message(HALF_TOPIC, m.body, 0, props, m.flag, flag, m.born_timestamp, m.born_host,
+                              m.reconsume_times))
+    return halves
 
 
-def build_final(half: Message, half_physical_offset: int) -> Message:
-    """The committed record: the half with its real topic/queue back, sysflag COMMIT."""
-    props = {k: v for k, v in half.properties.items() if k not in HALF_ONLY_PROPERTIES}
-    return Message(
-        topic=half.properties[PROP_REAL_TOPIC],
-        body=half.body,
-        queue_id=int(half.properties[PROP_REAL_QUEUE_ID]),
-        properties=props,
-        flag=half.flag,
-        sys_flag=_with_tx_type(half.sys_flag, SYSFLAG_TRANSACTION_COMMIT),
-        born_timestamp=half.born_timestamp,
-        born_host=half.born_host,
-        reconsume_times=half.reconsume_times,
-        prepared_transaction_offset=half_physical_offset,
-    )
+def build_finals(halves: Sequence[tuple[Message, int, str, int]]) -> list[Message]:
+    """The committed records for (half, half physical offset, real topic, real queue) tuples:
+    each half with its real topic/queue back, sysflag COMMIT, pointing at its half.
+
+    Like RocketMQ's final message it keeps the half's properties (REAL_TOPIC and
+    REAL_QID then name its own topic and queue); it shares the half's property
+    dict (nothing mutates a message's properties once built), which makes COMMIT
+    of a large transaction cost little more than the store append. Only the
+    prepare time, an engine detail, is dropped.
+    """
+    finals = []
+    commit_flag = _with_tx_type(0, SYSFLAG_TRANSACTION_COMMIT)
+    for half, offset, topic, queue_id in halves:
+        props = half.properties
+        if PROP_PREPARED_MS in props or PROP_CRC32 in props:
+            props = {k: v for k, v in props.items() if k != PROP_PREPARED_MS and k != PROP_CRC32}
+        flag = commit_flag if not half.sys_flag else _with_tx_type(half.sys_flag, SYSFLAG_TRANSACTION_COMMIT)
+        finals.append(Message(topic, half.body, queue_id, props, half.flag, flag, half.born_timestamp,
+                              half.born_host, half.reconsume_times, offset))
+    return finals
 
 
 def build_discard_copy(half: Message, half_physical_offset: int) -> Message:
@@ -144,35 +158,28 @@ def build_discard_copy(half: Message, half_physical_offset: int) -> Message:
     )
 
 
-def half_ref(half: Message, *, physical_offset: int, size: int, half_queue_offset: int,
-             cache: bool) -> HalfRef:
-    """The table's reference to a half (from the appended message or one read back)."""
-    return HalfRef(
-        physical_offset=physical_offset,
-        size=size,
-        half_queue_offset=half_queue_offset,
-        real_topic=half.properties[PROP_REAL_TOPIC],
-        real_queue_id=int(half.properties[PROP_REAL_QUEUE_ID]),
-        sender=half.properties.get(PROP_TX_SENDER, ""),
-        cached=half if cache else None,
-    )
-
-
 def half_ref_from_stored(stored: StoredMessage) -> HalfRef:
-    return half_ref(stored, physical_offset=stored.physical_offset, size=stored.size,
-                    half_queue_offset=stored.queue_offset, cache=False)
+    """The table's reference to a half read back from the half queue (recovery)."""
+    props = stored.properties
+    return HalfRef(stored.physical_offset, stored.size, stored.queue_offset, props[PROP_REAL_TOPIC],
+                   int(props[PROP_REAL_QUEUE_ID]), props.get(PROP_TX_SENDER, ""))
 
 
-def prepared_ms(half: Message) -> int:
+def prepared_ms(half: Message) -> int | None:
+    """The engine time of the prepare call, carried by the first half of each call."""
     raw = half.properties.get(PROP_PREPARED_MS, "")
-    return int(raw) if raw.isdigit() else half.born_timestamp
+    return int(raw) if raw.isdigit() else None
 
 
-def immunity_ms(half: Message, default_s: float, cap_s: float) -> int:
-    """The check-back immunity of one half: its CHECK_IMMUNITY_TIME_IN_SECONDS or the default, capped."""
-    raw = half.properties.get(PROP_CHECK_IMMUNITY_SECONDS)
-    seconds = float(raw) if raw is not None and _is_non_negative_int(raw) else default_s
+def immunity_ms(override_s: int | None, default_s: float, cap_s: float) -> int:
+    """Check-back immunity: CHECK_IMMUNITY_TIME_IN_SECONDS when given, else the default; capped."""
+    seconds = override_s if override_s is not None else default_s
     return int(min(seconds, cap_s) * 1000)
+
+
+def stored_immunity_s(half: Message) -> int | None:
+    raw = half.properties.get(PROP_CHECK_IMMUNITY_SECONDS)
+    return int(raw) if raw is not None and _is_non_negative_int(raw) else None
 
 
 def _with_tx_type(sys_flag: int, tx_type: int) -> int:

@@ -33,21 +33,27 @@ class TransactionMetrics:
         self._latency_sum_s = 0.0
         self._latency_count = 0
 
-    def halves_added(self, topics: Counter[str]) -> None:
+    def halves_added(self, topics: dict[str, int]) -> None:
         with self._lock:
-            self.pending_halves.update(topics)
-            self.prepared_halves += sum(topics.values())
+            pending = self.pending_halves
+            for topic, n in topics.items():
+                pending[topic] += n
+                self.prepared_halves += n
 
-    def halves_back_to_pending(self, topics: Counter[str]) -> None:
+    def halves_back_to_pending(self, topics: dict[str, int]) -> None:
         """Pending again without a new prepare (a resume, a restart's rebuilt table)."""
         with self._lock:
             self.pending_halves.update(topics)
 
-    def halves_left_pending(self, topics: Counter[str]) -> None:
+    def halves_left_pending(self, topics: dict[str, int]) -> None:
         with self._lock:
-            self.pending_halves.subtract(topics)
-            for topic in [t for t, n in self.pending_halves.items() if n <= 0]:
-                del self.pending_halves[topic]
+            pending = self.pending_halves
+            for topic, n in topics.items():
+                left = pending[topic] - n
+                if left > 0:
+                    pending[topic] = left
+                else:
+                    del pending[topic]
 
     def resolved(self, kind: str, latency_s: float, committed_messages: int = 0) -> None:
         with self._lock:

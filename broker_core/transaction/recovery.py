@@ -18,7 +18,7 @@ from typing import Iterator
 from txmq.broker.errors import DataDeleted
 from txmq.broker.store.message import HALF_TOPIC, OP_HALF_TOPIC, PROP_TRANSACTION_ID, StoredMessage
 
-from .half import half_ref_from_stored, immunity_ms, prepared_ms
+from .half import half_ref_from_stored, immunity_ms, prepared_ms, stored_immunity_s
 from .op import OpKind, parse_op
 from .snapshot import TableSnapshot
 from .state import FinalRecord, Transaction, TxState
@@ -82,8 +82,9 @@ def _apply_half(out: RecoveredTable, known: dict[str, set[int]], half: StoredMes
         return
     tx = out.table.get(tx_id)
     if tx is None:
+        created = prepared_ms(half)
         tx = out.table[tx_id] = Transaction(transaction_id=tx_id, producer_group=half.properties.get("PGROUP", ""),
-                                            created_ms=prepared_ms(half))
+                                            created_ms=created if created is not None else half.store_timestamp)
     seen = known.get(tx_id)
     if seen is None:
         seen = known[tx_id] = {h.physical_offset for h in tx.halves}
@@ -91,8 +92,10 @@ def _apply_half(out: RecoveredTable, known: dict[str, set[int]], half: StoredMes
         return
     seen.add(half.physical_offset)
     tx.halves.append(half_ref_from_stored(half))
-    tx.created_ms = min(tx.created_ms, prepared_ms(half))
-    tx.immunity_ms = max(tx.immunity_ms, immunity_ms(half, default_immunity_s, max_immunity_s))
+    created = prepared_ms(half)
+    if created is not None:
+        tx.created_ms = min(tx.created_ms, created)
+    tx.immunity_ms = max(tx.immunity_ms, immunity_ms(stored_immunity_s(half), default_immunity_s, max_immunity_s))
 
 
 def _apply_op(out: RecoveredTable, stored: StoredMessage) -> None:

@@ -87,16 +87,15 @@ class Transaction:
     inflight: int = 0
     ending: bool = False
 
-    @property
-    def cond(self) -> threading.Condition:
-        """This transaction's condition: one of a fixed pool, chosen by id.
+    # This transaction's condition: one of a fixed pool, chosen by id. A Condition
+    # per transaction would cost more than the rest of the record (100 000 pending
+    # transactions are rebuilt at recovery); conditions are held only for field
+    # updates (never across a store append) and waiters re-check their own
+    # predicate, so sharing a stripe is harmless.
+    cond: threading.Condition = field(init=False, repr=False, compare=False)
 
-        A Condition per transaction would cost more than the rest of the record
-        (100 000 pending transactions are rebuilt at recovery); conditions are
-        held only for field updates (never across a store append), and waiters
-        re-check their own predicate, so sharing a stripe is harmless.
-        """
-        return _STRIPES[hash(self.transaction_id) & _STRIPE_MASK]
+    def __post_init__(self) -> None:
+        self.cond = _STRIPES[hash(self.transaction_id) & _STRIPE_MASK]
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:

@@ -54,10 +54,12 @@ RAW = (
     'handle (broker_core/server/native_service.py:40);encode (pyarrow/ipc.py:3) 5\n'
     'process 10:"/x/python /w/bench/store.py --quick";main (store.py:5) 2\n'
 )
+STARTUP = ('process 12:"/x/python -m txmq.broker.server";<module> (broker_core/server/broker.py:1);'
+           '_find_and_load (<frozen importlib._bootstrap>:1) 4\n')
 
 
 def test_profile_counts_self_time_in_the_innermost_txmq_frame_per_process():
-    hot = profile_hot_paths.hot_functions(profile_hot_paths.parse_raw(RAW))
+    hot = profile_hot_paths.hot_functions(profile_hot_paths.parse_raw(RAW + STARTUP))
     assert hot["samples"] == 14
     first, second = hot["top_txmq"][:2]
     assert first["function"] == "CommitLog.write_batch (broker_core/store/commitlog.py)"
@@ -65,6 +67,13 @@ def test_profile_counts_self_time_in_the_innermost_txmq_frame_per_process():
     assert second["function"] == "handle (broker_core/server/native_service.py)" and second["process"] == "broker"
     assert hot["top_overall"][0]["function"] == "CommitLog.write_batch (broker_core/store/commitlog.py)"
     assert hot["by_process"] == {"bench driver": 9, "broker": 5}
+    assert hot["top_broker"][0]["function"] == "handle (broker_core/server/native_service.py)"
+
+
+def test_profile_counts_import_time_apart_from_the_work():
+    hot = profile_hot_paths.hot_functions(profile_hot_paths.parse_raw(RAW + STARTUP))
+    assert hot["startup_samples"] == 4
+    assert all("<module>" not in row["function"] for row in hot["top_txmq"])
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +104,8 @@ def _summary() -> dict:
 
 def test_report_shows_ratio_medians_with_range_and_keeps_missing_benchmarks(report_paths):
     text = (report_paths / "REPORT.md").read_text()
-    assert "| broker | `a_tx100_msgs_vs_rabbitmq` | vs peer | 4 [3–5] | | 3 |" in text
-    assert "| spark_sink | — | — | **missing**: script not present | | 0 |" in text
+    assert "| broker | `a_tx100_msgs_vs_rabbitmq` | vs peer | 4 [3–5] | ↑ |  | 3 |" in text
+    assert "| spark_sink | — | — | **missing**: script not present | | | 0 |" in text
     assert "2 cores" in text and "8 GiB" in text
 
 

@@ -57,11 +57,18 @@ def fill_source(client, topic: str, n: int) -> list[bytes]:
     return expected
 
 
+def log_tail(log: Path, lines: int = 60) -> str:
+    kept = [ln for ln in log.read_text(errors="replace").splitlines()
+            if not ln.lstrip().startswith("at ") and "[Stage" not in ln]
+    return "\n".join(kept[-lines:])
+
+
 def kill_and_restart(env, log, args, crashes: list[str]) -> None:
     for crash_at in crashes:
         rc = run_driver(env, log, *args, crash_at=crash_at)
-        assert rc == -signal.SIGKILL, f"the driver was to die at {crash_at} but exited {rc}; see {log}"
-    assert run_driver(env, log, *args) == 0, f"the final run failed; see {log}"
+        assert rc == -signal.SIGKILL, f"the driver was to die at {crash_at} but exited {rc}:\n{log_tail(log)}"
+    rc = run_driver(env, log, *args)
+    assert rc == 0, f"the final run exited {rc}:\n{log_tail(log)}"
 
 
 def random_crashes(rng: random.Random, points: list[str], count: int, batches: int) -> list[str]:

@@ -31,7 +31,8 @@ messages = st.builds(
     topic=topics,
     body=st.binary(min_size=1, max_size=300),
     queue_id=st.integers(0, 1000),
-    properties=st.dictionaries(prop_text, prop_text, max_size=5),
+    # the CRC property name is reserved (validation refuses it): a generated one would be dropped on decode
+    properties=st.dictionaries(prop_text.filter(lambda k: k != PROP_CRC32), prop_text, max_size=5),
     flag=st.integers(-(2**31), 2**31 - 1),
     sys_flag=st.sampled_from([0, 0x4, 0x8, 0x1 << 16, 0x1 << 17]),
     born_timestamp=st.integers(1, 2**62),

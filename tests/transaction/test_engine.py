@@ -86,7 +86,8 @@ def test_final_record_restores_topic_and_points_at_its_half(engine, memory_store
     [final] = memory_store.visible("orders", 3)
     assert final.sys_flag & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT
     assert final.prepared_transaction_offset == prepared.results[0].physical_offset
-    assert PROP_REAL_TOPIC not in final.properties and final.properties["KEYS"] == "k1"
+    assert final.properties["KEYS"] == "k1"
+    assert final.properties[PROP_REAL_TOPIC] == "orders"  # kept, as RocketMQ's final message does
     assert final.properties[PROP_TRANSACTION_ID] == "t"
 
 

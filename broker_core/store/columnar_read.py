@@ -1,0 +1,362 @@
+"""Columnar queue reads: a queue range's CommitLog records as numpy/Arrow columns.
+
+`MessageStore.read_queue` decodes every record into a StoredMessage (~7 µs per
+message in Python), which caps a bulk reader such as the Spark source at about
+100k rows/s per broker process. A bulk reader wants columns, not objects, so this
+module reads the same bytes and never loops over records in Python:
+
+1. the queue's 20-byte ConsumeQueue entries are read as one numpy record array;
+2. the CommitLog bytes covering those records are read per *span* (a run of
+   records of one segment, in physical order, with small gaps of other queues'
+   records) and joined into one byte buffer;
+3. every fixed header field is gathered with numpy at record start + field
+   offset (IPv6 hosts shift the later fields per record, computed from SYSFLAG);
+4. variable-length fields (body, topic, property text, offset message ids) become
+   Arrow arrays through *binary views* (length + buffer offset per row, built
+   with numpy) cast to plain binary/string, so Arrow's C++ does the gather.
+
+Checks are those of `record.decode_records` on the read path, done column-wise:
+magic code, body/topic/property lengths against TOTALSIZE, the CRC property at
+the record end, the record's PHYSICALOFFSET against its queue entry, UTF-8 of
+topics and properties. CRCs are NOT recomputed, exactly like `read_queue`: reads
+trust the recovered log (recovery CRC-checks the tail written before a crash, and
+the log is append-only afterwards), so a per-read CRC would cost a full pass over
+every body for no new guarantee.
+
+The store internals this module touches are confined to `_queue_for` /
+`_read_commitlog` below (see docs/STATUS.md "[columnar] request to store").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import pyarrow as pa
+
+from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
+from txmq.broker.store.consume_queue import ENTRY_DTYPE, ENTRY_SIZE
+from txmq.broker.store.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+from txmq.broker.store.record import CRC_PREFIX, CRC_SUFFIX_LEN, MAGIC_CODE
+
+SPAN_MAX = 4 << 20  # one CommitLog read covers neighbouring records up to this many bytes
+GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
+READ_BUFFER_MAX = 1 << 30  # bytes read per call; a longer range is returned short (offsets stay int32)
+
+_CRC_TAIL = len(CRC_PREFIX) + CRC_SUFFIX_LEN  # "__CRC32#\x01" + 10 digits + "\x02"
+_CRC_PREFIX = np.frombuffer(CRC_PREFIX, dtype=np.uint8)
+_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+_INLINE = 12  # Arrow binary views keep values of up to 12 bytes inline
+
+# The fields before BORNHOST sit at fixed offsets whatever the host families are.
+_FIXED_HEAD = np.dtype([
+    ("size", ">u4"), ("magic", ">u4"), ("body_crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
+    ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8")])
+_FIXED_HEAD_COLUMNS = np.arange(_FIXED_HEAD.itemsize)  # 48 bytes
+_BORN_HOST_AT = 48
+_PHYS_AT = 28
+
+
+# --- store access (the only place that reaches into MessageStore's parts) ------------
+
+
+def _queue_for(store, topic: str, queue_id: int):
+    """The ConsumeQueue of (topic, queue id) or None; uses `store.dispatcher.queue`."""
+    return store.dispatcher.queue(topic, queue_id)
+
+
+def _read_commitlog(store, topic: str, queue_id: int, offset: int, size: int) -> bytes:
+    """CommitLog bytes [offset, offset+size) of one segment; DataDeleted if retention removed them."""
+    commitlog = store.commitlog
+    if commitlog.segment_for(offset) is None or offset < commitlog.min_offset:
+        cq = _queue_for(store, topic, queue_id)
+        mn = cq.min_offset if cq is not None else 0
+        raise DataDeleted(f"{topic}:{queue_id} points at physical offset {offset}, deleted by retention; "
+                          f"the minimum offset is {mn}", min_offset=mn)
+    return commitlog.read(offset, size)
+
+
+def _segment_end(store, offset: int) -> int:
+    seg = store.commitlog.segment_for(offset)
+    return offset + SPAN_MAX if seg is None else seg.start + seg.capacity
+
+
+# --- result types ------------------------------------------------------------------------
+
+
+@dataclass
+class RecordColumns:
+    """The records of one read: fixed fields as numpy arrays (one element per record) and
+    positions of the variable-length fields in `data`, the joined CommitLog bytes."""
+
+    data: np.ndarray  # uint8
+    queue_id: np.ndarray  # int32
+    queue_offset: np.ndarray  # int64
+    phys: np.ndarray  # int64
+    sys_flag: np.ndarray  # int32
+    born_ts: np.ndarray  # int64, ms
+    store_ts: np.ndarray  # int64, ms
+    size: np.ndarray  # int64, TOTALSIZE
+    record_at: np.ndarray  # int64 positions in data
+    store_host_at: np.ndarray
+    store_host_len: np.ndarray  # 8 (IPv4) or 20 (IPv6)
+    body_at: np.ndarray
+    body_len: np.ndarray
+    topic_at: np.ndarray
+    topic_len: np.ndarray
+    props_at: np.ndarray  # property text without the CRC property and its separator
+    props_len: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.phys)
+
+    def bodies(self) -> pa.BinaryArray:
+        return gather_binary(self.data, self.body_at, self.body_len)
+
+    def topics(self, expected: str | None = None) -> pa.StringArray:
+        """The topic of every record; when all equal `expected`, a repeat of it (no gather)."""
+        n = self.count
+        if expected is not None:
+            raw = np.frombuffer(expected.encode(), dtype=np.uint8)
+            if (self.topic_len == len(raw)).all() and (
+                    len(raw) == 0 or (self.data[self.topic_at[:, None] + np.arange(len(raw))] == raw).all()):
+                return pa.repeat(pa.scalar(expected, pa.string()), n)
+        return _as_utf8(gather_binary(self.data, self.topic_at, self.topic_len), "topic")
+
+    def property_text(self) -> pa.StringArray:
+        """RocketMQ's property string of every record (name \\x01 value \\x02 ..., no final \\x02)."""
+        return _as_utf8(gather_binary(self.data, self.props_at, self.props_len), "properties")
+
+    def offset_ids(self, rows: np.ndarray | None = None) -> pa.StringArray:
+        """Offset message ids (store host + port + physical offset, uppercase hex) of `rows` (all if None).
+
+        The id's bytes are in the record itself (STOREHOST and PHYSICALOFFSET), so they
+        are gathered and hex-formatted as one (rows x 28) byte matrix.
+        """
+        at = self.record_at if rows is None else self.record_at[rows]
+        host_at = self.store_host_at if rows is None else self.store_host_at[rows]
+        host_len = self.store_host_len if rows is None else self.store_host_len[rows]
+        k = len(at)
+        width = int(host_len.max()) + 8 if k else 16
+        cols = np.arange(width)
+        # host bytes then the 8 PHYSICALOFFSET bytes; columns past a row's width are junk, cut below
+        src = np.where(cols < host_len[:, None], host_at[:, None] + cols, at[:, None] + _PHYS_AT + cols - host_len[:, None])
+        raw = self.data[np.minimum(src, len(self.data) - 1)]
+        hexed = np.empty((k, 2 * width), dtype=np.uint8)
+        hexed[:, 0::2] = _HEX_DIGITS[raw >> 4]
+        hexed[:, 1::2] = _HEX_DIGITS[raw & 15]
+        lengths = 2 * (host_len + 8)
+        if k and (lengths == 2 * width).all():
+            offsets = np.arange(0, (k + 1) * 2 * width, 2 * width, dtype=np.int32)
+            return pa.Array.from_buffers(pa.string(), k, [None, pa.py_buffer(offsets), pa.py_buffer(hexed)])
+        return gather_binary(hexed.reshape(-1), np.arange(k, dtype=np.int64) * 2 * width, lengths).cast(pa.string())
+
+
+@dataclass
+class ColumnarRead:
+    """What `read_queue_columns` returns; offsets mean the same as in `QueueRead`."""
+
+    records: RecordColumns
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+# --- Arrow helpers -----------------------------------------------------------------------
+
+
+def gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
+    """A BinaryArray whose row i is data[starts[i]:starts[i]+lengths[i]], without a Python loop.
+
+    Builds Arrow binary views (16 bytes per row: length, then either the value
+    inline when <= 12 bytes, or a 4-byte prefix, buffer index 0 and the offset)
+    with numpy, and lets Arrow's cast to binary copy the values into one buffer.
+    `data` must be smaller than 2 GiB (view offsets are int32).
+    """
+    n = len(starts)
+    if n == 0:
+        return pa.array([], pa.binary())
+    lengths = lengths.astype(np.int32, copy=False)
+    views = np.zeros((n, 16), dtype=np.uint8)
+    views[:, 0:4] = lengths.astype("<i4").view(np.uint8).reshape(n, 4)
+    inline = data[np.minimum(starts[:, None] + np.arange(_INLINE), len(data) - 1)]
+    inline[np.arange(_INLINE)[None, :] >= lengths[:, None]] = 0
+    views[:, 4:16] = inline
+    long = lengths > _INLINE
+    if long.any():
+        views[long, 8:12] = 0
+        views[long, 12:16] = starts[long].astype("<i4").view(np.uint8).reshape(-1, 4)
+    arr = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data)])
+    return arr.cast(pa.binary())
+
+
+def _as_utf8(arr: pa.BinaryArray, what: str) -> pa.StringArray:
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid as exc:
+        raise StoreError(f"a record's {what} is not valid UTF-8: {exc}") from None
+
+
+# --- the read ----------------------------------------------------------------------------
+
+
+def read_queue_columns(store, topic: str, queue_id: int, offset: int, max_count: int, *,
+                       max_bytes: int | None = None) -> ColumnarRead:
+    """Records of a queue from `offset`, like `MessageStore.read_queue` without a tag filter.
+
+    Same bounds and errors (IllegalOffset, DataDeleted, StoreError when an entry does
+    not match the CommitLog) and the same `max_bytes` rule: records are returned
+    while their sizes add up to at most max_bytes, but always at least one.
+    """
+    if offset < 0:
+        raise IllegalOffset(f"offset {offset} is negative")
+    cq = _queue_for(store, topic, queue_id)
+    lo, hi = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
+    if offset < lo:
+        raise DataDeleted(f"offset {offset} of {topic}:{queue_id} was deleted by retention; "
+                          f"the minimum offset is {lo}", min_offset=lo)
+    if offset > hi:
+        raise IllegalOffset(f"offset {offset} of {topic}:{queue_id} is beyond the maximum offset {hi}")
+    if cq is None or max_count <= 0 or offset >= hi:
+        return ColumnarRead(_no_records(), offset, lo, hi)
+    entries = _read_entries(cq, offset, max_count)
+    next_offset = offset + len(entries)
+    phys = entries["phys"].astype(np.int64)
+    sizes = entries["size"].astype(np.int64)
+    if max_bytes is not None and len(sizes):
+        keep = max(1, int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right")))
+        if keep < len(sizes):
+            phys, sizes, next_offset = phys[:keep], sizes[:keep], offset + keep
+    data, record_at, read_count = _read_spans(store, topic, queue_id, phys, sizes)
+    if read_count < len(phys):  # the read buffer is full: a short read
+        phys, sizes, next_offset = phys[:read_count], sizes[:read_count], offset + read_count
+    records = _decode_columns(data, record_at, phys, sizes, topic, queue_id)
+    return ColumnarRead(records, next_offset, cq.min_offset, cq.max_offset)
+
+
+def _read_entries(cq, offset: int, max_count: int) -> np.ndarray:
+    """Up to max_count ConsumeQueue entries from `offset` (across queue files) as ENTRY_DTYPE."""
+    parts = []
+    q, remaining = offset, max_count
+    while remaining > 0:
+        raw = cq.read_raw(q, remaining)
+        n = len(raw) // ENTRY_SIZE
+        if n == 0:
+            break
+        parts.append(np.frombuffer(raw, dtype=ENTRY_DTYPE, count=n))
+        q += n
+        remaining -= n
+    if not parts:
+        return np.zeros(0, dtype=ENTRY_DTYPE)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _read_spans(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, int]:
+    """Read the CommitLog bytes of the records at `phys` with one read per span.
+
+    Returns (joined bytes, each record's position in them, records covered): the
+    count is short only when READ_BUFFER_MAX would be exceeded.
+    """
+    n = len(phys)
+    if n == 0:
+        return np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64), 0
+    ends = phys + sizes
+    gaps = phys[1:] - ends[:-1]
+    breaks = (np.flatnonzero((gaps < 0) | (gaps > GAP_MAX)) + 1).tolist() + [n]
+    chunks: list[bytes] = []
+    span_first: list[int] = []  # index of each span's first record
+    span_base: list[int] = []  # (position in the joined buffer) - (physical offset) per span
+    total = 0
+    i = 0
+    for region_end in breaks:
+        while i < region_end:
+            lo = int(phys[i])
+            limit = min(lo + SPAN_MAX, _segment_end(store, lo))
+            j = max(i + 1, i + int(np.searchsorted(ends[i:region_end], limit, side="right")))
+            span_hi = int(ends[j - 1])
+            if total + span_hi - lo > READ_BUFFER_MAX and chunks:
+                return (*_joined(chunks, phys[:i], span_first, span_base), i)
+            buf = _read_commitlog(store, topic, queue_id, lo, span_hi - lo)
+            if len(buf) != span_hi - lo:
+                raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {lo} "
+                                 f"does not match the CommitLog: the log ends before the record")
+            chunks.append(buf)
+            span_first.append(i)
+            span_base.append(total - lo)
+            total += len(buf)
+            i = j
+    return (*_joined(chunks, phys, span_first, span_base), n)
+
+
+def _joined(chunks: list[bytes], phys: np.ndarray, span_first: list[int], span_base: list[int]):
+    data = np.frombuffer(chunks[0] if len(chunks) == 1 else b"".join(chunks), dtype=np.uint8)
+    counts = np.diff(np.append(np.asarray(span_first, dtype=np.int64), len(phys)))
+    record_at = phys + np.repeat(np.asarray(span_base, dtype=np.int64), counts)
+    return data, record_at
+
+
+def _decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np.ndarray,
+                    topic: str, queue_id: int) -> RecordColumns:
+    """Gather and check the header fields of the records at `at` in `data`."""
+    n = len(at)
+    if n == 0:
+        return _no_records()
+    bad = None
+    if int(at.max()) + _FIXED_HEAD.itemsize > len(data):
+        bad = "truncated record header"
+    else:
+        head = data[at[:, None] + _FIXED_HEAD_COLUMNS].view(_FIXED_HEAD)[:, 0]
+        size = head["size"].astype(np.int64)
+        sys_flag = head["sys_flag"].astype(np.int32)
+        born_extra = np.where(sys_flag & SYSFLAG_BORNHOST_V6, 12, 0).astype(np.int64)
+        store_extra = np.where(sys_flag & SYSFLAG_STOREHOST_V6, 12, 0).astype(np.int64)
+        end = at + size
+        body_len_at = at + 84 + born_extra + store_extra
+        if (head["magic"] != MAGIC_CODE).any():
+            bad = "bad magic code"
+        elif (head["phys"] != phys).any():
+            bad = "queue entry does not point at a record start"
+        elif (size != sizes).any() or int(end.max()) > len(data) or (body_len_at + 4 > end).any():
+            bad = "record size disagrees with its queue entry"
+    if bad is None:
+        store_ts_at = at + 56 + born_extra
+        store_ts = _be_int(data, store_ts_at, 8)
+        body_len = _be_int(data, body_len_at, 4)
+        body_at = body_len_at + 4
+        tail_at = body_at + body_len
+        if (body_len < 0).any() or (tail_at + 3 > end).any():
+            bad = "body length does not fit the record size"
+    if bad is None:
+        topic_len = data[tail_at].astype(np.int64)
+        props_at = tail_at + 3 + topic_len
+        if (props_at > end).any():
+            bad = "topic does not fit the record"
+    if bad is None:
+        props_field_len = _be_int(data, props_at - 2, 2)
+        crc_name_at = end - _CRC_TAIL
+        if ((props_field_len != end - props_at).any() or (crc_name_at < props_at).any()
+                or (data[crc_name_at[:, None] + np.arange(len(_CRC_PREFIX))] != _CRC_PREFIX).any()):
+            bad = "properties length or CRC property position disagree with the record size"
+    if bad is not None:
+        raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {int(phys[0])} "
+                         f"does not match the CommitLog: {bad}")
+    return RecordColumns(
+        data=data, queue_id=head["queue_id"].astype(np.int32), queue_offset=head["queue_offset"].astype(np.int64),
+        phys=phys, sys_flag=sys_flag, born_ts=head["born_ts"].astype(np.int64), store_ts=store_ts, size=size,
+        record_at=at, store_host_at=at + 64 + born_extra, store_host_len=8 + store_extra,
+        body_at=body_at, body_len=body_len, topic_at=tail_at + 1, topic_len=topic_len,
+        props_at=props_at, props_len=np.maximum(crc_name_at - 1 - props_at, 0))
+
+
+def _be_int(data: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """The big-endian signed integers of `width` bytes at positions `at`, as int64."""
+    return data[at[:, None] + np.arange(width)].view(f">i{width}")[:, 0].astype(np.int64)
+
+
+def _no_records() -> RecordColumns:
+    e64 = np.zeros(0, dtype=np.int64)
+    return RecordColumns(np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int32), e64, e64,
+                         np.zeros(0, dtype=np.int32), e64, e64, e64, e64, e64, e64, e64, e64, e64, e64, e64, e64)
