@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
+import importlib.util
 import os
 import shutil
 import signal

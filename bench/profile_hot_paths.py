@@ -33,8 +33,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "profile_hot_paths.json"
-DEFAULT_BENCHES = ("store", "tx", "grpc_server_models", "rocketmq_send", "broker", "scaling",
-                   "spark_source", "spark_sink")
 PROJECT_DIRS = ("broker_core/", "connector/")
 # `name (file:line)` frames separated by ';', the sample count last.
 FRAME = re.compile(r"(?:^|;)([^;]+?) \(([^;()]*?)(?::(\d+))?\)(?=;|$)")
@@ -173,7 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per benchmark")
     args = ap.parse_args(argv)
-    names = args.only.split(",") if args.only else list(DEFAULT_BENCHES)
+    if args.only:
+        names = args.only.split(",")
+    else:
+        sys.path.insert(0, str(ROOT))
+        from bench.run_all import all_benchmarks
+
+        names = [b.name for b in all_benchmarks()]
     binary = py_spy()
     result: dict = {"bench": "profile_hot_paths", "rate_hz": args.rate, "benchmarks": {}}
     for name in names:

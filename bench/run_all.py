@@ -27,6 +27,7 @@ runs each benchmark once (a few minutes, dominated by Spark start-up).
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import platform
@@ -35,7 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,6 +65,7 @@ class Benchmark:
     needs_peers: bool = False
     what: str = ""
     self_repeating: bool = False  # the script takes medians of its own repeats: run it once
+    rerun_rank: int = 1  # reruns go to lower ranks first (then to the cheapest): peers before Spark
 
     @property
     def script(self) -> Path:
@@ -88,11 +90,43 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               what="txmq vs RabbitMQ vs Redis, over the wire"),
     Benchmark("scaling", full_runs=1, self_repeating=True, timeout_s=1200,
               what="producers, queues, batch size, check-back scan vs pending (full: up to 1M)"),
-    Benchmark("spark_source", full_args=QUICK, full_runs=2, timeout_s=900,
+    Benchmark("spark_source", full_args=(*QUICK, "--repeat", "2"), full_runs=2, timeout_s=900, rerun_rank=2,
               what="Spark source rows/s vs its ceilings"),
-    Benchmark("spark_sink", full_args=QUICK, full_runs=2, timeout_s=900,
+    Benchmark("spark_sink", full_args=(*QUICK, "--repeat", "2"), full_runs=2, timeout_s=900, rerun_rank=2,
               what="Spark sink rows/s vs its ceilings"),
 )
+
+
+# bench/*.py that are not benchmarks (the runner's own modules and shared helpers).
+NOT_BENCHMARKS = {"run_all", "report", "peers", "profile_hot_paths", "spark_common", "__init__"}
+
+
+def discovered_benchmarks() -> list[Benchmark]:
+    """Benchmark scripts added to bench/ after this list was written: run at --quick size, twice.
+
+    A script counts when it has a `__main__` block and writes bench/results/<name>.json."""
+    known = {b.name for b in BENCHMARKS} | NOT_BENCHMARKS
+    found = []
+    for path in sorted(BENCH.glob("*.py")):
+        if path.stem in known or path.stem.startswith("_"):
+            continue
+        text = path.read_text(errors="replace")
+        if "__main__" not in text or "results" not in text:
+            continue
+        try:
+            doc = (ast.get_docstring(ast.parse(text)) or "").splitlines()
+        except SyntaxError:
+            doc = []
+        found.append(Benchmark(path.stem, full_args=QUICK, full_runs=2, timeout_s=600,
+                               what=(doc[0].rstrip(".") if doc else "(found in bench/)")))
+    return found
+
+
+def all_benchmarks() -> list[Benchmark]:
+    """The known benchmarks with newly found ones before the slow scaling and Spark runs."""
+    known = list(BENCHMARKS)
+    cut = next(i for i, b in enumerate(known) if b.name == "scaling")
+    return known[:cut] + discovered_benchmarks() + known[cut:]
 
 
 # ---- running one script ------------------------------------------------------------------------
@@ -324,15 +358,17 @@ def run_plan(chosen: list[Benchmark], *, quick: bool, max_runs: int | None, budg
         on_progress(states)
     wanted = {name: (max_runs or (1 if quick or s.bench.self_repeating else s.bench.full_runs))
               for name, s in states.items()}
+    out_of_time: set[str] = set()
     for round_no in range(2, max(wanted.values(), default=1) + 1):
-        # cheapest first: the budget then buys the most repeated figures
-        for name, state in sorted(states.items(), key=lambda kv: kv[1].mean_seconds()):
-            if not state.outcomes or state.hopeless or wanted[name] < round_no:
+        # by rank, then cheapest first: the budget then buys the most repeated figures
+        for name, state in sorted(states.items(), key=lambda kv: (kv[1].bench.rerun_rank, kv[1].mean_seconds())):
+            if not state.outcomes or state.hopeless or wanted[name] < round_no or name in out_of_time:
                 continue
             elapsed = time.monotonic() - started
             if budget_s is not None and elapsed + state.mean_seconds() * 1.1 > budget_s:
-                log(f"[{name}] run {round_no} skipped: {elapsed:.0f} s + ~{state.mean_seconds():.0f} s "
+                log(f"[{name}] no run {round_no}: {elapsed:.0f} s + ~{state.mean_seconds():.0f} s "
                     f"would pass the {budget_s:.0f} s budget")
+                out_of_time.add(name)
                 continue
             run_once(state, env=env, log=log)
             on_progress(states)
@@ -363,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     started = time.monotonic()
-    chosen = [b for b in BENCHMARKS if not args.only or b.name in args.only.split(",")]
+    chosen = [b for b in all_benchmarks() if not args.only or b.name in args.only.split(",")]
     env = bench_env()
     summary: dict = {"started_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "quick": args.quick,
                      "machine": machine(), "benchmarks": {}}

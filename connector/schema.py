@@ -59,10 +59,6 @@ def source_arrow_schema() -> pa.Schema:
     return to_arrow_schema(SOURCE_SCHEMA, timezone="UTC")
 
 
-def empty_source_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=source_arrow_schema())
-
-
 def _conform_column(column: pa.Array, target: pa.DataType) -> pa.Array:
     """Cast one pulled column to the Spark type (timestamps in ms or naive, map field names...)."""
     if column.type.equals(target):

@@ -26,7 +26,7 @@ class PullConsumer:
     """Pulls committed messages of `topics` from `start` ("earliest", "latest", a timestamp in ms, or offsets)."""
 
     def __init__(self, broker: NativeClient | str, topics: Sequence[str], *, group: str | None = None,
-                 start: str | int | Offsets = "earliest", tags: str | None = None, max_bytes: int = 64 << 20,
+                 start: str | int | Offsets = "earliest", tags: str | None = None, max_bytes: int = 2 << 20,
                  skip_deleted: bool = True, **client_kwargs: Any) -> None:
         if not topics:
             raise ValueError("a PullConsumer needs at least one topic")

@@ -23,7 +23,7 @@ from txmq.broker.protocol.native_arrow import to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
 from txmq.broker.server.native_ingest import MessageIdGenerator, QueueSelector, decode_batch
-from txmq.broker.server.native_pull import build_pull_batch
+from txmq.broker.server.native_pull import build_pull_batch, pull_batch, pull_payload
 from txmq.broker.server.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
 from txmq.broker.server.property_names import user_properties
@@ -350,14 +350,13 @@ class NativeService:
             return pb.PullResponse(status=ok_status(), arrow_ipc=to_ipc(batch), next_offset=start,
                                    min_offset=self.store.min_offset(topic, queue_id),
                                    max_offset=self.store.max_offset(topic, queue_id), count=0)
-        tag_filter = TagFilter.parse(request.tags)
-        read = self.store.read_queue(topic, queue_id, start, count, max_bytes=max_bytes,
-                                     tag_filter=None if tag_filter.tags is None else tag_filter)
-        messages = read.messages
-        payload = to_ipc(build_pull_batch(messages))
-        self.metrics.observe("pull", len(messages), time.perf_counter() - started)
+        read = pull_batch(self.store, topic, queue_id, start, count, max_bytes=max_bytes,
+                          tag_filter=TagFilter.parse(request.tags))
+        rows = read.batch.num_rows
+        payload = pull_payload(read.batch)
+        self.metrics.observe("pull", rows, time.perf_counter() - started)
         return pb.PullResponse(status=ok_status(), arrow_ipc=payload, next_offset=read.next_offset,
-                               min_offset=read.min_offset, max_offset=read.max_offset, count=len(messages))
+                               min_offset=read.min_offset, max_offset=read.max_offset, count=rows)
 
     def GetMessage(self, request, context) -> pb.GetMessageResponse:
         if not request.message_id:

@@ -224,11 +224,16 @@ class PopService:
 
     # --- operations -------------------------------------------------------------
 
+    def _now_ms(self) -> int:
+        """The clock in whole milliseconds, the resolution of every deadline (rounded, not truncated,
+        so that a clock reading like 1000002.313 s is 1000002313 ms whatever its float error)."""
+        return round(self.clock() * 1000)
+
     def receive(self, group: str, topic: str, queue_count: int, *, start_queue: int, batch: int,
                 invisible_ms: int, tags: frozenset[str] | None) -> list[Delivery]:
         """Take up to `batch` messages (expired in-flight ones first, then new ones); no waiting."""
         st = self._state(group, topic)
-        now = int(self.clock() * 1000)
+        now = self._now_ms()
         out: list[Delivery] = []
         with st.lock:
             if start_queue < 0:
@@ -316,7 +321,7 @@ class PopService:
             qid, q, e = self._find(st, handle)
             st.version += 1
             e.version = st.version
-            e.deadline_ms = int(self.clock() * 1000) + invisible_ms
+            e.deadline_ms = self._now_ms() + invisible_ms
             return self._handle(st, qid, e)
 
     def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
@@ -332,7 +337,7 @@ class PopService:
         st = self._states.get((group, topic))
         if st is None:
             return None
-        now = self.clock() * 1000
+        now = self._now_ms()
         with st.lock:
             deadlines = [e.deadline_ms for q in st.queues.values() for e in q.inflight.values()]
         return max(0.0, (min(deadlines) - now) / 1000) if deadlines else None

@@ -6,9 +6,13 @@ message in Python), which caps a bulk reader such as the Spark source at about
 module reads the same bytes and never loops over records in Python:
 
 1. the queue's 20-byte ConsumeQueue entries are read as one numpy record array;
-2. the CommitLog bytes covering those records are read per *span* (a run of
-   records of one segment, in physical order, with small gaps of other queues'
-   records) and joined into one byte buffer;
+2. the CommitLog segment holding those records is memory-mapped (read-only,
+   cached per file) and the records are decoded straight from the map: a
+   queue's records are interleaved with other queues' records, and a map lets a
+   pull touch only its own records' bytes. A range spanning segments is copied
+   record by record out of each segment's map; if a segment cannot be mapped,
+   the bytes are read per *span* (a run of records of one segment with small
+   gaps of other queues' records, one pread each) and joined;
 3. every fixed header field is gathered with numpy at record start + field
    offset (IPv6 hosts shift the later fields per record, computed from SYSFLAG);
 4. variable-length fields (body, topic, property text, offset message ids) become
@@ -23,14 +27,16 @@ trust the recovered log (recovery CRC-checks the tail written before a crash, an
 the log is append-only afterwards), so a per-read CRC would cost a full pass over
 every body for no new guarantee.
 
-The store internals this module touches are confined to `_queue_for` /
-`_read_commitlog` below (see docs/STATUS.md "[columnar] request to store").
+The store internals this module touches are confined to the "store access"
+section below (`_queue_for`, `_read_commitlog`, `_segment_end`, `_mapped_segment`;
+see docs/STATUS.md "[columnar] request to store").
 """
 
 from __future__ import annotations
 
+import mmap
+import os
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 import pyarrow as pa
@@ -54,11 +60,16 @@ _FIXED_HEAD = np.dtype([
     ("size", ">u4"), ("magic", ">u4"), ("body_crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
     ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8")])
 _FIXED_HEAD_COLUMNS = np.arange(_FIXED_HEAD.itemsize)  # 48 bytes
-_BORN_HOST_AT = 48
 _PHYS_AT = 28
 
 
 # --- store access (the only place that reaches into MessageStore's parts) ------------
+
+
+def supports_columnar(store) -> bool:
+    """Whether `store` has the files a columnar read needs (a MessageStore does; a stand-in
+    that only implements the `read_queue` contract, e.g. a test stub, does not)."""
+    return hasattr(store, "dispatcher") and hasattr(store, "commitlog")
 
 
 def _queue_for(store, topic: str, queue_id: int):
@@ -80,6 +91,44 @@ def _read_commitlog(store, topic: str, queue_id: int, offset: int, size: int) ->
 def _segment_end(store, offset: int) -> int:
     seg = store.commitlog.segment_for(offset)
     return offset + SPAN_MAX if seg is None else seg.start + seg.capacity
+
+
+_maps: dict[tuple[int, int], np.ndarray] = {}
+_MAPS_KEPT = 8
+
+
+def _mapped_segment(store, offset: int, end: int) -> tuple[int, np.ndarray] | None:
+    """(segment start, the segment file as a read-only memory map) covering [offset, end), or None
+    when the bytes are not mappable (then the caller reads them with pread).
+
+    Why a map: a queue's records are interleaved with other queues' records, so
+    reading spans copies several times the bytes a pull needs (twice: pread, then
+    join). Gathering the records straight from a map copies only their bytes.
+    Safe against retention: a map outlives the unlinked file, and the CommitLog is
+    only ever truncated past its visible end (so mapped records never vanish).
+    Uses the segment's `fd` (MappedFile internals): see docs/STATUS.md.
+    """
+    seg = store.commitlog.segment_for(offset)
+    if seg is None or seg.closed or end > seg.start + seg.capacity or seg.capacity >= 1 << 31:
+        return None
+    try:
+        st = os.fstat(seg.fd)
+    except OSError:
+        return None
+    key = (st.st_dev, st.st_ino)  # a file, not a name: a recreated store must not see an old map
+    arr = _maps.get(key)
+    if arr is None or end - seg.start > len(arr):
+        try:
+            mapped = mmap.mmap(seg.fd, 0, prot=mmap.PROT_READ)
+        except (OSError, ValueError):
+            return None
+        arr = np.frombuffer(mapped, dtype=np.uint8)
+        if len(_maps) >= _MAPS_KEPT:
+            _maps.clear()
+        _maps[key] = arr
+        if end - seg.start > len(arr):
+            return None
+    return seg.start, arr
 
 
 # --- result types ------------------------------------------------------------------------
@@ -142,7 +191,8 @@ class RecordColumns:
         width = int(host_len.max()) + 8 if k else 16
         cols = np.arange(width)
         # host bytes then the 8 PHYSICALOFFSET bytes; columns past a row's width are junk, cut below
-        src = np.where(cols < host_len[:, None], host_at[:, None] + cols, at[:, None] + _PHYS_AT + cols - host_len[:, None])
+        in_host = cols < host_len[:, None]
+        src = np.where(in_host, host_at[:, None] + cols, at[:, None] + _PHYS_AT + cols - host_len[:, None])
         raw = self.data[np.minimum(src, len(self.data) - 1)]
         hexed = np.empty((k, 2 * width), dtype=np.uint8)
         hexed[:, 0::2] = _HEX_DIGITS[raw >> 4]
@@ -170,24 +220,26 @@ class ColumnarRead:
 def gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
     """A BinaryArray whose row i is data[starts[i]:starts[i]+lengths[i]], without a Python loop.
 
-    Builds Arrow binary views (16 bytes per row: length, then either the value
-    inline when <= 12 bytes, or a 4-byte prefix, buffer index 0 and the offset)
-    with numpy, and lets Arrow's cast to binary copy the values into one buffer.
-    `data` must be smaller than 2 GiB (view offsets are int32).
+    Builds Arrow binary views (16 bytes per row: int32 length, then either the
+    value inline when <= 12 bytes, or a 4-byte prefix, buffer index 0 and int32
+    offset) with numpy, and lets Arrow's cast to binary copy the values into one
+    buffer. `data` must be smaller than 2 GiB (view offsets are int32).
     """
     n = len(starts)
     if n == 0:
         return pa.array([], pa.binary())
     lengths = lengths.astype(np.int32, copy=False)
-    views = np.zeros((n, 16), dtype=np.uint8)
-    views[:, 0:4] = lengths.astype("<i4").view(np.uint8).reshape(n, 4)
-    inline = data[np.minimum(starts[:, None] + np.arange(_INLINE), len(data) - 1)]
-    inline[np.arange(_INLINE)[None, :] >= lengths[:, None]] = 0
-    views[:, 4:16] = inline
-    long = lengths > _INLINE
-    if long.any():
-        views[long, 8:12] = 0
-        views[long, 12:16] = starts[long].astype("<i4").view(np.uint8).reshape(-1, 4)
+    views = np.empty((n, 4), dtype="<i4")
+    views[:, 0] = lengths
+    last = len(data) - 1
+    views[:, 1] = data[np.minimum(starts[:, None] + np.arange(4), last)].view("<i4")[:, 0]
+    views[:, 2] = 0
+    views[:, 3] = starts
+    short = np.flatnonzero(lengths <= _INLINE)
+    if len(short):  # inline values, zero-padded
+        inline = data[np.minimum(starts[short, None] + np.arange(_INLINE), last)]
+        inline[np.arange(_INLINE)[None, :] >= lengths[short, None]] = 0
+        views[short, 1:] = inline.view("<i4")
     arr = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data)])
     return arr.cast(pa.binary())
 
@@ -229,7 +281,15 @@ def read_queue_columns(store, topic: str, queue_id: int, offset: int, max_count:
         keep = max(1, int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right")))
         if keep < len(sizes):
             phys, sizes, next_offset = phys[:keep], sizes[:keep], offset + keep
-    data, record_at, read_count = _read_spans(store, topic, queue_id, phys, sizes)
+    total = np.cumsum(sizes)
+    if len(total) and int(total[-1]) > READ_BUFFER_MAX:  # a short read: offsets stay int32
+        keep = max(1, int(np.searchsorted(total, READ_BUFFER_MAX, side="right")))
+        phys, sizes, next_offset = phys[:keep], sizes[:keep], offset + keep
+    gathered = _gather_records(store, topic, queue_id, phys, sizes)
+    if gathered is not None:
+        data, record_at, read_count = gathered
+    else:
+        data, record_at, read_count = _read_spans(store, topic, queue_id, phys, sizes)
     if read_count < len(phys):  # the read buffer is full: a short read
         phys, sizes, next_offset = phys[:read_count], sizes[:read_count], offset + read_count
     records = _decode_columns(data, record_at, phys, sizes, topic, queue_id)
@@ -251,6 +311,45 @@ def _read_entries(cq, offset: int, max_count: int) -> np.ndarray:
     if not parts:
         return np.zeros(0, dtype=ENTRY_DTYPE)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _gather_records(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """The records' bytes from mapped segments (None: not mappable): the map itself when
+    they are all in one segment, else copied back to back out of each segment's map.
+
+    Returns (bytes, each record's position in them, records covered).
+    """
+    n = len(phys)
+    if n == 0:
+        return None
+    commitlog = store.commitlog
+    lo, hi = int(phys.min()), int((phys + sizes).max())
+    if commitlog.segment_for(lo) is not None and lo >= commitlog.min_offset and hi <= _segment_end(store, lo):
+        mapped = _mapped_segment(store, lo, hi)
+        if mapped is not None:  # the common case, one segment: decode straight from the map, no copy
+            return mapped[1], phys - mapped[0], n
+    pieces: list[np.ndarray] = []
+    i = 0
+    while i < n:
+        lo = int(phys[i])
+        if commitlog.segment_for(lo) is None or lo < commitlog.min_offset:
+            _read_commitlog(store, topic, queue_id, lo, 0)  # raises DataDeleted
+        seg_end = _segment_end(store, lo)
+        j = i + int(np.searchsorted(phys[i:], seg_end, side="left"))
+        mapped = _mapped_segment(store, lo, int(phys[j - 1] + sizes[j - 1]))
+        if mapped is None:
+            return None
+        seg_start, arr = mapped
+        records = gather_binary(arr, phys[i:j] - seg_start, sizes[i:j])
+        _, offsets, values = records.buffers()
+        first = np.frombuffer(offsets, dtype=np.int32)[records.offset]
+        pieces.append(np.frombuffer(values, dtype=np.uint8)[first:first + int(sizes[i:j].sum())])
+        i = j
+    data = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+    record_at = np.zeros(n, dtype=np.int64)
+    np.cumsum(sizes[:-1], out=record_at[1:])
+    return data, record_at, n
 
 
 def _read_spans(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray

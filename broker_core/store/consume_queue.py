@@ -7,12 +7,20 @@ derived data: recovery truncates and rebuilds it from the CommitLog.
 
 `max_offset` is published by the dispatcher under the dispatch lock (so a
 snapshot of all queues never splits an atomic group); readers never look past it.
+
+New entries first go to an in-memory tail (appended in order), written to the
+file in one go when it reaches TAIL_SPILL_BYTES or the queue is flushed: a small
+write syscall per queue per append batch would cost more than the entries. The
+tail is a (first queue offset, bytearray) pair replaced, never cleared, when it
+is spilled (after the file write), so a reader holding the old pair still finds
+its entries in it and a reader of the new pair finds older ones in the file.
 """
 
 from __future__ import annotations
 
 import shutil
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +30,7 @@ from txmq.broker.store.mapped_file import MappedFile, file_name
 
 ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
+TAIL_SPILL_BYTES = 4096 * 20  # entries kept in memory before one file write (see the module doc)
 ENTRY_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tag_hash", ">i8")])  # ENTRY as a numpy record
 
 
@@ -60,7 +69,9 @@ class ConsumeQueue:
             self.max_offset = 0
             self.min_offset = 0
         self._deleted: list[MappedFile] = []
-        self.written_offset = self.max_offset  # entries on disk (>= max_offset while a batch is published)
+        self.written_offset = self.max_offset  # entries written (>= max_offset while a batch is published)
+        self._tail: tuple[int, bytearray] = (self.written_offset, bytearray())  # entries not yet in the file
+        self._tail_lock = threading.Lock()  # the writer's appends vs the flusher's spill
 
     # --- files -------------------------------------------------------------------
 
@@ -83,6 +94,26 @@ class ConsumeQueue:
 
     def write(self, queue_offset: int, data: bytes) -> None:
         """Write packed entries starting at queue_offset (not yet visible: see publish)."""
+        with self._tail_lock:
+            start, tail = self._tail
+            if queue_offset == self.written_offset == start + len(tail) // ENTRY_SIZE:
+                tail += data  # in order: stays in memory until the spill
+                self.written_offset = queue_offset + len(data) // ENTRY_SIZE
+                if len(tail) >= TAIL_SPILL_BYTES:
+                    self._spill()
+                return
+            self._spill()  # recovery rewriting entries: straight to the file
+            self._write_file(queue_offset, data)
+            self._tail = (self.written_offset, bytearray())
+
+    def _spill(self) -> None:
+        """Write the in-memory tail to the file (the caller holds the tail lock)."""
+        start, tail = self._tail
+        if tail:
+            self._write_file(start, bytes(tail))
+            self._tail = (start + len(tail) // ENTRY_SIZE, bytearray())
+
+    def _write_file(self, queue_offset: int, data: bytes) -> None:
         pos = 0
         while pos < len(data):
             f = self._file_for(queue_offset, create=True)
@@ -97,6 +128,8 @@ class ConsumeQueue:
         self.written_offset = max(self.written_offset, queue_offset)
 
     def flush(self) -> None:
+        with self._tail_lock:
+            self._spill()
         for f in self._files[-2:]:
             if not f.closed:
                 f.sync()
@@ -108,6 +141,10 @@ class ConsumeQueue:
         end = min(self.max_offset, queue_offset + count)
         if queue_offset >= end:
             return b""
+        start, tail = self._tail
+        if queue_offset >= start:
+            return bytes(tail[(queue_offset - start) * ENTRY_SIZE:(end - start) * ENTRY_SIZE])
+        end = min(end, start)  # the file holds everything before the tail
         f = self._file_for(queue_offset)
         if f is None:
             return b""
@@ -132,6 +169,10 @@ class ConsumeQueue:
 
     def entry(self, queue_offset: int) -> tuple[int, int, int] | None:
         """(physical offset, size, tag hash) of one entry, or None."""
+        start, tail = self._tail
+        if queue_offset >= start:
+            at = (queue_offset - start) * ENTRY_SIZE
+            return ENTRY.unpack_from(tail, at) if at + ENTRY_SIZE <= len(tail) else None
         f = self._file_for(queue_offset)
         if f is None:
             return None
@@ -160,6 +201,12 @@ class ConsumeQueue:
         return cut
 
     def truncate_to(self, queue_offset: int) -> None:
+        with self._tail_lock:
+            self._spill()
+            self._truncate_file(queue_offset)
+            self._tail = (queue_offset, bytearray())
+
+    def _truncate_file(self, queue_offset: int) -> None:
         byte_pos = queue_offset * ENTRY_SIZE
         keep = []
         for f in self._files:
@@ -176,6 +223,8 @@ class ConsumeQueue:
 
     def delete_below_physical(self, min_phys: int) -> int:
         """Retention: drop files wholly below `min_phys`, advance min_offset; returns it."""
+        with self._tail_lock:
+            self._spill()  # the files must hold every entry: a queue with none on file has no files
         for f in self._deleted:
             f.close()
         self._deleted = []
@@ -193,10 +242,13 @@ class ConsumeQueue:
         return self.min_offset
 
     def close(self) -> None:
+        with self._tail_lock:
+            self._spill()
         for f in self._files + self._deleted:
             f.close()
 
     def destroy(self) -> None:
+        self._tail = (self.written_offset, bytearray())  # the queue goes away: nothing to spill
         self.close()
         shutil.rmtree(self.directory, ignore_errors=True)
 

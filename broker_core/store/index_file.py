@@ -329,24 +329,26 @@ class IndexService:
 
     def delete_below(self, min_phys: int) -> int:
         """Retention: drop files whose newest entry points below min_phys (never the active one)."""
-        self.write_pending()
-        for f in self._deleted:
-            f.close()
-        self._deleted = []
-        removed = 0
-        while len(self._files) > 1 and self._files[0][1].end_phys < min_phys:
-            _, f = self._files[0]
-            self._files = self._files[1:]
-            try:
-                os.unlink(f.path)
-            except FileNotFoundError:
-                pass
-            self._deleted.append(f)
-            removed += 1
-        return removed
+        with self._lock:  # lookups may write pending items (and roll files) concurrently
+            self._write_pending()
+            for f in self._deleted:
+                f.close()
+            self._deleted = []
+            removed = 0
+            while len(self._files) > 1 and self._files[0][1].end_phys < min_phys:
+                _, f = self._files[0]
+                self._files = self._files[1:]
+                try:
+                    os.unlink(f.path)
+                except FileNotFoundError:
+                    pass
+                self._deleted.append(f)
+                removed += 1
+            return removed
 
     def close(self) -> None:
-        self.write_pending()
+        with self._lock:
+            self._write_pending()
         for _, f in self._files:
             f.flush()
             f.close()

@@ -154,7 +154,6 @@ class MessageStore:
         self.abort_marker.create()
         self.topics = TopicRegistry(root / "topics.json", on_delete=self._drop_topic)
         self.offsets = ConsumerOffsets(root / "offsets.json")
-        self._id_prefix = self.commitlog.store_host[0].hex().upper()
         self._group_commit = GroupCommit(self.commitlog.flush) if config.flush_mode == "sync" else None
         self._next_housekeeping = time.monotonic() + HOUSEKEEPING_S
         self._flusher = FlushService(

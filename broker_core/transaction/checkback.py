@@ -60,16 +60,21 @@ class CheckbackService:
         limit = self.config.max_checks_per_round
         claimed = self.engine.claim_due(now, limit)
         checked = undelivered = discarded = 0
+        retry_ms = now + int(self.config.check_interval_s * 1000)
         for tx in claimed:
-            verdict = self.engine.check_verdict(tx, now)
-            if verdict.startswith("discard"):
-                if self.engine.discard(tx.transaction_id, reason=verdict.split(":", 1)[1]):
-                    discarded += 1
-                continue
-            delivered = self._deliver(tx)
-            self.engine.record_check(tx, delivered, now)
-            checked += delivered
-            undelivered += not delivered
+            try:
+                verdict = self.engine.check_verdict(tx, now)
+                if verdict.startswith("discard"):
+                    if self.engine.discard(tx.transaction_id, reason=verdict.split(":", 1)[1]):
+                        discarded += 1
+                    continue
+                delivered = self._deliver(tx)
+                self.engine.record_check(tx, delivered, now)
+                checked += delivered
+                undelivered += not delivered
+            except Exception:  # e.g. the discard's store append failed: try again next interval
+                log.exception("check-back of transaction %s failed", tx.transaction_id)
+                self.engine.release_claim(tx, retry_ms)
         self.engine.maybe_snapshot()
         return CheckRound(checked, undelivered, discarded, len(claimed) >= limit, time.monotonic() - started)
 

@@ -28,11 +28,13 @@ TOPIC, GROUP, QUEUES = "pop-sm", "g1", 2
 
 
 class Clock:
+    """A test clock in whole milliseconds, the broker's deadline resolution."""
+
     def __init__(self) -> None:
-        self.now = 1_000_000.0
+        self.now_ms = 1_000_000_000
 
     def __call__(self) -> float:
-        return self.now
+        return self.now_ms / 1000
 
 
 class PopMachine(RuleBasedStateMachine):
@@ -49,7 +51,7 @@ class PopMachine(RuleBasedStateMachine):
         self.pop = PopService(core, clock=self.clock)
         self.sent: set[bytes] = set()
         self.acked: set[bytes] = set()
-        self.invisible_until: dict[bytes, float] = {}  # body -> deadline of its current delivery
+        self.invisible_until: dict[bytes, int] = {}  # body -> deadline (ms) of its current delivery
         self.current_handle: dict[bytes, str] = {}
         self.n = 0
 
@@ -68,12 +70,12 @@ class PopMachine(RuleBasedStateMachine):
     def receive(self, batch, invisible_s):
         got = self.pop.receive(GROUP, TOPIC, QUEUES, start_queue=-1, batch=batch, invisible_ms=invisible_s * 1000,
                                tags=None)
-        visible_before = {b for b in self.sent - self.acked if self.invisible_until.get(b, 0) <= self.clock.now}
+        visible_before = {b for b in self.sent - self.acked if self.invisible_until.get(b, 0) <= self.clock.now_ms}
         for d in got:
             body = d.message.body
             assert body not in self.acked, "an acked message was delivered again"
-            assert self.invisible_until.get(body, 0) <= self.clock.now, "delivered while invisible"
-            self.invisible_until[body] = self.clock.now + invisible_s
+            assert self.invisible_until.get(body, 0) <= self.clock.now_ms, "delivered while invisible"
+            self.invisible_until[body] = self.clock.now_ms + invisible_s * 1000
             self.current_handle[body] = d.receipt_handle
         assert len(got) == min(batch, len(visible_before)), "a visible message was held back"
         return [(d.message.body, d.receipt_handle) for d in got] or [(b"", "none")]
@@ -97,13 +99,13 @@ class PopMachine(RuleBasedStateMachine):
             new = self.pop.change_invisible(GROUP, TOPIC, handle, seconds * 1000)
             assert valid
             self.current_handle[body] = new
-            self.invisible_until[body] = self.clock.now + seconds
+            self.invisible_until[body] = self.clock.now_ms + seconds * 1000
         except InvalidReceiptHandle:
             assert not valid
 
-    @rule(seconds=hs.floats(0.5, 6))
-    def wait(self, seconds):
-        self.clock.now += seconds
+    @rule(ms=hs.integers(500, 6000))
+    def wait(self, ms):
+        self.clock.now_ms += ms
 
     @invariant()
     def committed_offsets_never_pass_an_unacked_message(self):

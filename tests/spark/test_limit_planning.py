@@ -36,7 +36,7 @@ class QueuesModel:
             for q in queues:
                 self.queues[q].append((ms, tx))
 
-    def pull_arrow(self, topic, queue_id, start, end, tags=None):
+    def pull_arrow(self, topic, queue_id, start, end, tags=None, max_bytes=None):
         rows = self.queues[queue_id][start:end]
         batch = pa.RecordBatch.from_pydict({
             "storeTimestamp": pa.array([ms * 1000 for ms, _ in rows], pa.timestamp("us", tz="UTC")),

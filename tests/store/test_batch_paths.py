@@ -29,7 +29,7 @@ from txmq.broker.store.record import (
     message_ids,
 )
 from txmq.broker.store.validation import _check_sequentially, check_columns
-from tests.store._helpers import msg
+from tests.store._helpers import crash, msg
 
 LIMITS = dict(max_body_bytes=64, max_properties_bytes=80)
 
@@ -196,3 +196,22 @@ def test_group_commit_lone_appender_does_not_wait(monkeypatch) -> None:
     started = time.perf_counter()
     gc.wait_durable(1)
     assert time.perf_counter() - started < 10 and gc.fsyncs == 1
+
+
+def test_queue_entries_are_readable_before_and_after_they_reach_the_file(open_store) -> None:
+    store = open_store()
+    store.append([msg(body=b"%d" % i) for i in range(5)])
+    before = [m.body for m in store.read_queue("T", 0, 0, 10).messages]
+    store.dispatcher.flush()
+    assert before == [m.body for m in store.read_queue("T", 0, 0, 10).messages] == [b"%d" % i for i in range(5)]
+
+
+def test_queue_entries_lost_with_a_killed_process_are_rebuilt_from_the_log(open_store, tmp_path) -> None:
+    store = open_store(checkpoint_interval_ms=10**8, flush_interval_ms=10**8)
+    store.append([msg(body=b"%d" % i, queue_id=1) for i in range(3)])
+    for cq in store.dispatcher.queues():  # what a SIGKILL loses: the entries not yet in their files
+        cq._tail = (cq._tail[0], bytearray())
+    crash(store)
+    store = open_store()
+    assert store.min_offset("T", 1) == 0
+    assert [m.body for m in store.read_queue("T", 1, 0, 10).messages] == [b"0", b"1", b"2"]

@@ -59,6 +59,7 @@ def test_disk_use_over_the_ratio_deletes_oldest_segments(open_store) -> None:
 def test_queue_files_below_the_log_minimum_are_deleted_and_state_survives_restart(open_store, tmp_path) -> None:
     store = open_store(consume_queue_entries_per_file=8)
     _fill(store, 80)
+    store.dispatcher.flush()  # queue entries reach their files when flushed
     qdir = tmp_path / "store" / "consumequeue" / "T" / "0"
     files_before = len(os.listdir(qdir))
     store.delete_expired(now_ms=int(time.time() * 1000) + 100 * 3600 * 1000)

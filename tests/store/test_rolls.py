@@ -45,6 +45,7 @@ def test_queue_files_roll_at_the_configured_entry_count(open_store, tmp_path) ->
     store = open_store(consume_queue_entries_per_file=16)
     for i in range(5):
         store.append([msg(body=b"%d" % (i * 10 + j)) for j in range(10)])
+    store.dispatcher.flush()  # queue entries reach their files when flushed
     qdir = tmp_path / "store" / "consumequeue" / "T" / "0"
     assert sorted(os.listdir(qdir)) == ["%020d" % 0, "%020d" % 16, "%020d" % 32, "%020d" % 48]
     assert (qdir / ("%020d" % 0)).stat().st_size == 16 * 20

@@ -9,6 +9,7 @@ A `fail_next_append` switch simulates a store failure (the append writes nothing
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -39,6 +40,7 @@ class MemoryStore:
         self._next_physical = 0
         self.appends = 0
         self.fail_next_append = False
+        self.pause_after_append_s = 0.0  # widens the window between an append and its caller's next step
 
     def append(self, messages: Sequence[Message], *, allow_system: bool = False) -> list[AppendResult]:
         return self._write(messages, allow_system)
@@ -68,7 +70,9 @@ class MemoryStore:
                 results.append(AppendResult(m.topic, m.queue_id, stored.queue_offset, stored.physical_offset,
                                             size, f"{stored.physical_offset:016X}", 1))
                 self._next_physical += size
-            return results
+        if self.pause_after_append_s:
+            time.sleep(self.pause_after_append_s)
+        return results
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, **_: object) -> QueueRead:
         with self._lock:

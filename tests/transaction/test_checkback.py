@@ -233,3 +233,15 @@ def test_service_thread_runs_rounds_at_millisecond_intervals(memory_store):
     finally:
         service.stop()
     assert len(listener.asked) >= 3
+
+
+def test_a_failed_discard_is_retried_next_round(memory_store, clock):
+    engine, service, _ = make(memory_store, clock, max_checks=0)
+    engine.prepare([msg()], transaction_id="t")
+    clock.advance(6)
+    memory_store.fail_next_append = True
+    assert service.run_once().discarded == 0
+    assert engine.get("t").state is TxState.PENDING
+    clock.advance(30)
+    assert service.run_once().discarded == 1
+    assert engine.get("t").state is TxState.DISCARDED
