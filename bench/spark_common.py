@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -13,17 +12,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.support.broker_process import BrokerProcess  # noqa: E402
+from tests.support.spark_env import expose_autoregister_module  # noqa: E402
 
 
 def spark_session():
     """local[2] with our Python; `pyspark_txmq` made visible even in an editable install."""
-    import pkgutil
-
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if not any(m.name == "pyspark_txmq" for m in pkgutil.iter_modules()):
-        link_dir = Path(tempfile.mkdtemp(prefix="txmq-pythonpath-"))
-        (link_dir / "pyspark_txmq").symlink_to(ROOT / "connector" / "autoregister", target_is_directory=True)
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(link_dir), os.environ.get("PYTHONPATH")) if p)
+    expose_autoregister_module()
     from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("txmq-bench")

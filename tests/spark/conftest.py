@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker_process import BrokerProcess
+from tests.support.spark_env import expose_autoregister_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,29 +27,11 @@ def spark_broker(tmp_path_factory):
         yield proc
 
 
-def expose_autoregister_module(tmp_dir: Path) -> None:
-    """Make `pyspark_txmq` visible to pyspark's data source lookup in an editable install.
-
-    pyspark finds `pyspark_*` modules with `pkgutil.iter_modules()`, which cannot see
-    packages that an editable install maps through an import hook (a regular
-    `pip install` puts `pyspark_txmq/` in site-packages, where it is found). A
-    symlink on PYTHONPATH, inherited by Spark's Python workers, does the same here.
-    """
-    import pkgutil
-
-    if any(m.name == "pyspark_txmq" for m in pkgutil.iter_modules()):
-        return
-    link = tmp_dir / "pyspark_txmq"
-    if not link.exists():
-        link.symlink_to(ROOT / "connector" / "autoregister", target_is_directory=True)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(tmp_dir), os.environ.get("PYTHONPATH")) if p)
-
-
 @pytest.fixture(scope="session")
-def spark_env(tmp_path_factory) -> dict[str, str]:
+def spark_env() -> dict[str, str]:
     """The environment Spark (and a driver subprocess) needs: our Python, pyspark_txmq importable."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    expose_autoregister_module(tmp_path_factory.mktemp("pythonpath"))
+    expose_autoregister_module()
     return dict(os.environ)
 
 
@@ -62,6 +45,8 @@ def spark(spark_env):
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.driver.memory", "1g")
                .config("spark.sql.streaming.stopTimeout", "30s")
+               # small jobs: C1-only JIT and the serial GC start and warm the JVM faster
+               .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
     yield session

@@ -128,6 +128,7 @@ def test_sink_survives_driver_kills_at_each_protocol_point(spark_env, spark_brok
                   ["sink.before_halves:0", "sink.after_halves:1", "sink.after_broker_commit:2"], rows=30)
 
 
+@pytest.mark.slow  # ~4 driver starts; run with -m slow (the sink's kill test covers the default suite)
 def test_foreach_batch_helper_keeps_database_and_topic_one_to_one_through_kills(
         spark_env, spark_broker, client, tmp_path):
     foreach_scenario(spark_env, spark_broker, client, tmp_path,
