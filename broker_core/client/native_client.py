@@ -18,7 +18,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import grpc
 import pyarrow as pa
@@ -43,6 +43,9 @@ from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import batch_from_ipc, to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.server.native_status import raise_for
+
+if TYPE_CHECKING:
+    from txmq.broker.client.checkback import CheckbackSession
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,6 @@ regenerates into a temporary directory and compares (`generate_to`), so a
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 from pathlib import Path

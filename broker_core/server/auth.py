@@ -33,7 +33,7 @@ import re
 import threading
 import time
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from hashlib import sha1
 from pathlib import Path
 from typing import Iterable, Sequence

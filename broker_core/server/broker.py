@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from txmq.broker.errors import IllegalTopic, TopicNotFound
+from txmq.broker.errors import TopicNotFound
 from txmq.broker.server.auth import Authenticator, AuthInterceptor
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port

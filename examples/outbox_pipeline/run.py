@@ -17,7 +17,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from txmq.broker.client import Message, NativeClient, PullConsumer

@@ -15,7 +15,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from hypothesis import settings
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 from hypothesis import strategies as hs
 
 from txmq.broker.errors import InvalidReceiptHandle

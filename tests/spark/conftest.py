@@ -10,14 +10,12 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
 from tests.support.broker_process import BrokerProcess
 from tests.support.spark_env import expose_autoregister_module
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
