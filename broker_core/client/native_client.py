@@ -283,7 +283,7 @@ class NativeClient:
 
     # ---- reads ----------------------------------------------------------------
     def pull_arrow(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
-                   max_bytes: int = 64 << 20) -> PullResult:
+                   max_bytes: int = 2 << 20) -> PullResult:
         """Messages [start, end) of one queue as one record batch in the Spark schema.
 
         May stop early at `max_bytes`: call again from `next_offset`. Raises
