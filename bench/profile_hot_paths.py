@@ -64,7 +64,7 @@ def process_label(cmdline: str) -> str:
         return "spark worker"
     if "multiprocessing" in cmdline or "spawn_main" in cmdline:
         return "client process"
-    if cmdline.startswith("/") and "bench/" in cmdline:
+    if "bench/" in cmdline and ".py" in cmdline:
         return "bench driver"
     return "helper"
 
@@ -88,6 +88,8 @@ def parse_raw(text: str) -> list[tuple[str, list[tuple[str, str]], int]]:
             body = body.rsplit('";', 1)[1]
         frames = [(m.group(1).strip(), m.group(2)) for m in FRAME.finditer(";" + body)]
         if frames:
+            if label == "helper" and (ROOT / "bench" / frames[0][1]).is_file():
+                label = "bench driver"  # py-spy could not read the command line; the stack says it
             records.append((label, frames, int(end.group(2))))
         label = "helper"
     return records
