@@ -26,7 +26,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from txmq.broker.store.mapped_file import fsync_dir
+from txmq.broker.store.durable import fsync_dir
 
 SLOT = struct.Struct(">qqqq")  # sequence, commitlog_flushed, dispatch_flushed, timestamp_ms
 SLOT_BYTES = 64

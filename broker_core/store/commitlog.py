@@ -23,7 +23,8 @@ from typing import Sequence
 
 from txmq.broker.errors import MessageBodyTooLarge, MessageNotFound
 from txmq.broker.store.batch import BatchColumns
-from txmq.broker.store.mapped_file import MappedFile, file_name, fsync_dir
+from txmq.broker.store.durable import fsync_dir
+from txmq.broker.store.mapped_file import MappedFile, file_name
 from txmq.broker.store.message import Message, StoredMessage
 from txmq.broker.store.record import (
     _host_cache as _HOST_CACHE,

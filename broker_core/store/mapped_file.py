@@ -20,15 +20,6 @@ def file_name(start: int) -> str:
     return "%020d" % start
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a created/renamed/deleted directory entry durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class MappedFile:
     """One file holding bytes [start, start + capacity) of a larger address space."""
 

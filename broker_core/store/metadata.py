@@ -9,14 +9,13 @@ implicitly with one queue and cannot be created, changed or deleted.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from txmq.broker.errors import IllegalQueue, IllegalTopic, OffsetNotFound, TopicNotFound
-from txmq.broker.store.mapped_file import fsync_dir
+from txmq.broker.store.durable import write_bytes_atomically
 from txmq.broker.store.message import SYSTEM_TOPICS
 from txmq.broker.store.validation import check_topic_name
 
@@ -27,13 +26,7 @@ MAX_QUEUE_COUNT = 1024
 
 
 def write_json_atomically(path: Path, data: object) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    write_bytes_atomically(path, json.dumps(data, sort_keys=True).encode("utf-8"))
 
 
 def read_json(path: Path, default: object) -> object:

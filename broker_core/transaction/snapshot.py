@@ -18,9 +18,10 @@ proves every record it covers survived).
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from txmq.broker.store.durable import write_bytes_atomically
 
 from .state import FinalRecord, HalfRef, Transaction, TxState
 
@@ -69,14 +70,8 @@ def write_snapshot(state_dir: Path, snap: TableSnapshot) -> Path:
         "finals": {k: [_STATE_CODES[f.state], f.resolved_ms] for k, f in snap.finals.items()},
     }
     path = state_dir / f"{_PREFIX}{snap.seq:012d}{_SUFFIX}"
-    tmp = path.with_suffix(".tmp")
     text = json.dumps(doc, separators=(",", ":"))  # the C encoder; json.dump would use the Python one
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(state_dir)
+    write_bytes_atomically(path, text.encode("utf-8"))
     for old in _snapshot_paths(state_dir)[:-_KEEP]:
         old.unlink(missing_ok=True)
     return path
@@ -109,9 +104,3 @@ def _newest_seq(state_dir: Path) -> int:
     return int(paths[-1].name[len(_PREFIX):-len(_SUFFIX)]) if paths else 0
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
