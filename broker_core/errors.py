@@ -1,7 +1,7 @@
 """Typed errors of the broker core.
 
 Every refusal the broker can give is one of these classes. They know nothing of
-gRPC: `txmq.broker.server.status` maps each class to a RocketMQ status code in
+gRPC: `txmq.broker.protocol.status` maps each class to a RocketMQ status code in
 one table, and the client library maps codes back to these classes, so a caller
 on either side of the wire catches the same exception type.
 

@@ -16,7 +16,7 @@ import grpc
 
 from txmq.broker import errors
 from txmq.broker.client.types import CheckRequest, LocalTransactionState
-from txmq.broker.server.native_status import error_from
+from txmq.broker.protocol.native_status import error_from
 
 if TYPE_CHECKING:
     from txmq.broker.client.native_client import NativeClient

@@ -42,7 +42,7 @@ from txmq.broker.client.types import (
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import batch_from_ipc, to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
-from txmq.broker.server.native_status import raise_for
+from txmq.broker.protocol.native_status import raise_for
 
 if TYPE_CHECKING:
     from txmq.broker.client.checkback import CheckbackSession

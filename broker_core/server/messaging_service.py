@@ -26,7 +26,7 @@ from txmq.broker.errors import (BadRequest, IllegalDeliveryTime, IllegalInvisibl
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, SERVICE_NAME, STREAM_STREAM,
                                                    UNARY_STREAM, UNARY_UNARY)
-from txmq.broker.server import status as st
+from txmq.broker.protocol import status as st
 from txmq.broker.server.convert import (check_group, check_topic, delivery_timestamp_ms, message_type_of,
                                         to_store_message, to_wire_message)
 from txmq.broker.server.pop import parse_tag_filter

@@ -24,7 +24,7 @@ from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UN
 from txmq.broker.server.auth import ANONYMOUS
 from txmq.broker.server.native_ingest import MessageIdGenerator, QueueSelector, decode_batch
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch, pull_payload
-from txmq.broker.server.native_status import ok_status, status_for
+from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
 from txmq.broker.server.property_names import user_properties
 from txmq.broker.server.rpc_metrics import RpcMetrics

@@ -21,7 +21,7 @@ import threading
 from typing import Iterator
 
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
-from txmq.broker.server import status as st
+from txmq.broker.protocol import status as st
 from txmq.broker.server.convert import to_wire_message
 from txmq.broker.store.message import PROP_REAL_TOPIC
 

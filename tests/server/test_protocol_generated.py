@@ -58,7 +58,7 @@ def test_txmq_protocol_and_official_client_import_in_one_process():
         from txmq.broker.protocol import rocketmq_v2_pb2 as ours
         from rocketmq.grpc_protocol import definition_pb2, service_pb2
         import rocketmq
-        from txmq.broker.server import status
+        from txmq.broker.protocol import status
         theirs = service_pb2.SendMessageRequest()
         m = theirs.messages.add(body=b"x")
         m.topic.name = "t"

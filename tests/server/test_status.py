@@ -8,7 +8,7 @@ import pytest
 
 from txmq.broker import errors
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
-from txmq.broker.server import status
+from txmq.broker.protocol import status
 
 ALL_ERRORS = [c for _, c in inspect.getmembers(errors, inspect.isclass)
               if issubclass(c, errors.TxmqError) and c is not errors.TxmqError]

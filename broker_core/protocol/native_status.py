@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from txmq.broker import errors
 from txmq.broker.protocol import native_pb2
-from txmq.broker.server import status as status_table
+from txmq.broker.protocol import status as status_table
 
 OK_CODE = int(status_table.Code.OK)
 
