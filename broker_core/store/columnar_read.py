@@ -28,8 +28,9 @@ the log is append-only afterwards), so a per-read CRC would cost a full pass ove
 every body for no new guarantee.
 
 The store internals this module touches are confined to the "store access"
-section below (`_queue_for`, `_read_commitlog`, `_segment_end`, `_mapped_segment`;
-see docs/STATUS.md "[columnar] request to store").
+section below (`_queue_for`, `_read_commitlog`, `_segment_end`, `_mapped_segment`),
+until MessageStore offers public hooks for a queue's raw entries and a segment's
+read-only view.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def _mapped_segment(store, offset: int, end: int) -> tuple[int, np.ndarray] | No
     join). Gathering the records straight from a map copies only their bytes.
     Safe against retention: a map outlives the unlinked file, and the CommitLog is
     only ever truncated past its visible end (so mapped records never vanish).
-    Uses the segment's `fd` (MappedFile internals): see docs/STATUS.md.
+    Uses the segment's `fd` (MappedFile internals).
     """
     seg = store.commitlog.segment_for(offset)
     if seg is None or seg.closed or end > seg.start + seg.capacity or seg.capacity >= 1 << 31:
