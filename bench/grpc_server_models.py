@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.load import closed_loop  # noqa: E402
 
 SERVER_CODE = r'''
 import sys, asyncio, grpc
@@ -65,31 +65,9 @@ def drive(endpoint: str, seconds: float, threads: int, payload: bytes = b"x" * 2
     call = channel.unary_unary("/bench.Echo/Call", request_serializer=lambda b: b, response_deserializer=lambda b: b)
     for _ in range(200):  # warm up
         call(payload)
-    latencies: list[float] = []
-    lock = threading.Lock()
-    stop_at = time.perf_counter() + seconds
-
-    def worker() -> None:
-        local = []
-        while time.perf_counter() < stop_at:
-            t0 = time.perf_counter()
-            call(payload)
-            local.append(time.perf_counter() - t0)
-        with lock:
-            latencies.extend(local)
-
-    ts = [threading.Thread(target=worker) for _ in range(threads)]
-    t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    figures = closed_loop(lambda: call(payload), seconds, threads)
     channel.close()
-    latencies.sort()
-    return {"calls_per_s": round(len(latencies) / elapsed, 1),
-            "p50_ms": round(statistics.median(latencies) * 1000, 3),
-            "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 3)}
+    return {"calls_per_s": figures["per_s"], "p50_ms": figures["p50_ms"], "p99_ms": figures["p99_ms"]}
 
 
 def main() -> None:

@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -27,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.grpc_server_models import drive, start_server  # noqa: E402
+from bench.load import closed_loop  # noqa: E402
 from tests.server.wire import Wire  # noqa: E402
 from tests.support.broker_process import BrokerProcess  # noqa: E402
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb  # noqa: E402
@@ -35,30 +33,8 @@ BODY = b"x" * 1024
 
 
 def run(fn, seconds: float, threads: int) -> dict:
-    latencies: list[float] = []
-    lock = threading.Lock()
-    stop_at = time.perf_counter() + seconds
-
-    def worker() -> None:
-        local = []
-        while time.perf_counter() < stop_at:
-            t0 = time.perf_counter()
-            fn()
-            local.append(time.perf_counter() - t0)
-        with lock:
-            latencies.extend(local)
-
-    ts = [threading.Thread(target=worker) for _ in range(threads)]
-    t0 = time.perf_counter()
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    latencies.sort()
-    return {"ops_per_s": round(len(latencies) / elapsed, 1),
-            "p50_ms": round(statistics.median(latencies) * 1000, 3),
-            "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000, 3)}
+    figures = closed_loop(fn, seconds, threads)
+    return {"ops_per_s": figures["per_s"], "p50_ms": figures["p50_ms"], "p99_ms": figures["p99_ms"]}
 
 
 def main() -> None:
