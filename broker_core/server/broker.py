@@ -60,6 +60,9 @@ class BrokerCore:
             flush_interval_ms=config.flush_interval_ms,
             max_body_bytes=config.max_body_bytes,
             max_properties_bytes=config.max_properties_bytes,
+            commitlog_segment_bytes=config.segment_bytes,
+            retention_hours=config.retention_s / 3600,
+            disk_max_used_ratio=config.disk_max_used_ratio,
             store_host=(host if host not in WILDCARD_HOSTS else "127.0.0.1", port),
         ))
         try:
@@ -245,6 +248,10 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", type=Path, help="PEM certificate: serve TLS")
     p.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
     p.add_argument("--metrics-listen", help="HOST:PORT for the Prometheus /metrics endpoint")
+    p.add_argument("--segment-bytes", type=int, help="CommitLog segment size in bytes (default 1 GiB)")
+    p.add_argument("--retention", help="delete CommitLog segments older than this (default 72h)")
+    p.add_argument("--disk-max-used-ratio", type=float,
+                   help="delete the oldest segments while the disk is fuller than this (default 0.75)")
     p.add_argument("--log-level", default="WARNING")
     return p
 
@@ -255,7 +262,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("flush", "flush"), ("max_checks", "max_checks"),
                       ("auto_create_topics", "auto_create_topics"), ("default_queue_count", "default_queue_count"),
                       ("auth_file", "auth_file"), ("tls_cert", "tls_cert"), ("tls_key", "tls_key"),
-                      ("metrics_listen", "metrics_listen")):
+                      ("metrics_listen", "metrics_listen"), ("segment_bytes", "segment_bytes"),
+                      ("disk_max_used_ratio", "disk_max_used_ratio")):
         value = getattr(args, flag)
         if value is not None:
             overrides[key] = value
@@ -263,6 +271,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         overrides["transaction_timeout_s"] = parse_duration(args.transaction_timeout)
     if args.check_interval is not None:
         overrides["check_interval_s"] = parse_duration(args.check_interval)
+    if args.retention is not None:
+        overrides["retention_s"] = parse_duration(args.retention)
     if args.config:
         return BrokerConfig.from_toml(args.config, overrides)
     return BrokerConfig.from_mapping(overrides)

@@ -55,6 +55,11 @@ class BrokerConfig:
     tls_cert: Path | None = None
     tls_key: Path | None = None
     metrics_listen: str | None = None
+    # Storage: CommitLog segment size, and retention (segments older than this, or while the
+    # disk is fuller than the ratio, are deleted with their queue entries).
+    segment_bytes: int = 1 << 30
+    retention_s: float = 72 * 3600.0
+    disk_max_used_ratio: float = 0.75
     max_body_bytes: int = 4 << 20
     max_properties_bytes: int = 32767
     max_message_bytes: int = 256 << 20  # gRPC frame limit (native Arrow batches are large)
@@ -89,6 +94,12 @@ class BrokerConfig:
             raise ValueError("default_queue_count must be positive")
         if self.max_checks < 0:
             raise ValueError("max_checks must not be negative")
+        if self.segment_bytes < 4096:
+            raise ValueError(f"segment_bytes must be at least 4096, got {self.segment_bytes}")
+        if self.retention_s <= 0:
+            raise ValueError(f"retention must be positive, got {self.retention_s}s")
+        if not 0 < self.disk_max_used_ratio <= 1:
+            raise ValueError(f"disk_max_used_ratio must be in (0, 1], got {self.disk_max_used_ratio}")
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
@@ -101,7 +112,7 @@ class BrokerConfig:
         kwargs: dict[str, Any] = {}
         for raw_key, value in values.items():
             key = raw_key.replace("-", "_")
-            if key in ("transaction_timeout", "check_interval"):
+            if key in ("transaction_timeout", "check_interval", "retention"):
                 key, value = key + "_s", parse_duration(value)
             elif key.endswith("_s") and key in known:
                 value = parse_duration(value)

@@ -1,7 +1,8 @@
 """failOnDataLoss: offsets deleted by retention fail the read with a clear message, or are skipped.
 
-The executor-side read runs against a stand-in client here because the broker
-process has no knob yet to make retention delete a segment on demand.
+These tests pin the executor-side read's edge cases (exact ranges, log text) with a
+stand-in client; test_data_loss_real_broker.py runs both settings against a
+broker whose retention really deleted segments.
 """
 
 from __future__ import annotations
