@@ -218,9 +218,13 @@ class _Planner:
             torn = inside & outside
             if not torn:
                 break
+            # Move each queue's end back to its first message of a torn transaction. Some
+            # queue holds one inside the cut, so the cut shrinks every round: this ends.
             for (t, q), ids in tx_ids.items():
-                while end[t][q] > low[t][q] and ids[end[t][q] - low[t][q] - 1] in torn:
-                    end[t][q] -= 1
+                cut = end[t][q] - low[t][q]
+                first_torn = next((i for i, tx in enumerate(ids[:cut]) if tx in torn), None)
+                if first_torn is not None:
+                    end[t][q] = low[t][q] + first_torn
         if off.total(end) > off.total(base):
             return end
         return high

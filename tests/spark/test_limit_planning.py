@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
+import pytest
 from hypothesis import strategies as st
 
 from txmq.spark import offsets as off
@@ -100,3 +102,15 @@ def test_limit_is_respected_when_transactions_are_small():
     end = planner_for(model).limited_end(start, model.latest(), 10)
     assert 0 < off.total(end) - off.total(start) <= 10
     assert model.torn(start, end) == set()
+
+
+@pytest.mark.timeout(20)
+def test_a_torn_transaction_behind_another_message_still_ends_the_planning():
+    """Queue 0 holds [A, B, ...later], queue 1 holds [A], A and B stored in the same ms. A limit of
+    2 proposes A and B on queue 0 and nothing on queue 1: A is torn, and the message before the
+    cut (B) is not A's. The planner must move the cut back past A, not spin."""
+    model = QueuesModel([(1000, "A", [0, 1]), (1000, None, [0])] + [(1001 + i, None, [0]) for i in range(8)])
+    start = {TOPIC: {q: 0 for q in range(4)}}
+    end = planner_for(model).limited_end(start, model.latest(), 2)
+    assert model.torn(start, end) == set()
+    assert off.total(end) > off.total(start)
