@@ -21,7 +21,6 @@ Prints one JSON line and writes bench/results/profile_hot_paths.json.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
@@ -32,6 +31,9 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from bench.results_io import emit  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "profile_hot_paths.json"
 PROJECT_DIRS = ("broker_core/", "connector/")
 # `name (file:line)` frames separated by ';', the sample count last.
@@ -205,10 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         result["benchmarks"][name] = prof
         print(f"profile {name}: {prof.get('status')} in {prof['seconds']} s", file=sys.stderr, flush=True)
     result["ratios"] = {}
-    line = json.dumps(result, sort_keys=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(line + "\n")
-    print(line)
+    emit("profile_hot_paths", result, sort_keys=True)
     return 0
 
 

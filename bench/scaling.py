@@ -26,7 +26,6 @@ Prints one JSON line and writes bench/results/scaling.json.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import shutil
 import statistics
@@ -37,6 +36,9 @@ import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+from bench.results_io import emit  # noqa: E402
 RESULTS = ROOT / "bench" / "results" / "scaling.json"
 BODY = b"x" * 1024
 BATCH_SIZES = (1, 10, 100, 1000)
@@ -402,10 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = (10_000, 100_000) if args.quick else (10_000, 100_000, 1_000_000)
         result["checkback"] = measure_checkback(sizes, repeats, BODY)
     result["ratios"] = ratios(result)
-    line = json.dumps(result, sort_keys=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(line + "\n")
-    print(line)
+    emit("scaling", result, sort_keys=True)
     return 0
 
 

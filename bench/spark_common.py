@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.results_io import emit  # noqa: E402
 from tests.support.broker_process import BrokerProcess  # noqa: E402
 from tests.support.spark_env import expose_autoregister_module  # noqa: E402
 
@@ -36,14 +36,6 @@ def best_rate(fn, rows: int, repeat: int) -> float:
         fn()
         best = min(best, time.perf_counter() - t0)
     return rows / best
-
-
-def emit(name: str, result: dict) -> None:
-    line = json.dumps({"bench": name, **result})
-    out = ROOT / "bench" / "results" / f"{name}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(line + "\n")
-    print(line)
 
 
 __all__ = ["BrokerProcess", "spark_session", "best_rate", "emit", "ROOT"]
