@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+from numpy.lib.stride_tricks import sliding_window_view
 
 from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
 from txmq.broker.store.consume_queue import ENTRY_DTYPE, ENTRY_SIZE
@@ -60,7 +61,6 @@ _INLINE = 12  # Arrow binary views keep values of up to 12 bytes inline
 _FIXED_HEAD = np.dtype([
     ("size", ">u4"), ("magic", ">u4"), ("body_crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
     ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8")])
-_FIXED_HEAD_COLUMNS = np.arange(_FIXED_HEAD.itemsize)  # 48 bytes
 _PHYS_AT = 28
 
 
@@ -171,7 +171,7 @@ class RecordColumns:
         if expected is not None:
             raw = np.frombuffer(expected.encode(), dtype=np.uint8)
             if (self.topic_len == len(raw)).all() and (
-                    len(raw) == 0 or (self.data[self.topic_at[:, None] + np.arange(len(raw))] == raw).all()):
+                    len(raw) == 0 or (byte_rows(self.data, self.topic_at, len(raw)) == raw).all()):
                 return pa.repeat(pa.scalar(expected, pa.string()), n)
         return _as_utf8(gather_binary(self.data, self.topic_at, self.topic_len), "topic")
 
@@ -218,6 +218,36 @@ class ColumnarRead:
 # --- Arrow helpers -----------------------------------------------------------------------
 
 
+def byte_rows(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """An (n, width) copy of data[s:s+width] for every start s; bytes past the end of `data` read as 0.
+
+    Indexing a sliding-window view copies each row as one block (~20 ns a row
+    whatever the width); indexing `data` with an (n, width) matrix of positions
+    looks every byte up on its own (~170 ns a row for a 48-byte header).
+    """
+    n = len(starts)
+    size = len(data)
+    if n == 0 or size < width:
+        return _byte_rows_at_the_end(data, starts, width)
+    fits = int(starts.max()) <= size - width
+    windows = sliding_window_view(data, width)
+    if fits:
+        return windows[starts]
+    out = _byte_rows_at_the_end(data, starts, width)
+    inside = starts <= size - width
+    out[inside] = windows[starts[inside]]
+    return out
+
+
+def _byte_rows_at_the_end(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """byte_rows the slow way: position by position, zero past the end."""
+    at = starts[:, None] + np.arange(width)
+    inside = at < len(data)
+    out = np.zeros(at.shape, dtype=np.uint8)
+    out[inside] = data[at[inside]]
+    return out
+
+
 def gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
     """A BinaryArray whose row i is data[starts[i]:starts[i]+lengths[i]], without a Python loop.
 
@@ -232,13 +262,12 @@ def gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     lengths = lengths.astype(np.int32, copy=False)
     views = np.empty((n, 4), dtype="<i4")
     views[:, 0] = lengths
-    last = len(data) - 1
-    views[:, 1] = data[np.minimum(starts[:, None] + np.arange(4), last)].view("<i4")[:, 0]
+    views[:, 1] = byte_rows(data, starts, 4).view("<i4")[:, 0]
     views[:, 2] = 0
     views[:, 3] = starts
     short = np.flatnonzero(lengths <= _INLINE)
     if len(short):  # inline values, zero-padded
-        inline = data[np.minimum(starts[short, None] + np.arange(_INLINE), last)]
+        inline = byte_rows(data, starts[short], _INLINE)
         inline[np.arange(_INLINE)[None, :] >= lengths[short, None]] = 0
         views[short, 1:] = inline.view("<i4")
     arr = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data)])
@@ -408,7 +437,7 @@ def _decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: n
     if int(at.max()) + _FIXED_HEAD.itemsize > len(data):
         bad = "truncated record header"
     else:
-        head = data[at[:, None] + _FIXED_HEAD_COLUMNS].view(_FIXED_HEAD)[:, 0]
+        head = byte_rows(data, at, _FIXED_HEAD.itemsize).view(_FIXED_HEAD)[:, 0]
         size = head["size"].astype(np.int64)
         sys_flag = head["sys_flag"].astype(np.int32)
         born_extra = np.where(sys_flag & SYSFLAG_BORNHOST_V6, 12, 0).astype(np.int64)
@@ -438,7 +467,7 @@ def _decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: n
         props_field_len = _be_int(data, props_at - 2, 2)
         crc_name_at = end - _CRC_TAIL
         if ((props_field_len != end - props_at).any() or (crc_name_at < props_at).any()
-                or (data[crc_name_at[:, None] + np.arange(len(_CRC_PREFIX))] != _CRC_PREFIX).any()):
+                or (byte_rows(data, crc_name_at, len(_CRC_PREFIX)) != _CRC_PREFIX).any()):
             bad = "properties length or CRC property position disagree with the record size"
     if bad is not None:
         raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {int(phys[0])} "
@@ -453,7 +482,7 @@ def _decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: n
 
 def _be_int(data: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     """The big-endian signed integers of `width` bytes at positions `at`, as int64."""
-    return data[at[:, None] + np.arange(width)].view(f">i{width}")[:, 0].astype(np.int64)
+    return byte_rows(data, at, width).view(f">i{width}")[:, 0].astype(np.int64)
 
 
 def _no_records() -> RecordColumns:

@@ -18,6 +18,7 @@ import time
 import struct
 from txmq.broker.store.checksum import crc32
 from itertools import accumulate, chain, repeat
+from operator import add
 from pathlib import Path
 from typing import Sequence
 
@@ -46,6 +47,21 @@ from txmq.broker.store.record import (
 PROPS_EXTRA = len(CRC_PREFIX) + CRC_SUFFIX_LEN
 _U16 = struct.Struct(">H")
 _CRC_FORMAT = b"%010d\x02"  # the record CRC as the CRC property's 10 digits
+_RECORD_FIXED = HEADER_V4_SIZE + CRC_SUFFIX_LEN  # + body + tail (TOPICLEN through the CRC name)
+
+
+class _TailHeads(dict):
+    """length of (properties + CRC name) -> TOPICLEN, topic, PROPLEN: the bytes before a
+    record's property string, shared by every record of the topic with that length."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__()
+        raw = topic.encode()
+        self.topic_raw = len(raw).to_bytes(1, "big") + raw
+
+    def __missing__(self, length: int) -> bytes:
+        head = self[length] = self.topic_raw + _U16.pack(length + CRC_SUFFIX_LEN)
+        return head
 
 
 class CommitLog:
@@ -58,6 +74,7 @@ class CommitLog:
         self.store_host = encode_host(store_host)
         self._table: tuple[list[int], list[MappedFile]] = ([], [])
         self._topic_raw: dict[str, bytes] = {}
+        self._heads: dict[str, _TailHeads] = {}
         self._dir_dirty = False
         self._flush_lock = threading.Lock()
         self._graveyard: list[tuple[float, MappedFile]] = []
@@ -204,35 +221,28 @@ class CommitLog:
             if any(v6 for _, v6 in encoded.values()):
                 return None
             born_raws = [encoded[h][0] for h in born_hosts]
-        topic_cache = self._topic_raw
         topics = batch.topics
-        distinct_topics = set(topics)
-        for topic in distinct_topics.difference(topic_cache):
-            raw = topic.encode()
-            topic_cache[topic] = len(raw).to_bytes(1, "big") + raw
-        u16 = _U16.pack
-        if len(distinct_topics) == 1:
-            t = topic_cache[topics[0]]
-            tails = [t + u16(len(p) + PROPS_EXTRA) + p + CRC_PREFIX for p in batch.props_raw]
+        props_crc = batch.props_crc
+        if topics.count(topics[0]) == len(topics):
+            tails = list(map(bytes.__add__, map(self._tail_heads(topics[0]).__getitem__, map(len, props_crc)),
+                             props_crc))
         else:
-            tails = [t + u16(len(p) + PROPS_EXTRA) + p + CRC_PREFIX
-                     for t, p in zip(map(topic_cache.__getitem__, topics), batch.props_raw)]
-        fixed = HEADER_V4_SIZE + CRC_SUFFIX_LEN
-        sizes = [fixed + b + len(t) for b, t in zip(batch.body_lens, tails)]
+            heads = {t: self._tail_heads(t) for t in set(topics)}
+            tails = [heads[t][len(p)] + p for t, p in zip(topics, props_crc)]
+        sizes = list(map(_RECORD_FIXED.__add__, map(add, batch.body_lens, map(len, tails))))
         seg = self._current_segment()
         start = self.write_end
         phys = list(accumulate(sizes, initial=start))
         end = phys[-1]
         if end + BLANK_MIN_BYTES > seg.start + seg.capacity:
             return None
+        bodies = batch.bodies
         born_ts = batch.born_timestamps
         if 0 in born_ts:
             born_ts = [b or store_timestamp for b in born_ts]
-        bodies = batch.bodies
-        headers = list(map(HEADER_V4.pack, sizes, repeat(MAGIC_CODE), map(crc32, bodies), batch.queue_ids,
-                           batch.flags, queue_offsets, phys, sys_flags, born_ts, born_raws,
-                           repeat(store_timestamp), repeat(store_raw), batch.reconsume_times,
-                           batch.prepared_offsets, batch.body_lens))
+        headers = list(map(HEADER_V4.pack, sizes, repeat(MAGIC_CODE), map(crc32, bodies), batch.queue_ids, batch.flags,
+                           queue_offsets, phys, sys_flags, born_ts, born_raws, repeat(store_timestamp),
+                           repeat(store_raw), batch.reconsume_times, batch.prepared_offsets, batch.body_lens))
         crcs = map(_CRC_FORMAT.__mod__, map(crc32, tails, map(crc32, headers)))
         parts = list(chain.from_iterable(zip(headers, bodies, tails, crcs)))
         try:
@@ -242,6 +252,13 @@ class CommitLog:
             raise
         self.write_end = end
         return phys, sizes
+
+    def _tail_heads(self, topic: str) -> "_TailHeads":
+        """TOPICLEN + topic + PROPLEN for each length of a record's property string up to its CRC digits."""
+        heads = self._heads.get(topic)
+        if heads is None:
+            heads = self._heads[topic] = _TailHeads(topic)
+        return heads
 
     # --- reads -------------------------------------------------------------------
 

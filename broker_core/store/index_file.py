@@ -277,7 +277,11 @@ class IndexService:
             self.put_columns(hashes, phys, times)
 
     def put_columns(self, hashes: Sequence[int], phys: Sequence[int], times: Sequence[int] | int) -> None:
-        """Index items given as columns (a single store time for all, or one per item)."""
+        """Index items given as columns (a single store time for all, or one per item).
+
+        `hashes` are key_hash values or unmasked crc32 values of the keys: they are
+        masked with KEY_HASH_MASK when written.
+        """
         n = len(hashes)
         if not n:
             return
@@ -292,7 +296,7 @@ class IndexService:
         """Write the pending items (the caller holds the lock), rolling files as they fill."""
         if not self._pending_hashes:
             return
-        hashes = np.array(self._pending_hashes, dtype=np.int64)
+        hashes = np.array(self._pending_hashes, dtype=np.int64) & KEY_HASH_MASK
         phys = np.array(self._pending_phys, dtype=np.int64)
         times = np.array(self._pending_times, dtype=np.int64)
         self._pending_hashes, self._pending_phys, self._pending_times = [], [], []

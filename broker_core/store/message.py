@@ -9,7 +9,7 @@ store time, offset message id). Both are plain dataclasses: the record codec in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Callable, Iterator, NamedTuple, Sequence
 
 # --- reserved property names (RocketMQ's MessageConst where one exists) --------
 PROP_KEYS = "KEYS"  # message keys, joined by a single space
@@ -120,3 +120,48 @@ class AppendResult(NamedTuple):
     size: int
     msg_id: str  # offset message id
     store_timestamp: int
+
+
+class AppendResults(Sequence[AppendResult]):
+    """The results of one append, in batch order, built on first use.
+
+    An append produces a result per message, but many callers never look at them
+    (a transaction's op record, a DLQ copy, a send whose client wants no ids), and
+    building them, offset message ids included, is a sizeable part of an append's
+    cost. So the store hands back the columns it has anyway and the AppendResult
+    tuples are made when first read (all at once). Reads like a list of
+    AppendResult: len, index, slice (a list), iteration, == with a list.
+    """
+
+    __slots__ = ("_count", "_build", "_items")
+
+    def __init__(self, count: int, build: Callable[[], list[AppendResult]]) -> None:
+        self._count = count
+        self._build: Callable[[], list[AppendResult]] | None = build
+        self._items: list[AppendResult] | None = None
+
+    def _list(self) -> list[AppendResult]:
+        items = self._items
+        if items is None:
+            items = self._items = self._build()  # two threads may both build: same values
+            self._build = None
+        return items
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):
+        return self._list()[index]
+
+    def __iter__(self) -> Iterator[AppendResult]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (list, AppendResults)):
+            return self._list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # like a list
+
+    def __repr__(self) -> str:
+        return repr(self._list())

@@ -41,14 +41,15 @@ from txmq.broker.store.dispatch import (
     index_columns_of,
     queue_runs,
     tag_hashes_of,
+    tags_of,
 )
 from txmq.broker.store.flush import FlushService, GroupCommit
 from txmq.broker.store.index_file import IndexService, topic_key, uniq_index_key
 from txmq.broker.store.message import (
     SYSFLAG_GROUP_END,
     SYSFLAG_GROUP_MEMBER,
-    PROP_TAGS,
     AppendResult,
+    AppendResults,
     Message,
     StoredMessage,
 )
@@ -73,9 +74,18 @@ _new_append_result = partial(tuple.__new__, AppendResult)  # from a row tuple, i
 _new_dispatch_entry = partial(tuple.__new__, DispatchEntry)  # from a row tuple, without a Python __new__
 
 
+def _append_results(topics: Sequence[str], qids: Sequence[int], queue_offsets: Sequence[int],
+                    phys: Sequence[int], sizes: Sequence[int], now: int, store_host_raw: bytes) -> list[AppendResult]:
+    """A batch's AppendResults from its columns (run when AppendResults are first read)."""
+    ids = message_ids(store_host_raw, phys[:len(topics)])
+    return list(map(_new_append_result, zip(topics, qids, queue_offsets, phys, sizes, ids, repeat(now))))
+
+
 def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
     """SYSFLAG as stored: the caller's group bits cleared; in a group every record but
     the last is a GROUP_MEMBER and the last is the GROUP_END."""
+    if not group and not any(flags):  # plain messages: nothing to clear or set
+        return flags
     if reduce(or_, flags, 0) & GROUP_BITS:
         flags = [f & ~GROUP_BITS for f in flags]
     if not group:
@@ -209,16 +219,16 @@ class MessageStore:
 
     # --- writes --------------------------------------------------------------------
 
-    def append(self, messages: Sequence[Message], *, allow_system: bool = False) -> list[AppendResult]:
+    def append(self, messages: Sequence[Message], *, allow_system: bool = False) -> Sequence[AppendResult]:
         """Append a batch (one write); in sync mode return after fsync."""
         return self._append(messages, allow_system=allow_system, group=False)
 
-    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> list[AppendResult]:
+    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> Sequence[AppendResult]:
         """Append an atomic group: after a crash all of its records survive or none do,
         and its queue entries become visible together."""
         return self._append(messages, allow_system=allow_system, group=True)
 
-    def _append(self, messages: Sequence[Message], *, allow_system: bool, group: bool) -> list[AppendResult]:
+    def _append(self, messages: Sequence[Message], *, allow_system: bool, group: bool) -> Sequence[AppendResult]:
         if not messages:
             return []
         cfg = self.config
@@ -240,22 +250,24 @@ class MessageStore:
         group_commit.wait_durable(end)
         return results
 
-    def _append_locked(self, batch: BatchColumns, group: bool) -> list[AppendResult]:
+    def _append_locked(self, batch: BatchColumns, group: bool) -> AppendResults:
         """Assign queue offsets, write the records, dispatch: each step once over the whole batch."""
         now = int(time.time() * 1000)
         sys_flags = _stored_sys_flags(batch.sys_flags, group)
         topics, qids = batch.topics, batch.queue_ids
         queued = None  # None: every record goes to its queue (the common case)
-        if reduce(or_, sys_flags, 0) & NOT_QUEUED_BIT:  # transactional records: decided per (flag, topic)
+        # transactional records: decided per (flag, topic)
+        if any(sys_flags) and reduce(or_, sys_flags, 0) & NOT_QUEUED_BIT:
             decided = {ft: goes_to_queue(*ft) for ft in set(zip(sys_flags, topics))}
             if not all(decided.values()):
                 queued = list(map(decided.__getitem__, zip(sys_flags, topics)))
-        keys = list(zip(topics, qids))
+        one_topic = topics.count(topics[0]) == batch.count
+        # a queue's messages take consecutive offsets; with one topic a queue is named by its id
+        keys = qids if one_topic else list(zip(topics, qids))
         queues = self.dispatcher._queues
-        # one counter per queue: the batch's messages of a queue take consecutive offsets
         starts = {}
         for key in set(keys) if queued is None else {k for k, q in zip(keys, queued) if q}:
-            cq = queues.get(key)
+            cq = queues.get((topics[0], key) if one_topic else key)
             starts[key] = cq.written_offset if cq is not None else 0
         counters = {key: count(first) for key, first in starts.items()}
         if queued is None:
@@ -274,19 +286,20 @@ class MessageStore:
         except OSError as exc:  # the CommitLog already dropped the partial batch
             raise StoreError(f"CommitLog write failed: {exc}") from exc
         props = batch.properties
-        tags = [p.get(PROP_TAGS) if p else None for p in props]
-        tag_hashes = tag_hashes_of(tags)
+        tag_hashes = tag_hashes_of(tags_of(props))
         dispatcher = self.dispatcher
         hashes, positions = index_columns_of(props, topics, phys)
-        dispatcher.dispatch(queue_runs(keys, queued, starts, phys, sizes, tag_hashes), [], [],
-                            commitlog.write_end, notify=False, index_columns=(hashes, positions, now))
+        runs = queue_runs(keys, queued, starts, phys, sizes, tag_hashes)
+        if one_topic:
+            runs = {(topics[0], qid): run for qid, run in runs.items()}
+        dispatcher.dispatch(runs, [], [], commitlog.write_end, notify=False, index_columns=(hashes, positions, now))
         if dispatcher.has_listeners:
             rows = zip(topics, qids, queue_offsets, phys, sizes, tag_hashes, repeat(now), sys_flags, props)
             if queued is not None:
                 rows = compress(rows, queued)
             dispatcher.notify(list(map(_new_dispatch_entry, rows)))
-        ids = message_ids(commitlog.store_host[0], phys[:batch.count])
-        return list(map(_new_append_result, zip(topics, qids, queue_offsets, phys, sizes, ids, repeat(now))))
+        return AppendResults(batch.count, partial(_append_results, topics, qids, queue_offsets, phys, sizes, now,
+                                                  commitlog.store_host[0]))
 
     # --- queue reads ------------------------------------------------------------------
 
@@ -535,3 +548,11 @@ class MessageStore:
             "recovery_truncated_bytes": self.recovery.truncated_bytes,
         }
 
+    def read_records_at(self, physical_offsets: list[int], sizes: list[int], *, topic: str,
+                        queue_id: int) -> list[StoredMessage]:
+        """The records of one queue at these physical offsets (ascending), neighbours read with one pread.
+
+        For the transaction engine's COMMIT of halves no longer cached: a large
+        transaction's halves are decoded span by span instead of one read_at each.
+        """
+        return self._read_records(topic, queue_id, list(physical_offsets), list(sizes))

@@ -9,6 +9,7 @@ that message is what a user sees in a failed Spark job or CLI call.
 from __future__ import annotations
 
 import re
+from itertools import chain
 from typing import Sequence
 
 from txmq.broker.errors import (
@@ -76,7 +77,8 @@ def check_columns(batch: BatchColumns, *, max_body_bytes: int, max_properties_by
 
 _J1 = PROP_NAME_SEP.join
 _J2 = PROP_SEP.join
-_CRC_NAME_RAW = (PROP_CRC32 + PROP_NAME_SEP).encode()
+_CRC_NAME = PROP_CRC32 + PROP_NAME_SEP
+_CRC_NAME_RAW = _CRC_NAME.encode()
 _EMPTY_NAME_RAW = (PROP_SEP + PROP_NAME_SEP).encode()
 
 
@@ -103,6 +105,9 @@ def _check_fast(batch: BatchColumns, max_body_bytes: int, max_properties_bytes: 
     if min(qids) < 0 or max(qids) > MAX_QUEUE_ID:
         return False
     props = batch.properties
+    names = set(map(tuple, props))
+    if len(names) == 1:
+        return _check_one_template(batch, *names, max_properties_bytes)
     raws = batch.props_raw = encode_properties_of(props)
     joined = b"".join(raws)
     if not joined:
@@ -116,31 +121,47 @@ def _check_fast(batch: BatchColumns, max_body_bytes: int, max_properties_bytes: 
             and _EMPTY_NAME_RAW not in joined and joined[0] != 1 and max(map(len, raws)) <= max_properties_bytes)
 
 
+def _check_one_template(batch: BatchColumns, names: tuple, max_properties_bytes: int) -> bool:
+    """The common case: every message has the same property names in the same order.
+
+    The names are checked once (in `_template_for`), the values all at once: joined
+    into one string, they must hold no separator (a value that is not a str makes
+    the join fail: the sequential check then encodes it, as str() of it). Each
+    message then costs one template format and one encode, which yield the
+    record's property string up to the CRC digits (`props_crc`).
+    """
+    template = _templates.get(names) or _template_for(names)
+    if template is None:
+        return False
+    props = batch.properties
+    if not names:
+        batch.props_crc = [_CRC_NAME_RAW] * len(props)
+        return True
+    values = list(map(tuple, map(dict.values, props)))
+    joined = "".join(chain.from_iterable(values))
+    if PROP_NAME_SEP in joined or PROP_SEP in joined:
+        return False
+    crcs = batch.props_crc = list(map(str.encode, map(template.__mod__, values)))
+    return max(map(len, crcs)) - len(_CRC_NAME_RAW) <= max_properties_bytes
+
+
 _templates: dict[tuple[str, ...], str] = {}
 
 
-def encode_properties_of(props: Sequence[dict[str, str]]) -> list[bytes]:
-    """encode_properties() for each message of a batch.
+def _template_for(names: tuple) -> str | None:
+    """The %-template `name\x01%s\x02...__CRC32#\x01` of a property-name tuple, or None
+    if a name is not certainly valid (not a str, empty, holding a separator, reserved):
+    then the sequential check decides (and names the error)."""
+    if not all(type(k) is str and k and "\x01" not in k and "\x02" not in k and k != PROP_CRC32 for k in names):
+        return None
+    if len(_templates) > 4096:
+        _templates.clear()
+    template = _templates[names] = "".join([k.replace("%", "%%") + "\x01%s\x02" for k in names]) + _CRC_NAME
+    return template
 
-    Producers usually give every message of a batch the same property names in the
-    same order (TAGS, KEYS, UNIQ_KEY, ...): then one %-template of the names serves
-    the whole batch and a message costs one format and one encode. Values are
-    formatted with %s (str() of a non-str value, as the f-string of
-    encode_properties does); names that are not str raise TypeError.
-    """
-    names = set(map(tuple, props))
-    if len(names) == 1:
-        (keys,) = names
-        if not keys:
-            return [b""] * len(props)
-        template = _templates.get(keys)
-        if template is None:
-            if len(_templates) > 4096:
-                _templates.clear()
-            if not all(type(k) is str for k in keys):
-                raise TypeError("property names must be str")
-            template = _templates[keys] = "".join([k.replace("%", "%%") + "\x01%s\x02" for k in keys])
-        return list(map(str.encode, map(template.__mod__, map(tuple, map(dict.values, props)))))
+
+def encode_properties_of(props: Sequence[dict[str, str]]) -> list[bytes]:
+    """encode_properties() for each message of a batch."""
     # name \x01 value \x02 per property (RocketMQ's property string)
     return [(_J2(map(_J1, p.items())) + PROP_SEP).encode() if p else b"" for p in props]
 
@@ -161,7 +182,13 @@ def _check_sequentially(messages, *, max_body_bytes: int, max_properties_bytes: 
         if not props:
             out.append(b"")
             continue
-        raw = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]).encode()
+        try:  # `+` (not an f-string) so that a name or value that is not a str raises, not str()s
+            raw = "".join([k + "\x01" + v + "\x02" for k, v in props.items()]).encode()
+        except TypeError:
+            raw = check_message(m, max_body_bytes=max_body_bytes, max_properties_bytes=max_properties_bytes,
+                                allow_system=allow_system)
+            out.append(raw)
+            continue
         n = len(props)
         if raw.count(1) != n or raw.count(2) != n or len(raw) > max_properties_bytes or "" in props:
             raw = check_message(m, max_body_bytes=max_body_bytes, max_properties_bytes=max_properties_bytes,
@@ -188,6 +215,11 @@ def check_message(msg: Message, *, max_body_bytes: int, max_properties_bytes: in
         return b""
     if PROP_CRC32 in props:
         raise IllegalPropertyKey(f"property {PROP_CRC32!r} is reserved for the store's record CRC")
+    bad_type = next((k for k, v in props.items() if type(k) is not str or type(v) is not str), None)
+    if bad_type is not None:
+        # The record would hold str() of it while the index saw the object itself.
+        raise IllegalPropertyKey(f"property {bad_type!r}: names and values must be str, "
+                                 f"got {type(props[bad_type]).__name__}")
     raw = encode_properties(props)
     # Each property contributes exactly one \x01 and one \x02; any extra means a
     # name or value contains a separator and the encoding would be ambiguous.

@@ -215,3 +215,25 @@ def test_queue_entries_lost_with_a_killed_process_are_rebuilt_from_the_log(open_
     store = open_store()
     assert store.min_offset("T", 1) == 0
     assert [m.body for m in store.read_queue("T", 1, 0, 10).messages] == [b"0", b"1", b"2"]
+
+
+def test_append_results_read_like_a_list_of_complete_results(open_store) -> None:
+    store = open_store()
+    results = store.append([msg(body=b"%d" % i, queue_id=i % 2) for i in range(12)])
+    as_list = list(results)
+    assert len(results) == 12 and results == as_list and results[-1] == as_list[-1] and results[2:5] == as_list[2:5]
+    assert all(isinstance(r, AppendResult) for r in results)
+    assert [r.msg_id for r in results] == [message_id(store.commitlog.store_host[0], r.physical_offset)
+                                           for r in results]
+
+
+def test_a_batch_over_several_topics_gets_consecutive_offsets_per_queue(open_store) -> None:
+    store = open_store()
+    store.append([msg(topic="A", queue_id=1)])
+    batch = [msg(topic="AB"[i % 2], body=b"%d" % i, queue_id=i % 3) for i in range(12)]
+    results = store.append(batch)
+    assert [(r.topic, r.queue_id, r.queue_offset) for r in results] == [
+        ("A", 0, 0), ("B", 1, 0), ("A", 2, 0), ("B", 0, 0), ("A", 1, 1), ("B", 2, 0),
+        ("A", 0, 1), ("B", 1, 1), ("A", 2, 1), ("B", 0, 1), ("A", 1, 2), ("B", 2, 1)]
+    assert [m.body for m in store.read_queue("A", 1, 0, 10).messages] == [b"hello", b"4", b"10"]
+    assert [m.body for m in store.read_queue("B", 2, 0, 10).messages] == [b"5", b"11"]

@@ -78,6 +78,14 @@ def test_separator_characters_in_properties_are_refused(open_store) -> None:
         store.append([msg(k="v\x02w")])
 
 
+@pytest.mark.parametrize("props", [{"UNIQ_KEY": 7}, {"KEYS": b"k"}, {"k": None}])
+def test_property_values_that_are_not_str_are_refused_and_write_nothing(open_store, props) -> None:
+    store = open_store()
+    with pytest.raises(IllegalPropertyKey, match="must be str"):
+        store.append([msg(a="ok"), Message("T", b"x", properties=props)])
+    assert store.max_offset("T", 0) == 0
+
+
 def test_the_crc_property_is_reserved(open_store) -> None:
     with pytest.raises(IllegalPropertyKey, match="reserved"):
         open_store().append([Message("T", b"x", properties={PROP_CRC32: "1"})])
