@@ -41,6 +41,7 @@ from txmq.broker.store.message import (
 
 from .config import TransactionConfig
 from .gate import SharedExclusiveGate
+from .gc_pause import collector_paused
 from .half import (
     build_discard_copy,
     build_finals,
@@ -57,6 +58,7 @@ from .state import (
     EndResult,
     FinalRecord,
     HalfRef,
+    LeadingResults,
     PrepareResult,
     Resolution,
     Transaction,
@@ -103,13 +105,14 @@ class TransactionEngine:
         tx = self._admit_prepare(tx_id, producer_group, now)
         applied = False
         try:
-            halves = build_halves(messages, transaction_id=tx_id, producer_group=producer_group, sender=sender,
-                                  prepared_ms=now)
-            immunity = immunity_ms(immunity_s, self.config.transaction_timeout_s, self.config.max_immunity_s)
-            with self._gate.shared():
-                results = self.store.append_group(halves, allow_system=True)
-                self._apply_halves(tx, messages, halves, results, sender, immunity, now)
-                applied = True
+            with collector_paused():
+                halves = build_halves(messages, transaction_id=tx_id, producer_group=producer_group,
+                                      sender=sender, prepared_ms=now)
+                immunity = immunity_ms(immunity_s, self.config.transaction_timeout_s, self.config.max_immunity_s)
+                with self._gate.shared():
+                    results = self.store.append_group(halves, allow_system=True)
+                    self._apply_halves(tx, messages, halves, results, sender, immunity, now)
+                    applied = True
         finally:
             with tx.cond:
                 tx.inflight -= 1
@@ -131,7 +134,7 @@ class TransactionEngine:
         tx = self._lookup(transaction_id)
         if isinstance(tx, FinalRecord):
             return _repeat_or_conflict(transaction_id, tx.state, resolution)
-        with tx.exclusive():
+        with tx.exclusive(), collector_paused():
             if tx.state.is_final:
                 return _repeat_or_conflict(transaction_id, tx.state, resolution)
             if tx.state is TxState.DISCARDED:
@@ -211,7 +214,8 @@ class TransactionEngine:
             if tx.state is not TxState.PENDING or not tx.halves:
                 return False
             now = self._now_ms()
-            copies = [build_discard_copy(self._half_message(h), h.physical_offset) for h in tx.halves]
+            copies = [build_discard_copy(half, ref.physical_offset)
+                      for half, ref in zip(self._read_halves(tx.halves), tx.halves)]
             op = build_op(OpRecord(tx.transaction_id, OpKind.DISCARD, None, len(tx.halves), now))
             with self._gate.shared():
                 self.store.append_group([*copies, op], allow_system=True)
@@ -302,7 +306,8 @@ class TransactionEngine:
 
     def first_half(self, tx: Transaction) -> StoredMessage | Message:
         """The half shown to a producer in a check-back (RocketMQ sends one message)."""
-        return self._half_message(tx.halves[0])
+        ref = tx.halves[0]
+        return self.store.read_at(ref.physical_offset, ref.size)
 
     def info(self, tx: Transaction) -> TransactionInfo:
         with tx.cond:
@@ -351,8 +356,11 @@ class TransactionEngine:
             cache = self._cache_bytes + size <= self.config.half_cache_bytes
             if cache:
                 self._cache_bytes += size
-        refs = [HalfRef(r.physical_offset, r.size, r.queue_offset, m.topic, m.queue_id, sender,
-                        h if cache else None) for m, h, r in zip(messages, halves, results)]
+        refs = [HalfRef(r.physical_offset, r.size, r.queue_offset, m.topic, m.queue_id, sender)
+                for m, r in zip(messages, results)]
+        if cache:  # built now, while the producers still send: COMMIT then only appends them
+            for ref, final in zip(refs, build_finals(halves, refs)):
+                ref.cached = final
         with tx.cond:
             first = not tx.halves
             tx.halves.extend(refs)
@@ -373,16 +381,15 @@ class TransactionEngine:
 
     def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int):
         wanted = None if include_senders is None else frozenset(include_senders)
-        selected = [h for h in tx.halves if wanted is None or h.sender in wanted]
-        finals = build_finals([(self._half_message(h), h.physical_offset, h.real_topic, h.real_queue_id)
-                               for h in selected])
+        selected = tx.halves if wanted is None else [h for h in tx.halves if h.sender in wanted]
+        finals = self._final_messages(selected)
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
         with self._gate.shared():
             results = self.store.append_group([*finals, op], allow_system=True)
             self._finish(tx, TxState.COMMITTED, now)
         self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, len(finals))
-        return results[:-1]
+        return LeadingResults(results, len(finals))
 
     def _append_op_and_finish(self, tx: Transaction, kind: OpKind, state: TxState, now: int) -> None:
         op = build_op(OpRecord(tx.transaction_id, kind, None, len(tx.halves), now))
@@ -408,8 +415,31 @@ class TransactionEngine:
             with self._table_lock:
                 self._cache_bytes -= freed
 
-    def _half_message(self, ref: HalfRef) -> Message:
-        return ref.cached if ref.cached is not None else self.store.read_at(ref.physical_offset, ref.size)
+    def _final_messages(self, refs: Sequence[HalfRef]) -> list[Message]:
+        """The final records of `refs`: cached ones as built at prepare, the others from their halves."""
+        finals: list = [ref.cached for ref in refs]
+        missing = [i for i, final in enumerate(finals) if final is None]
+        if missing:
+            uncached = [refs[i] for i in missing]
+            for i, final in zip(missing, build_finals(self._read_halves(uncached), uncached)):
+                finals[i] = final
+        return finals
+
+    def _read_halves(self, refs: Sequence[HalfRef]) -> list[Message]:
+        """The halves of `refs` read back from the CommitLog, in the order of `refs`.
+
+        A transaction larger than the cache is read back at COMMIT, while every
+        writer waits for it: the halves are read in CommitLog order, so
+        neighbouring halves (one prepare call is one contiguous group) come with
+        one read and one vectorised decode instead of one read each.
+        """
+        order = sorted(range(len(refs)), key=lambda i: refs[i].physical_offset)
+        read = self.store.read_records_at([refs[i].physical_offset for i in order],
+                                          [refs[i].size for i in order], topic=HALF_TOPIC, queue_id=0)
+        halves: list = [None] * len(refs)
+        for i, half in zip(order, read):
+            halves[i] = half
+        return halves
 
     def _schedule(self, tx: Transaction, due_ms: int) -> None:
         with self._table_lock:

@@ -119,26 +119,29 @@ def build_halves(messages: Sequence[Message], *, transaction_id: str, producer_g
     return halves
 
 
-def build_finals(halves: Sequence[tuple[Message, int, str, int]]) -> list[Message]:
-    """The committed records for (half, half physical offset, real topic, real queue) tuples:
+def build_finals(halves: Sequence[Message], refs: Sequence[HalfRef]) -> list[Message]:
+    """The committed records for `halves` (as appended or read back) and their table references:
     each half with its real topic/queue back, sysflag COMMIT, pointing at its half.
 
     Like RocketMQ's final message it keeps the half's properties (REAL_TOPIC and
     REAL_QID then name its own topic and queue); it shares the half's property
     dict (nothing mutates a message's properties once built), which makes COMMIT
     of a large transaction cost little more than the store append. Only the
-    prepare time, an engine detail, is dropped.
+    prepare time, an engine detail, is dropped. The engine builds them at
+    prepare for the halves it caches, so a COMMIT (which every writer waits
+    for) is left with the store append; one Message construction per half.
     """
-    finals = []
     commit_flag = _with_tx_type(0, SYSFLAG_TRANSACTION_COMMIT)
-    for half, offset, topic, queue_id in halves:
-        props = half.properties
-        if PROP_PREPARED_MS in props or PROP_CRC32 in props:
-            props = {k: v for k, v in props.items() if k != PROP_PREPARED_MS and k != PROP_CRC32}
-        flag = commit_flag if not half.sys_flag else _with_tx_type(half.sys_flag, SYSFLAG_TRANSACTION_COMMIT)
-        finals.append(Message(topic, half.body, queue_id, props, half.flag, flag, half.born_timestamp,
-                              half.born_host, half.reconsume_times, offset))
-    return finals
+    return [Message(ref.real_topic, half.body, ref.real_queue_id, _final_properties(half.properties), half.flag,
+                    commit_flag if not half.sys_flag else _with_tx_type(half.sys_flag, SYSFLAG_TRANSACTION_COMMIT),
+                    half.born_timestamp, half.born_host, half.reconsume_times, ref.physical_offset)
+            for half, ref in zip(halves, refs)]
+
+
+def _final_properties(props: dict[str, str]) -> dict[str, str]:
+    if PROP_PREPARED_MS in props or PROP_CRC32 in props:
+        return {k: v for k, v in props.items() if k != PROP_PREPARED_MS and k != PROP_CRC32}
+    return props
 
 
 def build_discard_copy(half: Message, half_physical_offset: int) -> Message:

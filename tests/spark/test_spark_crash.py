@@ -135,13 +135,20 @@ def test_foreach_batch_helper_keeps_database_and_topic_one_to_one_through_kills(
                      ["fb.after_halves:0", "fb.after_local_transaction:1"], rows=24)
 
 
+# Thirty-one driver starts (a JVM and a SparkSession each, ~1 min on a loaded machine)
+# need far more than the suite's default 600 s per test.
+TORTURE_TIMEOUT_S = 3600
+
+
 @pytest.mark.torture
+@pytest.mark.timeout(TORTURE_TIMEOUT_S)
 def test_sink_survives_thirty_random_driver_kills(spark_env, spark_broker, client, tmp_path):
     rng = random.Random(int(os.environ.get("TXMQ_TORTURE_SEED", "5")))
     sink_scenario(spark_env, spark_broker, client, tmp_path, sink_schedule(rng, 30), rows=120)
 
 
 @pytest.mark.torture
+@pytest.mark.timeout(TORTURE_TIMEOUT_S)
 def test_foreach_batch_helper_survives_thirty_random_driver_kills(spark_env, spark_broker, client, tmp_path):
     rng = random.Random(int(os.environ.get("TXMQ_TORTURE_SEED", "7")))
     foreach_scenario(spark_env, spark_broker, client, tmp_path, foreach_schedule(rng, 30), rows=160)

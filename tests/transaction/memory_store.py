@@ -88,6 +88,10 @@ class MemoryStore:
                 raise MessageNotFound(str(physical_offset))
             return replace(self._records[physical_offset])
 
+    def read_records_at(self, physical_offsets: list[int], sizes: list[int], *, topic: str,
+                        queue_id: int) -> list[StoredMessage]:
+        return [self.read_at(p, s) for p, s in zip(physical_offsets, sizes)]
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         return 0
 
