@@ -13,6 +13,10 @@ All three systems get 1 KiB bodies from Python clients in separate processes:
     a one-message tx_commit / MULTI-EXEC — transactions/s and p50/p99 latency
     with 1 and 8 concurrent producers.
 Targets: (a) ≥10x RabbitMQ and ≥2x Redis; (b) on par with RabbitMQ, p99 ≤ 5 ms.
+Every figure also carries the CPU per transaction of the clients (their measured
+loop) and of the server process(es): clients, servers and the other users of
+this machine share its 2 cores, so CPU per transaction shows where the time
+goes when throughput ratios are noisy.
 Each peer runs as its own instance (own port and data dir), started and
 stopped here; a peer that cannot start is reported as such and txmq's figures
 are still printed. Prints one JSON line and writes bench/results/broker.json.
@@ -21,7 +25,6 @@ are still printed. Prints one JSON line and writes bench/results/broker.json.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import shutil
@@ -33,13 +36,14 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from bench.results_io import emit  # noqa: E402
 
 BODY = b"x" * 1024
 BATCH = 100
-RESULTS = ROOT / "bench" / "results" / "broker.json"
 
 
 def free_port() -> int:
@@ -263,6 +267,36 @@ def _make_worker(kind: str, target, size: int):
     raise ValueError(kind)
 
 
+def _process_cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def pid_cpu_s(pid: int) -> float:
+    """User+system CPU seconds a process has used so far (from /proc; 0.0 where that is not readable)."""
+    fields = _stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else 0.0
+
+
+def session_cpu_s(sid: int) -> float:
+    """CPU seconds of every live process of a session (a peer started with start_new_session: RabbitMQ
+    runs beam.smp under a wrapper script, so the wrapper's own pid would show almost nothing)."""
+    total = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(entry.name)
+            if fields and int(fields[3]) == sid:
+                total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def worker_main(kind: str, target, size: int, start_at: float, seconds: float, out) -> None:
     """Warm up, wait for the common start, run transactions for `seconds`, report counts and latencies."""
     try:
@@ -272,6 +306,7 @@ def worker_main(kind: str, target, size: int, start_at: float, seconds: float, o
         while time.time() < start_at:
             time.sleep(0.001)
         messages, latencies = 0, []
+        cpu_start = _process_cpu_s()
         stop = time.perf_counter() + seconds
         while True:
             t0 = time.perf_counter()
@@ -279,21 +314,27 @@ def worker_main(kind: str, target, size: int, start_at: float, seconds: float, o
                 break
             messages += one()
             latencies.append(time.perf_counter() - t0)
+        cpu_s = _process_cpu_s() - cpu_start
         close()
-        out.put({"messages": messages, "transactions": len(latencies), "latencies": latencies})
+        out.put({"messages": messages, "transactions": len(latencies), "latencies": latencies, "cpu_s": cpu_s})
     except Exception as exc:  # reported, not raised: the parent prints what failed
         out.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-def run_workers(kind: str, target, size: int, producers: int, seconds: float) -> dict:
+def run_workers(kind: str, target, size: int, producers: int, seconds: float, server_cpu: Callable[[], float] | None = None) -> dict:
+    """Run `producers` worker processes; figures include the CPU per transaction of the clients
+    (measured loop only) and, given `server_cpu` (a CPU-seconds reader), of the server (it is idle outside the loop
+    but for the few warm-up transactions), because all of them share this machine's cores."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     start_at = time.time() + 4.0 + producers * 0.5  # spawned interpreters need time to import
     procs = [ctx.Process(target=worker_main, args=(kind, target, size, start_at, seconds, out))
              for _ in range(producers)]
+    server_cpu_start = server_cpu() if server_cpu else 0.0
     for p in procs:
         p.start()
     reports = [out.get(timeout=seconds + 120) for _ in procs]
+    server_cpu_s = server_cpu() - server_cpu_start if server_cpu else None
     for p in procs:
         p.join(30)
     errors = [r["error"] for r in reports if "error" in r]
@@ -305,8 +346,13 @@ def run_workers(kind: str, target, size: int, producers: int, seconds: float) ->
 
     def pct(p: float) -> float:
         return round(latencies[min(len(latencies) - 1, int(p * len(latencies)))] * 1000, 3) if latencies else 0.0
-    return {"messages_per_s": round(messages / seconds, 1), "transactions_per_s": round(transactions / seconds, 1),
-            "p50_ms": pct(0.50), "p99_ms": pct(0.99), "producers": producers}
+    figures = {"messages_per_s": round(messages / seconds, 1), "transactions_per_s": round(transactions / seconds, 1),
+               "p50_ms": pct(0.50), "p99_ms": pct(0.99), "producers": producers}
+    if transactions:
+        figures["client_cpu_us_per_tx"] = round(sum(r["cpu_s"] for r in reports) / transactions * 1e6, 1)
+        if server_cpu_s is not None:
+            figures["server_cpu_us_per_tx"] = round(server_cpu_s / transactions * 1e6, 1)
+    return figures
 
 
 # ---- main ------------------------------------------------------------------------------------
@@ -344,15 +390,17 @@ def main(argv: list[str] | None = None) -> int:
                 c.create_topic("bench_a", 4)
                 c.create_topic("bench_b", 4)
             print(f"txmq broker on {broker.endpoint} (flush={args.flush}); {seconds:g}s per figure", file=sys.stderr)
-            plan = [("a_tx100", "txmq", "txmq-batch", (broker.endpoint, "bench_a"), BATCH, 1)]
+            broker_cpu = lambda: pid_cpu_s(broker.proc.pid)  # noqa: E731
+            plan = [("a_tx100", "txmq", "txmq-batch", (broker.endpoint, "bench_a"), BATCH, 1, broker_cpu)]
             for producers, key in ((1, "b_tx1_p1"), (8, "b_tx1_p8")):
-                plan.append((key, "txmq", "txmq-single", (broker.endpoint, "bench_b"), 1, producers))
+                plan.append((key, "txmq", "txmq-single", (broker.endpoint, "bench_b"), 1, producers, broker_cpu))
             for name, peer in peers.items():
-                plan.append(("a_tx100", name, name, peer.port, BATCH, 1))
-                plan.append(("b_tx1_p1", name, name, peer.port, 1, 1))
-                plan.append(("b_tx1_p8", name, name, peer.port, 1, 8))
-            for key, system, kind, target, size, producers in plan:
-                result = run_workers(kind, target, size, producers, seconds)
+                peer_cpu = lambda sid=peer.proc.pid: session_cpu_s(sid)  # noqa: E731
+                plan.append(("a_tx100", name, name, peer.port, BATCH, 1, peer_cpu))
+                plan.append(("b_tx1_p1", name, name, peer.port, 1, 1, peer_cpu))
+                plan.append(("b_tx1_p8", name, name, peer.port, 1, 8, peer_cpu))
+            for key, system, kind, target, size, producers, server_cpu in plan:
+                result = run_workers(kind, target, size, producers, seconds, server_cpu)
                 figures[key][system] = result
                 print(f"{key:9} {system:9} {result}", file=sys.stderr)
     finally:
@@ -360,11 +408,7 @@ def main(argv: list[str] | None = None) -> int:
             peer.stop()
         shutil.rmtree(data_dir, ignore_errors=True)
 
-    report = build_report(figures, unavailable, seconds, args.flush)
-    line = json.dumps(report, sort_keys=True)
-    print(line)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(line + "\n")
+    emit("broker", build_report(figures, unavailable, seconds, args.flush), sort_keys=True)
     return 0
 
 

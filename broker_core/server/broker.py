@@ -10,9 +10,14 @@ SIGINT, closing the store so no abort marker is left.
 
 Why a thread-pool server (not grpc.aio): the store and the engine are
 blocking code; in the aio server every call would hop to an executor anyway,
-and measured here the sync server answers a unary call at the same or better
-latency. Long polls and telemetry streams each hold a worker, hence the large
-default pool (`max_workers`).
+and measured here (bench/grpc_server_models.py, server CPU per echo call from
+/proc) the aio server spends 1.05-1.6x the sync server's CPU per call and
+answers one sequential client at 0.83x its rate. Long polls and telemetry
+streams each hold a worker, hence the large default pool (`max_workers`).
+Both services are registered method handlers, so the C core matches a call's
+method path; `grpc.optimization_target`, pool size, `sys.setswitchinterval`
+and a GC threshold/freeze were measured too and made no difference beyond
+this shared machine's noise.
 """
 
 from __future__ import annotations
@@ -145,7 +150,7 @@ class Broker:
     def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port) (the real port when 0 was asked)."""
         from txmq.broker.protocol.rocketmq_methods import SERVICE_NAME
-        from txmq.broker.server.messaging_service import build_rocketmq_handler
+        from txmq.broker.server.messaging_service import rocketmq_method_handlers
 
         cfg = self.config
         interceptors = []
@@ -153,7 +158,6 @@ class Broker:
             interceptors.append(AuthInterceptor(self.core.auth, in_band_prefixes=(f"/{SERVICE_NAME}/",)))
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="txmq-rpc"),
-            handlers=[build_rocketmq_handler(self.core)],
             interceptors=interceptors,
             options=[
                 ("grpc.max_receive_message_length", cfg.max_message_bytes),
@@ -164,9 +168,11 @@ class Broker:
             ],
             maximum_concurrent_rpcs=cfg.max_workers * 8,
         )
-        native = _native_handler(self.core)
+        # Registered (not generic) handlers: the C core matches each call's method path itself.
+        self.server.add_registered_method_handlers(SERVICE_NAME, rocketmq_method_handlers(self.core))
+        native = _native_handlers(self.core)
         if native is not None:
-            self.server.add_generic_rpc_handlers((native,))
+            self.server.add_registered_method_handlers(*native)
         address = f"{self.host}:{self.port}" if ":" not in self.host else f"[{self.host}]:{self.port}"
         if cfg.tls_cert:
             creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(), Path(cfg.tls_cert).read_bytes())])
@@ -205,15 +211,16 @@ class Broker:
         self.core.close()
 
 
-def _native_handler(core: BrokerCore):
-    """The native service's handler when its module is present (it is written separately)."""
+def _native_handlers(core: BrokerCore):
+    """(service name, method handlers) of the native service when its module is present."""
     try:
-        from txmq.broker.server.native_service import build_native_handler
+        from txmq.broker.protocol.native_methods import SERVICE_NAME
+        from txmq.broker.server.native_service import native_method_handlers
     except ImportError as exc:
         if "native_service" in str(exc):
             return None
         raise
-    return build_native_handler(core)
+    return SERVICE_NAME, native_method_handlers(core)
 
 
 def _start_metrics(core: BrokerCore, listen: str):

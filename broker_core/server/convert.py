@@ -41,13 +41,21 @@ RESERVED_PROPERTIES = frozenset({
 SEPARATORS = ("\x01", "\x02")
 
 
+_CHECKED_TOPICS: set[str] = set()  # names that passed check_topic: most calls reuse a few topics
+_CHECKED_TOPICS_MAX = 4096
+
+
 def check_topic(name: str) -> str:
+    if name in _CHECKED_TOPICS:
+        return name
     if not name:
         raise IllegalTopic("topic name is empty")
     if name in SYSTEM_TOPICS:
         raise IllegalTopic(f"topic {name!r} is a system topic and cannot be used by clients")
     if not TOPIC_RE.match(name):
         raise IllegalTopic(f"topic name {name[:200]!r} must match ^[%|a-zA-Z0-9_-]+$ and have at most 127 characters")
+    if len(_CHECKED_TOPICS) < _CHECKED_TOPICS_MAX:
+        _CHECKED_TOPICS.add(name)
     return name
 
 
@@ -82,6 +90,8 @@ def _ts(ms: int) -> Timestamp:
 
 
 def verify_digest(msg: pb.Message) -> None:
+    if not msg.system_properties.HasField("body_digest"):
+        return
     digest = msg.system_properties.body_digest
     if digest.type == pb.DIGEST_TYPE_UNSPECIFIED or not digest.checksum:
         return
@@ -119,7 +129,7 @@ def to_store_message(msg: pb.Message, *, born_host_fallback: str = "") -> Messag
             f"delivery_timestamp is only allowed on DELAY messages, not on {pb.MessageType.Name(mtype)}")
     verify_digest(msg)
     props: dict[str, str] = {}
-    for key, value in msg.user_properties.items():
+    for key, value in (msg.user_properties.items() if msg.user_properties else ()):
         if not key or key in RESERVED_PROPERTIES or any(s in key or s in value for s in SEPARATORS):
             raise IllegalPropertyKey(f"user property {key[:100]!r} is reserved or contains a separator")
         props[key] = value

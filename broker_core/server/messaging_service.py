@@ -36,6 +36,20 @@ from txmq.broker.transaction.state import Resolution
 log = logging.getLogger("txmq.broker.rocketmq")
 
 ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.TRANSACTION)
+OK_STATUS = st.ok()  # copied into each response by protobuf; built once instead of per call
+
+
+def _end_responses() -> dict[tuple[str, bool], pb.EndTransactionResponse]:
+    """Every EndTransaction answer there can be (state x first ending), built once and shared:
+    gRPC only serializes a response, so one immutable instance serves all calls."""
+    from txmq.broker.transaction.state import TxState
+
+    return {(state.name, newly): pb.EndTransactionResponse(
+                status=st.ok(state.name if newly else f"already {state.name}"))
+            for state in TxState for newly in (True, False)}
+
+
+_END_RESPONSES = _end_responses()
 
 
 class Undecodable:
@@ -58,20 +72,30 @@ def _deserializer(cls: type) -> Callable[[bytes], object]:
 
 
 class Call:
-    """What a handler knows about its caller: identity, client id, peer."""
+    """What a handler knows about its caller: identity, client id, peer.
 
-    __slots__ = ("context", "metadata", "identity", "client_id")
+    The client id is looked up in the metadata only when a handler asks for it
+    (transactional sends and telemetry do; most calls never need it).
+    """
+
+    __slots__ = ("context", "metadata", "identity", "_client_id")
 
     def __init__(self, core, context: grpc.ServicerContext) -> None:
         self.context = context
         self.metadata = context.invocation_metadata() or ()
-        client_id = ""
-        for key, value in self.metadata:
-            if key == "x-mq-client-id":
-                client_id = value if isinstance(value, str) else value.decode(errors="replace")
-                break
-        self.client_id = client_id
+        self._client_id: str | None = None
         self.identity = core.auth.authenticate(self.metadata)
+
+    @property
+    def client_id(self) -> str:
+        if self._client_id is None:
+            client_id = ""
+            for key, value in self.metadata:
+                if key == "x-mq-client-id":
+                    client_id = value if isinstance(value, str) else value.decode(errors="replace")
+                    break
+            self._client_id = client_id
+        return self._client_id
 
 
 def _duration_ms(d) -> int:
@@ -165,21 +189,24 @@ class MessagingService:
 
     def _send(self, req: pb.SendMessageRequest, call: Call) -> pb.SendMessageResponse:
         identity = call.identity
-        kinds = {message_type_of(m) == pb.TRANSACTION for m in req.messages}
-        if len(kinds) > 1:
+        messages = req.messages
+        types = [message_type_of(m) for m in messages]
+        transactional = types[0] == pb.TRANSACTION
+        if any((t == pb.TRANSACTION) != transactional for t in types):
             raise BadRequest("one SendMessage request cannot mix TRANSACTION and other message types")
-        transactional = kinds.pop()
         converted = []
-        for m in req.messages:
-            mtype = message_type_of(m)
+        queue_counts: dict[str, int] = {}  # one topic lookup per topic, not per message
+        for m, mtype in zip(messages, types):
             if mtype == pb.TRANSACTION and delivery_timestamp_ms(m) is not None:
                 raise IllegalDeliveryTime("transactional messages cannot have a delivery time (delay)")
             if mtype == pb.DELAY:
                 raise Unsupported("DELAY messages (delivery_timestamp) are not supported by txmq; "
                                   "send NORMAL messages or schedule on the producer side")
             sm = to_store_message(m)
-            identity.require_publish(sm.topic)
-            count = self.core.topic_queue_count(sm.topic)
+            count = queue_counts.get(sm.topic)
+            if count is None:
+                identity.require_publish(sm.topic)
+                count = queue_counts[sm.topic] = self.core.topic_queue_count(sm.topic)
             group = m.system_properties.message_group if mtype == pb.FIFO else None
             sm.queue_id = self._select_queue(sm.topic, count, group)
             converted.append(sm)
@@ -187,16 +214,17 @@ class MessagingService:
             prepared = self.engine.prepare(converted, producer_group=identity.producer_group,
                                            sender=call.client_id)
             tx_id, results = prepared.transaction_id, prepared.results
-            for sm in converted:
-                self.core.router.note_half(tx_id, call.client_id, sm.topic)
+            for topic in queue_counts:
+                self.core.router.note_half(tx_id, call.client_id, topic)
         else:
             tx_id, results = "", self.store.append(converted)
         self.core.metrics.messages_in += len(converted)
-        entries = []
-        for m, r in zip(req.messages, results):
-            entries.append(pb.SendResultEntry(status=st.ok(), message_id=m.system_properties.message_id or r.msg_id,
-                                              transaction_id=tx_id, offset=r.queue_offset))
-        return pb.SendMessageResponse(status=st.ok(), entries=entries)
+        response = pb.SendMessageResponse(status=OK_STATUS)
+        add_entry = response.entries.add
+        for m, r in zip(messages, results):
+            add_entry(status=OK_STATUS, message_id=m.system_properties.message_id or r.msg_id,
+                      transaction_id=tx_id, offset=r.queue_offset)
+        return response
 
     def EndTransaction(self, req: pb.EndTransactionRequest, call: Call) -> pb.EndTransactionResponse:
         tx_id = req.transaction_id
@@ -217,8 +245,11 @@ class MessagingService:
         result = self.engine.end(tx_id, resolution, source=source,
                                  producer_group=identity.producer_group if identity.authenticated else None)
         self.core.router.forget(tx_id)
-        text = result.state.name if result.newly_ended else f"already {result.state.name}"
-        return pb.EndTransactionResponse(status=st.ok(text))
+        response = _END_RESPONSES.get((result.state.name, bool(result.newly_ended)))
+        if response is None:  # a state the table does not know: answer it the long way
+            text = result.state.name if result.newly_ended else f"already {result.state.name}"
+            response = pb.EndTransactionResponse(status=st.ok(text))
+        return response
 
     def RecallMessage(self, req: pb.RecallMessageRequest, call: Call) -> pb.RecallMessageResponse:
         raise Unsupported("txmq has no delayed messages, so there is nothing to recall")
@@ -412,6 +443,12 @@ class MessagingService:
 
 def build_rocketmq_handler(core) -> grpc.GenericRpcHandler:
     """A generic handler serving every RPC of the method table under RocketMQ's service name."""
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, rocketmq_method_handlers(core))
+
+
+def rocketmq_method_handlers(core) -> dict[str, grpc.RpcMethodHandler]:
+    """{method name: handler} for every RPC of the method table. The broker registers them with
+    `add_registered_method_handlers`, so gRPC matches a call's method in C instead of a Python lookup."""
     service = MessagingService(core)
     handlers = {}
     for method in ROCKETMQ_METHODS:
@@ -430,7 +467,7 @@ def build_rocketmq_handler(core) -> grpc.GenericRpcHandler:
             handlers[method.name] = grpc.stream_stream_rpc_method_handler(
                 _bidi(core, method.name, fn, method.response_class),
                 request_deserializer=deserialize, response_serializer=serialize)
-    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+    return handlers
 
 
 def _failure(response_class: type, rpc: str, exc: Exception):

@@ -53,11 +53,21 @@ class QueueSelector:
         if sharding_key:
             # crc32 is stable across processes (Python's hash() is salted).
             return zlib.crc32(sharding_key.encode()) % queue_count
+        return next(self._counter(topic)) % queue_count
+
+    def select_round_robin(self, topic: str, queue_count: int, n: int) -> list[int]:
+        """Queues for `n` messages without sharding keys: what `n` calls of `select` would give."""
+        if queue_count <= 0:
+            raise BadRequest(f"topic {topic!r} has no writable queues")
+        counter = self._counter(topic)
+        return [next(counter) % queue_count for _ in range(n)]
+
+    def _counter(self, topic: str) -> "itertools.count[int]":
         counter = self._counters.get(topic)
         if counter is None:
             with self._lock:
                 counter = self._counters.setdefault(topic, itertools.count())
-        return next(counter) % queue_count
+        return counter
 
 
 class MessageIdGenerator:
@@ -70,20 +80,26 @@ class MessageIdGenerator:
 
     def __init__(self) -> None:
         self._prefix = uuid.uuid4().hex[:20].upper()
-        self._counter = itertools.count()
+        self._next = 0
+        self._lock = threading.Lock()
 
     def next_id(self) -> str:
-        return f"{self._prefix}{next(self._counter):012X}"
+        return self.next_ids(1)[0]
+
+    def next_ids(self, n: int) -> list[str]:
+        """`n` fresh ids, reserved as one block (one lock round per batch, not per message)."""
+        with self._lock:
+            start = self._next
+            self._next = start + n
+        prefix = self._prefix
+        return [f"{prefix}{i:012X}" for i in range(start, start + n)]
 
     def assign(self, messages: list[Message]) -> list[str]:
         """Give every message without a UNIQ_KEY a new one; return all ids in order."""
-        ids = []
-        for m in messages:
-            mid = m.properties.get(PROP_UNIQ_KEY)
-            if not mid:
-                mid = m.properties[PROP_UNIQ_KEY] = self.next_id()
-            ids.append(mid)
-        return ids
+        missing = [m.properties for m in messages if not m.properties.get(PROP_UNIQ_KEY)]
+        for props, mid in zip(missing, self.next_ids(len(missing))):
+            props[PROP_UNIQ_KEY] = mid
+        return [m.properties[PROP_UNIQ_KEY] for m in messages]
 
 
 def _column(table: pa.Table, name: str, rows: int) -> list:
@@ -124,6 +140,39 @@ def _build_message(topic: str | None, body: bytes | None, tag: str | None, keys:
     return Message(topic=topic, body=bytes(body), properties=props, born_timestamp=born_ms), sharding_key or None
 
 
+# Arrow columns that need no per-row checks beyond "has a topic, has a body".
+PLAIN_COLUMNS = frozenset({"topic", "body"})
+
+
+def _plain_rows(table: pa.Table, default_topic: str | None, born_ms: int) -> list[Message]:
+    """Messages of a table with only topic/body columns: the Spark sink's and most producers' case,
+    built without the per-row property checks `_build_message` does (there are no properties)."""
+    bodies = table.column("body").to_pylist()
+    if "topic" in table.column_names:
+        topics = [topic or default_topic for topic in table.column("topic").to_pylist()]
+    else:
+        topics = [default_topic] * len(bodies)
+    if not (all(bodies) and all(topics)):
+        for row, (topic, body) in enumerate(zip(topics, bodies)):
+            _build_message(topic, body, None, None, None, None, None, born_ms, row)  # raises the typed error
+    return [Message(topic=topic, body=body, properties={}, born_timestamp=born_ms)
+            for topic, body in zip(topics, bodies)]
+
+
+def _assign_round_robin(messages: list[Message], queue_count: QueueCountFn, selector: QueueSelector) -> None:
+    """Queues for messages without sharding keys, one selector call per topic."""
+    first_topic = messages[0].topic
+    if all(m.topic == first_topic for m in messages):
+        by_topic = {first_topic: messages}
+    else:
+        by_topic = {}
+        for m in messages:
+            by_topic.setdefault(m.topic, []).append(m)
+    for topic, group in by_topic.items():
+        for m, queue_id in zip(group, selector.select_round_robin(topic, queue_count(topic), len(group))):
+            m.queue_id = queue_id
+
+
 def decode_batch(batch: native_pb2.MessageBatch, queue_count: QueueCountFn,
                  selector: QueueSelector) -> list[Message]:
     """All messages of a MessageBatch with queues assigned; BadRequest on a malformed payload."""
@@ -133,6 +182,10 @@ def decode_batch(batch: native_pb2.MessageBatch, queue_count: QueueCountFn,
     if batch.arrow_ipc:
         table = table_from_ipc(batch.arrow_ipc)
         check_send_schema(table.schema)
+        if not batch.messages and table.num_rows and PLAIN_COLUMNS.issuperset(table.column_names):
+            messages = _plain_rows(table, default_topic, born_ms)
+            _assign_round_robin(messages, queue_count, selector)
+            return messages
         rows = table.num_rows
         columns = zip(
             _column(table, "topic", rows), table.column("body").to_pylist(), _column(table, "tag", rows),

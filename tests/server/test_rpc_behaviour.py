@@ -162,3 +162,31 @@ def test_tag_filter_delivers_only_matching_tags(wire):
     req.long_polling_timeout.seconds = 0
     got = [r.message.body for r in wire.call("ReceiveMessage", req) if r.WhichOneof("content") == "message"]
     assert sorted(got) == [b"a1", b"c1"]
+
+
+def test_one_send_cannot_mix_transactional_and_normal_messages(wire):
+    topic = name("mixed")
+    req = pb.SendMessageRequest()
+    for mtype in (pb.TRANSACTION, pb.NORMAL):
+        m = req.messages.add(body=b"m")
+        m.topic.name = topic
+        m.system_properties.message_id = uuid.uuid4().hex.upper()
+        m.system_properties.message_type = mtype
+    r = wire.call("SendMessage", req)
+    assert r.status.code == pb.BAD_REQUEST and "mix" in r.status.message
+    assert [e.status.code for e in r.entries] == [pb.BAD_REQUEST, pb.BAD_REQUEST]
+
+
+def test_one_transactional_send_to_two_topics_commits_both_together(wire):
+    first, second = name("tx-a"), name("tx-b")
+    req = pb.SendMessageRequest()
+    for topic in (first, second, first):
+        m = req.messages.add(body=topic.encode())
+        m.topic.name = topic
+        m.system_properties.message_id = uuid.uuid4().hex.upper()
+        m.system_properties.message_type = pb.TRANSACTION
+    sent = wire.call("SendMessage", req)
+    assert sent.status.code == pb.OK and len({e.transaction_id for e in sent.entries}) == 1
+    assert wire.pull_all(first) == [] and wire.pull_all(second) == []
+    assert wire.end(first, sent.entries[0].transaction_id).status.message == "COMMITTED"
+    assert len(wire.pull_all(first)) == 2 and len(wire.pull_all(second)) == 1
