@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from txmq.broker import errors
 from txmq.broker.client.batches import to_arrow_table
+from txmq.broker.client.pull_shm import VERIFIED, SharedMemoryPulls, SharedMemoryUnreadable
 from txmq.broker.client.types import (
     CheckRequest,
     EndSummary,
@@ -43,6 +44,7 @@ from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import batch_from_ipc, to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.protocol.native_status import raise_for
+from txmq.broker.protocol.shared_memory import shm_dir_from_env
 
 if TYPE_CHECKING:
     from txmq.broker.client.checkback import CheckbackSession
@@ -149,6 +151,7 @@ class NativeClient:
         self._target_index = 0
         self._stubs: dict[str, Callable] = {}
         self._closed = False
+        self._pull_shm = SharedMemoryPulls(shm_dir_from_env())
 
     # ---- connection ---------------------------------------------------------
     @property
@@ -282,6 +285,11 @@ class NativeClient:
         return _offsets(resp.topics)
 
     # ---- reads ----------------------------------------------------------------
+    @property
+    def pulls_through_shared_memory(self) -> bool:
+        """Whether pulls reach this client through shared memory (proven, see client/pull_shm.py)."""
+        return self._pull_shm.state == VERIFIED
+
     def pull_arrow(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
                    max_bytes: int = 2 << 20) -> PullResult:
         """Messages [start, end) of one queue as one record batch in the Spark schema.
@@ -291,8 +299,26 @@ class NativeClient:
         """
         req = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=start, end_offset=end,
                              tags=tags or "", max_bytes=max_bytes)
-        resp = self._call("PullArrow", req)
-        return PullResult(batch=batch_from_ipc(resp.arrow_ipc), next_offset=resp.next_offset,
+        offer, probe = self._pull_shm.offer()
+        if offer is not None:
+            req.shared_memory.CopyFrom(offer)
+        try:
+            resp = self._call("PullArrow", req)
+        finally:
+            if probe is not None:
+                probe.unlink(missing_ok=True)
+        # an empty range is answered inline whatever the offer: it says nothing about shared memory
+        self._pull_shm.settle(offer if resp.count else None, probe, bool(resp.shared_memory_path))
+        if resp.shared_memory_path:
+            try:
+                batch = self._pull_shm.read(resp.shared_memory_path, resp.shared_memory_size)
+            except SharedMemoryUnreadable as exc:
+                log.warning("shared-memory pulls off for this client, pulling inline: %s", exc)
+                self._pull_shm.turn_off()
+                return self.pull_arrow(topic, queue_id, start, end, tags=tags, max_bytes=max_bytes)
+        else:
+            batch = batch_from_ipc(resp.arrow_ipc)
+        return PullResult(batch=batch, next_offset=resp.next_offset,
                           min_offset=resp.min_offset, max_offset=resp.max_offset)
 
     def get_message(self, message_id: str) -> ReceivedMessage:

@@ -25,7 +25,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txmq.broker.errors import StoreError
+from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
+from txmq.broker.protocol.shared_memory import shm_dir_from_env
+from txmq.broker.server.pull_shm import SharedMemoryPayloads
 from txmq.broker.server.property_names import SYSTEM_PROPERTIES
 from txmq.broker.store.columnar_read import RecordColumns, read_queue_columns, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage
@@ -249,3 +252,17 @@ def pull_payload(batch: pa.RecordBatch) -> bytes:
     with pa.ipc.new_stream(pa.FixedSizeBufferWriter(out), batch.schema) as writer:
         writer.write_batch(batch)
     return out.to_pybytes()
+
+
+# One per broker process: which clients share its host is a fact about the process, not a service.
+SHARED_PAYLOADS = SharedMemoryPayloads(shm_dir_from_env())
+
+
+def pull_response_payload(batch: pa.RecordBatch, offer: pb.SharedMemoryOffer | None,
+                          shared: SharedMemoryPayloads = SHARED_PAYLOADS) -> dict[str, object]:
+    """The PullResponse fields carrying `batch`: a shared-memory file when the client offered
+    one and proved it shares the directory (see pull_shm), else the IPC bytes inline."""
+    if offer is not None and offer.probe_token and shared.accepts(offer.probe_path, offer.probe_token):
+        path, size = shared.write(batch)
+        return {"shared_memory_path": path, "shared_memory_size": size}
+    return {"arrow_ipc": pull_payload(batch)}

@@ -23,7 +23,7 @@ from txmq.broker.protocol.native_arrow import to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
 from txmq.broker.server.native_ingest import MessageIdGenerator, QueueSelector, decode_batch
-from txmq.broker.server.native_pull import build_pull_batch, pull_batch, pull_payload
+from txmq.broker.server.native_pull import build_pull_batch, pull_batch, pull_response_payload
 from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
 from txmq.broker.server.property_names import user_properties
@@ -353,9 +353,10 @@ class NativeService:
         read = pull_batch(self.store, topic, queue_id, start, count, max_bytes=max_bytes,
                           tag_filter=TagFilter.parse(request.tags))
         rows = read.batch.num_rows
-        payload = pull_payload(read.batch)
+        offer = request.shared_memory if request.HasField("shared_memory") else None
+        payload = pull_response_payload(read.batch, offer)
         self.metrics.observe("pull", rows, time.perf_counter() - started)
-        return pb.PullResponse(status=ok_status(), arrow_ipc=payload, next_offset=read.next_offset,
+        return pb.PullResponse(status=ok_status(), **payload, next_offset=read.next_offset,
                                min_offset=read.min_offset, max_offset=read.max_offset, count=rows)
 
     def GetMessage(self, request, context) -> pb.GetMessageResponse:
@@ -499,6 +500,11 @@ def _stream(fn: Callable, response_class: type) -> Callable:
 
 def build_native_handler(core: Any) -> grpc.GenericRpcHandler:
     """The generic handler serving TxmqService over `core` (a BrokerCore)."""
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, native_method_handlers(core))
+
+
+def native_method_handlers(core: Any) -> dict[str, grpc.RpcMethodHandler]:
+    """{method name: handler} of TxmqService over `core`, for `add_registered_method_handlers`."""
     service = NativeService(core)
     handlers = {}
     for method in NATIVE_METHODS:
@@ -513,4 +519,4 @@ def build_native_handler(core: Any) -> grpc.GenericRpcHandler:
                 response_serializer=method.response_class.SerializeToString)
         else:  # pragma: no cover - the .proto has no client-streaming RPCs
             raise RuntimeError(f"unsupported RPC kind {method.kind} for {method.path}")
-    return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+    return handlers

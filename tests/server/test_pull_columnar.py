@@ -10,6 +10,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch
 from txmq.broker.store import Message, MessageStore, StoreConfig
-from txmq.broker.store.columnar_read import read_queue_columns
+from txmq.broker.store.columnar_read import byte_rows, read_queue_columns
 from txmq.broker.store.message import (
     PROP_KEYS,
     PROP_TAGS,
@@ -182,3 +183,10 @@ def test_pull_payload_is_the_ipc_stream_of_the_batch(tmp_path):
         assert batch_from_ipc(pull_payload(batch)).equals(batch)
     finally:
         store.close()
+
+
+def test_byte_rows_copy_fixed_width_slices_and_read_zeros_past_the_end():
+    data = np.arange(1, 11, dtype=np.uint8)
+    rows = byte_rows(data, np.array([0, 3, 8, 9], dtype=np.int64), 4)
+    assert rows.tolist() == [[1, 2, 3, 4], [4, 5, 6, 7], [9, 10, 0, 0], [10, 0, 0, 0]]
+    assert byte_rows(data[:2], np.array([0], dtype=np.int64), 4).tolist() == [[1, 2, 0, 0]]

@@ -187,3 +187,58 @@ def test_consumer_group_records_processed_offsets(spark, client, source_options,
                                   consumerGroup=group), checkpoint)
     lag = client.group_lag(group, [topic])
     assert sum(v.committed for v in lag[topic].values()) == 8
+
+
+def start_recording(df, checkpoint) -> tuple[object, list[tuple[float, int]]]:
+    """Start a streaming query that records (monotonic time, row count) of every non-empty micro-batch."""
+    seen: list[tuple[float, int]] = []
+
+    def record(batch_df, _batch_id):
+        n = batch_df.count()
+        if n:
+            seen.append((time.monotonic(), n))
+
+    query = df.writeStream.foreachBatch(record).option("checkpointLocation", checkpoint).start()
+    return query, seen
+
+
+def wait_until(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return predicate()
+
+
+def test_min_offsets_per_trigger_holds_back_a_batch_until_enough_rows_arrive(
+        spark, client, source_options, topic, checkpoint):
+    df = read_stream(spark, source_options, topic=topic, startingOffsets="earliest",
+                     minOffsetsPerTrigger=10, maxTriggerDelay="10m", pollIntervalMs=100)
+    query, seen = start_recording(df, checkpoint)
+    try:
+        send_plain(client, topic, [b"early-%d" % i for i in range(4)])
+        time.sleep(3)  # many triggers plan here: each must hold the 4 rows back
+        assert seen == []
+        send_plain(client, topic, [b"late-%d" % i for i in range(6)])
+        assert wait_until(lambda: seen, 60)
+        assert [n for _, n in seen] == [10]
+    finally:
+        query.stop()
+
+
+def test_max_trigger_delay_releases_a_batch_smaller_than_min_offsets(
+        spark, client, source_options, topic, checkpoint):
+    delay_s = 4
+    df = read_stream(spark, source_options, topic=topic, startingOffsets="earliest",
+                     minOffsetsPerTrigger=1000, maxTriggerDelay=f"{delay_s}s", pollIntervalMs=100)
+    started = time.monotonic()
+    query, seen = start_recording(df, checkpoint)
+    try:
+        send_plain(client, topic, [b"few-%d" % i for i in range(5)])
+        sent = time.monotonic()
+        assert wait_until(lambda: seen, 60)
+        released_at, rows = seen[0]
+        assert rows == 5
+        # held back until maxTriggerDelay since the query started, not read as soon as sent
+        assert released_at - started >= delay_s and released_at - sent >= 1
+    finally:
+        query.stop()
