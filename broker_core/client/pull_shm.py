@@ -8,9 +8,12 @@ only a broker that reads the token there answers through shared memory. The
 probe file is removed after that pull; the broker remembers the token.
 
 States: UNTRIED (the next pull probes) → VERIFIED (offers the token only) → back
-to UNTRIED if a verified offer is answered inline (the broker restarted, or a
-failover reached another broker); a probe answered inline, or a payload file
-that cannot be opened, turns shared memory OFF for this client.
+to UNTRIED if a verified offer is answered inline (the broker restarted, a
+failover reached another broker, or the broker is out of room for payloads).
+A probe answered inline means another host, or a broker out of room (it may
+not send more than its cap through shared memory, and cannot say which): the
+client then makes no offers (DECLINED) for PROBE_AGAIN_AFTER_S and probes again.
+A payload file that cannot be opened turns shared memory OFF for this client.
 """
 
 from __future__ import annotations
@@ -18,15 +21,18 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.shared_memory import PAYLOAD_PREFIX, PROBE_PREFIX
 
-UNTRIED, VERIFIED, OFF = "untried", "verified", "off"
+UNTRIED, VERIFIED, DECLINED, OFF = "untried", "verified", "declined", "off"
+PROBE_AGAIN_AFTER_S = 30.0  # a probe answered inline: no offers for this long (one probe file per 30 s if remote)
 
 
 class SharedMemoryUnreadable(Exception):
@@ -36,11 +42,13 @@ class SharedMemoryUnreadable(Exception):
 class SharedMemoryPulls:
     """One client's shared-memory state (thread-safe: executors pull from several threads)."""
 
-    def __init__(self, directory: Path | None) -> None:
+    def __init__(self, directory: Path | None, clock: Callable[[], float] = time.monotonic) -> None:
         self.directory = directory
         self.token = secrets.token_bytes(16)
         self._state = UNTRIED if directory is not None else OFF
         self._lock = threading.Lock()
+        self._clock = clock
+        self._probe_again_at = 0.0
 
     @property
     def state(self) -> str:
@@ -49,7 +57,7 @@ class SharedMemoryPulls:
     def offer(self) -> tuple[pb.SharedMemoryOffer | None, Path | None]:
         """The offer for the next pull, and the probe file to remove once it is answered."""
         state = self._state
-        if state == OFF:
+        if state == OFF or (state == DECLINED and self._clock() < self._probe_again_at):
             return None, None
         if state == VERIFIED:
             return pb.SharedMemoryOffer(probe_token=self.token), None
@@ -72,16 +80,19 @@ class SharedMemoryPulls:
             return
         if used:
             self._set(VERIFIED)
+        elif probe is None:
+            self._set(UNTRIED)
         else:
-            self._set(OFF if probe is not None else UNTRIED)
+            self._set(DECLINED, probe_again_at=self._clock() + PROBE_AGAIN_AFTER_S)
 
     def turn_off(self) -> None:
         self._set(OFF)
 
-    def _set(self, state: str) -> None:
+    def _set(self, state: str, probe_again_at: float = 0.0) -> None:
         with self._lock:
             if self._state != OFF:
                 self._state = state
+                self._probe_again_at = probe_again_at
 
     def read(self, path: str, size: int) -> pa.RecordBatch:
         """Map the payload file, unlink it, and read its batch without copying (the batch keeps the map)."""

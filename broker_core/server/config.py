@@ -64,6 +64,11 @@ class BrokerConfig:
     max_properties_bytes: int = 32767
     max_message_bytes: int = 256 << 20  # gRPC frame limit (native Arrow batches are large)
     max_workers: int = 256  # long polls and telemetry streams each hold a thread
+    # Same-host pulls through shared memory (server/pull_shm.py): at most this many bytes of payload
+    # files not yet picked up by their clients (0: always inline), and never fill the directory's
+    # file system beyond the ratio; past either, pulls are answered inline.
+    pull_shm_max_bytes: int = 256 << 20
+    pull_shm_max_used_ratio: float = 0.9
     # Pop consumption (ReceiveMessage).
     default_invisible_s: float = 30.0
     max_invisible_s: float = 12 * 3600.0
@@ -100,6 +105,10 @@ class BrokerConfig:
             raise ValueError(f"retention must be positive, got {self.retention_s}s")
         if not 0 < self.disk_max_used_ratio <= 1:
             raise ValueError(f"disk_max_used_ratio must be in (0, 1], got {self.disk_max_used_ratio}")
+        if self.pull_shm_max_bytes < 0:
+            raise ValueError(f"pull_shm_max_bytes must not be negative, got {self.pull_shm_max_bytes}")
+        if not 0 < self.pull_shm_max_used_ratio <= 1:
+            raise ValueError(f"pull_shm_max_used_ratio must be in (0, 1], got {self.pull_shm_max_used_ratio}")
 
     @property
     def listen_host_port(self) -> tuple[str, int]:

@@ -44,6 +44,25 @@ def test_unknown_setting_is_refused():
         BrokerConfig.from_mapping({"colour": "blue"})
 
 
+def test_shared_memory_pull_limits_default_to_256_mib_and_nine_tenths_of_the_directory():
+    cfg = BrokerConfig()
+    assert (cfg.pull_shm_max_bytes, cfg.pull_shm_max_used_ratio) == (256 << 20, 0.9)
+
+
+def test_shared_memory_pull_limits_come_from_flags(tmp_path):
+    args = build_arg_parser().parse_args(["--data-dir", str(tmp_path), "--pull-shm-max-bytes", "1048576",
+                                          "--pull-shm-max-used-ratio", "0.5"])
+    cfg = config_from_args(args)
+    assert (cfg.pull_shm_max_bytes, cfg.pull_shm_max_used_ratio) == (1 << 20, 0.5)
+
+
+@pytest.mark.parametrize("setting", [{"pull_shm_max_bytes": -1}, {"pull_shm_max_used_ratio": 0},
+                                     {"pull_shm_max_used_ratio": 1.5}])
+def test_out_of_range_shared_memory_pull_limits_are_refused(setting):
+    with pytest.raises(ValueError, match=next(iter(setting))):
+        BrokerConfig.from_mapping(setting)
+
+
 @pytest.fixture
 def auth(tmp_path):
     f = tmp_path / "auth.json"
