@@ -13,6 +13,10 @@ Measures, over a real MessageStore (async flush) in a temporary directory:
   record) and for messages with a client message id and a tag (what every
   RocketMQ producer sends); halves and finals carry ~7 more properties
   (REAL_TOPIC, REAL_QID, PGROUP, transaction id, sender, ...);
+- the Spark sink's shape: one transaction of 4 senders' prepare calls of 4096
+  messages (with ids), ended by a sender-restricted COMMIT, against the plain
+  appends of the same batches: the prepare and the COMMIT CPU costs per message,
+  each as a ratio to the plain append's (the COMMIT's is what every writer waits for);
 - check-back with 100 000 pending transactions: a round when nothing is due,
   a round handing every transaction to a listener, and the recovery (table
   rebuild) time of a new engine over the same store.
@@ -28,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from txmq.broker.store.config import StoreConfig
@@ -116,6 +121,34 @@ def paired(store: MessageStore, engine: TransactionEngine, size: int, batches: i
             f"cost_ratio_{tag}": statistics.median(ratios)}
 
 
+SINK_BATCH = 4096
+SINK_SENDERS = [f"sink/0/{p}/0/bench" for p in range(4)]
+
+
+def sink_shaped(store: MessageStore, engine: TransactionEngine, rows: int, rounds: int) -> dict:
+    """Prepare and COMMIT CPU time per message of a sink-shaped transaction, as ratios to the
+    plain append of the same batches (medians of neighbouring rounds)."""
+    prepare_ratios, commit_ratios = [], []
+    for r in range(rounds):
+        batches = [batch(min(SINK_BATCH, rows - start), r * rows + start, True) for start in range(0, rows, SINK_BATCH)]
+        plain = Rate(rows)
+        with plain:
+            for b in batches:
+                store.append(b)
+        tx = f"sink-{uuid.uuid4().hex}"
+        prepare = Rate(rows)
+        with prepare:
+            for i, b in enumerate(batches):
+                engine.prepare(b, transaction_id=tx, producer_group="bench", sender=SINK_SENDERS[i % 4])
+        commit = Rate(rows)
+        with commit:
+            engine.end(tx, Resolution.COMMIT, include_senders=SINK_SENDERS)
+        prepare_ratios.append(plain.cpu_rate / prepare.cpu_rate)
+        commit_ratios.append(plain.cpu_rate / commit.cpu_rate)
+    return {"sink_rows": rows, "cost_ratio_sink_prepare": statistics.median(prepare_ratios),
+            "cost_ratio_sink_commit": statistics.median(commit_ratios)}
+
+
 def throughput(root: Path, quick: bool) -> dict:
     store = MessageStore(StoreConfig(data_dir=root / "throughput"))
     try:
@@ -125,7 +158,8 @@ def throughput(root: Path, quick: bool) -> dict:
         tx_rate(engine, 1, 200, False)  # warm up both paths
         plain_rate(store, 1, 200, False)
         out = {**paired(store, engine, 1, n1, rounds), **paired(store, engine, 100, n100, rounds),
-               **paired(store, engine, 100, n100, rounds, with_ids=True)}
+               **paired(store, engine, 100, n100, rounds, with_ids=True),
+               **sink_shaped(store, engine, 16_384 if quick else 50_000, rounds)}
         engine.close()
         return out
     finally:
@@ -193,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         "tx_cost_vs_plain_append_100": cost_100,
         "tx_cost_vs_plain_append_1": figures.pop("cost_ratio_1"),
         "tx_cost_vs_plain_append_100_with_ids": figures.pop("cost_ratio_100_with_ids"),
+        "sink_prepare_cost_vs_plain_append": figures.pop("cost_ratio_sink_prepare"),
+        "sink_commit_cost_vs_plain_append": figures.pop("cost_ratio_sink_commit"),
         "tx_cost_100_vs_target_2_5": cost_100 / TARGET_RATIO_100,
     }
     line = {"bench": "tx", "quick": args.quick, **{k: round(v, 6) if isinstance(v, float) else v

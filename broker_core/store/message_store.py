@@ -228,12 +228,47 @@ class MessageStore:
         and its queue entries become visible together."""
         return self._append(messages, allow_system=allow_system, group=True)
 
+    def append_group_encoded(self, messages: Sequence[Message],
+                             encoded_properties: Sequence[bytes | None]) -> Sequence[AppendResult]:
+        """append_group for records rebuilt from records this store already wrote (the
+        transaction engine's COMMIT: final records made from their halves).
+
+        `encoded_properties[i]` is the property string (up to the CRC digits) of the
+        record messages[i] was built from, as this store encoded it (in
+        AppendResults.encoded_properties or read_records_with_properties_at), and the
+        caller guarantees messages[i].properties is that record's property dict. Those
+        messages skip validation and property encoding: they passed both when first
+        written, and doing it again was most of a COMMIT's cost. A None entry is a
+        message checked and encoded as usual (the op record). For internal callers
+        only: user input goes through append / append_group. System topics allowed.
+        """
+        if len(encoded_properties) != len(messages):
+            raise ValueError(f"{len(messages)} messages but {len(encoded_properties)} encoded property strings")
+        if not messages:
+            return []
+        batch = BatchColumns(messages)
+        encoded = list(encoded_properties)
+        unchecked = [i for i, raw in enumerate(encoded) if raw is None]
+        if unchecked:
+            checked = self._checked([messages[i] for i in unchecked], allow_system=True)
+            for i, raw in zip(unchecked, checked.props_crc):
+                encoded[i] = raw
+        batch.props_crc = encoded
+        batch.body_lens = list(map(len, batch.bodies))
+        return self._write(batch, group=True)
+
+    def _checked(self, messages: Sequence[Message], *, allow_system: bool) -> BatchColumns:
+        cfg = self.config
+        return check_columns(BatchColumns(messages), max_body_bytes=cfg.max_body_bytes,
+                             max_properties_bytes=cfg.max_properties_bytes, allow_system=allow_system)
+
     def _append(self, messages: Sequence[Message], *, allow_system: bool, group: bool) -> Sequence[AppendResult]:
         if not messages:
             return []
-        cfg = self.config
-        batch = check_columns(BatchColumns(messages), max_body_bytes=cfg.max_body_bytes,
-                              max_properties_bytes=cfg.max_properties_bytes, allow_system=allow_system)
+        return self._write(self._checked(messages, allow_system=allow_system), group)
+
+    def _write(self, batch: BatchColumns, group: bool) -> AppendResults:
+        """Write a checked and encoded batch under the write lock (then wait for fsync in sync mode)."""
         group_commit = self._group_commit
         if group_commit is None:
             with self._write_lock:
@@ -298,8 +333,10 @@ class MessageStore:
             if queued is not None:
                 rows = compress(rows, queued)
             dispatcher.notify(list(map(_new_dispatch_entry, rows)))
-        return AppendResults(batch.count, partial(_append_results, topics, qids, queue_offsets, phys, sizes, now,
-                                                  commitlog.store_host[0]))
+        results = AppendResults(batch.count, partial(_append_results, topics, qids, queue_offsets, phys, sizes, now,
+                                                     commitlog.store_host[0]))
+        results.encoded_properties = batch.props_crc
+        return results
 
     # --- queue reads ------------------------------------------------------------------
 
@@ -369,7 +406,8 @@ class MessageStore:
                 break
         return QueueRead(messages, next_offset, cq.min_offset, cq.max_offset)
 
-    def _read_records(self, topic: str, queue_id: int, phys: list[int], sizes: list[int]) -> list[StoredMessage]:
+    def _read_records(self, topic: str, queue_id: int, phys: list[int], sizes: list[int],
+                      encoded: list[bytes] | None = None) -> list[StoredMessage]:
         """Decode the records at `phys`, reading neighbouring ones with one pread.
 
         A span is a run of records in one segment, in increasing order, with gaps of
@@ -400,7 +438,7 @@ class MessageStore:
                 hi = int(ends[j - 1])
                 try:
                     buf = commitlog.read(lo, hi - lo)
-                    msgs = decode_records(buf, [p - lo for p in phys[i:j]])
+                    msgs = decode_records(buf, [p - lo for p in phys[i:j]], encoded)
                     if [m.physical_offset for m in msgs] != phys[i:j]:
                         raise RecordCorrupted("queue entry does not point at a record start")
                 except (RecordCorrupted, ValueError, IndexError, UnicodeDecodeError) as exc:
@@ -556,3 +594,11 @@ class MessageStore:
         transaction's halves are decoded span by span instead of one read_at each.
         """
         return self._read_records(topic, queue_id, list(physical_offsets), list(sizes))
+
+    def read_records_with_properties_at(self, physical_offsets: list[int], sizes: list[int], *, topic: str,
+                                        queue_id: int) -> tuple[list[StoredMessage], list[bytes]]:
+        """read_records_at, plus each record's property string as stored (up to its CRC digits):
+        what append_group_encoded takes for a record rebuilt from it with the same properties."""
+        encoded: list[bytes] = []
+        records = self._read_records(topic, queue_id, list(physical_offsets), list(sizes), encoded)
+        return records, encoded

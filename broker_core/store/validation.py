@@ -108,6 +108,8 @@ def _check_fast(batch: BatchColumns, max_body_bytes: int, max_properties_bytes: 
     names = set(map(tuple, props))
     if len(names) == 1:
         return _check_one_template(batch, *names, max_properties_bytes)
+    if len(names) <= MAX_TEMPLATES:
+        return _check_few_templates(batch, names, max_properties_bytes)
     raws = batch.props_raw = encode_properties_of(props)
     joined = b"".join(raws)
     if not joined:
@@ -142,6 +144,32 @@ def _check_one_template(batch: BatchColumns, names: tuple, max_properties_bytes:
     if PROP_NAME_SEP in joined or PROP_SEP in joined:
         return False
     crcs = batch.props_crc = list(map(str.encode, map(template.__mod__, values)))
+    return max(map(len, crcs)) - len(_CRC_NAME_RAW) <= max_properties_bytes
+
+
+MAX_TEMPLATES = 4  # a batch with more distinct property-name tuples is encoded by joining
+
+
+def _check_few_templates(batch: BatchColumns, names: set[tuple], max_properties_bytes: int) -> bool:
+    """_check_one_template for a batch with a few property-name tuples, one template each.
+
+    A transaction's halves are such a batch (the first half of each prepare call
+    carries the prepare time, the others do not), as is a COMMIT's group (final
+    records and the op record).
+    """
+    templates = {}
+    for key in names:
+        template = _templates.get(key) or _template_for(key)
+        if template is None:
+            return False
+        templates[key] = template
+    props = batch.properties
+    values = list(map(tuple, map(dict.values, props)))
+    joined = "".join(chain.from_iterable(values))
+    if PROP_NAME_SEP in joined or PROP_SEP in joined:
+        return False
+    formats = map(templates.__getitem__, map(tuple, props))
+    crcs = batch.props_crc = list(map(str.encode, map(str.__mod__, formats, values)))
     return max(map(len, crcs)) - len(_CRC_NAME_RAW) <= max_properties_bytes
 
 

@@ -23,6 +23,8 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
+from operator import attrgetter
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -48,6 +50,7 @@ from .half import (
     build_halves,
     check_transaction_id,
     check_transactional,
+    final_encodings,
     immunity_ms,
 )
 from .metrics import TransactionMetrics
@@ -215,7 +218,7 @@ class TransactionEngine:
                 return False
             now = self._now_ms()
             copies = [build_discard_copy(half, ref.physical_offset)
-                      for half, ref in zip(self._read_halves(tx.halves), tx.halves)]
+                      for half, ref in zip(self._read_halves(tx.halves)[0], tx.halves)]
             op = build_op(OpRecord(tx.transaction_id, OpKind.DISCARD, None, len(tx.halves), now))
             with self._gate.shared():
                 self.store.append_group([*copies, op], allow_system=True)
@@ -359,11 +362,16 @@ class TransactionEngine:
         refs = [HalfRef(r.physical_offset, r.size, r.queue_offset, m.topic, m.queue_id, sender)
                 for m, r in zip(messages, results)]
         if cache:  # built now, while the producers still send: COMMIT then only appends them
-            for ref, final in zip(refs, build_finals(halves, refs)):
+            finals = build_finals(halves, refs)
+            encodings = final_encodings(halves, finals, results.encoded_properties)
+            for ref, final, encoded in zip(refs, finals, encodings):
                 ref.cached = final
+                ref.cached_properties = encoded
         with tx.cond:
             first = not tx.halves
             tx.halves.extend(refs)
+            if cache:
+                tx.cached_bytes += size
             if first:
                 tx.created_ms = now
             tx.immunity_ms = max(tx.immunity_ms, immunity)
@@ -382,11 +390,11 @@ class TransactionEngine:
     def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int):
         wanted = None if include_senders is None else frozenset(include_senders)
         selected = tx.halves if wanted is None else [h for h in tx.halves if h.sender in wanted]
-        finals = self._final_messages(selected)
+        finals, encodings = self._final_messages(selected)
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
-        with self._gate.shared():
-            results = self.store.append_group([*finals, op], allow_system=True)
+        with self._gate.shared():  # the finals as their halves were checked and encoded; the op checked now
+            results = self.store.append_group_encoded([*finals, op], [*encodings, None])
             self._finish(tx, TxState.COMMITTED, now)
         self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, len(finals))
         return LeadingResults(results, len(finals))
@@ -402,12 +410,13 @@ class TransactionEngine:
         """Move a just-resolved transaction to the compact finals map."""
         with tx.cond:
             tx.state = state
-            freed = _release_cache(tx)
+            # its cached finals leave with it (the table forgets it): no walk over its halves
+            freed, tx.cached_bytes = tx.cached_bytes, 0
         with self._table_lock:
             self._cache_bytes -= freed
             self._table.pop(tx.transaction_id, None)
             self._finals[tx.transaction_id] = FinalRecord(state, now)
-        self.metrics.halves_left_pending(_count_topics(h.real_topic for h in tx.halves))
+        self.metrics.halves_left_pending(_count_topics(map(_REAL_TOPIC, tx.halves)))
 
     def _drop_cache(self, tx: Transaction) -> None:
         freed = _release_cache(tx)
@@ -415,18 +424,23 @@ class TransactionEngine:
             with self._table_lock:
                 self._cache_bytes -= freed
 
-    def _final_messages(self, refs: Sequence[HalfRef]) -> list[Message]:
-        """The final records of `refs`: cached ones as built at prepare, the others from their halves."""
+    def _final_messages(self, refs: Sequence[HalfRef]) -> tuple[list[Message], list[bytes | None]]:
+        """The final records of `refs` (cached ones as built at prepare, the others from their
+        halves) and their stored property strings where known (see half.final_encodings)."""
         finals: list = [ref.cached for ref in refs]
+        encodings: list = [ref.cached_properties for ref in refs]
         missing = [i for i, final in enumerate(finals) if final is None]
         if missing:
             uncached = [refs[i] for i in missing]
-            for i, final in zip(missing, build_finals(self._read_halves(uncached), uncached)):
-                finals[i] = final
-        return finals
+            halves, half_encodings = self._read_halves(uncached)
+            built = build_finals(halves, uncached)
+            for i, final, encoded in zip(missing, built, final_encodings(halves, built, half_encodings)):
+                finals[i], encodings[i] = final, encoded
+        return finals, encodings
 
-    def _read_halves(self, refs: Sequence[HalfRef]) -> list[Message]:
-        """The halves of `refs` read back from the CommitLog, in the order of `refs`.
+    def _read_halves(self, refs: Sequence[HalfRef]) -> tuple[list[Message], list[bytes]]:
+        """The halves of `refs` read back from the CommitLog, in the order of `refs`, and their
+        property strings as stored.
 
         A transaction larger than the cache is read back at COMMIT, while every
         writer waits for it: the halves are read in CommitLog order, so
@@ -434,12 +448,13 @@ class TransactionEngine:
         one read and one vectorised decode instead of one read each.
         """
         order = sorted(range(len(refs)), key=lambda i: refs[i].physical_offset)
-        read = self.store.read_records_at([refs[i].physical_offset for i in order],
-                                          [refs[i].size for i in order], topic=HALF_TOPIC, queue_id=0)
+        read, encoded = self.store.read_records_with_properties_at(
+            [refs[i].physical_offset for i in order], [refs[i].size for i in order], topic=HALF_TOPIC, queue_id=0)
         halves: list = [None] * len(refs)
-        for i, half in zip(order, read):
-            halves[i] = half
-        return halves
+        encodings: list = [None] * len(refs)
+        for i, half, raw in zip(order, read, encoded):
+            halves[i], encodings[i] = half, raw
+        return halves, encodings
 
     def _schedule(self, tx: Transaction, due_ms: int) -> None:
         with self._table_lock:
@@ -492,20 +507,19 @@ class TransactionEngine:
 
 
 def _release_cache(tx: Transaction) -> int:
-    """Forget the cached halves of a transaction (caller holds tx.cond); returns the bytes freed."""
-    freed = 0
+    """Forget the cached finals of a transaction that stays in the table (caller holds tx.cond);
+    returns the bytes freed."""
     for h in tx.halves:
-        if h.cached is not None:
-            freed += len(h.cached.body)
-            h.cached = None
+        h.cached = h.cached_properties = None
+    freed, tx.cached_bytes = tx.cached_bytes, 0
     return freed
 
 
+_REAL_TOPIC = attrgetter("real_topic")
+
+
 def _count_topics(topics: Iterable[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for topic in topics:
-        counts[topic] = counts.get(topic, 0) + 1
-    return counts
+    return Counter(topics)  # counted in C: a COMMIT counts every half's topic
 
 
 def _new_id() -> str:

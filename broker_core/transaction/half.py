@@ -138,6 +138,17 @@ def build_finals(halves: Sequence[Message], refs: Sequence[HalfRef]) -> list[Mes
             for half, ref in zip(halves, refs)]
 
 
+def final_encodings(halves: Sequence[Message], finals: Sequence[Message],
+                    half_encodings: Sequence[bytes | None] | None) -> list[bytes | None]:
+    """The stored property string of each final record, for MessageStore.append_group_encoded:
+    its half's where the final kept the half's property dict (no prepare time to drop), so
+    COMMIT neither validates nor encodes it again; None (encoded by the store) otherwise."""
+    if half_encodings is None:
+        return [None] * len(finals)
+    return [raw if final.properties is half.properties else None
+            for half, final, raw in zip(halves, finals, half_encodings)]
+
+
 def _final_properties(props: dict[str, str]) -> dict[str, str]:
     if PROP_PREPARED_MS in props or PROP_CRC32 in props:
         return {k: v for k, v in props.items() if k != PROP_PREPARED_MS and k != PROP_CRC32}

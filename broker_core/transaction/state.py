@@ -54,6 +54,9 @@ class HalfRef:
     # engine's half cache has room: COMMIT then only appends it (no CommitLog
     # read, no per-half work while the producers wait for the commit).
     cached: Message | None = None
+    # Its property string as the store encoded it for the half (None: unknown), which
+    # lets the store append the cached final without validating and encoding it again.
+    cached_properties: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -87,6 +90,7 @@ class Transaction:
     next_check_ms: int = 0  # when the check-back service looks at it next
     inflight: int = 0
     ending: bool = False
+    cached_bytes: int = 0  # body bytes of its halves' cached finals (its share of the engine's half cache)
 
     # This transaction's condition: one of a fixed pool, chosen by id. A Condition
     # per transaction would cost more than the rest of the record (100 000 pending

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from txmq.broker.errors import DataDeleted, IllegalOffset, IllegalTopic, MessageNotFound, StoreError
-from txmq.broker.store.message import SYSTEM_TOPICS, AppendResult, Message, StoredMessage
+from txmq.broker.store.message import SYSTEM_TOPICS, AppendResult, AppendResults, Message, StoredMessage
 
 
 @dataclass
@@ -42,13 +42,20 @@ class MemoryStore:
         self.fail_next_append = False
         self.pause_after_append_s = 0.0  # widens the window between an append and its caller's next step
 
-    def append(self, messages: Sequence[Message], *, allow_system: bool = False) -> list[AppendResult]:
+    def append(self, messages: Sequence[Message], *, allow_system: bool = False) -> AppendResults:
         return self._write(messages, allow_system)
 
-    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> list[AppendResult]:
+    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> AppendResults:
         return self._write(messages, allow_system)
 
-    def _write(self, messages: Sequence[Message], allow_system: bool) -> list[AppendResult]:
+    def append_group_encoded(self, messages: Sequence[Message],
+                             encoded_properties: Sequence[bytes | None]) -> AppendResults:
+        """No encoded properties here: they are ignored (and never reported, see _write); an
+        append_group (which a test's subclass may intercept) like any other."""
+        assert len(encoded_properties) == len(messages)
+        return self.append_group(messages, allow_system=True)
+
+    def _write(self, messages: Sequence[Message], allow_system: bool) -> AppendResults:
         for m in messages:
             if m.topic in SYSTEM_TOPICS and not allow_system:
                 raise IllegalTopic(f"{m.topic} is a system topic")
@@ -72,7 +79,7 @@ class MemoryStore:
                 self._next_physical += size
         if self.pause_after_append_s:
             time.sleep(self.pause_after_append_s)
-        return results
+        return AppendResults(len(results), lambda: results)  # encoded_properties None: not known
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, **_: object) -> QueueRead:
         with self._lock:
@@ -91,6 +98,11 @@ class MemoryStore:
     def read_records_at(self, physical_offsets: list[int], sizes: list[int], *, topic: str,
                         queue_id: int) -> list[StoredMessage]:
         return [self.read_at(p, s) for p, s in zip(physical_offsets, sizes)]
+
+    def read_records_with_properties_at(self, physical_offsets: list[int], sizes: list[int], *, topic: str,
+                                        queue_id: int) -> tuple[list[StoredMessage], list[None]]:
+        records = self.read_records_at(physical_offsets, sizes, topic=topic, queue_id=queue_id)
+        return records, [None] * len(records)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         return 0

@@ -38,3 +38,17 @@ def test_halves_beyond_the_cache_commit_to_the_same_records_as_cached_halves(tmp
     read_back = committed_records(tmp_path, "read-back", half_cache_bytes)
     assert [r[0] for r in cached] == [b"a0", b"a2", b"a4", b"a1", b"a3", b"b0", b"b1", b"b2"]
     assert read_back == cached
+
+
+@pytest.mark.parametrize("end", ["commit", "rollback", "discard"])
+def test_ending_a_transaction_gives_its_cached_halves_back_to_the_cache(memory_store, end):
+    engine = TransactionEngine(memory_store, TransactionConfig(half_cache_bytes=10), clock=FakeClock())
+    engine.prepare([msg("orders", b"12345")], transaction_id="t")
+    engine.prepare([msg("orders", b"6789")], transaction_id="t")
+    assert engine._cache_bytes == 9
+    if end == "discard":
+        engine.discard("t")
+    else:
+        engine.end("t", Resolution.COMMIT if end == "commit" else Resolution.ROLLBACK)
+    assert engine._cache_bytes == 0
+    assert all(h.cached is None for tx in engine._table.values() for h in tx.halves)
