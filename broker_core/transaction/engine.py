@@ -35,6 +35,7 @@ from txmq.broker.errors import (
 )
 from txmq.broker.store.message import (
     HALF_TOPIC,
+    AppendResults,
     OP_HALF_TOPIC,
     SYSTEM_TOPICS,
     Message,
@@ -61,7 +62,6 @@ from .state import (
     EndResult,
     FinalRecord,
     HalfRef,
-    LeadingResults,
     PrepareResult,
     Resolution,
     Transaction,
@@ -397,7 +397,8 @@ class TransactionEngine:
             results = self.store.append_group_encoded([*finals, op], [*encodings, None])
             self._finish(tx, TxState.COMMITTED, now)
         self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, len(finals))
-        return LeadingResults(results, len(finals))
+        count = len(finals)  # the finals' results, without the op record's; built on first use
+        return AppendResults(count, lambda: list(results[:count]))
 
     def _append_op_and_finish(self, tx: Transaction, kind: OpKind, state: TxState, now: int) -> None:
         op = build_op(OpRecord(tx.transaction_id, kind, None, len(tx.halves), now))

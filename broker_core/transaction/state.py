@@ -147,41 +147,6 @@ class PrepareResult:
     results: list[AppendResult]
 
 
-class LeadingResults(Sequence[AppendResult]):
-    """The first `count` results of an append (a COMMIT's finals, without its op record's).
-
-    Built on first use: most callers only want the count, and making the
-    AppendResult of every final record is a sizeable part of a large COMMIT.
-    """
-
-    __slots__ = ("_results", "_count", "_items")
-
-    def __init__(self, results: Sequence[AppendResult], count: int) -> None:
-        self._results, self._count = results, count
-        self._items: list[AppendResult] | None = None
-
-    def _list(self) -> list[AppendResult]:
-        if self._items is None:
-            self._items = list(self._results[:self._count])
-        return self._items
-
-    def __len__(self) -> int:
-        return self._count
-
-    def __getitem__(self, index):
-        return self._list()[index]
-
-    def __iter__(self) -> Iterator[AppendResult]:
-        return iter(self._list())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, Sequence):
-            return self._list() == list(other)
-        return NotImplemented
-
-    __hash__ = None  # type: ignore[assignment]  # like a list
-
-
 @dataclass(frozen=True)
 class EndResult:
     state: TxState
