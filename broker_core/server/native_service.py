@@ -354,7 +354,7 @@ class NativeService:
                           tag_filter=TagFilter.parse(request.tags))
         rows = read.batch.num_rows
         offer = request.shared_memory if request.HasField("shared_memory") else None
-        payload = pull_response_payload(read.batch, offer)
+        payload = pull_response_payload(read.batch, offer, self.core.pull_payloads)
         self.metrics.observe("pull", rows, time.perf_counter() - started)
         return pb.PullResponse(status=ok_status(), **payload, next_offset=read.next_offset,
                                min_offset=read.min_offset, max_offset=read.max_offset, count=rows)

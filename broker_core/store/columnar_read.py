@@ -16,8 +16,16 @@ module reads the same bytes and never loops over records in Python:
 3. every fixed header field is gathered with numpy at record start + field
    offset (IPv6 hosts shift the later fields per record, computed from SYSFLAG);
 4. variable-length fields (body, topic, property text, offset message ids) become
-   Arrow arrays through *binary views* (length + buffer offset per row, built
-   with numpy) cast to plain binary/string, so Arrow's C++ does the gather.
+   Arrow arrays gathered by Arrow's C++: ranges in ascending order (the usual
+   case: a queue's records lie in CommitLog order) as every other piece of one
+   binary array over the bytes (offsets only, then a take), others through
+   *binary views* (length + buffer offset per row, built with numpy) cast to
+   plain binary/string;
+5. reads touch each record twice: its header (one fixed-width row per record,
+   wide enough for IPv6 hosts) and its tail after the body (TOPICLEN to the end,
+   gathered once into `RecordColumns.tail`, from which topic, properties and the
+   CRC property's position are read). Each pass over mapped records costs a
+   cache and TLB miss per record, so passes, not bytes, are what a pull pays for.
 
 Checks are those of `record.decode_records` on the read path, done column-wise:
 magic code, body/topic/property lengths against TOTALSIZE, the CRC property at
@@ -62,6 +70,7 @@ _FIXED_HEAD = np.dtype([
     ("size", ">u4"), ("magic", ">u4"), ("body_crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
     ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8")])
 _PHYS_AT = 28
+_HEAD_MAX = 84 + 12 + 12 + 4  # TOTALSIZE through BODYLEN with IPv6 born and store hosts
 
 
 # --- store access (the only place that reaches into MessageStore's parts) ------------
@@ -138,7 +147,8 @@ def _mapped_segment(store, offset: int, end: int) -> tuple[int, np.ndarray] | No
 @dataclass
 class RecordColumns:
     """The records of one read: fixed fields as numpy arrays (one element per record) and
-    positions of the variable-length fields in `data`, the joined CommitLog bytes."""
+    positions of the variable-length fields: of bodies and store hosts in `data` (the
+    CommitLog bytes), of topics and properties in `tail` (the records' tails back to back)."""
 
     data: np.ndarray  # uint8
     queue_id: np.ndarray  # int32
@@ -153,9 +163,10 @@ class RecordColumns:
     store_host_len: np.ndarray  # 8 (IPv4) or 20 (IPv6)
     body_at: np.ndarray
     body_len: np.ndarray
-    topic_at: np.ndarray
+    tail: np.ndarray  # uint8: every record's tail (TOPICLEN through its end) back to back
+    topic_at: np.ndarray  # positions in tail
     topic_len: np.ndarray
-    props_at: np.ndarray  # property text without the CRC property and its separator
+    props_at: np.ndarray  # in tail: property text without the CRC property and its separator
     props_len: np.ndarray
 
     @property
@@ -171,13 +182,13 @@ class RecordColumns:
         if expected is not None:
             raw = np.frombuffer(expected.encode(), dtype=np.uint8)
             if (self.topic_len == len(raw)).all() and (
-                    len(raw) == 0 or (byte_rows(self.data, self.topic_at, len(raw)) == raw).all()):
+                    len(raw) == 0 or (byte_rows(self.tail, self.topic_at, len(raw)) == raw).all()):
                 return pa.repeat(pa.scalar(expected, pa.string()), n)
-        return _as_utf8(gather_binary(self.data, self.topic_at, self.topic_len), "topic")
+        return as_utf8(gather_binary(self.tail, self.topic_at, self.topic_len), "topic")
 
     def property_text(self) -> pa.StringArray:
         """RocketMQ's property string of every record (name \\x01 value \\x02 ..., no final \\x02)."""
-        return _as_utf8(gather_binary(self.data, self.props_at, self.props_len), "properties")
+        return as_utf8(gather_binary(self.tail, self.props_at, self.props_len), "properties")
 
     def offset_ids(self, rows: np.ndarray | None = None) -> pa.StringArray:
         """Offset message ids (store host + port + physical offset, uppercase hex) of `rows` (all if None).
@@ -233,9 +244,10 @@ def byte_rows(data: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     windows = sliding_window_view(data, width)
     if fits:
         return windows[starts]
-    out = _byte_rows_at_the_end(data, starts, width)
     inside = starts <= size - width
+    out = np.empty((n, width), dtype=np.uint8)
     out[inside] = windows[starts[inside]]
+    out[~inside] = _byte_rows_at_the_end(data, starts[~inside], width)  # only the rows near the end
     return out
 
 
@@ -259,6 +271,8 @@ def gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     n = len(starts)
     if n == 0:
         return pa.array([], pa.binary())
+    if _in_order(starts, lengths):
+        return _gather_in_order(data, starts, lengths)
     lengths = lengths.astype(np.int32, copy=False)
     views = np.empty((n, 4), dtype="<i4")
     views[:, 0] = lengths
@@ -274,7 +288,40 @@ def gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     return arr.cast(pa.binary())
 
 
-def _as_utf8(arr: pa.BinaryArray, what: str) -> pa.StringArray:
+def _in_order(starts: np.ndarray, lengths: np.ndarray) -> bool:
+    """Whether the ranges follow each other in `data` without overlapping (a queue's records,
+    and every field of them, lie in ascending CommitLog order)."""
+    return bool((starts[1:] >= starts[:-1] + lengths[:-1]).all()) and bool((lengths >= 0).all())
+
+
+def _gather_in_order(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
+    """gather_binary for ascending, non-overlapping ranges, with no read of the values in Python.
+
+    The ranges and the gaps between them tile data[starts[0]:], so they are the
+    pieces of one binary array over `data` itself (offsets start, end, start, end,
+    ...; no copy), and Arrow's take of every other piece copies the values back to
+    back. Unlike binary views, nothing is read from the values to build the offsets.
+    """
+    n = len(starts)
+    bounds = np.empty(2 * n, dtype=np.int32)
+    bounds[0::2] = starts
+    bounds[1::2] = starts + lengths
+    pieces = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(bounds), pa.py_buffer(data)])
+    return pieces.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+
+
+def values_and_offsets(arr: pa.BinaryArray) -> tuple[np.ndarray, np.ndarray]:
+    """A binary array's values back to back as one uint8 array (no copy), and where each
+    row begins in it (len + 1 positions, int64)."""
+    _, offsets_buf, values_buf = arr.buffers()
+    n = len(arr)
+    offsets = np.frombuffer(offsets_buf, dtype=np.int32, count=n + 1, offset=4 * arr.offset) if n else np.zeros(1, np.int32)
+    base, top = int(offsets[0]), int(offsets[-1])
+    values = np.frombuffer(values_buf, dtype=np.uint8) if values_buf is not None else np.zeros(0, dtype=np.uint8)
+    return values[base:top], offsets.astype(np.int64) - base
+
+
+def as_utf8(arr: pa.BinaryArray, what: str) -> pa.StringArray:
     try:
         return arr.cast(pa.string())
     except pa.ArrowInvalid as exc:
@@ -437,7 +484,8 @@ def _decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: n
     if int(at.max()) + _FIXED_HEAD.itemsize > len(data):
         bad = "truncated record header"
     else:
-        head = byte_rows(data, at, _FIXED_HEAD.itemsize).view(_FIXED_HEAD)[:, 0]
+        block = byte_rows(data, at, _HEAD_MAX)  # one pass over the records' headers, whatever their hosts
+        head = np.ascontiguousarray(block[:, :_FIXED_HEAD.itemsize]).view(_FIXED_HEAD)[:, 0]
         size = head["size"].astype(np.int64)
         sys_flag = head["sys_flag"].astype(np.int32)
         born_extra = np.where(sys_flag & SYSFLAG_BORNHOST_V6, 12, 0).astype(np.int64)
@@ -452,22 +500,25 @@ def _decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: n
             bad = "record size disagrees with its queue entry"
     if bad is None:
         store_ts_at = at + 56 + born_extra
-        store_ts = _be_int(data, store_ts_at, 8)
-        body_len = _be_int(data, body_len_at, 4)
+        store_ts = _be_column(block, store_ts_at - at, 8)
+        body_len = _be_column(block, body_len_at - at, 4)
         body_at = body_len_at + 4
         tail_at = body_at + body_len
         if (body_len < 0).any() or (tail_at + 3 > end).any():
             bad = "body length does not fit the record size"
     if bad is None:
-        topic_len = data[tail_at].astype(np.int64)
+        # one in-order gather of the tails; every later field is read from that compact copy
+        tail, tail_pos = values_and_offsets(gather_binary(data, tail_at, end - tail_at))
+        tail_at, end = tail_pos[:-1], tail_pos[1:]
+        topic_len = tail[tail_at].astype(np.int64)
         props_at = tail_at + 3 + topic_len
         if (props_at > end).any():
             bad = "topic does not fit the record"
     if bad is None:
-        props_field_len = _be_int(data, props_at - 2, 2)
+        props_field_len = _be_int(tail, props_at - 2, 2)
         crc_name_at = end - _CRC_TAIL
         if ((props_field_len != end - props_at).any() or (crc_name_at < props_at).any()
-                or (byte_rows(data, crc_name_at, len(_CRC_PREFIX)) != _CRC_PREFIX).any()):
+                or (byte_rows(tail, crc_name_at, len(_CRC_PREFIX)) != _CRC_PREFIX).any()):
             bad = "properties length or CRC property position disagree with the record size"
     if bad is not None:
         raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {int(phys[0])} "
@@ -476,8 +527,21 @@ def _decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: n
         data=data, queue_id=head["queue_id"].astype(np.int32), queue_offset=head["queue_offset"].astype(np.int64),
         phys=phys, sys_flag=sys_flag, born_ts=head["born_ts"].astype(np.int64), store_ts=store_ts, size=size,
         record_at=at, store_host_at=at + 64 + born_extra, store_host_len=8 + store_extra,
-        body_at=body_at, body_len=body_len, topic_at=tail_at + 1, topic_len=topic_len,
+        body_at=body_at, body_len=body_len, tail=tail, topic_at=tail_at + 1, topic_len=topic_len,
         props_at=props_at, props_len=np.maximum(crc_name_at - 1 - props_at, 0))
+
+
+def _be_column(block: np.ndarray, column: np.ndarray, width: int) -> np.ndarray:
+    """The big-endian signed integers of `width` bytes at column[i] of row i of `block`, as int64.
+
+    The column differs per row only by the host families (a few distinct values),
+    so each distinct column is decoded as one strided slice.
+    """
+    out = np.empty(len(column), dtype=np.int64)
+    for col in np.unique(column).tolist():
+        rows = column == col
+        out[rows] = np.ascontiguousarray(block[rows, col:col + width]).view(f">i{width}")[:, 0]
+    return out
 
 
 def _be_int(data: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
@@ -488,4 +552,5 @@ def _be_int(data: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
 def _no_records() -> RecordColumns:
     e64 = np.zeros(0, dtype=np.int64)
     return RecordColumns(np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int32), e64, e64,
-                         np.zeros(0, dtype=np.int32), e64, e64, e64, e64, e64, e64, e64, e64, e64, e64, e64, e64)
+                         np.zeros(0, dtype=np.int32), e64, e64, e64, e64, e64, e64, e64, e64,
+                         np.zeros(0, dtype=np.uint8), e64, e64, e64, e64)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch
 from txmq.broker.store import Message, MessageStore, StoreConfig
-from txmq.broker.store.columnar_read import byte_rows, read_queue_columns
+from txmq.broker.store.columnar_read import byte_rows, gather_binary, read_queue_columns
 from txmq.broker.store.message import (
     PROP_KEYS,
     PROP_TAGS,
@@ -99,6 +99,30 @@ def test_whole_queue_pull_equals_object_pull_across_segments(tmp_path):
         assert len(store.commitlog.segments) > 2
         assert_same_pull(store, "orders", 0, 0, 100, None)
         assert_same_pull(store, "orders", 1, 3, 100, 1 << 20)
+    finally:
+        store.close()
+
+
+PROPERTY_EDGE_CASES = [
+    {},  # no property at all: an empty property text
+    {"a": ""},  # an empty value at the end of the text
+    {"x": "v", "e": ""},  # an empty value after a non-empty one
+    {PROP_KEYS: "", PROP_TAGS: "", "k": "v"},  # empty KEYS and TAGS
+    {PROP_KEYS: "  k1   k2 ", PROP_UNIQ_KEY: "ABC", "ключ": "значение ✓"},  # odd spacing, multibyte
+    {"__hidden": "1", "REAL_TOPIC": "t", "1": "2"},  # system and hidden names dropped, digits kept
+    {"long": "x" * 300, "s": "y"},  # a value past the inline-view size next to a short one
+]
+
+
+@pytest.mark.parametrize("split_at", [0, 3, len(PROPERTY_EDGE_CASES)])
+def test_property_edge_cases_split_like_the_per_record_decode(tmp_path, split_at):
+    store = open_store(tmp_path / "store")
+    try:
+        cases = PROPERTY_EDGE_CASES[split_at:] + PROPERTY_EDGE_CASES[:split_at]
+        store.append([Message("orders", b"b%d" % i, queue_id=0, properties=dict(props))
+                      for i, props in enumerate(cases)])
+        assert_same_pull(store, "orders", 0, 0, 100, None)
+        assert_same_pull(store, "orders", 0, 1, 2, None)
     finally:
         store.close()
 
@@ -190,3 +214,16 @@ def test_byte_rows_copy_fixed_width_slices_and_read_zeros_past_the_end():
     rows = byte_rows(data, np.array([0, 3, 8, 9], dtype=np.int64), 4)
     assert rows.tolist() == [[1, 2, 3, 4], [4, 5, 6, 7], [9, 10, 0, 0], [10, 0, 0, 0]]
     assert byte_rows(data[:2], np.array([0], dtype=np.int64), 4).tolist() == [[1, 2, 0, 0]]
+
+
+@pytest.mark.parametrize("starts, lengths", [
+    ([0, 5, 9], [5, 4, 1]),  # in order, touching: the piece-take path
+    ([2, 20, 40], [3, 0, 13]),  # in order with gaps, an empty and a long (non-inline) value
+    ([20, 2, 7], [13, 3, 0]),  # out of order: the binary-view path
+    ([0, 2, 4], [6, 6, 6]),  # overlapping: the binary-view path
+])
+def test_gather_binary_returns_each_range_of_the_bytes(starts, lengths):
+    data = np.frombuffer(bytes(range(48, 48 + 60)), dtype=np.uint8)
+    got = gather_binary(data, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64))
+    got.validate(full=True)
+    assert got.to_pylist() == [data[s:s + n].tobytes() for s, n in zip(starts, lengths)]
