@@ -16,7 +16,6 @@ Prints one JSON line, writes bench/results/pull_columnar.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -28,6 +27,7 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from size_args import parse_size_args  # noqa: E402
 from txmq.broker.protocol.native_arrow import to_ipc  # noqa: E402
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch, pull_payload  # noqa: E402
 from txmq.broker.store import Message, MessageStore, StoreConfig  # noqa: E402
@@ -82,12 +82,7 @@ def best_seconds(fn, repeat: int) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--rows", type=int)
-    p.add_argument("--repeat", type=int, default=3)
-    args = p.parse_args()
-    rows = args.rows or (40_000 if args.quick else 200_000)
+    args, rows = parse_size_args(40_000, 200_000)
     with tempfile.TemporaryDirectory() as tmp:
         store = MessageStore(StoreConfig(Path(tmp) / "store"))
         try:

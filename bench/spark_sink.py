@@ -15,13 +15,13 @@ Target: (a) ≥ 0.7 of (b). Prints one JSON line, writes bench/results/spark_sin
 
 from __future__ import annotations
 
-import argparse
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from typing import Callable
 
+from size_args import parse_size_args  # noqa: I001
 from spark_common import BrokerProcess, emit, spark_session  # noqa: I001
 
 PARTITIONS = 4
@@ -70,12 +70,7 @@ def interleaved_best_rates(runs: dict[str, Callable[[], None]], rows: int, repea
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--rows", type=int)
-    p.add_argument("--repeat", type=int, default=3)
-    args = p.parse_args()
-    rows = args.rows or (100_000 if args.quick else 1_000_000)
+    args, rows = parse_size_args(100_000, 1_000_000)
     spark = spark_session()
     from txmq.broker.client import NativeClient
 

@@ -21,7 +21,6 @@ that things run, not to judge the target. Prints one JSON line, writes bench/res
 
 from __future__ import annotations
 
-import argparse
 import os
 import tempfile
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from size_args import parse_size_args  # noqa: I001
 from spark_common import BrokerProcess, emit, spark_session  # noqa: I001
 from txmq.broker.protocol.shared_memory import SHM_DIR_ENV  # noqa: E402
 
@@ -117,15 +117,10 @@ def interleaved_best_rates(frames: dict, rows: int, rounds: int) -> dict[str, fl
 
 
 def main() -> None:
-    p = argparse.ArgumentParser()
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--rows", type=int)
-    p.add_argument("--repeat", type=int, default=5)
-    p.add_argument("--no-shared-memory", action="store_true", help="pull as gRPC bytes, as from another host")
-    args = p.parse_args()
+    args, rows = parse_size_args(200_000, 2_000_000, repeat=5, extra=lambda p: p.add_argument(
+        "--no-shared-memory", action="store_true", help="pull as gRPC bytes, as from another host"))
     if args.no_shared_memory:  # before Spark and the broker start: their processes inherit it
         os.environ[SHM_DIR_ENV] = ""
-    rows = args.rows or (200_000 if args.quick else 2_000_000)
     rows -= rows % QUEUES
     spark = spark_session()
     from txmq.broker.client import NativeClient
