@@ -24,7 +24,7 @@ import grpc
 from txmq.broker.errors import (BadRequest, IllegalDeliveryTime, IllegalInvisibleTime, IllegalOffset,
                                 IllegalPollingTime, IllegalQueue, InvalidTransactionId, Unsupported)
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
-from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, SERVICE_NAME, STREAM_STREAM,
+from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, STREAM_STREAM,
                                                    UNARY_STREAM, UNARY_UNARY)
 from txmq.broker.protocol import status as st
 from txmq.broker.server.convert import (check_group, check_topic, delivery_timestamp_ms, message_type_of,
@@ -439,11 +439,6 @@ class MessagingService:
 
 
 # --- gRPC plumbing -----------------------------------------------------------------------
-
-
-def build_rocketmq_handler(core) -> grpc.GenericRpcHandler:
-    """A generic handler serving every RPC of the method table under RocketMQ's service name."""
-    return grpc.method_handlers_generic_handler(SERVICE_NAME, rocketmq_method_handlers(core))
 
 
 def rocketmq_method_handlers(core) -> dict[str, grpc.RpcMethodHandler]:

@@ -35,11 +35,6 @@ from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID,
 from txmq.broker.store.tag_filter import TagFilter
 
 
-def message_id_of(message: StoredMessage) -> str:
-    """The client's id (UNIQ_KEY) when it gave one, else the store's offset id."""
-    return message.properties.get(PROP_UNIQ_KEY) or message.msg_id
-
-
 def empty_pull_batch() -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist([], schema=PULL_SCHEMA)
 

@@ -128,20 +128,6 @@ def encode_properties(properties: dict[str, str]) -> bytes:
     return "".join([f"{k}\x01{v}\x02" for k, v in properties.items()]).encode()
 
 
-def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
-    """Inverse of encode_properties; drops the store-owned CRC property."""
-    text = bytes(raw).decode()
-    out: dict[str, str] = {}
-    for item in text.split(PROP_SEP):
-        if item:
-            name, sep, value = item.partition(PROP_NAME_SEP)
-            if not sep:
-                raise RecordCorrupted(f"property without a name separator: {item[:40]!r}")
-            out[name] = value
-    out.pop(PROP_CRC32, None)
-    return out
-
-
 def message_id(store_host_raw: bytes, physical_offset: int) -> str:
     """RocketMQ's offset message id: store IP + port + physical offset, uppercase hex."""
     return store_host_raw.hex().upper() + "%016X" % physical_offset

@@ -49,12 +49,6 @@ def check_topic_name(topic: str, *, allow_system: bool = False) -> None:
         _valid_topics.add(topic)
 
 
-def check_batch(messages, *, max_body_bytes: int, max_properties_bytes: int, allow_system: bool = False) -> list[bytes]:
-    """Validate a batch; return each message's encoded properties."""
-    return check_columns(BatchColumns(messages), max_body_bytes=max_body_bytes,
-                         max_properties_bytes=max_properties_bytes, allow_system=allow_system).props_raw
-
-
 def check_columns(batch: BatchColumns, *, max_body_bytes: int, max_properties_bytes: int,
                   allow_system: bool = False) -> BatchColumns:
     """Validate a batch given as columns; fill `body_lens` and `props_raw`; return the batch.

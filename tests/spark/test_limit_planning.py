@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
-import pytest
 from hypothesis import strategies as st
 
 from txmq.spark import offsets as off
