@@ -12,8 +12,15 @@ from itertools import repeat
 from operator import attrgetter
 from typing import Sequence
 
-from txmq.broker.store.message import Message
-from txmq.broker.store.record import CRC_PREFIX
+from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Message
+from txmq.broker.store.checksum import crc32
+from txmq.broker.store.record import CRC_PREFIX, decode_host, encode_host
+
+def _encoded_born_hosts(batch: "BatchColumns") -> Sequence[bytes]:
+    if batch.born_raws is not None:
+        return batch.born_raws
+    return [encode_host(h)[0] for h in batch.born_hosts]
+
 
 _FIELDS = ("topic", "body", "queue_id", "properties", "flag", "sys_flag", "born_timestamp", "born_host",
            "reconsume_times", "prepared_transaction_offset")
@@ -31,12 +38,12 @@ class BatchColumns:
     Either is derived from the other on demand.
     """
 
-    __slots__ = ("messages", "count", "topics", "bodies", "queue_ids", "properties", "flags", "sys_flags",
-                 "born_timestamps", "born_hosts", "reconsume_times", "prepared_offsets", "body_lens", "_props_raw",
-                 "_props_crc")
+    __slots__ = ("_messages", "count", "topics", "bodies", "queue_ids", "properties", "flags", "sys_flags",
+                 "born_timestamps", "born_hosts", "born_raws", "reconsume_times", "prepared_offsets", "body_lens",
+                 "body_crcs", "dispatch", "_props_raw", "_props_crc")
 
     def __init__(self, messages: Sequence[Message]) -> None:
-        self.messages = messages
+        self._messages: Sequence[Message] | None = messages
         self.count = len(messages)
         if self.count == 1:
             columns = [(v,) for v in _ALL_FIELDS(messages[0])]
@@ -45,8 +52,79 @@ class BatchColumns:
         (self.topics, self.bodies, self.queue_ids, self.properties, self.flags, self.sys_flags,
          self.born_timestamps, self.born_hosts, self.reconsume_times, self.prepared_offsets) = columns
         self.body_lens: list[int] = []  # filled by validation
+        self.born_raws: Sequence[bytes] | None = None  # encoded BORNHOST per message when known
+        self.body_crcs: Sequence[int] | None = None  # BODYCRC per message when known
+        self.dispatch: tuple[list, list, list] | None = None  # (tags, UNIQ_KEY bytes, KEYS) when known
         self._props_raw: list[bytes] | None = []
         self._props_crc: list[bytes] | None = None
+
+    @classmethod
+    def of_columns(cls, *, topics: list[str], bodies: list, queue_ids: list[int], flags: list[int],
+                   sys_flags: list[int], born_timestamps: list[int], born_raws: list[bytes],
+                   reconsume_times: list[int], prepared_offsets: list[int], body_lens: list[int],
+                   body_crcs: list[int], props_crc: list[bytes], tags: list, uniq_keys: list,
+                   keys: list) -> "BatchColumns":
+        """A batch that is already checked and encoded, given as columns (record copies): no
+        Message objects and no property dicts. Hosts come encoded (BORNHOST bytes), bodies may
+        be any buffers, and the dispatch inputs are given (see `dispatch_columns`)."""
+        batch = cls.__new__(cls)
+        batch._messages = None
+        batch.count = len(topics)
+        batch.topics, batch.bodies, batch.queue_ids, batch.flags, batch.sys_flags = (
+            topics, bodies, queue_ids, flags, sys_flags)
+        batch.born_timestamps, batch.born_raws, batch.reconsume_times = born_timestamps, born_raws, reconsume_times
+        batch.prepared_offsets, batch.body_lens, batch.body_crcs = prepared_offsets, body_lens, body_crcs
+        batch.born_hosts = None
+        batch.properties = None
+        batch.dispatch = (tags, uniq_keys, keys)
+        batch._props_raw, batch._props_crc = None, props_crc
+        return batch
+
+    @classmethod
+    def concat(cls, batches: Sequence["BatchColumns"]) -> "BatchColumns":
+        """One batch of checked and encoded batches, in order (written as one group)."""
+        def column(get) -> list:
+            return [v for b in batches for v in get(b)]
+
+        dispatch = [b.dispatch_columns() for b in batches]
+        return cls.of_columns(
+            topics=column(lambda b: b.topics), bodies=column(lambda b: b.bodies),
+            queue_ids=column(lambda b: b.queue_ids), flags=column(lambda b: b.flags),
+            sys_flags=column(lambda b: b.sys_flags), born_timestamps=column(lambda b: b.born_timestamps),
+            born_raws=column(_encoded_born_hosts), reconsume_times=column(lambda b: b.reconsume_times),
+            prepared_offsets=column(lambda b: b.prepared_offsets), body_lens=column(lambda b: b.body_lens),
+            body_crcs=column(lambda b: b.body_crcs if b.body_crcs is not None else map(crc32, b.bodies)),
+            props_crc=column(lambda b: b.props_crc), tags=[t for d in dispatch for t in d[0]],
+            uniq_keys=[u for d in dispatch for u in d[1]], keys=[k for d in dispatch for k in d[2]])
+
+    @property
+    def messages(self) -> Sequence[Message]:
+        """The batch as Messages (what the general record encoder takes); built on first use for a
+        batch given as columns, without properties (the encoder takes those encoded)."""
+        if self._messages is None:
+            hosts = {raw: decode_host(raw) for raw in set(self.born_raws)}
+            self._messages = [
+                Message(topic, bytes(body), qid, {}, flag, sys_flag, born_ts, hosts[raw], reconsume, prepared)
+                for topic, body, qid, flag, sys_flag, born_ts, raw, reconsume, prepared in zip(
+                    self.topics, self.bodies, self.queue_ids, self.flags, self.sys_flags, self.born_timestamps,
+                    self.born_raws, self.reconsume_times, self.prepared_offsets)]
+        return self._messages
+
+    def dispatch_columns(self) -> tuple[list, list, list]:
+        """(TAGS, UNIQ_KEY, KEYS) per message, None where absent: what dispatch needs. UNIQ_KEY is a
+        str for a batch of Messages, the stored bytes for one given as columns."""
+        if self.dispatch is None:
+            props = self.properties
+            try:
+                tags = list(map(dict.get, props, repeat(PROP_TAGS)))
+                uniqs = list(map(dict.get, props, repeat(PROP_UNIQ_KEY)))
+                keys = list(map(dict.get, props, repeat(PROP_KEYS)))
+            except TypeError:  # properties that are not a dict (the slow validation path accepts a None)
+                tags = [p.get(PROP_TAGS) if p else None for p in props]
+                uniqs = [p.get(PROP_UNIQ_KEY) if p else None for p in props]
+                keys = [p.get(PROP_KEYS) if p else None for p in props]
+            self.dispatch = (tags, uniqs, keys)
+        return self.dispatch
 
     @property
     def props_raw(self) -> list[bytes]:

@@ -197,30 +197,21 @@ class CommitLog:
         return placed
 
     def write_columns(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
-                      store_timestamp: int) -> tuple[list[int], list[int]] | None:
+                      store_timestamp: int, *, group: bool = False) -> tuple[list[int], list[int]] | None:
         """The append hot path: encode and write a batch column by column.
 
         Returns (physical offsets, sizes); the offsets list has one extra item, the
-        end of the batch. Handles the common case only: IPv4 hosts and a batch that
-        fits in the current segment. Otherwise it writes nothing and returns None and
-        the caller uses write_batch (which rolls segments). A batch that fits in one
-        segment never needs rolling, so group and non-group batches are the same here.
+        end of the batch. Handles IPv4 hosts (the encoded header is then fixed-size);
+        otherwise, or for a record larger than a segment, it writes nothing and returns
+        None and the caller uses write_batch. Segments roll as in write_batch: a
+        group that fits in one segment is kept in one segment.
         """
         store_raw, store_v6 = self.store_host
         if store_v6:
             return None
-        born_hosts = batch.born_hosts
-        distinct_hosts = set(born_hosts)
-        if len(distinct_hosts) == 1:
-            born = _HOST_CACHE.get(born_hosts[0]) or encode_host(born_hosts[0])
-            if born[1]:
-                return None
-            born_raws = repeat(born[0])
-        else:
-            encoded = {h: encode_host(h) for h in distinct_hosts}
-            if any(v6 for _, v6 in encoded.values()):
-                return None
-            born_raws = [encoded[h][0] for h in born_hosts]
+        born_raws = self._born_raws(batch)
+        if born_raws is None:
+            return None
         topics = batch.topics
         props_crc = batch.props_crc
         if topics.count(topics[0]) == len(topics):
@@ -228,30 +219,91 @@ class CommitLog:
                              props_crc))
         else:
             heads = {t: self._tail_heads(t) for t in set(topics)}
-            tails = [heads[t][len(p)] + p for t, p in zip(topics, props_crc)]
+            tails = list(map(bytes.__add__, map(dict.__getitem__, map(heads.__getitem__, topics), map(len, props_crc)),
+                             props_crc))
         sizes = list(map(_RECORD_FIXED.__add__, map(add, batch.body_lens, map(len, tails))))
         seg = self._current_segment()
         start = self.write_end
         phys = list(accumulate(sizes, initial=start))
-        end = phys[-1]
-        if end + BLANK_MIN_BYTES > seg.start + seg.capacity:
-            return None
+        rolls: list[int] = []  # indexes of the records that open a new segment
+        if phys[-1] + BLANK_MIN_BYTES > seg.start + seg.capacity:
+            if max(sizes) > self.segment_bytes - BLANK_MIN_BYTES:
+                return None  # write_batch raises the error that names the record
+            phys, rolls = self._placed_across_segments(sizes, start, seg.start + seg.capacity, group)
         bodies = batch.bodies
         born_ts = batch.born_timestamps
         if 0 in born_ts:
             born_ts = [b or store_timestamp for b in born_ts]
-        headers = list(map(HEADER_V4.pack, sizes, repeat(MAGIC_CODE), map(crc32, bodies), batch.queue_ids, batch.flags,
+        body_crcs = batch.body_crcs if batch.body_crcs is not None else map(crc32, bodies)
+        headers = list(map(HEADER_V4.pack, sizes, repeat(MAGIC_CODE), body_crcs, batch.queue_ids, batch.flags,
                            queue_offsets, phys, sys_flags, born_ts, born_raws, repeat(store_timestamp),
                            repeat(store_raw), batch.reconsume_times, batch.prepared_offsets, batch.body_lens))
         crcs = map(_CRC_FORMAT.__mod__, map(crc32, tails, map(crc32, headers)))
         parts = list(chain.from_iterable(zip(headers, bodies, tails, crcs)))
         try:
-            seg.append_parts(parts)
-        except OSError:
-            self.truncate_to(self.write_end)  # nothing of a failed batch stays
+            if rolls:
+                self._write_across_segments(parts, phys, sizes, rolls, seg)
+            else:
+                seg.append_parts(parts)
+        except BaseException:
+            self.truncate_to(start)  # nothing of a failed batch stays, nor segments made for it
             raise
-        self.write_end = end
+        self.write_end = phys[-1]
         return phys, sizes
+
+    @staticmethod
+    def _born_raws(batch: BatchColumns) -> Sequence[bytes] | None:
+        """Each message's encoded BORNHOST, or None if one is IPv6 (write_batch encodes those)."""
+        raws = batch.born_raws
+        if raws is not None:
+            return raws if all(len(r) == 8 for r in set(raws)) else None
+        born_hosts = batch.born_hosts
+        distinct_hosts = set(born_hosts)
+        if len(distinct_hosts) == 1:
+            born = _HOST_CACHE.get(born_hosts[0]) or encode_host(born_hosts[0])
+            return None if born[1] else repeat(born[0])
+        encoded = {h: encode_host(h) for h in distinct_hosts}
+        if any(v6 for _, v6 in encoded.values()):
+            return None
+        return [encoded[h][0] for h in born_hosts]
+
+    def _placed_across_segments(self, sizes: list[int], start: int, seg_end: int,
+                                group: bool) -> tuple[list[int], list[int]]:
+        """Physical offsets of records that do not all fit in the current segment (one extra
+        item: the end), and the indexes of the records that begin a new segment.
+
+        Like write_batch: a group that fits in one segment moves to the next segment
+        whole; otherwise each record goes where it fits and a segment whose next
+        record does not fit ends with a blank record.
+        """
+        capacity = self.segment_bytes
+        phys: list[int] = []
+        rolls: list[int] = []
+        pos = start
+        if group and sum(sizes) + BLANK_MIN_BYTES <= capacity:
+            pos, seg_end = seg_end, seg_end + capacity
+            rolls.append(0)
+        for i, size in enumerate(sizes):
+            if pos + size + BLANK_MIN_BYTES > seg_end:
+                pos, seg_end = seg_end, seg_end + capacity
+                if not rolls or rolls[-1] != i:
+                    rolls.append(i)
+            phys.append(pos)
+            pos += size
+        phys.append(pos)
+        return phys, rolls
+
+    def _write_across_segments(self, parts: list, phys: list[int], sizes: list[int], rolls: list[int],
+                               seg: MappedFile) -> None:
+        """Write the encoded records (4 parts each), a blank record closing each segment they leave."""
+        opens = set(rolls)
+        bounds = sorted({0, *rolls, len(sizes)})
+        for first, end in zip(bounds, bounds[1:]):  # the records of one segment each
+            if first in opens:
+                blank_at = phys[first - 1] + sizes[first - 1] if first else self.write_end
+                seg.append(encode_blank(seg.start + seg.capacity - blank_at))
+                seg = self._new_segment(seg.start + seg.capacity)
+            seg.append_parts(parts[4 * first:4 * end])
 
     def _tail_heads(self, topic: str) -> "_TailHeads":
         """TOPICLEN + topic + PROPLEN for each length of a record's property string up to its CRC digits."""

@@ -54,7 +54,6 @@ class DispatchEntry(NamedTuple):
     tag_hash: int
     store_timestamp: int
     sys_flag: int
-    properties: dict[str, str]
 
 
 def goes_to_queue(sys_flag: int, topic: str | None = None) -> bool:
@@ -116,14 +115,6 @@ def tag_hashes_of(tags: Sequence[str | None]) -> list[int]:
     return list(map(cache.__getitem__, tags))
 
 
-def tags_of(props: Sequence[dict[str, str]]) -> list[str | None]:
-    """The TAGS property of each message (None without one)."""
-    try:
-        return list(map(dict.get, props, repeat(PROP_TAGS)))
-    except TypeError:  # properties that are not a dict (the slow validation path accepts a None)
-        return [p.get(PROP_TAGS) if p else None for p in props]
-
-
 def queue_runs(keys: Sequence, queued: Sequence[bool] | None, starts: dict, phys: Sequence[int],
                sizes: Sequence[int], tag_hashes: Sequence[int]) -> dict:
     """The queue writes of a batch: queue key -> [first queue offset, packed entries].
@@ -161,31 +152,28 @@ def queue_runs(keys: Sequence, queued: Sequence[bool] | None, starts: dict, phys
 _UNIQ_PREFIX_CRC = crc32(b"#U#")  # crc32(b"#U#" + id) == crc32(id, crc32(b"#U#"))
 
 
-def index_columns_of(props: Sequence[dict[str, str]], topics: Sequence[str],
-                     phys: Sequence[int]) -> tuple[list[int], list[int]]:
-    """(index key hashes, physical offsets) for every UNIQ_KEY and KEYS of a batch.
+def index_columns(uniq_keys: Sequence[str | bytes | None], keys: Sequence[str | None], topics: Sequence[str],
+                  phys: Sequence[int]) -> tuple[list[int], list[int]]:
+    """(index key hashes, physical offsets) for every UNIQ_KEY and KEYS of a batch
+    (BatchColumns.dispatch_columns: a UNIQ_KEY as str, or as the bytes stored).
 
     The hashes are left unmasked (crc32 values): IndexService masks them with
     KEY_HASH_MASK when it writes them, one array operation for thousands of items.
     """
-    n = len(props)
-    try:
-        uniqs = list(map(dict.get, props, repeat(PROP_UNIQ_KEY)))
-        keyed = list(map(dict.get, props, repeat(PROP_KEYS)))
-    except TypeError:  # properties that are not a dict (the slow validation path accepts a None)
-        uniqs = [m.get(PROP_UNIQ_KEY) if m else None for m in props]
-        keyed = [m.get(PROP_KEYS) if m else None for m in props]
-    if all(uniqs):
+    n = len(uniq_keys)
+    if all(uniq_keys):
         positions = phys[:n]
     else:
-        where = list(map(bool, uniqs))
-        uniqs = list(compress(uniqs, where))
+        where = list(map(bool, uniq_keys))
+        uniq_keys = list(compress(uniq_keys, where))
         positions = list(compress(phys, where))
-    hashes = list(map(crc32, map(str.encode, uniqs), repeat(_UNIQ_PREFIX_CRC)))
-    if any(keyed):
-        for keys, topic, p in zip(keyed, topics, phys):
-            if keys:
-                for k in keys.split(" "):
+    if uniq_keys and type(uniq_keys[0]) is str:
+        uniq_keys = map(str.encode, uniq_keys)
+    hashes = list(map(crc32, uniq_keys, repeat(_UNIQ_PREFIX_CRC)))
+    if any(keys):
+        for record_keys, topic, p in zip(keys, topics, phys):
+            if record_keys:
+                for k in record_keys.split(" "):
                     if k:
                         hashes.append(key_hash(f"{topic}#{k}"))
                         positions.append(p)

@@ -131,19 +131,14 @@ class AppendResults(Sequence[AppendResult]):
     cost. So the store hands back the columns it has anyway and the AppendResult
     tuples are made when first read (all at once). Reads like a list of
     AppendResult: len, index, slice (a list), iteration, == with a list.
-
-    `encoded_properties` (when the store sets it) holds each record's property
-    string as written, up to its CRC digits: the transaction engine reuses a half's
-    for the final record it becomes (MessageStore.append_group_encoded).
     """
 
-    __slots__ = ("_count", "_build", "_items", "encoded_properties")
+    __slots__ = ("_count", "_build", "_items")
 
     def __init__(self, count: int, build: Callable[[], list[AppendResult]]) -> None:
         self._count = count
         self._build: Callable[[], list[AppendResult]] | None = build
         self._items: list[AppendResult] | None = None
-        self.encoded_properties: list[bytes] | None = None
 
     def _list(self) -> list[AppendResult]:
         items = self._items

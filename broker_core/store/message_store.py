@@ -38,10 +38,9 @@ from txmq.broker.store.dispatch import (
     DispatchEntry,
     Dispatcher,
     goes_to_queue,
-    index_columns_of,
+    index_columns,
     queue_runs,
     tag_hashes_of,
-    tags_of,
 )
 from txmq.broker.store.flush import FlushService, GroupCommit
 from txmq.broker.store.index_file import IndexService, topic_key, uniq_index_key
@@ -61,6 +60,7 @@ from txmq.broker.store.record import (
     parse_message_id,
     store_timestamp_of,
 )
+from txmq.broker.store.record_copy import RecordCopies, copy_columns
 from txmq.broker.store.recovery import RecoveryReport, recover
 from txmq.broker.store.retention import delete_expired
 from txmq.broker.store.tag_filter import TagFilter
@@ -228,34 +228,27 @@ class MessageStore:
         and its queue entries become visible together."""
         return self._append(messages, allow_system=allow_system, group=True)
 
-    def append_group_encoded(self, messages: Sequence[Message],
-                             encoded_properties: Sequence[bytes | None]) -> Sequence[AppendResult]:
-        """append_group for records rebuilt from records this store already wrote (the
-        transaction engine's COMMIT: final records made from their halves).
+    def append_group_copies(self, copies: RecordCopies,
+                            messages: Sequence[Message] = ()) -> Sequence[AppendResult]:
+        """Append, as one atomic group, copies of stored records followed by `messages`.
 
-        `encoded_properties[i]` is the property string (up to the CRC digits) of the
-        record messages[i] was built from, as this store encoded it (in
-        AppendResults.encoded_properties or read_records_with_properties_at), and the
-        caller guarantees messages[i].properties is that record's property dict. Those
-        messages skip validation and property encoding: they passed both when first
-        written, and doing it again was most of a COMMIT's cost. A None entry is a
-        message checked and encoded as usual (the op record). For internal callers
-        only: user input goes through append / append_group. System topics allowed.
+        Each copy keeps its source's body, flag, born time and host, reconsume times
+        and properties (less `copies.drop_properties`), takes the copy's topic, queue
+        and transaction type, and points at its source (PREPAREDTRANSACTIONOFFSET):
+        what RocketMQ's EndTransaction COMMIT writes for a half. The sources are read
+        and re-encoded column-wise (record_copy), not decoded into messages: they
+        passed validation when this store wrote them. `messages` are checked as in
+        append (system topics allowed: for the transaction engine's op record).
+        Raises StoreError/DataDeleted, writing nothing, when a source is not a record.
         """
-        if len(encoded_properties) != len(messages):
-            raise ValueError(f"{len(messages)} messages but {len(encoded_properties)} encoded property strings")
-        if not messages:
+        if not len(copies) and not messages:
             return []
-        batch = BatchColumns(messages)
-        encoded = list(encoded_properties)
-        unchecked = [i for i, raw in enumerate(encoded) if raw is None]
-        if unchecked:
-            checked = self._checked([messages[i] for i in unchecked], allow_system=True)
-            for i, raw in zip(unchecked, checked.props_crc):
-                encoded[i] = raw
-        batch.props_crc = encoded
-        batch.body_lens = list(map(len, batch.bodies))
-        return self._write(batch, group=True)
+        batches = []
+        if len(copies):
+            batches.append(copy_columns(self, copies))
+        if messages:
+            batches.append(self._checked(messages, allow_system=True))
+        return self._write(batches[0] if len(batches) == 1 else BatchColumns.concat(batches), group=True)
 
     def _checked(self, messages: Sequence[Message], *, allow_system: bool) -> BatchColumns:
         cfg = self.config
@@ -311,8 +304,8 @@ class MessageStore:
             queue_offsets = [next(counters[k]) if q else 0 for k, q in zip(keys, queued)]
         commitlog = self.commitlog
         try:
-            placed = commitlog.write_columns(batch, sys_flags, queue_offsets, now)
-            if placed is None:  # IPv6 hosts or a segment roll: the general encoder
+            placed = commitlog.write_columns(batch, sys_flags, queue_offsets, now, group=group)
+            if placed is None:  # IPv6 hosts or an oversized record: the general encoder
                 pairs = commitlog.write_batch(batch.messages, batch.props_raw, sys_flags, queue_offsets, now,
                                               group=group)
                 phys, sizes = [p for p, _ in pairs], [s for _, s in pairs]
@@ -320,22 +313,21 @@ class MessageStore:
                 phys, sizes = placed
         except OSError as exc:  # the CommitLog already dropped the partial batch
             raise StoreError(f"CommitLog write failed: {exc}") from exc
-        props = batch.properties
-        tag_hashes = tag_hashes_of(tags_of(props))
+        tags, uniq_keys, record_keys = batch.dispatch_columns()
+        tag_hashes = tag_hashes_of(tags)
         dispatcher = self.dispatcher
-        hashes, positions = index_columns_of(props, topics, phys)
+        hashes, positions = index_columns(uniq_keys, record_keys, topics, phys)
         runs = queue_runs(keys, queued, starts, phys, sizes, tag_hashes)
         if one_topic:
             runs = {(topics[0], qid): run for qid, run in runs.items()}
         dispatcher.dispatch(runs, [], [], commitlog.write_end, notify=False, index_columns=(hashes, positions, now))
         if dispatcher.has_listeners:
-            rows = zip(topics, qids, queue_offsets, phys, sizes, tag_hashes, repeat(now), sys_flags, props)
+            rows = zip(topics, qids, queue_offsets, phys, sizes, tag_hashes, repeat(now), sys_flags)
             if queued is not None:
                 rows = compress(rows, queued)
             dispatcher.notify(list(map(_new_dispatch_entry, rows)))
         results = AppendResults(batch.count, partial(_append_results, topics, qids, queue_offsets, phys, sizes, now,
                                                      commitlog.store_host[0]))
-        results.encoded_properties = batch.props_crc
         return results
 
     # --- queue reads ------------------------------------------------------------------
@@ -406,8 +398,7 @@ class MessageStore:
                 break
         return QueueRead(messages, next_offset, cq.min_offset, cq.max_offset)
 
-    def _read_records(self, topic: str, queue_id: int, phys: list[int], sizes: list[int],
-                      encoded: list[bytes] | None = None) -> list[StoredMessage]:
+    def _read_records(self, topic: str, queue_id: int, phys: list[int], sizes: list[int]) -> list[StoredMessage]:
         """Decode the records at `phys`, reading neighbouring ones with one pread.
 
         A span is a run of records in one segment, in increasing order, with gaps of
@@ -438,7 +429,7 @@ class MessageStore:
                 hi = int(ends[j - 1])
                 try:
                     buf = commitlog.read(lo, hi - lo)
-                    msgs = decode_records(buf, [p - lo for p in phys[i:j]], encoded)
+                    msgs = decode_records(buf, [p - lo for p in phys[i:j]])
                     if [m.physical_offset for m in msgs] != phys[i:j]:
                         raise RecordCorrupted("queue entry does not point at a record start")
                 except (RecordCorrupted, ValueError, IndexError, UnicodeDecodeError) as exc:
@@ -585,20 +576,3 @@ class MessageStore:
             "recovery_scanned_records": self.recovery.records_scanned,
             "recovery_truncated_bytes": self.recovery.truncated_bytes,
         }
-
-    def read_records_at(self, physical_offsets: list[int], sizes: list[int], *, topic: str,
-                        queue_id: int) -> list[StoredMessage]:
-        """The records of one queue at these physical offsets (ascending), neighbours read with one pread.
-
-        For the transaction engine's COMMIT of halves no longer cached: a large
-        transaction's halves are decoded span by span instead of one read_at each.
-        """
-        return self._read_records(topic, queue_id, list(physical_offsets), list(sizes))
-
-    def read_records_with_properties_at(self, physical_offsets: list[int], sizes: list[int], *, topic: str,
-                                        queue_id: int) -> tuple[list[StoredMessage], list[bytes]]:
-        """read_records_at, plus each record's property string as stored (up to its CRC digits):
-        what append_group_encoded takes for a record rebuilt from it with the same properties."""
-        encoded: list[bytes] = []
-        records = self._read_records(topic, queue_id, list(physical_offsets), list(sizes), encoded)
-        return records, encoded

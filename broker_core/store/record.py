@@ -327,37 +327,22 @@ def _host_of(key: int) -> tuple[str, int]:
     return host
 
 
-def encoded_properties_at(buf: bytes, off: int) -> bytes:
-    """The property string of the (structurally checked) record at `off`, up to its CRC
-    digits: what the encoder wrote there (BatchColumns.props_crc)."""
-    sys_flag = int.from_bytes(buf[off + SYSFLAG_AT:off + SYSFLAG_AT + 4], "big", signed=True)
-    hdr = HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
-    size = int.from_bytes(buf[off:off + 4], "big")
-    tail_at = off + hdr.size + int.from_bytes(buf[off + hdr.size - 4:off + hdr.size], "big", signed=True)
-    return bytes(buf[tail_at + 3 + buf[tail_at]:off + size - CRC_SUFFIX_LEN])
-
-
-def _decode_one_by_one(buf: bytes, offsets: Sequence[int], encoded: list | None) -> list[StoredMessage]:
+def _decode_one_by_one(buf: bytes, offsets: Sequence[int]) -> list[StoredMessage]:
     """decode_records for few records or IPv6 hosts (no columnar header decode)."""
-    records = [decode_record(buf, off) for off in offsets]
-    if encoded is not None:
-        encoded += [encoded_properties_at(buf, off) for off in offsets]
-    return records
+    return [decode_record(buf, off) for off in offsets]
 
 
-def decode_records(buf: bytes, offsets: Sequence[int], encoded: list | None = None) -> list[StoredMessage]:
+def decode_records(buf: bytes, offsets: Sequence[int]) -> list[StoredMessage]:
     """decode_record() for records at `offsets` of `buf` (a read span), checked the same way.
 
     The read hot path: the fixed headers of all records are gathered into one numpy
     array and checked column-wise (magic, lengths, property length, CRC property
     position); per record there remain the slices, the property parse and the
     StoredMessage itself. Spans with IPv6 hosts are decoded record by record.
-    With `encoded`, each record's property string up to its CRC digits (see
-    encoded_properties_at) is appended to it, in order.
     """
     k = len(offsets)
     if k < 4:
-        return _decode_one_by_one(buf, offsets, encoded)
+        return _decode_one_by_one(buf, offsets)
     raw = np.frombuffer(buf, dtype=np.uint8)
     at = np.array(offsets, dtype=np.int64)
     if int(at.max()) + HEADER_V4_SIZE > len(buf) or int(at.min()) < 0:
@@ -365,7 +350,7 @@ def decode_records(buf: bytes, offsets: Sequence[int], encoded: list | None = No
     h = raw[at[:, None] + _HEADER_COLUMNS].view(HEADER_V4_DTYPE)[:, 0]
     sys_flag = h["sys_flag"]
     if (sys_flag & _V6_BITS).any():
-        return _decode_one_by_one(buf, offsets, encoded)
+        return _decode_one_by_one(buf, offsets)
     if (h["magic"] != MAGIC_CODE).any():
         raise RecordCorrupted("bad magic code")
     size = h["size"].astype(np.int64)
@@ -407,8 +392,6 @@ def decode_records(buf: bytes, offsets: Sequence[int], encoded: list | None = No
             properties.append(props)
     except ValueError as exc:  # an item without a name separator, or not UTF-8
         raise RecordCorrupted(f"malformed properties: {exc}") from None
-    if encoded is not None:
-        encoded += map(buf.__getitem__, map(slice, props_at.tolist(), (end - CRC_SUFFIX_LEN).tolist()))
     born = (h["born_ip"].astype(np.int64) << 32 | h["born_port"]).tolist()
     store = (h["store_ip"].astype(np.int64) << 32 | h["store_port"]).tolist()
     store_keys = set(store)

@@ -30,9 +30,6 @@ class TransactionConfig:
     # Committed/rolled-back ids are remembered (for idempotent repeats and
     # conflict refusals) this long after their resolution.
     resolved_retention_s: float = 72 * 3600.0
-    # Half messages of pending transactions kept in memory (bytes) so a COMMIT
-    # need not read them back from the CommitLog; beyond this they are re-read.
-    half_cache_bytes: int = 64 << 20
     # Where the table snapshot lives; None = <store data_dir>/transaction.
     state_dir: Path | None = None
     # A snapshot of the table is written when this many seconds passed since the

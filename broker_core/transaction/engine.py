@@ -2,9 +2,11 @@
 
 RocketMQ's half/op design with its holes closed:
 - one transaction id collects many halves (topics, queues, senders) until ended;
-- COMMIT appends the final records and the op record as ONE store.append_group,
-  so a crash leaves all of the transaction visible or none of it, and readers
-  never see part of it (the store publishes a group's queue entries together);
+- COMMIT appends the final records and the op record as ONE store group
+  (append_group_copies: each final record is a copy of its half, made from the
+  half's stored bytes), so a crash leaves all of the transaction visible or none
+  of it, and readers never see part of it (the store publishes a group's queue
+  entries together);
 - the op record is in the store (fsynced in sync mode) before end() returns;
 - repeats are acknowledged and write nothing, contradictions are refused.
 
@@ -34,24 +36,26 @@ from txmq.broker.errors import (
     UnknownTransaction,
 )
 from txmq.broker.store.message import (
+    CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
-    AppendResults,
     OP_HALF_TOPIC,
+    SYSFLAG_TRANSACTION_COMMIT,
+    SYSFLAG_TRANSACTION_NOT_TYPE,
     SYSTEM_TOPICS,
+    AppendResults,
     Message,
     StoredMessage,
 )
+from txmq.broker.store.record_copy import RecordCopies
 
 from .config import TransactionConfig
 from .gate import SharedExclusiveGate
 from .gc_pause import collector_paused
 from .half import (
-    build_discard_copy,
-    build_finals,
+    PROP_PREPARED_MS,
     build_halves,
     check_transaction_id,
     check_transactional,
-    final_encodings,
     immunity_ms,
 )
 from .metrics import TransactionMetrics
@@ -86,7 +90,6 @@ class TransactionEngine:
         self._gate = SharedExclusiveGate()
         self._due: list[tuple[int, int, str]] = []  # (next_check_ms, seq, tx id): a lazy heap
         self._due_seq = itertools.count()
-        self._cache_bytes = 0
         self._snapshot_lock = threading.Lock()
         self._last_snapshot_s = 0.0
         self.state_dir = Path(self.config.state_dir or Path(store.config.data_dir) / "transaction")
@@ -114,7 +117,7 @@ class TransactionEngine:
                 immunity = immunity_ms(immunity_s, self.config.transaction_timeout_s, self.config.max_immunity_s)
                 with self._gate.shared():
                     results = self.store.append_group(halves, allow_system=True)
-                    self._apply_halves(tx, messages, halves, results, sender, immunity, now)
+                    self._apply_halves(tx, messages, results, sender, immunity, now)
                     applied = True
         finally:
             with tx.cond:
@@ -217,14 +220,13 @@ class TransactionEngine:
             if tx.state is not TxState.PENDING or not tx.halves:
                 return False
             now = self._now_ms()
-            copies = [build_discard_copy(half, ref.physical_offset)
-                      for half, ref in zip(self._read_halves(tx.halves)[0], tx.halves)]
+            # RocketMQ's discard destination keeps a copy of each half for an admin
+            copies = _copies_of(tx.halves, CHECK_MAX_TIME_TOPIC, 0, SYSFLAG_TRANSACTION_NOT_TYPE)
             op = build_op(OpRecord(tx.transaction_id, OpKind.DISCARD, None, len(tx.halves), now))
             with self._gate.shared():
-                self.store.append_group([*copies, op], allow_system=True)
+                self.store.append_group_copies(copies, [op])
                 with tx.cond:
                     tx.state = TxState.DISCARDED
-                    self._drop_cache(tx)
             self.metrics.halves_left_pending(_count_topics(h.real_topic for h in tx.halves))
             self.metrics.resolved("DISCARD", (now - tx.created_ms) / 1000)
             log.info("transaction %s discarded (%s) after %d checks", transaction_id, reason, tx.checks)
@@ -352,26 +354,13 @@ class TransactionEngine:
                 tx.inflight += 1
                 return tx
 
-    def _apply_halves(self, tx: Transaction, messages: Sequence[Message], halves: list[Message], results,
-                      sender: str, immunity: int, now: int) -> None:
-        size = sum(len(h.body) for h in halves)
-        with self._table_lock:
-            cache = self._cache_bytes + size <= self.config.half_cache_bytes
-            if cache:
-                self._cache_bytes += size
+    def _apply_halves(self, tx: Transaction, messages: Sequence[Message], results, sender: str,
+                      immunity: int, now: int) -> None:
         refs = [HalfRef(r.physical_offset, r.size, r.queue_offset, m.topic, m.queue_id, sender)
                 for m, r in zip(messages, results)]
-        if cache:  # built now, while the producers still send: COMMIT then only appends them
-            finals = build_finals(halves, refs)
-            encodings = final_encodings(halves, finals, results.encoded_properties)
-            for ref, final, encoded in zip(refs, finals, encodings):
-                ref.cached = final
-                ref.cached_properties = encoded
         with tx.cond:
             first = not tx.halves
             tx.halves.extend(refs)
-            if cache:
-                tx.cached_bytes += size
             if first:
                 tx.created_ms = now
             tx.immunity_ms = max(tx.immunity_ms, immunity)
@@ -388,17 +377,21 @@ class TransactionEngine:
                     del self._table[tx.transaction_id]
 
     def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int):
+        """Append the final records (copies of the selected halves, the engine's prepare time
+        dropped) and the op record as one group, then mark the transaction committed."""
         wanted = None if include_senders is None else frozenset(include_senders)
         selected = tx.halves if wanted is None else [h for h in tx.halves if h.sender in wanted]
-        finals, encodings = self._final_messages(selected)
+        # in the order the halves were stored (concurrent prepares add theirs in any order)
+        selected = sorted(selected, key=_PHYSICAL_OFFSET)
+        finals = _copies_of(selected, None, None, SYSFLAG_TRANSACTION_COMMIT)
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
-        with self._gate.shared():  # the finals as their halves were checked and encoded; the op checked now
-            results = self.store.append_group_encoded([*finals, op], [*encodings, None])
+        with self._gate.shared():
+            results = self.store.append_group_copies(finals, [op])
             self._finish(tx, TxState.COMMITTED, now)
-        self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, len(finals))
-        count = len(finals)  # the finals' results, without the op record's; built on first use
-        return AppendResults(count, lambda: list(results[:count]))
+        count = len(finals)
+        self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, count)
+        return AppendResults(count, lambda: list(results[:count]))  # the finals' results, not the op's
 
     def _append_op_and_finish(self, tx: Transaction, kind: OpKind, state: TxState, now: int) -> None:
         op = build_op(OpRecord(tx.transaction_id, kind, None, len(tx.halves), now))
@@ -411,51 +404,10 @@ class TransactionEngine:
         """Move a just-resolved transaction to the compact finals map."""
         with tx.cond:
             tx.state = state
-            # its cached finals leave with it (the table forgets it): no walk over its halves
-            freed, tx.cached_bytes = tx.cached_bytes, 0
         with self._table_lock:
-            self._cache_bytes -= freed
             self._table.pop(tx.transaction_id, None)
             self._finals[tx.transaction_id] = FinalRecord(state, now)
         self.metrics.halves_left_pending(_count_topics(map(_REAL_TOPIC, tx.halves)))
-
-    def _drop_cache(self, tx: Transaction) -> None:
-        freed = _release_cache(tx)
-        if freed:
-            with self._table_lock:
-                self._cache_bytes -= freed
-
-    def _final_messages(self, refs: Sequence[HalfRef]) -> tuple[list[Message], list[bytes | None]]:
-        """The final records of `refs` (cached ones as built at prepare, the others from their
-        halves) and their stored property strings where known (see half.final_encodings)."""
-        finals: list = [ref.cached for ref in refs]
-        encodings: list = [ref.cached_properties for ref in refs]
-        missing = [i for i, final in enumerate(finals) if final is None]
-        if missing:
-            uncached = [refs[i] for i in missing]
-            halves, half_encodings = self._read_halves(uncached)
-            built = build_finals(halves, uncached)
-            for i, final, encoded in zip(missing, built, final_encodings(halves, built, half_encodings)):
-                finals[i], encodings[i] = final, encoded
-        return finals, encodings
-
-    def _read_halves(self, refs: Sequence[HalfRef]) -> tuple[list[Message], list[bytes]]:
-        """The halves of `refs` read back from the CommitLog, in the order of `refs`, and their
-        property strings as stored.
-
-        A transaction larger than the cache is read back at COMMIT, while every
-        writer waits for it: the halves are read in CommitLog order, so
-        neighbouring halves (one prepare call is one contiguous group) come with
-        one read and one vectorised decode instead of one read each.
-        """
-        order = sorted(range(len(refs)), key=lambda i: refs[i].physical_offset)
-        read, encoded = self.store.read_records_with_properties_at(
-            [refs[i].physical_offset for i in order], [refs[i].size for i in order], topic=HALF_TOPIC, queue_id=0)
-        halves: list = [None] * len(refs)
-        encodings: list = [None] * len(refs)
-        for i, half, raw in zip(order, read, encoded):
-            halves[i], encodings[i] = half, raw
-        return halves, encodings
 
     def _schedule(self, tx: Transaction, due_ms: int) -> None:
         with self._table_lock:
@@ -507,16 +459,21 @@ class TransactionEngine:
             self._last_snapshot_s = time.monotonic()
 
 
-def _release_cache(tx: Transaction) -> int:
-    """Forget the cached finals of a transaction that stays in the table (caller holds tx.cond);
-    returns the bytes freed."""
-    for h in tx.halves:
-        h.cached = h.cached_properties = None
-    freed, tx.cached_bytes = tx.cached_bytes, 0
-    return freed
+def _copies_of(halves: Sequence[HalfRef], topic: str | None, queue_id: int | None,
+               transaction_type: int) -> RecordCopies:
+    """Copies of `halves` (their real topic and queue when topic/queue_id are None)."""
+    n = len(halves)
+    return RecordCopies(
+        physical_offsets=[h.physical_offset for h in halves], sizes=[h.size for h in halves],
+        topics=[h.real_topic for h in halves] if topic is None else [topic] * n,
+        queue_ids=[h.real_queue_id for h in halves] if queue_id is None else [queue_id] * n,
+        transaction_type=transaction_type, source_topic=HALF_TOPIC, source_queue_id=0,
+        # the prepare time is the engine's bookkeeping, not the message's: a final record drops it
+        drop_properties=(PROP_PREPARED_MS,) if transaction_type == SYSFLAG_TRANSACTION_COMMIT else ())
 
 
 _REAL_TOPIC = attrgetter("real_topic")
+_PHYSICAL_OFFSET = attrgetter("physical_offset")
 
 
 def _count_topics(topics: Iterable[str]) -> dict[str, int]:

@@ -6,7 +6,8 @@ producer group (PGROUP), transaction id and sender, and sysflag
 TRANSACTION_PREPARED. Nothing but the transaction engine reads that queue, so a
 half is invisible to every consumer of the real topic. On COMMIT the final
 record is the half with the real topic/queue restored, sysflag COMMIT and
-PREPAREDTRANSACTIONOFFSET pointing at the half.
+PREPAREDTRANSACTIONOFFSET pointing at the half (the engine has the store copy
+the half's record: MessageStore.append_group_copies).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from txmq.broker.errors import (
     InvalidTransactionId,
 )
 from txmq.broker.store.message import (
-    CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
     PROP_CHECK_IMMUNITY_SECONDS,
     PROP_CRC32,
@@ -36,9 +36,7 @@ from txmq.broker.store.message import (
     PROP_TX_SENDER,
     SYSFLAG_GROUP_END,
     SYSFLAG_GROUP_MEMBER,
-    SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_MASK,
-    SYSFLAG_TRANSACTION_NOT_TYPE,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSTEM_TOPICS,
     Message,
@@ -117,59 +115,6 @@ def build_halves(messages: Sequence[Message], *, transaction_id: str, producer_g
         halves.append(Message(HALF_TOPIC, m.body, 0, props, m.flag, flag, m.born_timestamp, m.born_host,
                               m.reconsume_times))
     return halves
-
-
-def build_finals(halves: Sequence[Message], refs: Sequence[HalfRef]) -> list[Message]:
-    """The committed records for `halves` (as appended or read back) and their table references:
-    each half with its real topic/queue back, sysflag COMMIT, pointing at its half.
-
-    Like RocketMQ's final message it keeps the half's properties (REAL_TOPIC and
-    REAL_QID then name its own topic and queue); it shares the half's property
-    dict (nothing mutates a message's properties once built), which makes COMMIT
-    of a large transaction cost little more than the store append. Only the
-    prepare time, an engine detail, is dropped. The engine builds them at
-    prepare for the halves it caches, so a COMMIT (which every writer waits
-    for) is left with the store append; one Message construction per half.
-    """
-    commit_flag = _with_tx_type(0, SYSFLAG_TRANSACTION_COMMIT)
-    return [Message(ref.real_topic, half.body, ref.real_queue_id, _final_properties(half.properties), half.flag,
-                    commit_flag if not half.sys_flag else _with_tx_type(half.sys_flag, SYSFLAG_TRANSACTION_COMMIT),
-                    half.born_timestamp, half.born_host, half.reconsume_times, ref.physical_offset)
-            for half, ref in zip(halves, refs)]
-
-
-def final_encodings(halves: Sequence[Message], finals: Sequence[Message],
-                    half_encodings: Sequence[bytes | None] | None) -> list[bytes | None]:
-    """The stored property string of each final record, for MessageStore.append_group_encoded:
-    its half's where the final kept the half's property dict (no prepare time to drop), so
-    COMMIT neither validates nor encodes it again; None (encoded by the store) otherwise."""
-    if half_encodings is None:
-        return [None] * len(finals)
-    return [raw if final.properties is half.properties else None
-            for half, final, raw in zip(halves, finals, half_encodings)]
-
-
-def _final_properties(props: dict[str, str]) -> dict[str, str]:
-    if PROP_PREPARED_MS in props or PROP_CRC32 in props:
-        return {k: v for k, v in props.items() if k != PROP_PREPARED_MS and k != PROP_CRC32}
-    return props
-
-
-def build_discard_copy(half: Message, half_physical_offset: int) -> Message:
-    """The copy kept in TRANS_CHECK_MAX_TIME_TOPIC for an admin (RocketMQ's discard destination)."""
-    props = {k: v for k, v in half.properties.items() if k != PROP_CRC32}
-    return Message(
-        topic=CHECK_MAX_TIME_TOPIC,
-        body=half.body,
-        queue_id=0,
-        properties=props,
-        flag=half.flag,
-        sys_flag=_with_tx_type(half.sys_flag, SYSFLAG_TRANSACTION_NOT_TYPE),
-        born_timestamp=half.born_timestamp,
-        born_host=half.born_host,
-        reconsume_times=half.reconsume_times,
-        prepared_transaction_offset=half_physical_offset,
-    )
 
 
 def half_ref_from_stored(stored: StoredMessage) -> HalfRef:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
-from txmq.broker.store.message import AppendResult, Message
+from txmq.broker.store.message import AppendResult
 
 
 _STRIPE_MASK = 1023
@@ -50,13 +50,6 @@ class HalfRef:
     real_topic: str
     real_queue_id: int
     sender: str
-    # The final record this half becomes on COMMIT, built at prepare while the
-    # engine's half cache has room: COMMIT then only appends it (no CommitLog
-    # read, no per-half work while the producers wait for the commit).
-    cached: Message | None = None
-    # Its property string as the store encoded it for the half (None: unknown), which
-    # lets the store append the cached final without validating and encoding it again.
-    cached_properties: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -90,7 +83,6 @@ class Transaction:
     next_check_ms: int = 0  # when the check-back service looks at it next
     inflight: int = 0
     ending: bool = False
-    cached_bytes: int = 0  # body bytes of its halves' cached finals (its share of the engine's half cache)
 
     # This transaction's condition: one of a fixed pool, chosen by id. A Condition
     # per transaction would cost more than the rest of the record (100 000 pending

@@ -20,6 +20,7 @@ from txmq.broker.server.native_pull import build_pull_batch, pull_batch
 from txmq.broker.store import Message, MessageStore, StoreConfig
 from txmq.broker.store.columnar_read import byte_rows, gather_binary, read_queue_columns
 from txmq.broker.store.message import (
+    PROP_CRC32,
     PROP_KEYS,
     PROP_TAGS,
     PROP_TRAN_MSG,
@@ -32,7 +33,9 @@ TOPICS = ["orders", "pay_ments-1", "t%|x"]
 QUEUES = 3
 
 text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02"), max_size=12)
-name = st.one_of(text.filter(bool), st.sampled_from(["__hidden", "REAL_TOPIC", "PGROUP", "color", "ключ"]))
+# any name a producer may use: not empty, not the store's reserved record-CRC name
+name = st.one_of(text.filter(lambda k: k and k != PROP_CRC32),
+                 st.sampled_from(["__hidden", "REAL_TOPIC", "PGROUP", "color", "ключ"]))
 keys = st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02 "),
                         max_size=6), max_size=4).map(" ".join)
 
@@ -227,3 +230,28 @@ def test_gather_binary_returns_each_range_of_the_bytes(starts, lengths):
     got = gather_binary(data, np.array(starts, dtype=np.int64), np.array(lengths, dtype=np.int64))
     got.validate(full=True)
     assert got.to_pylist() == [data[s:s + n].tobytes() for s, n in zip(starts, lengths)]
+
+
+def test_a_batch_with_only_system_properties_has_empty_property_maps(tmp_path):
+    store = open_store(tmp_path / "store")
+    try:
+        store.append([Message("orders", b"b%d" % i, queue_id=0, sys_flag=SYSFLAG_TRANSACTION_COMMIT,
+                              properties={PROP_UNIQ_KEY: f"ID{i}", PROP_TRANSACTION_ID: "tx", PROP_TRAN_MSG: "true",
+                                          "PGROUP": "g", "__hidden": "h"})
+                      for i in range(5)])
+        assert_same_pull(store, "orders", 0, 0, 100, None)
+        batch = pull_batch(store, "orders", 0, 0, 100).batch
+        assert batch.column("properties").to_pylist() == [[]] * 5
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("born_host", [("10.1.2.3", 5555), ("2001:db8::7", 1)])
+def test_records_of_one_host_family_decode_like_the_per_record_decode(tmp_path, born_host):
+    store = open_store(tmp_path / "store", ("::1", 10911))
+    try:
+        store.append([Message("orders", b"b%d" % i, queue_id=0, born_host=born_host, born_timestamp=1000 + i,
+                              properties={PROP_TAGS: "t"}) for i in range(6)])
+        assert_same_pull(store, "orders", 0, 0, 100, None)
+    finally:
+        store.close()

@@ -15,7 +15,19 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from txmq.broker.errors import DataDeleted, IllegalOffset, IllegalTopic, MessageNotFound, StoreError
-from txmq.broker.store.message import SYSTEM_TOPICS, AppendResult, AppendResults, Message, StoredMessage
+from txmq.broker.store.message import (
+    SYSFLAG_GROUP_END,
+    SYSFLAG_GROUP_MEMBER,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSTEM_TOPICS,
+    AppendResult,
+    AppendResults,
+    Message,
+    StoredMessage,
+)
+from txmq.broker.store.record_copy import RecordCopies
+
+_NOT_INHERITED = SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END
 
 
 @dataclass
@@ -48,12 +60,20 @@ class MemoryStore:
     def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> AppendResults:
         return self._write(messages, allow_system)
 
-    def append_group_encoded(self, messages: Sequence[Message],
-                             encoded_properties: Sequence[bytes | None]) -> AppendResults:
-        """No encoded properties here: they are ignored (and never reported, see _write); an
-        append_group (which a test's subclass may intercept) like any other."""
-        assert len(encoded_properties) == len(messages)
-        return self.append_group(messages, allow_system=True)
+    def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = ()) -> AppendResults:
+        """The record copies as Messages (the contract of MessageStore.append_group_copies), then
+        one append_group (which a test's subclass may intercept) like any other."""
+        with self._lock:
+            missing = [p for p in copies.physical_offsets if p not in self._records]
+            if missing:
+                raise MessageNotFound(f"no record at physical offset {missing[0]}")
+            sources = [self._records[p] for p in copies.physical_offsets]
+        made = [Message(topic, src.body, qid,
+                        {k: v for k, v in src.properties.items() if k not in copies.drop_properties}, src.flag,
+                        (src.sys_flag & ~_NOT_INHERITED) | copies.transaction_type, src.born_timestamp,
+                        src.born_host, src.reconsume_times, src.physical_offset)
+                for src, topic, qid in zip(sources, copies.topics, copies.queue_ids)]
+        return self.append_group([*made, *messages], allow_system=True)
 
     def _write(self, messages: Sequence[Message], allow_system: bool) -> AppendResults:
         for m in messages:
@@ -79,7 +99,7 @@ class MemoryStore:
                 self._next_physical += size
         if self.pause_after_append_s:
             time.sleep(self.pause_after_append_s)
-        return AppendResults(len(results), lambda: results)  # encoded_properties None: not known
+        return AppendResults(len(results), lambda: results)
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, **_: object) -> QueueRead:
         with self._lock:
@@ -94,15 +114,6 @@ class MemoryStore:
             if physical_offset not in self._records:
                 raise MessageNotFound(str(physical_offset))
             return replace(self._records[physical_offset])
-
-    def read_records_at(self, physical_offsets: list[int], sizes: list[int], *, topic: str,
-                        queue_id: int) -> list[StoredMessage]:
-        return [self.read_at(p, s) for p, s in zip(physical_offsets, sizes)]
-
-    def read_records_with_properties_at(self, physical_offsets: list[int], sizes: list[int], *, topic: str,
-                                        queue_id: int) -> tuple[list[StoredMessage], list[None]]:
-        records = self.read_records_at(physical_offsets, sizes, topic=topic, queue_id=queue_id)
-        return records, [None] * len(records)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         return 0

@@ -1,0 +1,269 @@
+"""Record copies: new CommitLog records made from stored ones without decoding them.
+
+RocketMQ's EndTransaction COMMIT writes every half message again as its final
+message: same body, flag, born time and host, and properties, with the real
+topic and queue restored, the COMMIT transaction type, and
+PREPAREDTRANSACTIONOFFSET pointing back at the half. (A discard copies the
+halves to TRANS_CHECK_MAX_TIME_TOPIC the same way.) A Spark micro-batch is one
+transaction of up to millions of halves, and every writer of the batch waits for
+its COMMIT, so the copy must cost far less than the original append.
+
+Decoding each half into a Message and encoding it again costs ~10 µs a record.
+A copy works on the stored bytes instead: the sources' header fields are read
+column-wise (columnar_read), the body is written from the bytes read (its CRC is
+taken from the source header, not computed again), the property string is
+reused as stored (it passed validation when the source was written, by this
+store), and only what changes is encoded: the header and the record CRC. The
+dispatch inputs (tags, UNIQ_KEY, KEYS) are cut out of the property strings with
+C-level searches; no property dict is built.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from itertools import compress, repeat
+from typing import Sequence
+
+import numpy as np
+
+from txmq.broker.store.batch import BatchColumns
+from txmq.broker.store.columnar_read import _decode_columns, _gather_records, _read_spans, byte_rows
+from txmq.broker.store.message import (
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_GROUP_END,
+    SYSFLAG_GROUP_MEMBER,
+    SYSFLAG_STOREHOST_V6,
+    SYSFLAG_TRANSACTION_MASK,
+)
+from txmq.broker.store.record import CRC_SUFFIX_LEN
+
+# Bits a copy never inherits: its transaction type is the request's, its group bits
+# are the group it is written in, and the host-family bits follow the hosts it is
+# encoded with.
+_NOT_INHERITED = SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END | SYSFLAG_BORNHOST_V6 \
+    | SYSFLAG_STOREHOST_V6
+_FLAG_AT = 16
+_BODY_CRC_AT = 8
+_BORN_HOST_AT = 48
+_RECONSUME_AT_V4 = 72  # + 12 per IPv6 host before it
+_HEADER_V4_SIZE = 88
+
+
+@dataclass(frozen=True)
+class RecordCopies:
+    """Which stored records to copy (columns, one row per copy, written in this order) and
+    what each copy changes.
+
+    `source_topic`/`source_queue_id` name the queue the sources were read from, for
+    error messages (a source that is not a record start raises StoreError naming it).
+    """
+
+    physical_offsets: Sequence[int]
+    sizes: Sequence[int]
+    topics: Sequence[str]
+    queue_ids: Sequence[int]
+    transaction_type: int
+    source_topic: str
+    source_queue_id: int = 0
+    drop_properties: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        n = len(self.physical_offsets)
+        if not (len(self.sizes) == len(self.topics) == len(self.queue_ids) == n):
+            raise ValueError("RecordCopies columns differ in length: "
+                             f"{n} offsets, {len(self.sizes)} sizes, {len(self.topics)} topics, "
+                             f"{len(self.queue_ids)} queue ids")
+        if self.transaction_type & ~SYSFLAG_TRANSACTION_MASK:
+            raise ValueError(f"transaction_type {self.transaction_type:#x} is not a transaction type")
+
+    def __len__(self) -> int:
+        return len(self.physical_offsets)
+
+
+def copy_columns(store, copies: RecordCopies) -> BatchColumns:
+    """The copies as a checked and encoded batch, ready for the store's write path.
+
+    Reads the sources (StoreError when one is not a valid record at its offset,
+    DataDeleted when retention removed it), then derives every column of the
+    copies from them. Sources of more than columnar_read.READ_BUFFER_MAX bytes are read in
+    several passes (a read returns short at that size).
+    """
+    phys = np.asarray(copies.physical_offsets, dtype=np.int64)
+    sizes = np.asarray(copies.sizes, dtype=np.int64)
+    parts: list[_Sources] = []
+    done = 0
+    while done < len(phys):
+        data, record_at, count = _read_sources(store, copies, phys[done:], sizes[done:])
+        parts.append(_Sources(data, record_at[:count], phys[done:done + count], sizes[done:done + count], copies))
+        done += count
+    return _assemble(parts, copies)
+
+
+def _read_sources(store, copies: RecordCopies, phys: np.ndarray, sizes: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, int]:
+    """(bytes holding the sources, each source's position in them, sources covered).
+
+    Straight from the CommitLog's memory maps when the sources are in log order (no
+    copy within one segment: the copies' bodies are written from the map), else read
+    span by span.
+    """
+    if len(phys) and bool((phys[1:] > phys[:-1]).all()):  # the map gather reads sources in log order
+        mapped = _gather_records(store, copies.source_topic, copies.source_queue_id, phys, sizes)
+        if mapped is not None:
+            return mapped
+    return _read_spans(store, copies.source_topic, copies.source_queue_id, phys, sizes)
+
+
+class _Sources:
+    """One read's source records, decoded column-wise, as the columns a copy of them takes."""
+
+    def __init__(self, data: np.ndarray, record_at: np.ndarray, phys: np.ndarray, sizes: np.ndarray,
+                 copies: RecordCopies) -> None:
+        cols = _decode_columns(data, record_at, phys, sizes, copies.source_topic, copies.source_queue_id)
+        at = cols.record_at
+        self.count = cols.count
+        self.sys_flags = (cols.sys_flag & ~_NOT_INHERITED | copies.transaction_type).tolist()
+        v6 = (cols.sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)) != 0
+        if not v6.any():  # IPv4 hosts: every header field at a fixed place, one gather
+            head = byte_rows(data, at, _HEADER_V4_SIZE)
+            self.flags = _be_int(head, _FLAG_AT, ">i4")
+            self.body_crcs = _be_int(head, _BODY_CRC_AT, ">u4")
+            self.reconsume_times = _be_int(head, _RECONSUME_AT_V4, ">i4")
+            born = np.ascontiguousarray(head[:, _BORN_HOST_AT:_BORN_HOST_AT + 8])
+            self.born_raws = _distinct_bytes(born)
+        else:
+            extra = (np.where(cols.sys_flag & SYSFLAG_BORNHOST_V6, 12, 0)
+                     + np.where(cols.sys_flag & SYSFLAG_STOREHOST_V6, 12, 0)).astype(np.int64)
+            self.flags = _be_int(byte_rows(data, at + _FLAG_AT, 4), 0, ">i4")
+            self.body_crcs = _be_int(byte_rows(data, at + _BODY_CRC_AT, 4), 0, ">u4")
+            self.reconsume_times = _be_int(byte_rows(data, at + _RECONSUME_AT_V4 + extra, 4), 0, ">i4")
+            self.born_raws = _born_hosts(data, at, cols.sys_flag)
+        self.born_timestamps = cols.born_ts.tolist()
+        view = memoryview(data)
+        body_at = cols.body_at.tolist()
+        body_end = (cols.body_at + cols.body_len).tolist()
+        self.bodies = list(map(view.__getitem__, map(slice, body_at, body_end)))
+        self.body_lens = cols.body_len.tolist()
+        tail = cols.tail.tobytes()
+        tail_end = np.append(cols.topic_at[1:] - 1, len(tail))  # tails lie back to back
+        # the stored property string up to the CRC digits: "name\x01value\x02...__CRC32#\x01"
+        self.props_crc = list(map(tail.__getitem__, map(slice, cols.props_at.tolist(),
+                                                           (tail_end - CRC_SUFFIX_LEN).tolist())))
+
+
+def _be_int(rows: np.ndarray, at: int, dtype: str) -> list[int]:
+    """The 4-byte big-endian integer at byte `at` of every row of a byte matrix."""
+    return np.ascontiguousarray(rows[:, at:at + 4]).view(dtype)[:, 0].tolist()
+
+
+def _distinct_bytes(rows: np.ndarray) -> list[bytes]:
+    """Each row of a byte matrix as bytes, one object per distinct row (few distinct hosts)."""
+    width = rows.shape[1]
+    distinct, which = np.unique(rows.view(f"V{width}")[:, 0], return_inverse=True)
+    return list(map(list(map(bytes, distinct)).__getitem__, which.reshape(-1).tolist()))
+
+
+def _born_hosts(data: np.ndarray, at: np.ndarray, sys_flag: np.ndarray) -> list[bytes]:
+    """Each source's BORNHOST bytes (address + port: 8 bytes, 20 for IPv6), one bytes object
+    per distinct host (a transaction's halves come from a few producers)."""
+    v6 = (sys_flag & SYSFLAG_BORNHOST_V6) != 0
+    out: list[bytes] = [b""] * len(at)
+    for width, rows in ((8, np.flatnonzero(~v6)), (20, np.flatnonzero(v6))):
+        if len(rows) == 0:
+            continue
+        found = _distinct_bytes(np.ascontiguousarray(byte_rows(data, at[rows] + _BORN_HOST_AT, width)))
+        if len(rows) == len(at):
+            return found
+        for row, host in zip(rows.tolist(), found):
+            out[row] = host
+    return out
+
+
+def _assemble(parts: list[_Sources], copies: RecordCopies) -> BatchColumns:
+    def joined(name: str) -> list:
+        if len(parts) == 1:
+            return getattr(parts[0], name)
+        return [v for p in parts for v in getattr(p, name)]
+
+    props_crc = joined("props_crc")
+    if copies.drop_properties:
+        props_crc = _without_properties(props_crc, copies.drop_properties)
+    tags, uniq_keys, keys = dispatch_properties(props_crc)
+    return BatchColumns.of_columns(
+        topics=list(copies.topics), bodies=joined("bodies"), queue_ids=list(copies.queue_ids),
+        flags=joined("flags"), sys_flags=joined("sys_flags"),
+        born_timestamps=joined("born_timestamps"), born_raws=joined("born_raws"),
+        reconsume_times=joined("reconsume_times"), prepared_offsets=list(copies.physical_offsets),
+        body_lens=joined("body_lens"), body_crcs=joined("body_crcs"), props_crc=props_crc,
+        tags=tags, uniq_keys=uniq_keys, keys=keys)
+
+
+def _without_properties(props_crc: list[bytes], names: tuple[str, ...]) -> list[bytes]:
+    """The property strings with the named properties removed (only strings holding one change)."""
+    out = props_crc
+    for name in names:
+        raw = name.encode()
+        marker = raw + b"\x01"
+        hits = list(compress(range(len(out)), map(bytes.__contains__, out, repeat(marker))))
+        if not hits:
+            continue
+        if out is props_crc:
+            out = list(props_crc)
+        drop = re.compile(rb"(?:^|(?<=\x02))" + re.escape(raw) + rb"\x01[^\x02]*\x02")
+        for i in hits:
+            out[i] = drop.sub(b"", out[i])
+    return out
+
+
+def dispatch_properties(props_crc: Sequence[bytes]) -> tuple[list[str | None], list[bytes | None],
+                                                             list[str | None]]:
+    """(TAGS, UNIQ_KEY as bytes, KEYS) of each property string, None where absent: what the
+    dispatch of a record needs from its properties, without parsing them into a dict."""
+    joined = b"".join(props_crc)
+    tags = _decoded(_values_of(props_crc, b"TAGS", joined))
+    keys = _decoded(_values_of(props_crc, b"KEYS", joined))
+    return tags, _values_of(props_crc, b"UNIQ_KEY", joined), keys
+
+
+def _values_of(props_crc: Sequence[bytes], name: bytes, joined: bytes) -> list[bytes | None]:
+    """The value of property `name` in each property string (None where it has none).
+
+    A property starts its string or follows a \\x02, and names and values never hold
+    \\x01 or \\x02 (validated when the record was first written), so the name is
+    found in the strings joined back to back with array operations: candidates where
+    the name's bytes are, kept where a property starts; the value runs to the next
+    \\x02. Per string there is only the slice of its value.
+    """
+    n = len(props_crc)
+    head = name + b"\x01"
+    if head not in joined:
+        return [None] * n
+    buf = np.frombuffer(joined, dtype=np.uint8)
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, props_crc), dtype=np.int64, count=n), out=starts[1:])
+    first = np.flatnonzero(buf == head[0])
+    first = first[(byte_rows(buf, first, len(head)) == np.frombuffer(head, dtype=np.uint8)).all(axis=1)]
+    row = np.searchsorted(starts, first, side="right") - 1
+    at_start = first == starts[row]
+    after_separator = buf[np.maximum(first - 1, 0)] == 2
+    hits, row = first[at_start | after_separator], row[at_start | after_separator]
+    value_at = hits + len(head)
+    separators = np.flatnonzero(buf == 2)
+    value_end = separators[np.searchsorted(separators, value_at)]  # every string ends "...\x02__CRC32#\x01"
+    values = list(map(joined.__getitem__, map(slice, value_at.tolist(), value_end.tolist())))
+    if len(row) == n:  # one hit per string (a name occurs once in a property string)
+        return values
+    out: list[bytes | None] = [None] * n
+    for r, v in zip(row.tolist(), values):
+        out[r] = v
+    return out
+
+
+def _decoded(values: list[bytes | None]) -> list[str | None]:
+    if values.count(None) == len(values):
+        return values  # type: ignore[return-value]  # all None
+    return [v.decode() if v is not None else None for v in values]
+
+
+__all__ = ["RecordCopies", "copy_columns", "dispatch_properties"]
