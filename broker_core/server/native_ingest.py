@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from dataclasses import dataclass
 import time
 import uuid
 import zlib
@@ -144,9 +145,25 @@ def _build_message(topic: str | None, body: bytes | None, tag: str | None, keys:
 PLAIN_COLUMNS = frozenset({"topic", "body"})
 
 
-def _plain_rows(table: pa.Table, default_topic: str | None, born_ms: int) -> list[Message]:
-    """Messages of a table with only topic/body columns: the Spark sink's and most producers' case,
-    built without the per-row property checks `_build_message` does (there are no properties)."""
+@dataclass
+class PlainRows:
+    """Messages that are only a topic and a body (queues chosen round-robin), as columns: the
+    Spark sink's and most producers' rows, which need no Message object per row."""
+
+    topics: list[str]
+    bodies: list[bytes]
+    queue_ids: list[int]
+    born_ms: int
+
+    def messages(self) -> list[Message]:
+        return [Message(topic=t, body=b, queue_id=q, properties={}, born_timestamp=self.born_ms)
+                for t, b, q in zip(self.topics, self.bodies, self.queue_ids)]
+
+
+def _plain_rows(table: pa.Table, default_topic: str | None, born_ms: int, queue_count: QueueCountFn,
+                selector: QueueSelector) -> PlainRows:
+    """The rows of a table with only topic/body columns, checked ("has a topic, has a body": there
+    are no properties to check) and given queues, one selector call per topic."""
     bodies = table.column("body").to_pylist()
     if "topic" in table.column_names:
         topics = [topic or default_topic for topic in table.column("topic").to_pylist()]
@@ -155,37 +172,50 @@ def _plain_rows(table: pa.Table, default_topic: str | None, born_ms: int) -> lis
     if not (all(bodies) and all(topics)):
         for row, (topic, body) in enumerate(zip(topics, bodies)):
             _build_message(topic, body, None, None, None, None, None, born_ms, row)  # raises the typed error
-    return [Message(topic=topic, body=body, properties={}, born_timestamp=born_ms)
-            for topic, body in zip(topics, bodies)]
-
-
-def _assign_round_robin(messages: list[Message], queue_count: QueueCountFn, selector: QueueSelector) -> None:
-    """Queues for messages without sharding keys, one selector call per topic."""
-    first_topic = messages[0].topic
-    if all(m.topic == first_topic for m in messages):
-        by_topic = {first_topic: messages}
+    first = topics[0]
+    if topics.count(first) == len(topics):
+        queue_ids = selector.select_round_robin(first, queue_count(first), len(topics))
     else:
-        by_topic = {}
-        for m in messages:
-            by_topic.setdefault(m.topic, []).append(m)
-    for topic, group in by_topic.items():
-        for m, queue_id in zip(group, selector.select_round_robin(topic, queue_count(topic), len(group))):
-            m.queue_id = queue_id
+        queue_ids = [0] * len(topics)
+        rows_of: dict[str, list[int]] = {}
+        for row, topic in enumerate(topics):
+            rows_of.setdefault(topic, []).append(row)
+        for topic, rows in rows_of.items():
+            for row, queue_id in zip(rows, selector.select_round_robin(topic, queue_count(topic), len(rows))):
+                queue_ids[row] = queue_id
+    return PlainRows(topics, bodies, queue_ids, born_ms)
+
+
+def decode_rows(batch: native_pb2.MessageBatch, queue_count: QueueCountFn,
+                selector: QueueSelector) -> PlainRows | list[Message]:
+    """decode_batch, except that Arrow rows with only topic/body columns come back as PlainRows."""
+    born_ms = int(time.time() * 1000)
+    table = _arrow_table(batch)
+    if table is not None and not batch.messages and table.num_rows and PLAIN_COLUMNS.issuperset(table.column_names):
+        return _plain_rows(table, batch.default_topic or None, born_ms, queue_count, selector)
+    return _decode(batch, table, born_ms, queue_count, selector)
+
+
+def _arrow_table(batch: native_pb2.MessageBatch) -> pa.Table | None:
+    if not batch.arrow_ipc:
+        return None
+    table = table_from_ipc(batch.arrow_ipc)
+    check_send_schema(table.schema)
+    return table
 
 
 def decode_batch(batch: native_pb2.MessageBatch, queue_count: QueueCountFn,
                  selector: QueueSelector) -> list[Message]:
     """All messages of a MessageBatch with queues assigned; BadRequest on a malformed payload."""
-    born_ms = int(time.time() * 1000)
+    rows = decode_rows(batch, queue_count, selector)
+    return rows.messages() if isinstance(rows, PlainRows) else rows
+
+
+def _decode(batch: native_pb2.MessageBatch, table: pa.Table | None, born_ms: int, queue_count: QueueCountFn,
+            selector: QueueSelector) -> list[Message]:
     staged: list[tuple[Message, str | None]] = []
     default_topic = batch.default_topic or None
-    if batch.arrow_ipc:
-        table = table_from_ipc(batch.arrow_ipc)
-        check_send_schema(table.schema)
-        if not batch.messages and table.num_rows and PLAIN_COLUMNS.issuperset(table.column_names):
-            messages = _plain_rows(table, default_topic, born_ms)
-            _assign_round_robin(messages, queue_count, selector)
-            return messages
+    if table is not None:
         rows = table.num_rows
         columns = zip(
             _column(table, "topic", rows), table.column("body").to_pylist(), _column(table, "tag", rows),

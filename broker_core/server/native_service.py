@@ -22,12 +22,13 @@ from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
-from txmq.broker.server.native_ingest import MessageIdGenerator, QueueSelector, decode_batch
+from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch, pull_response_payload
 from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
 from txmq.broker.server.property_names import user_properties
 from txmq.broker.server.rpc_metrics import RpcMetrics
+from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.message import (
     PROP_KEYS,
     PROP_REAL_QUEUE_ID,
@@ -232,32 +233,45 @@ class NativeService:
     # ---- writes ------------------------------------------------------------
     def SendMessages(self, request: pb.SendRequest, context) -> pb.SendResponse:
         started = time.perf_counter()
-        messages = decode_batch(request.batch, self._writable_queue_count(context), self.selector)
-        results = self.store.append(messages)
-        self.metrics.observe("send", len(messages), time.perf_counter() - started)
+        rows = decode_rows(request.batch, self._writable_queue_count(context), self.selector)
+        if isinstance(rows, PlainRows):  # topic and body only: appended as columns, no Message per row
+            results = self.store.append_columns(BatchColumns.of_bodies(rows.topics, rows.bodies, rows.queue_ids,
+                                                                       rows.born_ms))
+        else:
+            results = self.store.append(rows)
+        self.metrics.observe("send", len(results), time.perf_counter() - started)
         return pb.SendResponse(status=ok_status(), count=len(results), slices=_slices(results),
                                message_ids=[r.msg_id for r in results] if request.return_message_ids else [])
 
     def PrepareMessages(self, request: pb.PrepareRequest, context) -> pb.PrepareResponse:
         started = time.perf_counter()
         self._identity(context).require_producer_group(request.producer_group)
-        messages = decode_batch(request.batch, self._writable_queue_count(context), self.selector)
-        message_ids = self.ids.assign(messages)
-        result = self.engine.prepare(messages, transaction_id=request.transaction_id or None,
-                                     producer_group=request.producer_group, sender=request.sender)
-        self.metrics.observe("prepare", len(messages), time.perf_counter() - started)
-        self._note_senders(result.transaction_id, messages, context)
+        rows = decode_rows(request.batch, self._writable_queue_count(context), self.selector)
+        if isinstance(rows, PlainRows):  # topic and body only: halves encoded as columns
+            topics = rows.topics
+            message_ids = self.ids.next_ids(len(topics))
+            result = self.engine.prepare_bodies(topics, rows.bodies, rows.queue_ids, message_ids,
+                                                born_timestamp=rows.born_ms,
+                                                transaction_id=request.transaction_id or None,
+                                                producer_group=request.producer_group, sender=request.sender)
+        else:
+            topics = [m.topic for m in rows]
+            message_ids = self.ids.assign(rows)
+            result = self.engine.prepare(rows, transaction_id=request.transaction_id or None,
+                                         producer_group=request.producer_group, sender=request.sender)
+        self.metrics.observe("prepare", len(topics), time.perf_counter() - started)
+        self._note_senders(result.transaction_id, topics, context)
         return pb.PrepareResponse(status=ok_status(), transaction_id=result.transaction_id,
                                   count=len(result.results),
                                   message_ids=message_ids if request.return_message_ids else [])
 
-    def _note_senders(self, transaction_id: str, messages: list, context) -> None:
+    def _note_senders(self, transaction_id: str, topics: list[str], context) -> None:
         """Tell the router which client sent these halves, so check-backs go back to it first."""
         note = getattr(self.core.router, "note_half", None)
         client_id = _client_id(context)
         if note is None or not client_id:
             return
-        for topic in {m.topic for m in messages}:
+        for topic in set(topics):
             note(transaction_id, client_id, topic)
 
     def EndTransaction(self, request: pb.EndTransactionRequest, context) -> pb.EndTransactionResponse:

@@ -8,7 +8,7 @@ validation, encoding and dispatch steps then run as list comprehensions and
 
 from __future__ import annotations
 
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import Sequence
 
@@ -21,6 +21,9 @@ def _encoded_born_hosts(batch: "BatchColumns") -> Sequence[bytes]:
         return batch.born_raws
     return [encode_host(h)[0] for h in batch.born_hosts]
 
+
+_NO_PROPERTIES: dict[str, str] = {}
+_DEFAULT_BORN_HOST = Message.__dataclass_fields__["born_host"].default
 
 _FIELDS = ("topic", "body", "queue_id", "properties", "flag", "sys_flag", "born_timestamp", "born_host",
            "reconsume_times", "prepared_transaction_offset")
@@ -81,12 +84,30 @@ class BatchColumns:
         return batch
 
     @classmethod
+    def of_bodies(cls, topics: list[str], bodies: list[bytes], queue_ids: list[int],
+                  born_timestamp: int) -> "BatchColumns":
+        """Messages that are a topic, a body and a queue, nothing else (most producers' and the
+        Spark sink's rows), as columns: no Message objects; validated like any batch."""
+        n = len(topics)
+        batch = cls.__new__(cls)
+        batch._messages = None
+        batch.count = n
+        batch.topics, batch.bodies, batch.queue_ids = topics, bodies, queue_ids
+        batch.properties = [_NO_PROPERTIES] * n  # shared and never mutated
+        batch.flags = batch.sys_flags = batch.reconsume_times = batch.prepared_offsets = [0] * n
+        batch.born_timestamps = [born_timestamp] * n
+        batch.born_hosts = [_DEFAULT_BORN_HOST] * n
+        batch.born_raws = batch.body_crcs = batch.dispatch = None
+        batch.body_lens = []
+        batch._props_raw, batch._props_crc = [], None
+        return batch
+
+    @classmethod
     def concat(cls, batches: Sequence["BatchColumns"]) -> "BatchColumns":
         """One batch of checked and encoded batches, in order (written as one group)."""
         def column(get) -> list:
-            return [v for b in batches for v in get(b)]
+            return list(chain.from_iterable(map(get, batches)))
 
-        dispatch = [b.dispatch_columns() for b in batches]
         return cls.of_columns(
             topics=column(lambda b: b.topics), bodies=column(lambda b: b.bodies),
             queue_ids=column(lambda b: b.queue_ids), flags=column(lambda b: b.flags),
@@ -94,20 +115,27 @@ class BatchColumns:
             born_raws=column(_encoded_born_hosts), reconsume_times=column(lambda b: b.reconsume_times),
             prepared_offsets=column(lambda b: b.prepared_offsets), body_lens=column(lambda b: b.body_lens),
             body_crcs=column(lambda b: b.body_crcs if b.body_crcs is not None else map(crc32, b.bodies)),
-            props_crc=column(lambda b: b.props_crc), tags=[t for d in dispatch for t in d[0]],
-            uniq_keys=[u for d in dispatch for u in d[1]], keys=[k for d in dispatch for k in d[2]])
+            props_crc=column(lambda b: b.props_crc), tags=column(lambda b: b.dispatch_columns()[0]),
+            uniq_keys=column(lambda b: b.dispatch_columns()[1]), keys=column(lambda b: b.dispatch_columns()[2]))
 
     @property
     def messages(self) -> Sequence[Message]:
-        """The batch as Messages (what the general record encoder takes); built on first use for a
-        batch given as columns, without properties (the encoder takes those encoded)."""
+        """The batch as Messages (what the general record encoder and the sequential validation
+        take); built on first use for a batch given as columns (record copies come without
+        properties: the encoder takes those encoded)."""
         if self._messages is None:
-            hosts = {raw: decode_host(raw) for raw in set(self.born_raws)}
+            if self.born_hosts is not None:
+                born_hosts = self.born_hosts
+            else:
+                hosts = {raw: decode_host(raw) for raw in set(self.born_raws)}
+                born_hosts = list(map(hosts.__getitem__, self.born_raws))
+            properties = self.properties if self.properties is not None else repeat(None)
             self._messages = [
-                Message(topic, bytes(body), qid, {}, flag, sys_flag, born_ts, hosts[raw], reconsume, prepared)
-                for topic, body, qid, flag, sys_flag, born_ts, raw, reconsume, prepared in zip(
-                    self.topics, self.bodies, self.queue_ids, self.flags, self.sys_flags, self.born_timestamps,
-                    self.born_raws, self.reconsume_times, self.prepared_offsets)]
+                Message(topic, bytes(body), qid, dict(props) if props else {}, flag, sys_flag, born_ts, born,
+                        reconsume, prepared)
+                for topic, body, qid, props, flag, sys_flag, born_ts, born, reconsume, prepared in zip(
+                    self.topics, self.bodies, self.queue_ids, properties, self.flags, self.sys_flags,
+                    self.born_timestamps, born_hosts, self.reconsume_times, self.prepared_offsets)]
         return self._messages
 
     def dispatch_columns(self) -> tuple[list, list, list]:

@@ -79,7 +79,7 @@ class CommitLog:
         self._flush_lock = threading.Lock()
         self._graveyard: list[tuple[float, MappedFile]] = []
         names = sorted(p.name for p in self.directory.iterdir() if p.name.isdigit() and len(p.name) == 20)
-        segments = [MappedFile(self.directory / n, int(n), segment_bytes) for n in names]
+        segments = [MappedFile(self.directory / n, int(n), segment_bytes, reserve_ahead=True) for n in names]
         self._table = ([s.start for s in segments], segments)
         self.write_end = segments[-1].end if segments else 0  # recovery sets the true end
         self.flushed_end = 0
@@ -104,7 +104,7 @@ class CommitLog:
         return seg if offset < seg.start + seg.capacity else None
 
     def _new_segment(self, start: int) -> MappedFile:
-        seg = MappedFile(self.directory / file_name(start), start, self.segment_bytes)
+        seg = MappedFile(self.directory / file_name(start), start, self.segment_bytes, reserve_ahead=True)
         starts, segs = self._table
         self._table = (starts + [start], segs + [seg])
         self._dir_dirty = True

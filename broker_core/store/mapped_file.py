@@ -2,8 +2,9 @@
 
 Files are plain files written with pwrite and read with pread on one shared
 descriptor: pread does not move the file position, so readers run concurrently
-with the single writer without locks. Files are not preallocated: a file's
-length is how much was written, which makes a torn tail a short file.
+with the single writer without locks. A file's length is how much was written,
+which makes a torn tail a short file; CommitLog segments reserve their disk
+blocks a chunk ahead of the writes without changing that length (preallocate.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Sequence
+
+from txmq.broker.store.preallocate import RESERVE_CHUNK_BYTES, reserve
 
 IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
 
@@ -23,9 +26,9 @@ def file_name(start: int) -> str:
 class MappedFile:
     """One file holding bytes [start, start + capacity) of a larger address space."""
 
-    __slots__ = ("path", "start", "capacity", "fd", "size", "synced", "closed")
+    __slots__ = ("path", "start", "capacity", "fd", "size", "synced", "closed", "reserved")
 
-    def __init__(self, path: Path, start: int, capacity: int) -> None:
+    def __init__(self, path: Path, start: int, capacity: int, *, reserve_ahead: bool = False) -> None:
         self.path = Path(path)
         self.start = start
         self.capacity = capacity
@@ -33,6 +36,18 @@ class MappedFile:
         self.size = os.fstat(self.fd).st_size
         self.synced = 0  # bytes known durable; unknown after open, so 0
         self.closed = False
+        # file position up to which disk blocks are reserved (preallocate.py); None: not reserving
+        self.reserved: int | None = self.size if reserve_ahead else None
+
+    def _reserve_for(self, end: int) -> None:
+        """Reserve blocks a chunk ahead before a write reaches past the reserved end."""
+        if self.reserved is None or end <= self.reserved:
+            return
+        target = min(self.capacity, max(end, self.reserved) + RESERVE_CHUNK_BYTES)
+        if reserve(self.fd, self.reserved, target - self.reserved):
+            self.reserved = target
+        else:
+            self.reserved = None  # not possible here: write unreserved from now on
 
     @property
     def end(self) -> int:
@@ -47,6 +62,7 @@ class MappedFile:
         """Write at the end of the file (the caller is the only writer)."""
         view = memoryview(data)
         pos = self.size
+        self._reserve_for(pos + view.nbytes)
         while view:
             n = os.pwrite(self.fd, view, pos)
             pos += n
@@ -61,6 +77,7 @@ class MappedFile:
         for i in range(0, len(parts), IOV_MAX):
             chunk = parts[i:i + IOV_MAX]
             want = sum(map(len, chunk))
+            self._reserve_for(pos + want)
             n = os.pwritev(self.fd, chunk, pos)
             if n != want:  # a short write (rare): finish this chunk the simple way
                 self.size = pos + n
@@ -91,9 +108,11 @@ class MappedFile:
             self.synced = size
 
     def truncate(self, size: int) -> None:
-        os.ftruncate(self.fd, size)
+        os.ftruncate(self.fd, size)  # also frees blocks reserved past `size`
         self.size = size
         self.synced = min(self.synced, size)
+        if self.reserved is not None:
+            self.reserved = size
 
     def close(self) -> None:
         if not self.closed:

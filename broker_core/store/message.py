@@ -131,14 +131,17 @@ class AppendResults(Sequence[AppendResult]):
     cost. So the store hands back the columns it has anyway and the AppendResult
     tuples are made when first read (all at once). Reads like a list of
     AppendResult: len, index, slice (a list), iteration, == with a list.
+    `columns` (when the store sets it) is (queue offsets, physical offsets, sizes), one list
+    each (the physical offsets may have one extra item, the end of the batch).
     """
 
-    __slots__ = ("_count", "_build", "_items")
+    __slots__ = ("_count", "_build", "_items", "columns")
 
     def __init__(self, count: int, build: Callable[[], list[AppendResult]]) -> None:
         self._count = count
         self._build: Callable[[], list[AppendResult]] | None = build
         self._items: list[AppendResult] | None = None
+        self.columns: tuple[list[int], list[int], list[int]] | None = None
 
     def _list(self) -> list[AppendResult]:
         items = self._items

@@ -64,7 +64,7 @@ from txmq.broker.store.record_copy import RecordCopies, copy_columns
 from txmq.broker.store.recovery import RecoveryReport, recover
 from txmq.broker.store.retention import delete_expired
 from txmq.broker.store.tag_filter import TagFilter
-from txmq.broker.store.validation import check_columns
+from txmq.broker.store.validation import check_columns, check_encoded_columns
 
 log = logging.getLogger(__name__)
 GROUP_BITS = SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END
@@ -223,6 +223,27 @@ class MessageStore:
         """Append a batch (one write); in sync mode return after fsync."""
         return self._append(messages, allow_system=allow_system, group=False)
 
+    def append_columns(self, batch: BatchColumns) -> Sequence[AppendResult]:
+        """append() for a batch given as columns (BatchColumns.of_bodies): validated the same way."""
+        if not batch.count:
+            return []
+        cfg = self.config
+        checked = check_columns(batch, max_body_bytes=cfg.max_body_bytes,
+                                max_properties_bytes=cfg.max_properties_bytes, allow_system=False)
+        return self._write(checked, group=False)
+
+    def append_group_encoded(self, batch: BatchColumns) -> Sequence[AppendResult]:
+        """append_group for a batch its caller encoded itself (BatchColumns.of_columns: the
+        transaction engine's halves of topic-and-body messages, encoded from one property
+        template). The caller vouches for the property names and values; the store checks what
+        it must never write: bodies that are not bytes, empty or too large, properties over the
+        size limit, queue ids out of range. System topics allowed."""
+        if not batch.count:
+            return []
+        cfg = self.config
+        check_encoded_columns(batch, max_body_bytes=cfg.max_body_bytes, max_properties_bytes=cfg.max_properties_bytes)
+        return self._write(batch, group=True)
+
     def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> Sequence[AppendResult]:
         """Append an atomic group: after a crash all of its records survive or none do,
         and its queue entries become visible together."""
@@ -328,6 +349,7 @@ class MessageStore:
             dispatcher.notify(list(map(_new_dispatch_entry, rows)))
         results = AppendResults(batch.count, partial(_append_results, topics, qids, queue_offsets, phys, sizes, now,
                                                      commitlog.store_host[0]))
+        results.columns = (queue_offsets, phys, sizes)
         return results
 
     # --- queue reads ------------------------------------------------------------------

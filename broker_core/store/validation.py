@@ -13,6 +13,7 @@ from itertools import chain
 from typing import Sequence
 
 from txmq.broker.errors import (
+    BadRequest,
     IllegalPropertyKey,
     IllegalQueue,
     IllegalTopic,
@@ -67,6 +68,29 @@ def check_columns(batch: BatchColumns, *, max_body_bytes: int, max_properties_by
                                               max_properties_bytes=max_properties_bytes, allow_system=allow_system)
         batch.body_lens = list(map(len, batch.bodies))
     return batch
+
+
+def check_encoded_columns(batch: BatchColumns, *, max_body_bytes: int, max_properties_bytes: int) -> None:
+    """The store's own limits for a batch its caller encoded (MessageStore.append_group_encoded):
+    bodies are non-empty bytes within max_body_bytes, each property string within
+    max_properties_bytes, topics valid names (system topics allowed), queue ids in range.
+    Fills `body_lens`. Raises the same typed errors as check_columns."""
+    for topic in set(batch.topics):
+        check_topic_name(topic, allow_system=True)
+    bodies = batch.bodies
+    if set(map(type, bodies)) != {bytes}:
+        raise BadRequest("message bodies must be bytes")
+    lens = batch.body_lens = list(map(len, bodies))
+    if min(lens) <= 0:
+        raise MessageBodyEmpty(f"message body of topic {batch.topics[lens.index(min(lens))]!r} is empty")
+    if max(lens) > max_body_bytes:
+        raise MessageBodyTooLarge(f"message body is {max(lens)} bytes, the maximum is {max_body_bytes}")
+    if min(batch.queue_ids) < 0 or max(batch.queue_ids) > MAX_QUEUE_ID:
+        raise IllegalQueue(f"a queue id is out of range 0..{MAX_QUEUE_ID}")
+    longest = max(map(len, batch.props_crc)) - len(_CRC_NAME_RAW)
+    if longest > max_properties_bytes:
+        raise MessagePropertiesTooLarge(
+            f"properties are {longest} bytes encoded, the maximum is {max_properties_bytes}")
 
 
 _J1 = PROP_NAME_SEP.join

@@ -26,11 +26,14 @@ import threading
 import time
 import uuid
 from collections import Counter
+from itertools import repeat
 from operator import attrgetter
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from txmq.broker.errors import (
+    BadRequest,
+    IllegalTopic,
     TransactionAlreadyEnded,
     TransactionConflict,
     UnknownTransaction,
@@ -53,6 +56,7 @@ from .gate import SharedExclusiveGate
 from .gc_pause import collector_paused
 from .half import (
     PROP_PREPARED_MS,
+    build_half_columns,
     build_halves,
     check_transaction_id,
     check_transactional,
@@ -106,18 +110,53 @@ class TransactionEngine:
         them, so a producer's retry never doubles half of a batch.
         """
         immunity_s = check_transactional(messages)
+
+        def append_halves(tx_id: str, now: int):
+            halves = build_halves(messages, transaction_id=tx_id, producer_group=producer_group,
+                                  sender=sender, prepared_ms=now)
+            return self.store.append_group(halves, allow_system=True)
+
+        return self._prepare(append_halves, [m.topic for m in messages], [m.queue_id for m in messages],
+                             immunity_s, transaction_id, producer_group, sender)
+
+    def prepare_bodies(self, topics: Sequence[str], bodies: Sequence[bytes], queue_ids: Sequence[int],
+                       unique_keys: Sequence[str], *, born_timestamp: int, transaction_id: str | None = None,
+                       producer_group: str = "", sender: str = "") -> PrepareResult:
+        """prepare() for messages that are a topic, a body, a queue and a message id, nothing
+        else (the Spark sink's rows), given as columns.
+
+        The same halves as prepare() would store for Message(topic, body, queue_id,
+        {UNIQ_KEY: id}, born_timestamp=born_timestamp), encoded from one property template
+        per call instead of a Message and a property dict per message.
+        """
+        if not topics:
+            raise BadRequest("a transactional send needs at least one message")
+        for topic in set(topics):
+            if topic in SYSTEM_TOPICS:
+                raise IllegalTopic(f"topic {topic!r} is a system topic: transactional sends go to user topics")
+
+        def append_halves(tx_id: str, now: int):
+            halves = build_half_columns(topics, bodies, queue_ids, unique_keys, born_timestamp=born_timestamp,
+                                        transaction_id=tx_id, producer_group=producer_group, sender=sender,
+                                        prepared_ms=now)
+            return self.store.append_group_encoded(halves)
+
+        return self._prepare(append_halves, topics, queue_ids, None, transaction_id, producer_group, sender)
+
+    def _prepare(self, append_halves: Callable[[str, int], Sequence], topics: Sequence[str],
+                 queue_ids: Sequence[int], immunity_s: int | None, transaction_id: str | None,
+                 producer_group: str, sender: str) -> PrepareResult:
+        """Admit the prepare, append its halves (append_halves(tx id, now)) and add them to the table."""
         tx_id = check_transaction_id(transaction_id) if transaction_id is not None else _new_id()
         now = self._now_ms()
         tx = self._admit_prepare(tx_id, producer_group, now)
         applied = False
         try:
             with collector_paused():
-                halves = build_halves(messages, transaction_id=tx_id, producer_group=producer_group,
-                                      sender=sender, prepared_ms=now)
                 immunity = immunity_ms(immunity_s, self.config.transaction_timeout_s, self.config.max_immunity_s)
                 with self._gate.shared():
-                    results = self.store.append_group(halves, allow_system=True)
-                    self._apply_halves(tx, messages, results, sender, immunity, now)
+                    results = append_halves(tx_id, now)
+                    self._apply_halves(tx, topics, queue_ids, results, sender, immunity, now)
                     applied = True
         finally:
             with tx.cond:
@@ -354,17 +393,23 @@ class TransactionEngine:
                 tx.inflight += 1
                 return tx
 
-    def _apply_halves(self, tx: Transaction, messages: Sequence[Message], results, sender: str,
-                      immunity: int, now: int) -> None:
-        refs = [HalfRef(r.physical_offset, r.size, r.queue_offset, m.topic, m.queue_id, sender)
-                for m, r in zip(messages, results)]
+    def _apply_halves(self, tx: Transaction, topics: Sequence[str], queue_ids: Sequence[int], results,
+                      sender: str, immunity: int, now: int) -> None:
+        columns = getattr(results, "columns", None)
+        if columns is not None:  # the store's columns: no AppendResult built per half
+            queue_offsets, phys, sizes = columns
+        else:
+            queue_offsets = [r.queue_offset for r in results]
+            phys = [r.physical_offset for r in results]
+            sizes = [r.size for r in results]
+        refs = list(map(HalfRef, phys[:len(topics)], sizes, queue_offsets, topics, queue_ids, repeat(sender)))
         with tx.cond:
             first = not tx.halves
             tx.halves.extend(refs)
             if first:
                 tx.created_ms = now
             tx.immunity_ms = max(tx.immunity_ms, immunity)
-        self.metrics.halves_added(_count_topics(m.topic for m in messages))
+        self.metrics.halves_added(_count_topics(topics))
         if first:
             self._schedule(tx, now + tx.immunity_ms)
 

@@ -21,6 +21,7 @@ from txmq.broker.errors import (
     IllegalTopic,
     InvalidTransactionId,
 )
+from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.message import (
     HALF_TOPIC,
     PROP_CHECK_IMMUNITY_SECONDS,
@@ -34,6 +35,7 @@ from txmq.broker.store.message import (
     PROP_TRAN_MSG,
     PROP_TRANSACTION_ID,
     PROP_TX_SENDER,
+    PROP_UNIQ_KEY,
     SYSFLAG_GROUP_END,
     SYSFLAG_GROUP_MEMBER,
     SYSFLAG_TRANSACTION_MASK,
@@ -42,8 +44,11 @@ from txmq.broker.store.message import (
     Message,
     StoredMessage,
 )
+from txmq.broker.store.record import encode_host
 
 from .state import HalfRef
+
+_DEFAULT_BORN_HOST_RAW = encode_host(Message.__dataclass_fields__["born_host"].default)[0]
 
 # Engine time of the prepare (ms): the check-back clock survives a restart with it.
 PROP_PREPARED_MS = "__TXMQ_PREPARED_MS"
@@ -115,6 +120,34 @@ def build_halves(messages: Sequence[Message], *, transaction_id: str, producer_g
         halves.append(Message(HALF_TOPIC, m.body, 0, props, m.flag, flag, m.born_timestamp, m.born_host,
                               m.reconsume_times))
     return halves
+
+
+def build_half_columns(topics: Sequence[str], bodies: Sequence[bytes], queue_ids: Sequence[int],
+                       unique_keys: Sequence[str], *, born_timestamp: int, transaction_id: str,
+                       producer_group: str, sender: str, prepared_ms: int) -> BatchColumns:
+    """build_halves for messages that are a topic, a body, a queue and a UNIQ_KEY, as an encoded
+    batch (for MessageStore.append_group_encoded): the same records, with each half's property
+    string made from one %-template instead of a property dict per half."""
+    for what, value in (("producer group", producer_group), ("sender", sender)):
+        if "\x01" in value or "\x02" in value:
+            raise BadRequest(f"{what} {value[:100]!r} contains a property separator (\\x01 or \\x02)")
+    fixed = {PROP_TRANSACTION_ID: transaction_id, PROP_TRAN_MSG: "true", PROP_PRODUCER_GROUP: producer_group}
+    if sender:
+        fixed[PROP_TX_SENDER] = sender
+    tail = "".join(f"{k}\x01{v}\x02" for k, v in fixed.items()).replace("%", "%%")
+    template = f"{PROP_UNIQ_KEY}\x01%s\x02{PROP_REAL_TOPIC}\x01%s\x02{PROP_REAL_QUEUE_ID}\x01%d\x02{tail}"
+    crc_name = PROP_CRC32 + "\x01"
+    props_crc = list(map(str.encode, map((template + crc_name).__mod__, zip(unique_keys, topics, queue_ids))))
+    # the first half of a call carries the prepare time (recovery meets it first: one group)
+    props_crc[0] = ((template % (unique_keys[0], topics[0], queue_ids[0]))
+                    + f"{PROP_PREPARED_MS}\x01{prepared_ms}\x02{crc_name}").encode()
+    n = len(topics)
+    half_flag = _with_tx_type(0, SYSFLAG_TRANSACTION_PREPARED)
+    return BatchColumns.of_columns(
+        topics=[HALF_TOPIC] * n, bodies=list(bodies), queue_ids=[0] * n, flags=[0] * n, sys_flags=[half_flag] * n,
+        born_timestamps=[born_timestamp] * n, born_raws=[_DEFAULT_BORN_HOST_RAW] * n, reconsume_times=[0] * n,
+        prepared_offsets=[0] * n, body_lens=[], body_crcs=None, props_crc=props_crc, tags=[None] * n,
+        uniq_keys=list(unique_keys), keys=[None] * n)
 
 
 def half_ref_from_stored(stored: StoredMessage) -> HalfRef:

@@ -9,7 +9,7 @@ import pytest
 from txmq.broker.errors import BadRequest, MessageBodyEmpty
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import to_ipc
-from txmq.broker.server.native_ingest import MessageIdGenerator, QueueSelector, decode_batch
+from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_batch, decode_rows
 from txmq.broker.store.message import PROP_UNIQ_KEY
 
 
@@ -58,3 +58,14 @@ def test_message_ids_are_unique_across_batches_and_given_ids_are_kept():
     fresh = [assigned[i] for i in (0, 2, 3, 5)]
     assert len(set(fresh)) == 4 and all(len(mid) == 32 for mid in fresh)
     assert [m.properties[PROP_UNIQ_KEY] for m in first] == assigned[:3]
+
+
+def test_topic_and_body_rows_are_decoded_as_columns_and_others_as_messages():
+    plain = arrow_batch({"body": pa.array([b"x", b"y"], pa.binary())}, default_topic="t")
+    rows = decode_rows(plain, lambda topic: 4, QueueSelector())
+    assert isinstance(rows, PlainRows)
+    assert (rows.topics, rows.bodies, rows.queue_ids) == (["t", "t"], [b"x", b"y"], [0, 1])
+    tagged = arrow_batch({"body": pa.array([b"x"], pa.binary()), "tag": pa.array(["a"], pa.string())},
+                         default_topic="t")
+    messages = decode_rows(tagged, lambda topic: 4, QueueSelector())
+    assert [(m.topic, m.tags) for m in messages] == [("t", "a")]

@@ -1,0 +1,58 @@
+"""Reserving a data file's disk blocks ahead of its writes (fallocate with KEEP_SIZE).
+
+Appending to a file whose blocks are not allocated yet makes every write pay for
+block allocation in the file system (ext4's delayed allocation and its journal):
+measured here, a 1.2 KiB record costs ~2x the CPU and ~2x the wall time of the
+same write into reserved blocks. RocketMQ avoids it by creating and warming each
+CommitLog file ahead of use. txmq reserves blocks a chunk ahead of the write
+position instead, with FALLOC_FL_KEEP_SIZE: the file's length stays the number
+of bytes written, which is what recovery reads as the end of a segment (a torn
+tail is still a short file), and at most one chunk of disk is reserved beyond
+the data.
+
+Linux only (glibc's fallocate through ctypes, no compiled code of our own); where
+it is not available or the file system refuses, writes simply go unreserved.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import sys
+
+FALLOC_FL_KEEP_SIZE = 0x01
+RESERVE_CHUNK_BYTES = 64 << 20
+
+
+def _load_fallocate():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fn = libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_fallocate = _load_fallocate()
+
+
+def reserve(fd: int, offset: int, length: int) -> bool:
+    """Reserve blocks for bytes [offset, offset+length) of the file without changing its length.
+
+    Returns False when reserving is not possible here (not Linux, a file system
+    without fallocate): the caller stops trying for that file. A full disk is
+    not an error here either: the write that follows reports it.
+    """
+    if _fallocate is None or length <= 0:
+        return False
+    if _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err == errno.EINTR:
+        return reserve(fd, offset, length)
+    return False
