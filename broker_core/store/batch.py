@@ -8,13 +8,17 @@ validation, encoding and dispatch steps then run as list comprehensions and
 
 from __future__ import annotations
 
-from itertools import chain, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import Sequence
 
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Message
 from txmq.broker.store.checksum import crc32
 from txmq.broker.store.record import CRC_PREFIX, decode_host, encode_host
+
+def _body_crcs(batch: "BatchColumns") -> Sequence[int]:
+    return batch.body_crcs if batch.body_crcs is not None else list(map(crc32, batch.bodies))
+
 
 def _encoded_born_hosts(batch: "BatchColumns") -> Sequence[bytes]:
     if batch.born_raws is not None:
@@ -102,21 +106,20 @@ class BatchColumns:
         batch._props_raw, batch._props_crc = [], None
         return batch
 
-    @classmethod
-    def concat(cls, batches: Sequence["BatchColumns"]) -> "BatchColumns":
-        """One batch of checked and encoded batches, in order (written as one group)."""
-        def column(get) -> list:
-            return list(chain.from_iterable(map(get, batches)))
-
-        return cls.of_columns(
-            topics=column(lambda b: b.topics), bodies=column(lambda b: b.bodies),
-            queue_ids=column(lambda b: b.queue_ids), flags=column(lambda b: b.flags),
-            sys_flags=column(lambda b: b.sys_flags), born_timestamps=column(lambda b: b.born_timestamps),
-            born_raws=column(_encoded_born_hosts), reconsume_times=column(lambda b: b.reconsume_times),
-            prepared_offsets=column(lambda b: b.prepared_offsets), body_lens=column(lambda b: b.body_lens),
-            body_crcs=column(lambda b: b.body_crcs if b.body_crcs is not None else map(crc32, b.bodies)),
-            props_crc=column(lambda b: b.props_crc), tags=column(lambda b: b.dispatch_columns()[0]),
-            uniq_keys=column(lambda b: b.dispatch_columns()[1]), keys=column(lambda b: b.dispatch_columns()[2]))
+    def followed_by(self, other: "BatchColumns") -> "BatchColumns":
+        """This checked and encoded batch, then `other`, as one batch (written as one group)."""
+        a, b = self.dispatch_columns(), other.dispatch_columns()
+        return BatchColumns.of_columns(
+            topics=[*self.topics, *other.topics], bodies=[*self.bodies, *other.bodies],
+            queue_ids=[*self.queue_ids, *other.queue_ids], flags=[*self.flags, *other.flags],
+            sys_flags=[*self.sys_flags, *other.sys_flags],
+            born_timestamps=[*self.born_timestamps, *other.born_timestamps],
+            born_raws=[*_encoded_born_hosts(self), *_encoded_born_hosts(other)],
+            reconsume_times=[*self.reconsume_times, *other.reconsume_times],
+            prepared_offsets=[*self.prepared_offsets, *other.prepared_offsets],
+            body_lens=[*self.body_lens, *other.body_lens],
+            body_crcs=[*_body_crcs(self), *_body_crcs(other)], props_crc=[*self.props_crc, *other.props_crc],
+            tags=[*a[0], *b[0]], uniq_keys=[*a[1], *b[1]], keys=[*a[2], *b[2]])
 
     @property
     def messages(self) -> Sequence[Message]:

@@ -537,6 +537,9 @@ def _be_column(block: np.ndarray, column: np.ndarray, width: int) -> np.ndarray:
     The column differs per row only by the host families (a few distinct values),
     so each distinct column is decoded as one strided slice.
     """
+    if len(column) and (column == column[0]).all():  # one host family throughout: no sort to find it
+        col = int(column[0])
+        return np.ascontiguousarray(block[:, col:col + width]).view(f">i{width}")[:, 0].astype(np.int64)
     out = np.empty(len(column), dtype=np.int64)
     for col in np.unique(column).tolist():
         rows = column == col

@@ -269,7 +269,7 @@ class MessageStore:
             batches.append(copy_columns(self, copies))
         if messages:
             batches.append(self._checked(messages, allow_system=True))
-        return self._write(batches[0] if len(batches) == 1 else BatchColumns.concat(batches), group=True)
+        return self._write(batches[0] if len(batches) == 1 else batches[0].followed_by(batches[1]), group=True)
 
     def _checked(self, messages: Sequence[Message], *, allow_system: bool) -> BatchColumns:
         cfg = self.config

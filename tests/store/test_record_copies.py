@@ -23,6 +23,16 @@ from ._helpers import crash, msg, queue_contents, small_config
 SOURCE = "SOURCE"
 
 
+@pytest.fixture(autouse=True, params=["record_by_record", "columnar"])
+def copy_path(request, monkeypatch):
+    """Every test runs through both ways of reading the sources (few copies / many copies)."""
+    from txmq.broker.store import record_copy
+
+    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 10**9 if request.param == "record_by_record" else 0)
+    monkeypatch.setattr(record_copy, "_ARRAY_SEARCH_MIN", 10**9 if request.param == "record_by_record" else 0)
+    return request.param
+
+
 def sources(store: MessageStore, messages: list[Message]) -> list[tuple[int, int]]:
     """Append `messages` to the SOURCE topic; their (physical offset, size)."""
     for m in messages:

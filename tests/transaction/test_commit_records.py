@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from txmq.broker.store import MessageStore, StoreConfig
 from txmq.broker.store.index_file import uniq_index_key
 from txmq.broker.store.message import Message
@@ -52,7 +54,16 @@ def committed_records(tmp_path: Path, name: str, *, reference: bool) -> tuple[li
     return records, store
 
 
-def test_commit_writes_the_records_of_the_decoding_reference(tmp_path):
+@pytest.fixture(params=["record_by_record", "columnar"])
+def copy_path(request, monkeypatch):
+    from txmq.broker.store import record_copy
+
+    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 10**9 if request.param == "record_by_record" else 0)
+    monkeypatch.setattr(record_copy, "_ARRAY_SEARCH_MIN", 10**9 if request.param == "record_by_record" else 0)
+    return request.param
+
+
+def test_commit_writes_the_records_of_the_decoding_reference(tmp_path, copy_path):
     reference, ref_store = committed_records(tmp_path, "reference", reference=True)
     copied, store = committed_records(tmp_path, "copied", reference=False)
     try:
