@@ -309,6 +309,7 @@ class NativeClient:
                 probe.unlink(missing_ok=True)
         # an empty range is answered inline whatever the offer: it says nothing about shared memory
         self._pull_shm.settle(offer if resp.count else None, probe, bool(resp.shared_memory_path))
+        self._pull_shm.reclaim(offer, resp.shared_memory_path)
         if resp.shared_memory_path:
             try:
                 batch = self._pull_shm.read(resp.shared_memory_path, resp.shared_memory_size)

@@ -14,15 +14,29 @@ A probe answered inline means another host, or a broker out of room (it may
 not send more than its cap through shared memory, and cannot say which): the
 client then makes no offers (DECLINED) for PROBE_AGAIN_AFTER_S and probes again.
 A payload file that cannot be opened turns shared memory OFF for this client.
+
+Kept payload files: a new tmpfs file costs more than the bytes in it (its pages
+are allocated on the broker's write and freed when our map goes), so the client
+keeps the payload files it is done with (`PayloadFiles`) and offers one per
+verified pull (`reuse_path`): the broker writes over it. A file is done with once every batch
+read from it is gone: its batch is read zero-copy from a map, and the map's
+finalizer hands the file back. A file is never offered while it is lent out, so
+the broker never writes under a live batch. A pull that raised never hands its
+offered file back (the broker may still be writing it); such files, and all
+others, are removed when the client goes. A client killed without running its
+exit handlers (a Spark Python worker is) leaves its files: the broker's periodic
+sweep removes payload files whose pid is gone.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import secrets
 import threading
 import time
 import uuid
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +47,7 @@ from txmq.broker.protocol.shared_memory import PAYLOAD_PREFIX, PROBE_PREFIX
 
 UNTRIED, VERIFIED, DECLINED, OFF = "untried", "verified", "declined", "off"
 PROBE_AGAIN_AFTER_S = 30.0  # a probe answered inline: no offers for this long (one probe file per 30 s if remote)
+MAX_FREE_FILES = 2  # payload files kept for reuse beyond those lent out (each holds one payload's RAM)
 
 
 class SharedMemoryUnreadable(Exception):
@@ -49,6 +64,7 @@ class SharedMemoryPulls:
         self._lock = threading.Lock()
         self._clock = clock
         self._probe_again_at = 0.0
+        self.files = PayloadFiles(directory) if directory is not None else None
 
     @property
     def state(self) -> str:
@@ -59,9 +75,9 @@ class SharedMemoryPulls:
         state = self._state
         if state == OFF or (state == DECLINED and self._clock() < self._probe_again_at):
             return None, None
-        if state == VERIFIED:
-            return pb.SharedMemoryOffer(probe_token=self.token), None
-        assert self.directory is not None
+        assert self.directory is not None and self.files is not None
+        if state == VERIFIED:  # (a probe offers no file to reuse: a remote broker would leave it unused)
+            return pb.SharedMemoryOffer(probe_token=self.token, reuse_path=self.files.lend() or ""), None
         probe = self.directory / f"{PROBE_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
         try:
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -85,6 +101,12 @@ class SharedMemoryPulls:
         else:
             self._set(DECLINED, probe_again_at=self._clock() + PROBE_AGAIN_AFTER_S)
 
+    def reclaim(self, offer: pb.SharedMemoryOffer | None, payload_path: str) -> None:
+        """The pull of `offer` was answered (with its payload in `payload_path`, "" if inline):
+        the offer's file is free again unless the broker wrote this payload into it."""
+        if offer is not None and offer.reuse_path and offer.reuse_path != payload_path and self.files is not None:
+            self.files.give_back(offer.reuse_path)
+
     def turn_off(self) -> None:
         self._set(OFF)
 
@@ -99,6 +121,8 @@ class SharedMemoryPulls:
         file = Path(path)
         if self.directory is None or file.parent != self.directory or not file.name.startswith(PAYLOAD_PREFIX):
             raise SharedMemoryUnreadable(f"broker named a payload file outside {self.directory}: {path}")
+        if self.files is not None and self.files.is_lent(path):
+            return self.files.read(path, size)
         try:
             mapped = pa.memory_map(path)
         except OSError as exc:
@@ -110,6 +134,101 @@ class SharedMemoryPulls:
             return _one_batch(pa.ipc.open_stream(mapped).read_all())
         finally:
             mapped.close()
+
+
+class PayloadFiles:
+    """This client's reusable payload files: free ones (offered to the broker), and lent ones
+    (offered for a pull under way, or holding a batch that is still alive). Thread-safe."""
+
+    def __init__(self, directory: Path, max_free: int = MAX_FREE_FILES) -> None:
+        self.directory = directory
+        self.max_free = max_free
+        self._free: list[str] = []
+        self._lent: set[str] = set()
+        self._lock = threading.Lock()
+        self._all: set[str] = set()  # every file of ours that may exist; removed when we go
+        self._remove_at_exit = weakref.finalize(self, _unlink_all, self._all)
+
+    @property
+    def free_count(self) -> int:
+        return len(self._free)
+
+    def lend(self) -> str | None:
+        """A free file (a new empty one if none), now lent out; None if none can be created."""
+        with self._lock:
+            while self._free:
+                path = self._free.pop()
+                if os.path.lexists(path):  # the broker's stale sweep may have removed an idle one
+                    self._lent.add(path)
+                    return path
+                self._all.discard(path)
+        path = str(self.directory / f"{PAYLOAD_PREFIX}{os.getpid()}-{uuid.uuid4().hex}")
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        except OSError:
+            return None
+        with self._lock:
+            self._all.add(path)
+            self._lent.add(path)
+        return path
+
+    def is_lent(self, path: str) -> bool:
+        with self._lock:
+            return path in self._lent
+
+    def give_back(self, path: str) -> None:
+        """`path` is not in use any more: keep it for reuse, or remove it when enough are kept."""
+        if not path:
+            return
+        with self._lock:
+            if path not in self._lent:
+                return
+            self._lent.discard(path)
+            if len(self._free) < self.max_free:
+                self._free.append(path)
+                return
+            self._all.discard(path)
+        _unlink_all({path})
+
+    def read(self, path: str, size: int) -> pa.RecordBatch:
+        """The batch the broker wrote into our lent file `path`, mapped without copying; the
+        file is given back once the map (so every buffer of the batch) is gone."""
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            try:
+                actual = os.fstat(fd).st_size
+                if actual != size:
+                    raise SharedMemoryUnreadable(f"pull payload {path} has {actual} bytes, expected {size}")
+                mapped = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            finally:
+                os.close(fd)
+        except (OSError, ValueError) as exc:
+            self._drop(path)
+            raise SharedMemoryUnreadable(f"cannot map pull payload {path}: {exc}") from None
+        except SharedMemoryUnreadable:
+            self._drop(path)
+            raise
+        weakref.finalize(mapped, self.give_back, path)
+        return _one_batch(pa.ipc.open_stream(pa.py_buffer(mapped)).read_all())
+
+    def _drop(self, path: str) -> None:
+        with self._lock:
+            self._lent.discard(path)
+            self._all.discard(path)
+        _unlink_all({path})
+
+    def remove_all(self) -> None:
+        """Remove every file (a batch still alive keeps its map: unlinking does not disturb it)."""
+        self._remove_at_exit()
+
+
+def _unlink_all(paths: set[str]) -> None:
+    for path in list(paths):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    paths.clear()
 
 
 def _one_batch(table: pa.Table) -> pa.RecordBatch:

@@ -17,6 +17,7 @@ This is the hot path of Spark reads. Two builders make the same batch:
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -99,7 +100,17 @@ def _micros(millis: list[int]) -> pa.Array:
 
 # --- the columnar path ---------------------------------------------------------------
 
-_SYSTEM_NAMES = pa.array(sorted(SYSTEM_PROPERTIES), pa.string())
+_SYSTEM_NAMES = sorted(SYSTEM_PROPERTIES)
+_SYSTEM_NAME_SET = pa.array(_SYSTEM_NAMES, pa.string())
+_SYSTEM_CODE = {name: code for code, name in enumerate(_SYSTEM_NAMES)}
+
+
+# Concurrent pulls build (and write) their batches one at a time. A build is about
+# 300 numpy/Arrow calls, each releasing and retaking the GIL: two builds in
+# parallel hand the GIL back and forth hundreds of times per pull (futex waits and
+# context switches, ~10% more broker CPU per row in pull_exp with two pullers),
+# while they could overlap only the copies. A waiting pull sleeps on this lock instead.
+_ONE_BUILD_AT_A_TIME = threading.Lock()
 
 
 @dataclass
@@ -119,27 +130,43 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
         read = store.read_queue(topic, queue_id, start, count, max_bytes=max_bytes,
                                 tag_filter=None if tag_filter is None or tag_filter.matches_all else tag_filter)
         return PullBatch(build_pull_batch(read.messages), read.next_offset, read.min_offset, read.max_offset)
-    read = read_queue_columns(store, topic, queue_id, start, count, max_bytes=max_bytes)
-    return PullBatch(build_pull_batch_columnar(read.records, topic), read.next_offset, read.min_offset,
-                     read.max_offset)
+    with _ONE_BUILD_AT_A_TIME:
+        read = read_queue_columns(store, topic, queue_id, start, count, max_bytes=max_bytes)
+        batch = build_pull_batch_columnar(read.records, topic)
+    return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
 
 
 @dataclass
 class _Properties:
-    """Every property of a batch as three parallel columns, in record then on-disk order."""
+    """Every property of a batch, in record then on-disk order: names, and which system
+    property each name is, computed once; values are cut out only for the pairs a column needs.
 
+    `pieces` is the batch's property text cut into name, separator, value, separator
+    of every pair (pair i's value is piece 4i + 2). `code` is each name's index in
+    _SYSTEM_NAMES (-1: not a system name), so finding a property is a numpy comparison
+    of small integers instead of a string comparison over every pair.
+    """
+
+    pieces: pa.StringArray
     names: pa.StringArray
-    values: pa.StringArray
-    row: np.ndarray  # the record each property belongs to
+    code: np.ndarray  # int per pair
+    row: np.ndarray  # the record each pair belongs to
+
+    def values(self, pairs: np.ndarray, missing: np.ndarray | None = None) -> pa.StringArray:
+        """The values of `pairs` (indices of pairs; null where `missing`)."""
+        return self.pieces.take(pa.array(4 * pairs + 2, mask=missing))
+
+    def pairs_named(self, name: str) -> np.ndarray:
+        return np.flatnonzero(self.code == _SYSTEM_CODE[name])
 
     def by_row(self, n: int, name: str) -> pa.StringArray:
-        """Value of property `name` per record (null where absent)."""
-        hits = np.flatnonzero(pc.equal(self.names, name).to_numpy(zero_copy_only=False))
+        """Value of system property `name` per record (null where absent)."""
+        hits = self.pairs_named(name)
         if not len(hits):
             return pa.nulls(n, pa.string())
         pos = np.full(n, -1, dtype=np.int64)
         pos[self.row[hits]] = hits
-        return self.values.take(pa.array(pos, mask=pos < 0))
+        return self.values(np.maximum(pos, 0), pos < 0)
 
 
 def _split_properties(records: RecordColumns) -> _Properties:
@@ -148,8 +175,8 @@ def _split_properties(records: RecordColumns) -> _Properties:
     Why numpy and not pc.split_pattern: splitting makes a string per token and
     then needs takes to pair them (~1.7 µs a message for five properties); here
     the separators are located with two byte comparisons over the batch's
-    property text, and names and values are cut out of it by one Arrow take each
-    (see _pair_strings), so the cost is a few bytes' work per property.
+    property text, names are cut out of it by one Arrow take (see _pair_pieces)
+    and classified by one hash lookup each.
 
     Each non-empty property text is gathered with the \\x02 that ends its last
     pair (the record has it before the CRC property), so every pair is
@@ -171,19 +198,18 @@ def _split_properties(records: RecordColumns) -> _Properties:
             or (text[last] != 2).any()):
         raise StoreError("a record has a malformed property (no name separator, or not name\\x01value\\x02)")
     row = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.searchsorted(pair_end, row_at)))
-    names, values = _pair_strings(text, pair_at, name_end, pair_end)
-    return _Properties(names, values, row)
+    pieces = _pair_pieces(text, pair_at, name_end, pair_end)
+    names = pieces.take(pa.array(np.arange(0, 4 * k, 4, dtype=np.int64)))
+    code = pc.fill_null(pc.index_in(names, value_set=_SYSTEM_NAME_SET), -1).to_numpy()
+    return _Properties(pieces, names, code, row)
 
 
-def _pair_strings(text: np.ndarray, pair_at: np.ndarray, name_end: np.ndarray, pair_end: np.ndarray
-                  ) -> tuple[pa.StringArray, pa.StringArray]:
-    """(names, values) of the pairs text[pair_at:name_end] \\x01 text[name_end+1:pair_end] \\x02.
-
-    The pairs tile `text`, so name, separator, value, separator of every pair are
-    consecutive pieces of one string array over `text` itself (offsets only, no
-    copy); names and values are every fourth piece, gathered by Arrow's take.
-    UTF-8 was checked on the whole text (cutting at ASCII separators keeps it valid).
-    """
+def _pair_pieces(text: np.ndarray, pair_at: np.ndarray, name_end: np.ndarray, pair_end: np.ndarray
+                 ) -> pa.StringArray:
+    """The pairs text[pair_at:name_end] \\x01 text[name_end+1:pair_end] \\x02 as name, separator,
+    value, separator pieces of one string array over `text` itself (offsets only, no copy):
+    the pairs tile `text`, so the pieces are consecutive. UTF-8 was checked on the whole
+    text (cutting at ASCII separators keeps it valid)."""
     k = len(pair_at)
     offsets = np.empty(4 * k + 1, dtype=np.int32)
     offsets[0:4 * k:4] = pair_at
@@ -191,17 +217,15 @@ def _pair_strings(text: np.ndarray, pair_at: np.ndarray, name_end: np.ndarray, p
     offsets[2:4 * k:4] = name_end + 1
     offsets[3:4 * k:4] = pair_end
     offsets[4 * k] = len(text)
-    pieces = pa.Array.from_buffers(pa.string(), 4 * k, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
-    every_fourth = np.arange(0, 4 * k, 4, dtype=np.int64)
-    return pieces.take(pa.array(every_fourth)), pieces.take(pa.array(every_fourth + 2))
+    return pa.Array.from_buffers(pa.string(), 4 * k, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
 
 
 def _keys_column(props: _Properties, n: int) -> pa.ListArray:
     """KEYS split on spaces, empty keys dropped; an empty list where there is none."""
-    hits = np.flatnonzero(pc.equal(props.names, PROP_KEYS).to_numpy(zero_copy_only=False))
+    hits = props.pairs_named(PROP_KEYS)
     counts = np.zeros(n, dtype=np.int64)
     if len(hits):
-        lists = pc.split_pattern(props.values.take(pa.array(hits)), " ")
+        lists = pc.split_pattern(props.values(hits), " ")
         owner = props.row[hits][pc.list_parent_indices(lists).to_numpy()]
         tokens = pc.list_flatten(lists)
         nonempty = pc.greater(pc.binary_length(tokens), 0)
@@ -214,11 +238,14 @@ def _keys_column(props: _Properties, n: int) -> pa.ListArray:
 
 
 def _user_properties_column(props: _Properties, n: int) -> pa.MapArray:
-    system = pc.or_(pc.is_in(props.names, value_set=_SYSTEM_NAMES), pc.starts_with(props.names, "__"))
-    user = pc.invert(system)
-    names, values = props.names.filter(user), props.values.filter(user)
-    counts = np.bincount(props.row[user.to_numpy(zero_copy_only=False)], minlength=n)
-    return pa.MapArray.from_arrays(pa.array(_offsets(counts)), names, values).cast(STRING_MAP)
+    """Every property that is neither a system name nor starts with "__", per record."""
+    user = np.flatnonzero(props.code < 0)
+    if len(user):
+        hidden = pc.starts_with(props.names.take(pa.array(user)), "__").to_numpy(zero_copy_only=False)
+        user = user[~hidden]
+    counts = np.bincount(props.row[user], minlength=n)
+    names = props.names.take(pa.array(user))
+    return pa.MapArray.from_arrays(pa.array(_offsets(counts)), names, props.values(user)).cast(STRING_MAP)
 
 
 def _message_ids(records: RecordColumns, props: _Properties, n: int) -> pa.StringArray:
@@ -283,11 +310,12 @@ def pull_payload(batch: pa.RecordBatch) -> bytes:
 
 def pull_response_payload(batch: pa.RecordBatch, offer: pb.SharedMemoryOffer | None,
                           shared: SharedMemoryPayloads) -> dict[str, object]:
-    """The PullResponse fields carrying `batch`: a shared-memory file when the client offered
-    one, proved it shares the directory and the broker has room there (see pull_shm), else
-    the IPC bytes inline."""
+    """The PullResponse fields carrying `batch`: a shared-memory file (the client's own, when it
+    offered one to reuse) when the client offered shared memory, proved it shares the
+    directory and the broker has room there (see pull_shm), else the IPC bytes inline."""
     if offer is not None and offer.probe_token and shared.accepts(offer.probe_path, offer.probe_token):
-        written = shared.write(batch)
+        with _ONE_BUILD_AT_A_TIME:
+            written = shared.write(batch, offer.reuse_path)
         if written is not None:
             path, size = written
             return {"shared_memory_path": path, "shared_memory_size": size}

@@ -23,6 +23,17 @@ would leave the directory fuller than `max_used_ratio`, or when the write fails.
 A pull never fails for want of shared memory. Files nobody picked up are swept
 once they are older than `STALE_S`, and files a previous broker process left
 (it crashed) are removed when the broker starts (`remove_orphaned_payloads`).
+
+Reused files: a new tmpfs file costs more than the bytes written into it (the
+kernel allocates and zeroes each page on write, and frees them all when the
+client drops its map: about three times the copy itself). So a client keeps the
+payload files it is done with and names one in its offer (`reuse_path`); the
+broker overwrites that file in place, through the same checks as a probe (in
+our directory, named as a payload, a regular file of our own user, not a link),
+and answers with its path. A reused file is the client's: it is not counted
+against `max_pending_bytes` (the client removes it; if the client dies, the
+stale sweep does), only its growth against `max_used_ratio`. If the file cannot
+be reused, the payload goes to a new file as before.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from __future__ import annotations
 import hmac
 import os
 import shutil
+import stat
 import threading
 import time
 import uuid
@@ -105,12 +117,17 @@ class SharedMemoryPayloads:
         finally:
             os.close(fd)
 
-    def write(self, batch: pa.RecordBatch) -> tuple[str, int] | None:
-        """`batch` as one Arrow IPC stream in a new file readable by our user only: (path, size),
-        or None when it must go inline (no room within the limits, or the write failed)."""
+    def write(self, batch: pa.RecordBatch, reuse_path: str = "") -> tuple[str, int] | None:
+        """`batch` as one Arrow IPC stream in the client's file `reuse_path` if it may be reused,
+        else in a new file readable by our user only: (path, size), or None when it must go
+        inline (no room within the limits, or the write failed)."""
         assert self.directory is not None
         self._sweep_now_and_then()
         estimate = batch.nbytes + IPC_OVERHEAD_BYTES
+        if reuse_path:
+            reused = self._overwrite(Path(reuse_path), batch, estimate)
+            if reused is not None:
+                return reuse_path, reused
         if not self._room_on_file_system(estimate) or not self._pending.reserve(estimate):
             return None
         path = self.directory / f"{PAYLOAD_PREFIX}{os.getpid()}-{uuid.uuid4().hex}"
@@ -121,6 +138,27 @@ class SharedMemoryPayloads:
             return None
         self._pending.record(str(path), size, estimate)
         return str(path), size
+
+    def _overwrite(self, path: Path, batch: pa.RecordBatch, estimate: int) -> int | None:
+        """Write `batch` over the client's payload file `path` (see module doc): its new size, or
+        None when the file may not or cannot be reused."""
+        if path.parent != self.directory or not path.name.startswith(PAYLOAD_PREFIX):
+            return None
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return None  # swept, or never there
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+                return None
+            if estimate > st.st_size and not self._room_on_file_system(estimate - st.st_size):
+                return None
+            return _write_ipc_over(fd, batch)
+        except (OSError, pa.ArrowException):
+            return None
+        finally:
+            os.close(fd)
 
     def _room_on_file_system(self, size: int) -> bool:
         """Whether writing `size` bytes leaves the directory's file system within max_used_ratio
@@ -137,6 +175,7 @@ class SharedMemoryPayloads:
             return
         self._last_sweep = now
         sweep_stale_payloads(self.directory)
+        remove_orphaned_payloads(self.directory, ours_too=False)  # e.g. a killed client's kept files
 
     def remove_orphans(self) -> int:
         """At start-up: remove the payload files of broker processes that are gone (see remove_orphaned_payloads)."""
@@ -207,6 +246,42 @@ def _write_ipc_file(path: Path, batch: pa.RecordBatch) -> int:
         raise
 
 
+def _write_ipc_over(fd: int, batch: pa.RecordBatch) -> int:
+    """Write `batch` as an IPC stream from the start of the open file `fd`, cut the file to the
+    stream's end, and return that size. Never truncates first: the file's pages are kept."""
+    sink = _FileDescriptorSink(fd)
+    with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), batch.schema) as writer:
+        writer.write_batch(batch)
+    os.ftruncate(fd, sink.position)
+    return sink.position
+
+
+class _FileDescriptorSink:
+    """The file object pyarrow's writer needs, writing at increasing offsets of `fd` with pwrite
+    (pyarrow hands over its buffers without copying them; a stream of a batch is about 15 writes)."""
+
+    closed = False
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.position = 0
+
+    def write(self, data) -> int:
+        view = memoryview(data).cast("B")
+        size = view.nbytes
+        while view.nbytes:
+            written = os.pwrite(self.fd, view, self.position)
+            self.position += written
+            view = view[written:]
+        return size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def sweep_stale_payloads(directory: Path, stale_s: float = STALE_S) -> int:
     """Remove payload files older than `stale_s` (of any broker: the client unlinks fresh ones)."""
     removed = 0
@@ -221,19 +296,21 @@ def sweep_stale_payloads(directory: Path, stale_s: float = STALE_S) -> int:
     return removed
 
 
-def remove_orphaned_payloads(directory: Path) -> int:
-    """Remove payload files whose writer is no longer running: a broker that crashed left them.
+def remove_orphaned_payloads(directory: Path, ours_too: bool = True) -> int:
+    """Remove payload files whose writer is no longer running: a broker that crashed left them,
+    or a client killed while keeping its payload files for reuse (see client/pull_shm.py).
 
-    A payload file is named after its writer's pid. A file whose pid is gone,
-    or is ours (a previous process had our pid: this one has written nothing
-    yet), cannot be picked up by anyone any more. Files of live pids are
-    another broker's on this host and are left alone (the stale sweep still
-    covers them, and a live pid that merely reuses a dead broker's number).
+    A payload file is named after its writer's pid (the broker's, or the client's
+    for a kept file). A file whose pid is gone, or at start-up is ours (a
+    previous process had our pid: this one has written nothing yet), cannot be
+    picked up by anyone any more. Files of live pids are another broker's or a
+    client's on this host and are left alone (the stale sweep still covers
+    them, and a live pid that merely reuses a dead one's number).
     """
     removed = 0
     for entry in _payload_entries(directory):
         pid = _writer_pid(entry.name)
-        if pid is None or (pid != os.getpid() and _process_exists(pid)):
+        if pid is None or (_process_exists(pid) and (pid != os.getpid() or not ours_too)):
             continue
         try:
             os.unlink(entry.path)
