@@ -197,6 +197,8 @@ class NativeClient:
             channel, self._channel = self._channel, None
         if channel is not None:
             channel.close()
+        if self._pull_shm.files is not None:  # the payload files kept for reuse (live batches keep their maps)
+            self._pull_shm.files.remove_all()
 
     def __enter__(self) -> "NativeClient":
         return self

@@ -108,3 +108,17 @@ def test_payload_files_are_named_for_the_brokers_sweeps_and_readable_by_the_owne
     path = files.lend()
     assert os.path.basename(path).startswith(f"{PAYLOAD_PREFIX}{os.getpid()}-")
     assert os.stat(path).st_mode & 0o777 == 0o600
+
+
+def test_closing_the_client_removes_its_kept_files_and_live_batches_stay_readable(shared_broker, topic, client):
+    from txmq.broker.client import NativeClient
+
+    _queue_with(client, topic, 4)
+    other = NativeClient(shared_broker.endpoint, timeout_s=20)
+    files = _verified(other, topic)
+    live = _bodies(other, topic, 0, 4)
+    kept = set(files._all)
+    assert kept and all(os.path.exists(p) for p in kept)
+    other.close()
+    assert not any(os.path.exists(p) for p in kept)
+    assert live.column("body").to_pylist() == [b"m0", b"m1", b"m2", b"m3"]
