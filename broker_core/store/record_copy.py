@@ -189,14 +189,19 @@ def _read_sources(store, copies: RecordCopies, phys: np.ndarray, sizes: np.ndarr
                   ) -> tuple[np.ndarray, np.ndarray, int]:
     """(bytes holding the sources, each source's position in them, sources covered).
 
-    Straight from the CommitLog's memory maps when the sources are in log order (no
-    copy within one segment: the copies' bodies are written from the map), else read
-    span by span.
+    When the sources are in log order, the sources of the first one's segment straight
+    from that segment's memory map (no copy: the copies' bodies are written from the
+    map; a group of copies larger than a segment takes one such read per segment),
+    else read span by span.
     """
-    if len(phys) and bool((phys[1:] > phys[:-1]).all()):  # the map gather reads sources in log order
-        mapped = _gather_records(store, copies.source_topic, copies.source_queue_id, phys, sizes)
-        if mapped is not None:
-            return mapped
+    if len(phys) and bool((phys[1:] > phys[:-1]).all()):  # in log order: one segment's sources at a time
+        seg = store.commitlog.segment_for(int(phys[0]))
+        if seg is not None:
+            count = max(1, int(np.searchsorted(phys, seg.start + seg.capacity, side="left")))
+            mapped = _gather_records(store, copies.source_topic, copies.source_queue_id, phys[:count],
+                                     sizes[:count])
+            if mapped is not None:
+                return mapped
     return _read_spans(store, copies.source_topic, copies.source_queue_id, phys, sizes)
 
 
