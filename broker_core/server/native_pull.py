@@ -17,7 +17,6 @@ This is the hot path of Spark reads. Two builders make the same batch:
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -105,14 +104,6 @@ _SYSTEM_NAME_SET = pa.array(_SYSTEM_NAMES, pa.string())
 _SYSTEM_CODE = {name: code for code, name in enumerate(_SYSTEM_NAMES)}
 
 
-# Concurrent pulls build (and write) their batches one at a time. A build is about
-# 300 numpy/Arrow calls, each releasing and retaking the GIL: two builds in
-# parallel hand the GIL back and forth hundreds of times per pull (futex waits and
-# context switches, ~10% more broker CPU per row in pull_exp with two pullers),
-# while they could overlap only the copies. A waiting pull sleeps on this lock instead.
-_ONE_BUILD_AT_A_TIME = threading.Lock()
-
-
 @dataclass
 class PullBatch:
     """A pull's batch and the queue offsets the PullResponse reports."""
@@ -130,9 +121,8 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
         read = store.read_queue(topic, queue_id, start, count, max_bytes=max_bytes,
                                 tag_filter=None if tag_filter is None or tag_filter.matches_all else tag_filter)
         return PullBatch(build_pull_batch(read.messages), read.next_offset, read.min_offset, read.max_offset)
-    with _ONE_BUILD_AT_A_TIME:
-        read = read_queue_columns(store, topic, queue_id, start, count, max_bytes=max_bytes)
-        batch = build_pull_batch_columnar(read.records, topic)
+    read = read_queue_columns(store, topic, queue_id, start, count, max_bytes=max_bytes)
+    batch = build_pull_batch_columnar(read.records, topic)
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
 
 
@@ -314,8 +304,7 @@ def pull_response_payload(batch: pa.RecordBatch, offer: pb.SharedMemoryOffer | N
     offered one to reuse) when the client offered shared memory, proved it shares the
     directory and the broker has room there (see pull_shm), else the IPC bytes inline."""
     if offer is not None and offer.probe_token and shared.accepts(offer.probe_path, offer.probe_token):
-        with _ONE_BUILD_AT_A_TIME:
-            written = shared.write(batch, offer.reuse_path)
+        written = shared.write(batch, offer.reuse_path)
         if written is not None:
             path, size = written
             return {"shared_memory_path": path, "shared_memory_size": size}
