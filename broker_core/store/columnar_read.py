@@ -362,14 +362,14 @@ def read_queue_columns(store, topic: str, queue_id: int, offset: int, max_count:
     if len(total) and int(total[-1]) > READ_BUFFER_MAX:  # a short read: offsets stay int32
         keep = max(1, int(np.searchsorted(total, READ_BUFFER_MAX, side="right")))
         phys, sizes, next_offset = phys[:keep], sizes[:keep], offset + keep
-    gathered = _gather_records(store, topic, queue_id, phys, sizes)
+    gathered = gather_records(store, topic, queue_id, phys, sizes)
     if gathered is not None:
         data, record_at, read_count = gathered
     else:
-        data, record_at, read_count = _read_spans(store, topic, queue_id, phys, sizes)
+        data, record_at, read_count = read_spans(store, topic, queue_id, phys, sizes)
     if read_count < len(phys):  # the read buffer is full: a short read
         phys, sizes, next_offset = phys[:read_count], sizes[:read_count], offset + read_count
-    records = _decode_columns(data, record_at, phys, sizes, topic, queue_id)
+    records = decode_columns(data, record_at, phys, sizes, topic, queue_id)
     return ColumnarRead(records, next_offset, cq.min_offset, cq.max_offset)
 
 
@@ -390,7 +390,7 @@ def _read_entries(cq, offset: int, max_count: int) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
-def _gather_records(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray
+def gather_records(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, int] | None:
     """The records' bytes from mapped segments (None: not mappable): the map itself when
     they are all in one segment, else copied back to back out of each segment's map.
@@ -429,7 +429,7 @@ def _gather_records(store, topic: str, queue_id: int, phys: np.ndarray, sizes: n
     return data, record_at, n
 
 
-def _read_spans(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray
+def read_spans(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, int]:
     """Read the CommitLog bytes of the records at `phys` with one read per span.
 
@@ -474,7 +474,7 @@ def _joined(chunks: list[bytes], phys: np.ndarray, span_first: list[int], span_b
     return data, record_at
 
 
-def _decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np.ndarray,
+def decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np.ndarray,
                     topic: str, queue_id: int) -> RecordColumns:
     """Gather and check the header fields of the records at `at` in `data`."""
     n = len(at)

@@ -22,16 +22,21 @@ from __future__ import annotations
 
 import re
 import struct
-from dataclasses import dataclass, field
 from bisect import bisect_right
+from dataclasses import dataclass, field
 from itertools import accumulate, chain
 from typing import Sequence
 
 import numpy as np
 
-from txmq.broker.store.batch import BatchColumns
-from txmq.broker.store.columnar_read import _decode_columns, _gather_records, _read_spans, byte_rows
 from txmq.broker.errors import MessageNotFound, StoreError
+from txmq.broker.store.batch import BatchColumns
+from txmq.broker.store.columnar_read import (
+    byte_rows,
+    decode_columns,
+    gather_records,
+    read_spans,
+)
 from txmq.broker.store.message import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_GROUP_END,
@@ -198,11 +203,11 @@ def _read_sources(store, copies: RecordCopies, phys: np.ndarray, sizes: np.ndarr
         seg = store.commitlog.segment_for(int(phys[0]))
         if seg is not None:
             count = max(1, int(np.searchsorted(phys, seg.start + seg.capacity, side="left")))
-            mapped = _gather_records(store, copies.source_topic, copies.source_queue_id, phys[:count],
+            mapped = gather_records(store, copies.source_topic, copies.source_queue_id, phys[:count],
                                      sizes[:count])
             if mapped is not None:
                 return mapped
-    return _read_spans(store, copies.source_topic, copies.source_queue_id, phys, sizes)
+    return read_spans(store, copies.source_topic, copies.source_queue_id, phys, sizes)
 
 
 class _Sources:
@@ -210,7 +215,7 @@ class _Sources:
 
     def __init__(self, data: np.ndarray, record_at: np.ndarray, phys: np.ndarray, sizes: np.ndarray,
                  copies: RecordCopies) -> None:
-        cols = _decode_columns(data, record_at, phys, sizes, copies.source_topic, copies.source_queue_id)
+        cols = decode_columns(data, record_at, phys, sizes, copies.source_topic, copies.source_queue_id)
         at = cols.record_at
         self.count = cols.count
         self.sys_flags = (cols.sys_flag & ~_NOT_INHERITED | copies.transaction_type).tolist()
