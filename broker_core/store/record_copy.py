@@ -10,7 +10,8 @@ its COMMIT, so the copy must cost far less than the original append.
 
 Decoding each half into a Message and encoding it again costs ~10 µs a record.
 A copy works on the stored bytes instead: the sources' header fields are read
-column-wise (columnar_read), the body is written from the bytes read (its CRC is
+with struct per record for a few copies, column-wise (columnar_read) for many,
+the body is written from the bytes read (its CRC is
 taken from the source header, not computed again), the property string is
 reused as stored (it passed validation when the source was written, by this
 store), and only what changes is encoded: the header and the record CRC. The
@@ -29,7 +30,7 @@ from typing import Sequence
 
 import numpy as np
 
-from txmq.broker.errors import MessageNotFound, StoreError
+from txmq.broker.errors import StoreError
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.columnar_read import (
     byte_rows,
@@ -99,10 +100,12 @@ class RecordCopies:
 def copy_columns(store, copies: RecordCopies) -> BatchColumns:
     """The copies as a checked and encoded batch, ready for the store's write path.
 
-    Reads the sources (StoreError when one is not a valid record at its offset,
-    DataDeleted when retention removed it), then derives every column of the
-    copies from them. Sources of more than columnar_read.READ_BUFFER_MAX bytes are read in
-    several passes (a read returns short at that size).
+    Reads the sources, then derives every column of the copies from them: record by
+    record for a few, column-wise for many. Before anything is written, raises
+    StoreError when a source is not the record its offset and size name, and a
+    NotFound error (MessageNotFound, DataDeleted) when retention removed it. Sources
+    of more than columnar_read.READ_BUFFER_MAX bytes are read in several passes (a
+    read returns short at that size).
     """
     if len(copies) < COLUMNAR_MIN_COPIES:
         return _copied_record_by_record(store, copies)
@@ -177,11 +180,7 @@ def _source_spans(store, copies: RecordCopies):
         while j < n and hi <= phys[j] <= hi + SPAN_GAP_MAX and phys[j] + sizes[j] <= limit or j == i:
             hi = phys[j] + sizes[j]
             j += 1
-        try:
-            buf = commitlog.read(lo, hi - lo)
-        except MessageNotFound as exc:
-            raise StoreError(f"queue {copies.source_topic}:{copies.source_queue_id} entry at physical offset "
-                             f"{lo} does not match the CommitLog: {exc}") from exc
+        buf = commitlog.read(lo, hi - lo)  # MessageNotFound when retention removed the segment
         for k in range(i, j):
             if phys[k] + sizes[k] - lo > len(buf) or sizes[k] < _FIXED.size + _REST.size:
                 raise StoreError(f"queue {copies.source_topic}:{copies.source_queue_id} entry at physical "

@@ -136,3 +136,14 @@ def test_dispatch_properties_are_read_from_property_strings_as_from_dicts(props)
     assert tags == [p.get("TAGS") for p in props]
     assert uniq_keys == [p["UNIQ_KEY"].encode() if "UNIQ_KEY" in p else None for p in props]
     assert keys == [p.get("KEYS") for p in props]
+
+
+def test_a_source_the_commitlog_no_longer_holds_is_refused_as_not_found(open_store):
+    from txmq.broker.errors import NotFound
+
+    store = open_store()
+    placed = sources(store, [msg(body=b"a")])
+    end = store.commitlog.write_end
+    with pytest.raises(NotFound):
+        store.append_group_copies(copies_of([placed[0], (10 << 30, placed[0][1])]), [msg("OP", b"op")])
+    assert store.commitlog.write_end == end
