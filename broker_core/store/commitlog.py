@@ -123,78 +123,40 @@ class CommitLog:
     def write_batch(self, messages: Sequence[Message], props: Sequence[bytes], sys_flags: Sequence[int],
                     queue_offsets: Sequence[int], store_timestamp: int, *,
                     group: bool = False) -> list[tuple[int, int]]:
-        """Encode and write records; returns (physical offset, size) per message.
+        """Encode and write records one by one with record.encode_record; returns (physical
+        offset, size) per message.
 
-        With group=True a group that fits in one segment is kept in one segment
-        (the segment is rolled before it if needed); a larger group spans segments.
-        This loop is the append hot path: the IPv4 encoding of record.py's
-        encode_record is inlined here (other host kinds go through it).
+        The general encoder, for what write_columns leaves: IPv6 hosts (their headers
+        are longer) and records too large for a segment (refused here, naming the
+        record). Segments roll as in write_columns.
         """
-        topic_cache = self._topic_raw
-        max_record = self.segment_bytes - BLANK_MIN_BYTES
         host = self.store_host
-        fixed = record_size(0, 0, 0, False, host[1]) - 1  # + body + topic prefix (1 + topic) + props
-        start_end = self.write_end
+        topics = {t: t.encode() for t in {m.topic for m in messages}}
+        sizes = [record_size(len(m.body), len(topics[m.topic]), len(p), encode_host(m.born_host)[1], host[1])
+                 for m, p in zip(messages, props)]
+        max_record = self.segment_bytes - BLANK_MIN_BYTES
+        if max(sizes) > max_record:
+            raise MessageBodyTooLarge(f"record of {max(sizes)} bytes does not fit a CommitLog segment of "
+                                      f"{self.segment_bytes} bytes (at most {max_record} bytes per record)")
         seg = self._current_segment()
-        pos = start_end
-        seg_end = seg.start + seg.capacity
-        chunks: list[tuple[MappedFile, list]] = []
+        start = self.write_end
+        phys = list(accumulate(sizes, initial=start))
+        rolls: list[int] = []
+        if phys[-1] + BLANK_MIN_BYTES > seg.start + seg.capacity:
+            phys, rolls = self._placed_across_segments(sizes, start, seg.start + seg.capacity, group)
         parts: list = []
-        if group:
-            total = sum(fixed + len(m.body) + 2 + len(m.topic.encode()) + len(p)
-                        + (12 if encode_host(m.born_host)[1] else 0) for m, p in zip(messages, props))
-            if total + BLANK_MIN_BYTES <= self.segment_bytes and pos + total + BLANK_MIN_BYTES > seg_end:
-                parts.append(encode_blank(seg_end - pos))
-                chunks.append((seg, parts))
-                parts = []
-                seg = self._new_segment(seg_end)
-                pos, seg_end = seg_end, seg_end + self.segment_bytes
-        placed: list[tuple[int, int]] = []
-        store_raw, store_v6 = host
-        pack = HEADER_V4.pack
-        hosts = _HOST_CACHE
+        for m, p, size, flag, qoff, pos in zip(messages, props, sizes, sys_flags, queue_offsets, phys):
+            encode_record(parts, m, topics[m.topic], p, size, flag, qoff, pos, store_timestamp, host)
         try:
-            for m, p, flag, qoff in zip(messages, props, sys_flags, queue_offsets):
-                t = topic_cache.get(m.topic)
-                if t is None:
-                    raw = m.topic.encode()
-                    t = topic_cache[m.topic] = len(raw).to_bytes(1, "big") + raw
-                body = m.body
-                born = hosts.get(m.born_host) or encode_host(m.born_host)
-                size = fixed + len(body) + len(t) + len(p) + (12 if born[1] else 0)
-                if pos + size + BLANK_MIN_BYTES > seg_end:
-                    if size > max_record:
-                        raise MessageBodyTooLarge(
-                            f"record of {size} bytes does not fit a CommitLog segment of {self.segment_bytes} "
-                            f"bytes (at most {max_record} bytes per record)")
-                    parts.append(encode_blank(seg_end - pos))
-                    chunks.append((seg, parts))
-                    parts = []
-                    seg = self._new_segment(seg_end)
-                    pos, seg_end = seg_end, seg_end + self.segment_bytes
-                if born[1] or store_v6:
-                    encode_record(parts, m, t[1:], p, size, flag, qoff, pos, store_timestamp, host)
-                else:
-                    header = pack(size, MAGIC_CODE, crc32(body), m.queue_id, m.flag, qoff, pos, flag,
-                                  m.born_timestamp or store_timestamp, born[0], store_timestamp, store_raw,
-                                  m.reconsume_times, m.prepared_transaction_offset, len(body))
-                    tail = b"".join((t, (len(p) + PROPS_EXTRA).to_bytes(2, "big"), p, CRC_PREFIX))
-                    parts += (header, body, tail, b"%010d\x02" % crc32(tail, crc32(header)))
-                placed.append((pos, size))
-                pos += size
+            if rolls:
+                self._write_across_segments(parts, phys, sizes, rolls, seg)
+            else:
+                seg.append_parts(parts)
         except BaseException:
-            self.truncate_to(start_end)  # drop segments created for this batch; nothing was written
+            self.truncate_to(start)  # nothing of a failed batch stays, nor segments made for it
             raise
-        chunks.append((seg, parts))
-        try:
-            for target, chunk in chunks:
-                if chunk:
-                    target.append(b"".join(chunk))
-        except OSError:
-            self.truncate_to(self.write_end)  # nothing of a failed batch stays
-            raise
-        self.write_end = pos
-        return placed
+        self.write_end = phys[-1]
+        return list(zip(phys, sizes))
 
     def write_columns(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
                       store_timestamp: int, *, group: bool = False) -> tuple[list[int], list[int]] | None:
