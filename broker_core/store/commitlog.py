@@ -138,24 +138,11 @@ class CommitLog:
         if max(sizes) > max_record:
             raise MessageBodyTooLarge(f"record of {max(sizes)} bytes does not fit a CommitLog segment of "
                                       f"{self.segment_bytes} bytes (at most {max_record} bytes per record)")
-        seg = self._current_segment()
-        start = self.write_end
-        phys = list(accumulate(sizes, initial=start))
-        rolls: list[int] = []
-        if phys[-1] + BLANK_MIN_BYTES > seg.start + seg.capacity:
-            phys, rolls = self._placed_across_segments(sizes, start, seg.start + seg.capacity, group)
+        seg, phys, rolls = self._placement(sizes, group)
         parts: list = []
         for m, p, size, flag, qoff, pos in zip(messages, props, sizes, sys_flags, queue_offsets, phys):
             encode_record(parts, m, topics[m.topic], p, size, flag, qoff, pos, store_timestamp, host)
-        try:
-            if rolls:
-                self._write_across_segments(parts, phys, sizes, rolls, seg)
-            else:
-                seg.append_parts(parts)
-        except BaseException:
-            self.truncate_to(start)  # nothing of a failed batch stays, nor segments made for it
-            raise
-        self.write_end = phys[-1]
+        self._write_records(parts, phys, sizes, rolls, seg)
         return list(zip(phys, sizes))
 
     def write_columns(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
@@ -184,14 +171,9 @@ class CommitLog:
             tails = list(map(bytes.__add__, map(dict.__getitem__, map(heads.__getitem__, topics), map(len, props_crc)),
                              props_crc))
         sizes = list(map(_RECORD_FIXED.__add__, map(add, batch.body_lens, map(len, tails))))
-        seg = self._current_segment()
-        start = self.write_end
-        phys = list(accumulate(sizes, initial=start))
-        rolls: list[int] = []  # indexes of the records that open a new segment
-        if phys[-1] + BLANK_MIN_BYTES > seg.start + seg.capacity:
-            if max(sizes) > self.segment_bytes - BLANK_MIN_BYTES:
-                return None  # write_batch raises the error that names the record
-            phys, rolls = self._placed_across_segments(sizes, start, seg.start + seg.capacity, group)
+        if max(sizes) > self.segment_bytes - BLANK_MIN_BYTES:
+            return None  # write_batch raises the error that names the record
+        seg, phys, rolls = self._placement(sizes, group)
         bodies = batch.bodies
         born_ts = batch.born_timestamps
         if 0 in born_ts:
@@ -202,15 +184,7 @@ class CommitLog:
                            repeat(store_raw), batch.reconsume_times, batch.prepared_offsets, batch.body_lens))
         crcs = map(_CRC_FORMAT.__mod__, map(crc32, tails, map(crc32, headers)))
         parts = list(chain.from_iterable(zip(headers, bodies, tails, crcs)))
-        try:
-            if rolls:
-                self._write_across_segments(parts, phys, sizes, rolls, seg)
-            else:
-                seg.append_parts(parts)
-        except BaseException:
-            self.truncate_to(start)  # nothing of a failed batch stays, nor segments made for it
-            raise
-        self.write_end = phys[-1]
+        self._write_records(parts, phys, sizes, rolls, seg)
         return phys, sizes
 
     @staticmethod
@@ -228,6 +202,31 @@ class CommitLog:
         if any(v6 for _, v6 in encoded.values()):
             return None
         return [encoded[h][0] for h in born_hosts]
+
+    def _placement(self, sizes: list[int], group: bool) -> tuple[MappedFile, list[int], list[int]]:
+        """(the segment written first, each record's physical offset plus the end, the indexes of
+        the records that open a new segment) for records of `sizes` appended now."""
+        seg = self._current_segment()
+        start = self.write_end
+        phys = list(accumulate(sizes, initial=start))
+        if phys[-1] + BLANK_MIN_BYTES <= seg.start + seg.capacity:
+            return seg, phys, []
+        phys, rolls = self._placed_across_segments(sizes, start, seg.start + seg.capacity, group)
+        return seg, phys, rolls
+
+    def _write_records(self, parts: list, phys: list[int], sizes: list[int], rolls: list[int],
+                       seg: MappedFile) -> None:
+        """Write encoded records (4 parts each) where _placement put them; all or nothing."""
+        start = self.write_end
+        try:
+            if rolls:
+                self._write_across_segments(parts, phys, sizes, rolls, seg)
+            else:
+                seg.append_parts(parts)
+        except BaseException:
+            self.truncate_to(start)  # nothing of a failed batch stays, nor segments made for it
+            raise
+        self.write_end = phys[-1]
 
     def _placed_across_segments(self, sizes: list[int], start: int, seg_end: int,
                                 group: bool) -> tuple[list[int], list[int]]:
