@@ -227,10 +227,7 @@ class MessageStore:
         """append() for a batch given as columns (BatchColumns.of_bodies): validated the same way."""
         if not batch.count:
             return []
-        cfg = self.config
-        checked = check_columns(batch, max_body_bytes=cfg.max_body_bytes,
-                                max_properties_bytes=cfg.max_properties_bytes, allow_system=False)
-        return self._write(checked, group=False)
+        return self._write(self._checked_columns(batch, allow_system=False), group=False)
 
     def append_group_encoded(self, batch: BatchColumns) -> Sequence[AppendResult]:
         """append_group for a batch its caller encoded itself (BatchColumns.of_columns: the
@@ -272,8 +269,11 @@ class MessageStore:
         return self._write(batches[0] if len(batches) == 1 else batches[0].followed_by(batches[1]), group=True)
 
     def _checked(self, messages: Sequence[Message], *, allow_system: bool) -> BatchColumns:
+        return self._checked_columns(BatchColumns(messages), allow_system=allow_system)
+
+    def _checked_columns(self, batch: BatchColumns, *, allow_system: bool) -> BatchColumns:
         cfg = self.config
-        return check_columns(BatchColumns(messages), max_body_bytes=cfg.max_body_bytes,
+        return check_columns(batch, max_body_bytes=cfg.max_body_bytes,
                              max_properties_bytes=cfg.max_properties_bytes, allow_system=allow_system)
 
     def _append(self, messages: Sequence[Message], *, allow_system: bool, group: bool) -> Sequence[AppendResult]:

@@ -32,8 +32,6 @@ from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 from txmq.broker.errors import (
-    BadRequest,
-    IllegalTopic,
     TransactionAlreadyEnded,
     TransactionConflict,
     UnknownTransaction,
@@ -60,6 +58,7 @@ from .half import (
     build_halves,
     check_transaction_id,
     check_transactional,
+    check_transactional_topics,
     immunity_ms,
 )
 from .metrics import TransactionMetrics
@@ -129,11 +128,7 @@ class TransactionEngine:
         {UNIQ_KEY: id}, born_timestamp=born_timestamp), encoded from one property template
         per call instead of a Message and a property dict per message.
         """
-        if not topics:
-            raise BadRequest("a transactional send needs at least one message")
-        for topic in set(topics):
-            if topic in SYSTEM_TOPICS:
-                raise IllegalTopic(f"topic {topic!r} is a system topic: transactional sends go to user topics")
+        check_transactional_topics(topics)
 
         def append_halves(tx_id: str, now: int):
             halves = build_half_columns(topics, bodies, queue_ids, unique_keys, born_timestamp=born_timestamp,

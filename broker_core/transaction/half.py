@@ -65,17 +65,23 @@ def check_transaction_id(transaction_id: str) -> str:
     return transaction_id
 
 
+def check_transactional_topics(topics: Sequence[str]) -> None:
+    """A transactional send has at least one message, and only to user topics."""
+    if not topics:
+        raise BadRequest("a transactional send needs at least one message")
+    for topic in set(topics):
+        if topic in SYSTEM_TOPICS:
+            raise IllegalTopic(f"topic {topic!r} is a system topic: transactional sends go to user topics")
+
+
 def check_transactional(messages: Sequence[Message]) -> int | None:
     """Refuse what a transactional message may not carry, before anything is written.
 
     Returns the largest CHECK_IMMUNITY_TIME_IN_SECONDS among the messages (None if none has one).
     """
-    if not messages:
-        raise BadRequest("a transactional send needs at least one message")
+    check_transactional_topics([m.topic for m in messages])
     immunity: int | None = None
     for m in messages:
-        if m.topic in SYSTEM_TOPICS:
-            raise IllegalTopic(f"topic {m.topic!r} is a system topic: transactional sends go to user topics")
         props = m.properties
         if not props:
             continue
