@@ -21,7 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 from functools import partial, reduce
-from itertools import compress, count, repeat
+from itertools import chain, compress, count, repeat
 from operator import or_
 from typing import Callable, Iterable, Sequence
 
@@ -81,9 +81,10 @@ def _append_results(topics: Sequence[str], qids: Sequence[int], queue_offsets: S
     return list(map(_new_append_result, zip(topics, qids, queue_offsets, phys, sizes, ids, repeat(now))))
 
 
-def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
+def _stored_sys_flags(flags: Sequence[int], group: bool, *, ends_group: bool = True) -> Sequence[int]:
     """SYSFLAG as stored: the caller's group bits cleared; in a group every record but
-    the last is a GROUP_MEMBER and the last is the GROUP_END."""
+    the last is a GROUP_MEMBER and the last is the GROUP_END (a GROUP_MEMBER too when
+    the batch is a part of a group that does not end with it)."""
     if not group and not any(flags):  # plain messages: nothing to clear or set
         return flags
     if reduce(or_, flags, 0) & GROUP_BITS:
@@ -91,12 +92,16 @@ def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
     if not group:
         return flags
     out = [f | SYSFLAG_GROUP_MEMBER for f in flags]
-    out[-1] = flags[-1] | SYSFLAG_GROUP_END
+    if ends_group:
+        out[-1] = flags[-1] | SYSFLAG_GROUP_END
     return out
 READ_SPAN_MAX = 4 << 20  # one pread covers neighbouring records up to this span
 READ_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
 FILTER_SCAN_MAX = 20_000  # queue entries examined per filtered read
 HOUSEKEEPING_S = 10.0
+# A group of record copies over this many source bytes is built and written in parts of
+# at most this size (see _append_group_in_parts_locked).
+COPY_PART_BYTES = 8 << 20
 
 
 GEOMETRY_FILE = "store_meta.json"
@@ -120,6 +125,66 @@ def _with_on_disk_geometry(config: StoreConfig) -> StoreConfig:
                     config.data_dir, changed)
         config = dataclasses.replace(config, **changed)
     return config
+
+
+def _queued_mask(sys_flags: Sequence[int], topics: Sequence[str]) -> list[bool] | None:
+    """Which records get a queue entry (transactional records: decided per (flag, topic));
+    None when all do, the common case."""
+    if not any(sys_flags) or not reduce(or_, sys_flags, 0) & NOT_QUEUED_BIT:
+        return None
+    decided = {ft: goes_to_queue(*ft) for ft in set(zip(sys_flags, topics))}
+    if all(decided.values()):
+        return None
+    return list(map(decided.__getitem__, zip(sys_flags, topics)))
+
+
+class _QueueOffsets:
+    """The queue offsets a write assigns: consecutive per queue, from where each queue's
+    written entries end. Kept across the parts of a group written in several batches
+    (nothing is dispatched between them, so the queues' ends do not move).
+
+    A queue is named by a key: (topic, queue id), or the queue id alone when every
+    record of the write has the one topic `topic`.
+    """
+
+    __slots__ = ("_queues", "_topic", "_next")  # _next: queue key -> the next offset to assign
+
+    def __init__(self, dispatcher: Dispatcher, topic: str | None) -> None:
+        self._queues = dispatcher._queues
+        self._topic = topic
+        self._next: dict = {}
+
+    def assign(self, keys: Sequence, queued: Sequence[bool] | None) -> tuple[dict, list[int]]:
+        """({key: first offset assigned here}, the offset of each record, 0 for one not queued)."""
+        following = self._next
+        wanted = set(keys) if queued is None else set(compress(keys, queued))
+        for key in wanted.difference(following):
+            cq = self._queues.get(key if self._topic is None else (self._topic, key))
+            following[key] = cq.written_offset if cq is not None else 0
+        starts = {key: following[key] for key in wanted}
+        counters = {key: count(first) for key, first in starts.items()}
+        if queued is None:
+            offsets = list(map(next, map(counters.__getitem__, keys)))
+        else:
+            offsets = [next(counters[k]) if q else 0 for k, q in zip(keys, queued)]
+        for key, counter in counters.items():
+            following[key] = next(counter)
+        return starts, offsets
+
+    def named(self, runs: dict) -> dict:
+        """queue_runs' result keyed by (topic, queue id)."""
+        if self._topic is None:
+            return runs
+        return {(self._topic, qid): run for qid, run in runs.items()}
+
+
+def _dispatch_entries(topics, qids, queue_offsets, phys, sizes, tag_hashes, now, sys_flags,
+                      queued) -> list[DispatchEntry]:
+    """What dispatch listeners get for the queued records of a write."""
+    rows = zip(topics, qids, queue_offsets, phys, sizes, tag_hashes, repeat(now), sys_flags)
+    if queued is not None:
+        rows = compress(rows, queued)
+    return list(map(_new_dispatch_entry, rows))
 
 
 @dataclass
@@ -258,9 +323,17 @@ class MessageStore:
         passed validation when this store wrote them. `messages` are checked as in
         append (system topics allowed: for the transaction engine's op record).
         Raises StoreError/DataDeleted, writing nothing, when a source is not a record.
+        Copies of more than COPY_PART_BYTES of sources are built and written in parts
+        (still one group, published at once): memory stays bounded by a part.
         """
         if not len(copies) and not messages:
             return []
+        if len(copies) > 1 and sum(copies.sizes) > COPY_PART_BYTES:
+            parts = [partial(copy_columns, self, part) for part in copies.parts(COPY_PART_BYTES)]
+            if messages:
+                checked = self._checked(messages, allow_system=True)
+                parts.append(lambda: checked)
+            return self._under_write_lock(partial(self._append_group_in_parts_locked, parts))
         batches = []
         if len(copies):
             batches.append(copy_columns(self, copies))
@@ -283,16 +356,20 @@ class MessageStore:
 
     def _write(self, batch: BatchColumns, group: bool) -> AppendResults:
         """Write a checked and encoded batch under the write lock (then wait for fsync in sync mode)."""
+        return self._under_write_lock(partial(self._append_locked, batch, group))
+
+    def _under_write_lock(self, write: Callable[[], AppendResults]) -> AppendResults:
+        """Run `write` holding the write lock; in sync mode return only once it is durable."""
         group_commit = self._group_commit
         if group_commit is None:
             with self._write_lock:
                 self._check_open()
-                return self._append_locked(batch, group)
+                return write()
         group_commit.writer_started()  # a leader about to fsync waits for this write
         try:
             with self._write_lock:
                 self._check_open()
-                results = self._append_locked(batch, group)
+                results = write()
                 end = self.commitlog.write_end
         finally:
             group_commit.writer_done()
@@ -304,53 +381,92 @@ class MessageStore:
         now = int(time.time() * 1000)
         sys_flags = _stored_sys_flags(batch.sys_flags, group)
         topics, qids = batch.topics, batch.queue_ids
-        queued = None  # None: every record goes to its queue (the common case)
-        # transactional records: decided per (flag, topic)
-        if any(sys_flags) and reduce(or_, sys_flags, 0) & NOT_QUEUED_BIT:
-            decided = {ft: goes_to_queue(*ft) for ft in set(zip(sys_flags, topics))}
-            if not all(decided.values()):
-                queued = list(map(decided.__getitem__, zip(sys_flags, topics)))
         one_topic = topics.count(topics[0]) == batch.count
         # a queue's messages take consecutive offsets; with one topic a queue is named by its id
         keys = qids if one_topic else list(zip(topics, qids))
-        queues = self.dispatcher._queues
-        starts = {}
-        for key in set(keys) if queued is None else {k for k, q in zip(keys, queued) if q}:
-            cq = queues.get((topics[0], key) if one_topic else key)
-            starts[key] = cq.written_offset if cq is not None else 0
-        counters = {key: count(first) for key, first in starts.items()}
-        if queued is None:
-            queue_offsets = list(map(next, map(counters.__getitem__, keys)))
-        else:
-            queue_offsets = [next(counters[k]) if q else 0 for k, q in zip(keys, queued)]
+        queued = _queued_mask(sys_flags, topics)
+        offsets = _QueueOffsets(self.dispatcher, topics[0] if one_topic else None)
+        starts, queue_offsets = offsets.assign(keys, queued)
+        phys, sizes = self._write_records(batch, sys_flags, queue_offsets, now, group)
+        tags, uniq_keys, record_keys = batch.dispatch_columns()
+        tag_hashes = tag_hashes_of(tags)
+        runs = offsets.named(queue_runs(keys, queued, starts, phys, sizes, tag_hashes))
+        hashes, positions = index_columns(uniq_keys, record_keys, topics, phys)
+        dispatcher = self.dispatcher
+        dispatcher.dispatch(runs, [], [], self.commitlog.write_end, notify=False,
+                            index_columns=(hashes, positions, now))
+        if dispatcher.has_listeners:
+            dispatcher.notify(_dispatch_entries(topics, qids, queue_offsets, phys, sizes, tag_hashes, now,
+                                                sys_flags, queued))
+        results = AppendResults(batch.count, partial(_append_results, topics, qids, queue_offsets, phys, sizes, now,
+                                                     self.commitlog.store_host[0]))
+        results.columns = (queue_offsets, phys, sizes)
+        return results
+
+    def _write_records(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
+                       now: int, group: bool) -> tuple[list[int], list[int]]:
+        """Encode and write a batch's records: (physical offsets plus the end, sizes)."""
         commitlog = self.commitlog
         try:
             placed = commitlog.write_columns(batch, sys_flags, queue_offsets, now, group=group)
-            if placed is None:  # IPv6 hosts or an oversized record: the general encoder
-                pairs = commitlog.write_batch(batch.messages, batch.props_raw, sys_flags, queue_offsets, now,
-                                              group=group)
-                phys, sizes = [p for p, _ in pairs], [s for _, s in pairs]
-            else:
-                phys, sizes = placed
+            if placed is not None:
+                return placed
+            # IPv6 hosts or an oversized record: the general encoder
+            pairs = commitlog.write_batch(batch.messages, batch.props_raw, sys_flags, queue_offsets, now, group=group)
         except OSError as exc:  # the CommitLog already dropped the partial batch
             raise StoreError(f"CommitLog write failed: {exc}") from exc
-        tags, uniq_keys, record_keys = batch.dispatch_columns()
-        tag_hashes = tag_hashes_of(tags)
+        phys = [p for p, _ in pairs]
+        phys.append(phys[-1] + pairs[-1][1])
+        return phys, [s for _, s in pairs]
+
+    def _append_group_in_parts_locked(self, parts: Sequence[Callable[[], BatchColumns]]) -> AppendResults:
+        """Append one atomic group made of several batches, each built (`parts[i]()`) and written
+        in turn, then dispatched and published together.
+
+        A COMMIT of a large transaction (a Spark micro-batch of millions of halves)
+        copies gigabytes: built as one batch, its columns and encoded records need
+        several times that in fresh memory, which costs more than the copy itself.
+        In parts, each part's memory is reused by the next. Atomicity is kept as for
+        one batch: every record but the group's last is a GROUP_MEMBER (recovery drops
+        a group without its end), queue and index entries are written only after the
+        last part, and a part that fails to build or write truncates the whole group.
+        """
+        now = int(time.time() * 1000)
+        commitlog = self.commitlog
+        group_start = commitlog.write_end
+        offsets = _QueueOffsets(self.dispatcher, None)
+        runs: dict = {}
+        hashes: list[int] = []
+        positions: list[int] = []
+        columns: list[tuple] = []
+        try:
+            for i, build in enumerate(parts):
+                batch = build()
+                sys_flags = _stored_sys_flags(batch.sys_flags, True, ends_group=i == len(parts) - 1)
+                topics, qids = batch.topics, batch.queue_ids
+                keys = list(zip(topics, qids))
+                queued = _queued_mask(sys_flags, topics)
+                starts, queue_offsets = offsets.assign(keys, queued)
+                phys, sizes = self._write_records(batch, sys_flags, queue_offsets, now, False)
+                tags, uniq_keys, record_keys = batch.dispatch_columns()
+                tag_hashes = tag_hashes_of(tags)
+                for key, (first, *packed) in queue_runs(keys, queued, starts, phys, sizes, tag_hashes).items():
+                    runs.setdefault(key, [first]).extend(packed)
+                part_hashes, part_positions = index_columns(uniq_keys, record_keys, topics, phys)
+                hashes += part_hashes
+                positions += part_positions
+                columns.append((topics, qids, queue_offsets, phys[:-1], sizes, tag_hashes, sys_flags, queued))
+        except BaseException:
+            commitlog.truncate_to(group_start)  # no part of a failed group stays
+            raise
         dispatcher = self.dispatcher
-        hashes, positions = index_columns(uniq_keys, record_keys, topics, phys)
-        runs = queue_runs(keys, queued, starts, phys, sizes, tag_hashes)
-        if one_topic:
-            runs = {(topics[0], qid): run for qid, run in runs.items()}
         dispatcher.dispatch(runs, [], [], commitlog.write_end, notify=False, index_columns=(hashes, positions, now))
         if dispatcher.has_listeners:
-            rows = zip(topics, qids, queue_offsets, phys, sizes, tag_hashes, repeat(now), sys_flags)
-            if queued is not None:
-                rows = compress(rows, queued)
-            dispatcher.notify(list(map(_new_dispatch_entry, rows)))
-        results = AppendResults(batch.count, partial(_append_results, topics, qids, queue_offsets, phys, sizes, now,
-                                                     commitlog.store_host[0]))
-        results.columns = (queue_offsets, phys, sizes)
-        return results
+            dispatcher.notify([entry for (topics, qids, queue_offsets, phys, sizes, tag_hashes, sys_flags, queued)
+                               in columns for entry in _dispatch_entries(topics, qids, queue_offsets, phys, sizes,
+                                                                         tag_hashes, now, sys_flags, queued)])
+        merged = [list(chain.from_iterable(c[k] for c in columns)) for k in range(5)]
+        return AppendResults(len(merged[0]), partial(_append_results, *merged, now, commitlog.store_host[0]))
 
     # --- queue reads ------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import struct
 from bisect import bisect_right
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import accumulate, chain
 from typing import Sequence
 
@@ -95,6 +95,21 @@ class RecordCopies:
 
     def __len__(self) -> int:
         return len(self.physical_offsets)
+
+    def parts(self, max_bytes: int) -> list["RecordCopies"]:
+        """These copies split, in order, into runs of sources of at most `max_bytes` each
+        (a run holds at least one copy)."""
+        bounds = [0]
+        budget = max_bytes
+        for i, size in enumerate(self.sizes):
+            if size > budget and i > bounds[-1]:
+                bounds.append(i)
+                budget = max_bytes
+            budget -= size
+        bounds.append(len(self))
+        return [replace(self, physical_offsets=self.physical_offsets[a:b], sizes=self.sizes[a:b],
+                        topics=self.topics[a:b], queue_ids=self.queue_ids[a:b])
+                for a, b in zip(bounds, bounds[1:])]
 
 
 def copy_columns(store, copies: RecordCopies) -> BatchColumns:

@@ -23,13 +23,16 @@ from ._helpers import crash, msg, queue_contents, small_config
 SOURCE = "SOURCE"
 
 
-@pytest.fixture(autouse=True, params=["record_by_record", "columnar"])
+@pytest.fixture(autouse=True, params=["record_by_record", "columnar", "columnar_in_parts"])
 def copy_path(request, monkeypatch):
-    """Every test runs through both ways of reading the sources (few copies / many copies)."""
-    from txmq.broker.store import record_copy
+    """Every test runs through both ways of reading the sources (few copies / many copies), and
+    with the group built and written in parts of about one source each (a large COMMIT)."""
+    from txmq.broker.store import message_store, record_copy
 
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 10**9 if request.param == "record_by_record" else 0)
     monkeypatch.setattr(record_copy, "_ARRAY_SEARCH_MIN", 10**9 if request.param == "record_by_record" else 0)
+    if request.param == "columnar_in_parts":
+        monkeypatch.setattr(message_store, "COPY_PART_BYTES", 1)
     return request.param
 
 
@@ -120,6 +123,69 @@ def test_a_copy_group_larger_than_a_segment_spans_segments_and_survives_a_crash(
         assert [m.body for m in store.query_by_key("FINAL", "k42")] == [bytes([42]) * 500]
     finally:
         store.close()
+
+
+def test_a_group_in_parts_becomes_visible_only_with_its_last_part(open_store, monkeypatch):
+    from txmq.broker.store import message_store
+
+    store = open_store()
+    placed = sources(store, [msg(body=b"a"), msg(body=b"b"), msg(body=b"c")])
+    monkeypatch.setattr(message_store, "COPY_PART_BYTES", 1)  # one part per copy, then one for the op
+    seen_while_writing = []
+    real_copy_columns = message_store.copy_columns
+
+    def watching(store_, part):
+        seen_while_writing.append((store_.max_offset("FINAL", 1), store_.max_offset("OP", 0)))
+        return real_copy_columns(store_, part)
+
+    monkeypatch.setattr(message_store, "copy_columns", watching)
+    results = store.append_group_copies(copies_of(placed), [msg("OP", b"op")])
+    assert seen_while_writing == [(0, 0), (0, 0), (0, 0)]
+    assert [m.body for m in store.read_queue("FINAL", 1, 0, 10).messages] == [b"a", b"b", b"c"]
+    assert [r.queue_offset for r in results] == [0, 1, 2, 0]
+
+
+def test_a_group_cut_off_between_its_parts_is_dropped_whole_by_recovery(tmp_path, monkeypatch):
+    """What a kill -9 between two parts leaves on disk: the first parts, no GROUP_END."""
+    from txmq.broker.store import message_store
+
+    store = MessageStore(small_config(tmp_path / "s", flush_mode="sync"))
+    placed = sources(store, [msg(body=bytes([i]) * 300) for i in range(20)])
+    end = store.commitlog.write_end
+    monkeypatch.setattr(message_store, "COPY_PART_BYTES", 2000)
+    monkeypatch.setattr(store.commitlog, "truncate_to", lambda offset: None)  # the process dies instead
+    built = []
+    real_copy_columns = message_store.copy_columns
+
+    def dying_at_the_third_part(store_, part):
+        built.append(len(part))
+        if len(built) == 3:
+            raise KeyboardInterrupt("killed")
+        return real_copy_columns(store_, part)
+
+    monkeypatch.setattr(message_store, "copy_columns", dying_at_the_third_part)
+    with pytest.raises(KeyboardInterrupt):
+        store.append_group_copies(copies_of(placed), [msg("OP", b"op")])
+    assert store.commitlog.write_end > end  # two parts reached the CommitLog
+    store.commitlog.flush()
+    crash(store)
+    store = MessageStore(small_config(tmp_path / "s", flush_mode="sync"))
+    try:
+        assert store.commitlog.write_end == end
+        contents = queue_contents(store)
+        assert ("FINAL", 1) not in contents and ("OP", 0) not in contents
+        assert len(contents[(SOURCE, 0)]) == 20
+    finally:
+        store.close()
+
+
+def test_parts_of_copies_cover_them_in_order_within_the_byte_budget():
+    copies = RecordCopies(list(range(0, 1000, 100)), [100] * 10, ["T"] * 10, [0] * 10,
+                          SYSFLAG_TRANSACTION_COMMIT, source_topic=SOURCE)
+    parts = copies.parts(250)
+    assert [list(p.physical_offsets) for p in parts] == [[0, 100], [200, 300], [400, 500], [600, 700], [800, 900]]
+    assert [len(p) for p in copies.parts(50)] == [1] * 10  # a part holds at least one copy
+    assert [len(p) for p in copies.parts(10**6)] == [10]
 
 
 _names = st.text(st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)), min_size=1,
