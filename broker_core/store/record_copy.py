@@ -25,7 +25,7 @@ import re
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain
+from itertools import accumulate, chain, repeat
 from typing import Sequence
 
 import numpy as np
@@ -388,6 +388,11 @@ def _values_of(props_crc: Sequence[bytes], name: bytes, joined: bytes) -> list[b
     head = name + b"\x01"
     if head not in joined:
         return [None] * n
+    if joined.startswith(head) and all(map(bytes.startswith, props_crc, repeat(head))):
+        # every string starts with the property (a half's UNIQ_KEY, as prepare writes it): its
+        # value runs to the string's first separator
+        ends = map(bytes.index, props_crc, repeat(b"\x02"))
+        return list(map(bytes.__getitem__, props_crc, map(slice, repeat(len(head)), ends)))
     buf = np.frombuffer(joined, dtype=np.uint8)
     starts = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, props_crc), dtype=np.int64, count=n), out=starts[1:])

@@ -26,6 +26,7 @@ import threading
 import time
 import uuid
 from collections import Counter
+from functools import partial
 from itertools import repeat
 from operator import attrgetter
 from pathlib import Path
@@ -397,7 +398,8 @@ class TransactionEngine:
             queue_offsets = [r.queue_offset for r in results]
             phys = [r.physical_offset for r in results]
             sizes = [r.size for r in results]
-        refs = list(map(HalfRef, phys[:len(topics)], sizes, queue_offsets, topics, queue_ids, repeat(sender)))
+        refs = list(map(_new_half_ref, zip(phys[:len(topics)], sizes, queue_offsets, topics, queue_ids,
+                                           repeat(sender))))
         with tx.cond:
             first = not tx.halves
             tx.halves.extend(refs)
@@ -514,6 +516,7 @@ def _copies_of(halves: Sequence[HalfRef], topic: str | None, queue_id: int | Non
 
 _REAL_TOPIC = attrgetter("real_topic")
 _PHYSICAL_OFFSET = attrgetter("physical_offset")
+_new_half_ref = partial(tuple.__new__, HalfRef)  # from a row tuple, in C
 
 
 def _count_topics(topics: Iterable[str]) -> dict[str, int]:

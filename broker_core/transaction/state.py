@@ -14,7 +14,7 @@ import enum
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 from txmq.broker.store.message import AppendResult
 
@@ -40,9 +40,13 @@ class TxState(enum.Enum):
         return self in (TxState.COMMITTED, TxState.ROLLED_BACK)
 
 
-@dataclass(slots=True)
-class HalfRef:
-    """Where one half message of a transaction lives, and where it must go on COMMIT."""
+class HalfRef(NamedTuple):
+    """Where one half message of a transaction lives, and where it must go on COMMIT.
+
+    A tuple of ints and strs, so the cyclic garbage collector stops tracking it after
+    its first pass: a Spark micro-batch holds millions of these until its COMMIT, and
+    tracked objects would make every full collection walk them all.
+    """
 
     physical_offset: int
     size: int

@@ -204,6 +204,13 @@ def test_dispatch_properties_are_read_from_property_strings_as_from_dicts(props)
     assert keys == [p.get("KEYS") for p in props]
 
 
+def test_a_property_every_string_starts_with_is_read_like_any_other():
+    props = [{"UNIQ_KEY": "u%d" % i, "TAGS": "t", **({"UNIQ_KEYS": "x"} if i % 2 else {})} for i in range(300)]
+    encoded = [encode_properties(p) + CRC_PREFIX for p in props]
+    assert dispatch_properties(encoded) == ([p["TAGS"] for p in props], [p["UNIQ_KEY"].encode() for p in props],
+                                            [None] * len(props))
+
+
 def test_a_source_the_commitlog_no_longer_holds_is_refused_as_not_found(open_store):
     from txmq.broker.errors import NotFound
 
