@@ -356,6 +356,10 @@ class MessageStore:
 
     def _write(self, batch: BatchColumns, group: bool) -> AppendResults:
         """Write a checked and encoded batch under the write lock (then wait for fsync in sync mode)."""
+        if self._group_commit is None:  # async flush: the lock alone (the hot path of small appends)
+            with self._write_lock:
+                self._check_open()
+                return self._append_locked(batch, group)
         return self._under_write_lock(partial(self._append_locked, batch, group))
 
     def _under_write_lock(self, write: Callable[[], AppendResults]) -> AppendResults:
