@@ -25,7 +25,7 @@ import re
 import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, repeat
+from itertools import accumulate, chain, pairwise, repeat
 from typing import Sequence
 
 import numpy as np
@@ -109,7 +109,7 @@ class RecordCopies:
         bounds.append(len(self))
         return [replace(self, physical_offsets=self.physical_offsets[a:b], sizes=self.sizes[a:b],
                         topics=self.topics[a:b], queue_ids=self.queue_ids[a:b])
-                for a, b in zip(bounds, bounds[1:])]
+                for a, b in pairwise(bounds)]
 
 
 def copy_columns(store, copies: RecordCopies) -> BatchColumns:
