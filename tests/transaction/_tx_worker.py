@@ -35,12 +35,14 @@ import time
 from pathlib import Path
 
 from txmq.broker.errors import TransactionConflict, UnknownTransaction
+from txmq.broker.store import message_store
 from txmq.broker.store.config import StoreConfig
 from txmq.broker.store.message import Message
 from txmq.broker.store.message_store import MessageStore
 from txmq.broker.transaction import CheckbackService, Resolution, TransactionConfig, TransactionEngine
 
 TOPICS = ("orders", "points", "audit")
+PART_BYTES_ENV = "TX_WORKER_COPY_PART_BYTES"  # set: the store's COPY_PART_BYTES in this worker
 QUEUES = 4
 DECISIONS = ("COMMIT", "COMMIT", "ROLLBACK", "COMMIT_SILENT", "ROLLBACK_SILENT")
 
@@ -171,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drain", action="store_true")
     ap.add_argument("--pace-ms", type=float, default=2.0, help="pause between transactions")
     args = ap.parse_args(argv)
+    part_bytes = os.environ.get(PART_BYTES_ENV)
+    if part_bytes:  # COMMITs written in parts (MessageStore._append_group_in_parts_locked)
+        message_store.COPY_PART_BYTES = int(part_bytes)
     events = read_journal(args.journal)
     decisions = {e["tx"]: e["decision"] for e in events if e.get("ev") == "decided"}
     journal = Journal(args.journal)

@@ -28,7 +28,7 @@ pytest.importorskip("txmq.broker.store.message_store")
 
 from txmq.broker.store.message_store import MessageStore  # noqa: E402
 
-from ._tx_worker import TOPICS, read_journal, store_config  # noqa: E402
+from ._tx_worker import PART_BYTES_ENV, TOPICS, read_journal, store_config  # noqa: E402
 
 
 def start_worker(data: Path, journal: Path, flush: str, seed: int, drain: bool = False) -> subprocess.Popen:
@@ -121,9 +121,19 @@ def test_killed_worker_keeps_transactions_whole_and_exactly_once(tmp_path, flush
     assert summary["visible_tx"] > 0 and summary["transactions"] > 3
 
 
+def test_killed_worker_keeps_commits_written_in_parts_whole_and_exactly_once(tmp_path, monkeypatch):
+    """Every COMMIT written in parts of one half each: a kill between two parts must lose the
+    whole group, and an acknowledged one must be there in full."""
+    monkeypatch.setenv(PART_BYTES_ENV, "1")
+    summary = torture(tmp_path, "sync", kills=3, seed=13)
+    assert summary["visible_tx"] > 0 and summary["transactions"] > 3
+
+
 @pytest.mark.torture
 @pytest.mark.timeout(3600)
-@pytest.mark.parametrize("flush", ["sync", "async"])
-def test_fifty_kills_keep_transactions_whole_and_exactly_once(tmp_path, flush):
+@pytest.mark.parametrize("flush, in_parts", [("sync", False), ("async", False), ("sync", True)])
+def test_fifty_kills_keep_transactions_whole_and_exactly_once(tmp_path, monkeypatch, flush, in_parts):
+    if in_parts:
+        monkeypatch.setenv(PART_BYTES_ENV, "1")
     summary = torture(tmp_path, flush, kills=50, seed=11)
     assert summary["visible_tx"] > 0
