@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial, reduce
 from itertools import chain, compress, count, repeat
 from operator import or_
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -176,6 +176,19 @@ class _QueueOffsets:
         if self._topic is None:
             return runs
         return {(self._topic, qid): run for qid, run in runs.items()}
+
+
+class _Written(NamedTuple):
+    """A batch just written to the CommitLog, and the queue and index entries it needs."""
+
+    queued: list[bool] | None  # which records get a queue entry (None: all)
+    queue_offsets: list[int]
+    phys: list[int]  # physical offsets, and one more item: the end of the batch
+    sizes: list[int]
+    tag_hashes: list[int]
+    runs: dict  # queue_runs: queue key -> [first queue offset, packed entries]
+    hashes: list[int]  # index_columns
+    positions: list[int]
 
 
 def _dispatch_entries(topics, qids, queue_offsets, phys, sizes, tag_hashes, now, sys_flags,
@@ -388,24 +401,31 @@ class MessageStore:
         one_topic = topics.count(topics[0]) == batch.count
         # a queue's messages take consecutive offsets; with one topic a queue is named by its id
         keys = qids if one_topic else list(zip(topics, qids))
-        queued = _queued_mask(sys_flags, topics)
         offsets = _QueueOffsets(self.dispatcher, topics[0] if one_topic else None)
+        w = self._write_part(batch, sys_flags, keys, offsets, now, group)
+        dispatcher = self.dispatcher
+        dispatcher.dispatch(offsets.named(w.runs), [], [], self.commitlog.write_end, notify=False,
+                            index_columns=(w.hashes, w.positions, now))
+        if dispatcher.has_listeners:
+            dispatcher.notify(_dispatch_entries(topics, qids, w.queue_offsets, w.phys, w.sizes, w.tag_hashes, now,
+                                                sys_flags, w.queued))
+        results = AppendResults(batch.count, partial(_append_results, topics, qids, w.queue_offsets, w.phys, w.sizes,
+                                                     now, self.commitlog.store_host[0]))
+        results.columns = (w.queue_offsets, w.phys, w.sizes)
+        return results
+
+    def _write_part(self, batch: BatchColumns, sys_flags: Sequence[int], keys: Sequence, offsets: "_QueueOffsets",
+                    now: int, group: bool) -> "_Written":
+        """Assign a batch its queue offsets, write its records, and derive (not yet write) its queue
+        and index entries."""
+        queued = _queued_mask(sys_flags, batch.topics)
         starts, queue_offsets = offsets.assign(keys, queued)
         phys, sizes = self._write_records(batch, sys_flags, queue_offsets, now, group)
         tags, uniq_keys, record_keys = batch.dispatch_columns()
         tag_hashes = tag_hashes_of(tags)
-        runs = offsets.named(queue_runs(keys, queued, starts, phys, sizes, tag_hashes))
-        hashes, positions = index_columns(uniq_keys, record_keys, topics, phys)
-        dispatcher = self.dispatcher
-        dispatcher.dispatch(runs, [], [], self.commitlog.write_end, notify=False,
-                            index_columns=(hashes, positions, now))
-        if dispatcher.has_listeners:
-            dispatcher.notify(_dispatch_entries(topics, qids, queue_offsets, phys, sizes, tag_hashes, now,
-                                                sys_flags, queued))
-        results = AppendResults(batch.count, partial(_append_results, topics, qids, queue_offsets, phys, sizes, now,
-                                                     self.commitlog.store_host[0]))
-        results.columns = (queue_offsets, phys, sizes)
-        return results
+        runs = queue_runs(keys, queued, starts, phys, sizes, tag_hashes)
+        hashes, positions = index_columns(uniq_keys, record_keys, batch.topics, phys)
+        return _Written(queued, queue_offsets, phys, sizes, tag_hashes, runs, hashes, positions)
 
     def _write_records(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
                        now: int, group: bool) -> tuple[list[int], list[int]]:
@@ -448,18 +468,13 @@ class MessageStore:
                 batch = build()
                 sys_flags = _stored_sys_flags(batch.sys_flags, True, ends_group=i == len(parts) - 1)
                 topics, qids = batch.topics, batch.queue_ids
-                keys = list(zip(topics, qids))
-                queued = _queued_mask(sys_flags, topics)
-                starts, queue_offsets = offsets.assign(keys, queued)
-                phys, sizes = self._write_records(batch, sys_flags, queue_offsets, now, False)
-                tags, uniq_keys, record_keys = batch.dispatch_columns()
-                tag_hashes = tag_hashes_of(tags)
-                for key, (first, *packed) in queue_runs(keys, queued, starts, phys, sizes, tag_hashes).items():
+                w = self._write_part(batch, sys_flags, list(zip(topics, qids)), offsets, now, False)
+                for key, (first, *packed) in w.runs.items():
                     runs.setdefault(key, [first]).extend(packed)
-                part_hashes, part_positions = index_columns(uniq_keys, record_keys, topics, phys)
-                hashes += part_hashes
-                positions += part_positions
-                columns.append((topics, qids, queue_offsets, phys[:-1], sizes, tag_hashes, sys_flags, queued))
+                hashes += w.hashes
+                positions += w.positions
+                columns.append((topics, qids, w.queue_offsets, w.phys[:-1], w.sizes, w.tag_hashes, sys_flags,
+                                w.queued))
         except BaseException:
             commitlog.truncate_to(group_start)  # no part of a failed group stays
             raise
