@@ -369,10 +369,6 @@ class MessageStore:
 
     def _write(self, batch: BatchColumns, group: bool) -> AppendResults:
         """Write a checked and encoded batch under the write lock (then wait for fsync in sync mode)."""
-        if self._group_commit is None:  # async flush: the lock alone (the hot path of small appends)
-            with self._write_lock:
-                self._check_open()
-                return self._append_locked(batch, group)
         return self._under_write_lock(partial(self._append_locked, batch, group))
 
     def _under_write_lock(self, write: Callable[[], AppendResults]) -> AppendResults:
@@ -462,7 +458,7 @@ class MessageStore:
         runs: dict = {}
         hashes: list[int] = []
         positions: list[int] = []
-        columns: list[tuple] = []
+        written: list[tuple] = []  # (topics, queue ids, stored sysflags, _Written) of each part
         try:
             for i, build in enumerate(parts):
                 batch = build()
@@ -473,19 +469,19 @@ class MessageStore:
                     runs.setdefault(key, [first]).extend(packed)
                 hashes += w.hashes
                 positions += w.positions
-                columns.append((topics, qids, w.queue_offsets, w.phys[:-1], w.sizes, w.tag_hashes, sys_flags,
-                                w.queued))
+                written.append((topics, qids, sys_flags, w))
         except BaseException:
             commitlog.truncate_to(group_start)  # no part of a failed group stays
             raise
         dispatcher = self.dispatcher
         dispatcher.dispatch(runs, [], [], commitlog.write_end, notify=False, index_columns=(hashes, positions, now))
         if dispatcher.has_listeners:
-            dispatcher.notify([entry for (topics, qids, queue_offsets, phys, sizes, tag_hashes, sys_flags, queued)
-                               in columns for entry in _dispatch_entries(topics, qids, queue_offsets, phys, sizes,
-                                                                         tag_hashes, now, sys_flags, queued)])
-        merged = [list(chain.from_iterable(c[k] for c in columns)) for k in range(5)]
-        return AppendResults(len(merged[0]), partial(_append_results, *merged, now, commitlog.store_host[0]))
+            dispatcher.notify([entry for topics, qids, sys_flags, w in written
+                               for entry in _dispatch_entries(topics, qids, w.queue_offsets, w.phys, w.sizes,
+                                                              w.tag_hashes, now, sys_flags, w.queued)])
+        columns = [[*chain.from_iterable(column)] for column in zip(
+            *((topics, qids, w.queue_offsets, w.phys[:-1], w.sizes) for topics, qids, _, w in written))]
+        return AppendResults(len(columns[0]), partial(_append_results, *columns, now, commitlog.store_host[0]))
 
     # --- queue reads ------------------------------------------------------------------
 
