@@ -244,6 +244,8 @@ def _message_ids(records: RecordColumns, props: _Properties, n: int) -> pa.Strin
     given = pc.fill_null(pc.greater(pc.binary_length(uniq), 0), False).to_numpy(zero_copy_only=False)
     if given.all():
         return uniq
+    if not given.any():
+        return records.offset_ids()
     missing = np.flatnonzero(~given)
     index = np.arange(n, dtype=np.int64)
     index[missing] = n + np.arange(len(missing))

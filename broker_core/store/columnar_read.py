@@ -63,6 +63,8 @@ READ_BUFFER_MAX = 1 << 30  # bytes read per call; a longer range is returned sho
 _CRC_TAIL = len(CRC_PREFIX) + CRC_SUFFIX_LEN  # "__CRC32#\x01" + 10 digits + "\x02"
 _CRC_PREFIX = np.frombuffer(CRC_PREFIX, dtype=np.uint8)
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+# byte -> its two hex digits, as two bytes in memory order (a uint16 per byte value)
+_HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % b for b in range(256)), dtype=np.uint16)
 _INLINE = 12  # Arrow binary views keep values of up to 12 bytes inline
 
 # The fields before BORNHOST sit at fixed offsets whatever the host families are.
@@ -200,6 +202,10 @@ class RecordColumns:
         host_at = self.store_host_at if rows is None else self.store_host_at[rows]
         host_len = self.store_host_len if rows is None else self.store_host_len[rows]
         k = len(at)
+        if k and (host_len == 8).all():
+            hosts = byte_rows(self.data, host_at, 8)
+            if (hosts == hosts[0]).all():  # one store host (the usual case): only the offsets differ
+                return _offset_ids_of_one_host(hosts[0], self.phys if rows is None else self.phys[rows])
         width = int(host_len.max()) + 8 if k else 16
         cols = np.arange(width)
         # host bytes then the 8 PHYSICALOFFSET bytes; columns past a row's width are junk, cut below
@@ -214,6 +220,18 @@ class RecordColumns:
             offsets = np.arange(0, (k + 1) * 2 * width, 2 * width, dtype=np.int32)
             return pa.Array.from_buffers(pa.string(), k, [None, pa.py_buffer(offsets), pa.py_buffer(hexed)])
         return gather_binary(hexed.reshape(-1), np.arange(k, dtype=np.int64) * 2 * width, lengths).cast(pa.string())
+
+
+def _offset_ids_of_one_host(host: np.ndarray, phys: np.ndarray) -> pa.StringArray:
+    """Offset message ids of records stored by one IPv4 host: its 16 hex digits, then each
+    physical offset's (PHYSICALOFFSET, already decoded and checked against the queue
+    entry), as one (records x 32) digit matrix: one table lookup per byte, no gather."""
+    k = len(phys)
+    hexed = np.empty((k, 32), dtype=np.uint8)
+    hexed[:, :16] = _HEX_PAIRS[host].view(np.uint8)
+    hexed[:, 16:] = _HEX_PAIRS[phys.astype(">i8").view(np.uint8).reshape(k, 8)].view(np.uint8)
+    offsets = np.arange(0, (k + 1) * 32, 32, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), k, [None, pa.py_buffer(offsets), pa.py_buffer(hexed)])
 
 
 @dataclass

@@ -106,6 +106,25 @@ def test_whole_queue_pull_equals_object_pull_across_segments(tmp_path):
         store.close()
 
 
+@pytest.mark.parametrize("hosts", [
+    [("127.0.0.1", 10911), ("127.0.0.1", 10912)],  # the broker restarted on another port
+    [("10.0.0.7", 10911), ("::1", 10911), ("10.0.0.7", 10911)],  # and once on an IPv6 address
+])
+def test_offset_ids_of_a_queue_written_by_several_store_hosts_equal_the_object_pull(tmp_path, hosts):
+    for i, host in enumerate(hosts):
+        store = open_store(tmp_path / "store", host)
+        try:
+            store.append([Message("orders", b"m%d-%d" % (i, j), queue_id=0) for j in range(3)])
+        finally:
+            store.close()
+    store = open_store(tmp_path / "store", hosts[0])
+    try:
+        assert_same_pull(store, "orders", 0, 0, 100, None)
+        assert_same_pull(store, "orders", 0, 3, 4, None)  # a pull within the second host's records
+    finally:
+        store.close()
+
+
 PROPERTY_EDGE_CASES = [
     {},  # no property at all: an empty property text
     {"a": ""},  # an empty value at the end of the text
