@@ -13,6 +13,10 @@ All three systems get 1 KiB bodies from Python clients in separate processes:
     a one-message tx_commit / MULTI-EXEC — transactions/s and p50/p99 latency
     with 1 and 8 concurrent producers.
 Targets: (a) ≥10x RabbitMQ and ≥2x Redis; (b) on par with RabbitMQ, p99 ≤ 5 ms.
+The limit for (b) is measured in the same run: "transactions" of two calls to a
+Python gRPC echo server that does nothing (bench/grpc_server_models.py's sync
+server), with 1 and 8 producers. No Python gRPC broker can beat it, so it
+shows how much of (b) is the broker's own work and how much the two calls.
 Every figure also carries the CPU per transaction of the clients (their measured
 loop) and of the server process(es): clients, servers and the other users of
 this machine share its 2 cores, so CPU per transaction shows where the time
@@ -255,7 +259,24 @@ def _redis_worker(port: int, size: int):
     return one, r.close
 
 
+def _bare_grpc_worker(endpoint: str):
+    """The limit for (b): two unary calls of a trivial echo server (bytes in, bytes out, no work),
+    the same two round trips a RocketMQ transaction makes, with the message's 1 KiB."""
+    import grpc
+
+    channel = grpc.insecure_channel(endpoint)
+    echo = channel.unary_unary("/bench.Echo/Call", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+
+    def one() -> int:
+        echo(BODY, timeout=30)
+        echo(b"end", timeout=30)
+        return 1
+    return one, channel.close
+
+
 def _make_worker(kind: str, target, size: int):
+    if kind == "bare-grpc":
+        return _bare_grpc_worker(target)
     if kind == "txmq-batch":
         return _txmq_batch_worker(*target)
     if kind == "txmq-single":
@@ -403,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_workers(kind, target, size, producers, seconds, server_cpu)
                 figures[key][system] = result
                 print(f"{key:9} {system:9} {result}", file=sys.stderr)
+        figures.update(_bare_grpc_limit(seconds))
     finally:
         for peer in peers.values():
             peer.stop()
@@ -410,6 +432,24 @@ def main(argv: list[str] | None = None) -> int:
 
     emit("broker", build_report(figures, unavailable, seconds, args.flush), sort_keys=True)
     return 0
+
+
+def _bare_grpc_limit(seconds: float) -> dict:
+    """(b)'s limit in this run: 'transactions' of two calls to a Python gRPC echo server (the
+    thread-pool server txmq uses, no work in the handler), with 1 and 8 producers."""
+    from bench.grpc_server_models import start_server
+
+    proc, endpoint = start_server("sync")
+    try:
+        server_cpu = lambda: pid_cpu_s(proc.pid)  # noqa: E731
+        limit = {}
+        for producers, key in ((1, "b_tx1_p1"), (8, "b_tx1_p8")):
+            limit[key] = run_workers("bare-grpc", endpoint, 1, producers, seconds, server_cpu)
+            print(f"{key:9} {'2 bare gRPC calls':9} {limit[key]}", file=sys.stderr)
+    finally:
+        proc.kill()
+        proc.wait()
+    return {"bare_grpc_two_calls": limit}
 
 
 def _ratio(a: dict | None, b: dict | None, key: str) -> float | None:
@@ -420,6 +460,7 @@ def _ratio(a: dict | None, b: dict | None, key: str) -> float | None:
 
 def build_report(figures: dict, unavailable: dict, seconds: float, flush: str) -> dict:
     a, b1, b8 = figures["a_tx100"], figures["b_tx1_p1"], figures["b_tx1_p8"]
+    limit = figures.get("bare_grpc_two_calls", {})
     ratios = {
         "a_tx100_msgs_vs_rabbitmq": _ratio(a.get("txmq"), a.get("rabbitmq"), "messages_per_s"),
         "a_tx100_msgs_vs_redis": _ratio(a.get("txmq"), a.get("redis"), "messages_per_s"),
@@ -427,6 +468,13 @@ def build_report(figures: dict, unavailable: dict, seconds: float, flush: str) -
         "b_tx1_p8_tps_vs_rabbitmq": _ratio(b8.get("txmq"), b8.get("rabbitmq"), "transactions_per_s"),
         "b_tx1_p1_tps_vs_redis": _ratio(b1.get("txmq"), b1.get("redis"), "transactions_per_s"),
         "b_tx1_p8_tps_vs_redis": _ratio(b8.get("txmq"), b8.get("redis"), "transactions_per_s"),
+        # the limit: two bare Python gRPC calls per transaction, no work in the server
+        "b_tx1_p1_tps_vs_two_bare_grpc_calls": _ratio(b1.get("txmq"), limit.get("b_tx1_p1"), "transactions_per_s"),
+        "b_tx1_p8_tps_vs_two_bare_grpc_calls": _ratio(b8.get("txmq"), limit.get("b_tx1_p8"), "transactions_per_s"),
+        "b_two_bare_grpc_calls_p1_vs_rabbitmq": _ratio(limit.get("b_tx1_p1"), b1.get("rabbitmq"),
+                                                       "transactions_per_s"),
+        "b_two_bare_grpc_calls_p8_vs_rabbitmq": _ratio(limit.get("b_tx1_p8"), b8.get("rabbitmq"),
+                                                       "transactions_per_s"),
     }
     targets = {
         "a_vs_rabbitmq_ge_10x": None if ratios["a_tx100_msgs_vs_rabbitmq"] is None
