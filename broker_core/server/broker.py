@@ -13,11 +13,13 @@ blocking code; in the aio server every call would hop to an executor anyway,
 and measured here (bench/grpc_server_models.py, server CPU per echo call from
 /proc) the aio server spends 1.05-1.6x the sync server's CPU per call and
 answers one sequential client at 0.83x its rate. Long polls and telemetry
-streams each hold a worker, hence the large default pool (`max_workers`).
-Both services are registered method handlers, so the C core matches a call's
-method path; `grpc.optimization_target`, pool size, `sys.setswitchinterval`
-and a GC threshold/freeze were measured too and made no difference beyond
-this shared machine's noise. Measured again after the engine learnt to pause
+streams each hold a worker, hence the large default pool (`max_workers`); the
+RocketMQ protocol's unary calls run on a pool of two threads of their own
+(short_calls.py), which keeps many concurrent producers from handing the GIL
+around. Both services are registered method handlers, so the C core matches a
+call's method path; `grpc.optimization_target`, `sys.setswitchinterval` and a
+GC threshold/freeze were measured too and made no difference beyond this
+shared machine's noise. Measured again after the engine learnt to pause
 the collector around prepare/COMMIT (transaction/gc_pause.py): the cyclic GC
 is ~1.6% of the broker's CPU in bench/broker.py's figure (a), columnar pulls
 trigger no collection at all, and gc.freeze() after recovery with a gen0
@@ -45,6 +47,7 @@ from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.pull_shm import SharedMemoryLimits, SharedMemoryPayloads
+from txmq.broker.server.short_calls import short_call_pool
 
 log = logging.getLogger("txmq.broker")
 
@@ -156,6 +159,7 @@ class Broker:
         self.server: grpc.Server | None = None
         self.host, self.port = config.listen_host_port
         self._metrics_server: Any = None
+        self._short_calls: futures.ThreadPoolExecutor | None = None
 
     def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port) (the real port when 0 was asked)."""
@@ -179,7 +183,8 @@ class Broker:
             maximum_concurrent_rpcs=cfg.max_workers * 8,
         )
         # Registered (not generic) handlers: the C core matches each call's method path itself.
-        self.server.add_registered_method_handlers(SERVICE_NAME, rocketmq_method_handlers(self.core))
+        self._short_calls = short_call_pool(cfg.short_call_workers, cfg.flush)
+        self.server.add_registered_method_handlers(SERVICE_NAME, rocketmq_method_handlers(self.core, self._short_calls))
         native = _native_handlers(self.core)
         if native is not None:
             self.server.add_registered_method_handlers(*native)
@@ -209,6 +214,9 @@ class Broker:
             self.core.pop.wake_all()
             self.server.stop(grace_s).wait(grace_s + 5)
             self.server = None
+        if self._short_calls is not None:
+            self._short_calls.shutdown(wait=True, cancel_futures=True)
+            self._short_calls = None
         if self._metrics_server is not None:
             for name in ("shutdown", "close", "stop"):
                 fn = getattr(self._metrics_server, name, None)
@@ -274,6 +282,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "beyond which pulls go inline (default 256 MiB; 0: always inline)")
     p.add_argument("--pull-shm-max-used-ratio", type=float,
                    help="pull inline rather than fill the shared-memory file system beyond this (default 0.9)")
+    p.add_argument("--short-call-workers", type=int,
+                   help="threads for the RocketMQ protocol's unary calls (default: 2 with async flush, "
+                        "0 = the main pool with sync flush)")
     p.add_argument("--log-level", default="WARNING")
     return p
 
@@ -286,7 +297,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("auth_file", "auth_file"), ("tls_cert", "tls_cert"), ("tls_key", "tls_key"),
                       ("metrics_listen", "metrics_listen"), ("segment_bytes", "segment_bytes"),
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("pull_shm_max_bytes", "pull_shm_max_bytes"),
-                      ("pull_shm_max_used_ratio", "pull_shm_max_used_ratio")):
+                      ("pull_shm_max_used_ratio", "pull_shm_max_used_ratio"),
+                      ("short_call_workers", "short_call_workers")):
         value = getattr(args, flag)
         if value is not None:
             overrides[key] = value

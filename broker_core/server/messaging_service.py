@@ -17,6 +17,7 @@ import itertools
 import logging
 import time
 import zlib
+from concurrent import futures
 from typing import Callable, Iterator
 
 import grpc
@@ -30,6 +31,7 @@ from txmq.broker.protocol import status as st
 from txmq.broker.server.convert import (check_group, check_topic, delivery_timestamp_ms, message_type_of,
                                         to_store_message, to_wire_message)
 from txmq.broker.server.pop import parse_tag_filter
+from txmq.broker.server.short_calls import run_on
 from txmq.broker.server.telemetry import serve_telemetry
 from txmq.broker.transaction.state import Resolution
 
@@ -441,9 +443,11 @@ class MessagingService:
 # --- gRPC plumbing -----------------------------------------------------------------------
 
 
-def rocketmq_method_handlers(core) -> dict[str, grpc.RpcMethodHandler]:
+def rocketmq_method_handlers(core, short_calls: futures.ThreadPoolExecutor | None = None
+                             ) -> dict[str, grpc.RpcMethodHandler]:
     """{method name: handler} for every RPC of the method table. The broker registers them with
-    `add_registered_method_handlers`, so gRPC matches a call's method in C instead of a Python lookup."""
+    `add_registered_method_handlers`, so gRPC matches a call's method in C instead of a Python lookup.
+    Unary calls run on `short_calls` when given (see short_calls.py), streams on the main pool."""
     service = MessagingService(core)
     handlers = {}
     for method in ROCKETMQ_METHODS:
@@ -452,7 +456,7 @@ def rocketmq_method_handlers(core) -> dict[str, grpc.RpcMethodHandler]:
         serialize = method.response_class.SerializeToString
         if method.kind == UNARY_UNARY:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _unary(core, method.name, fn, method.response_class),
+                run_on(short_calls, _unary(core, method.name, fn, method.response_class)),
                 request_deserializer=deserialize, response_serializer=serialize)
         elif method.kind == UNARY_STREAM:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
