@@ -14,9 +14,9 @@ and measured here (bench/grpc_server_models.py, server CPU per echo call from
 /proc) the aio server spends 1.05-1.6x the sync server's CPU per call and
 answers one sequential client at 0.83x its rate. Long polls and telemetry
 streams each hold a worker, hence the large default pool (`max_workers`); the
-RocketMQ protocol's unary calls and the native pulls run on small pools of their
-own (call_pools.py): many concurrent producers stop handing the GIL around, and
-concurrent pulls leave a core to a consumer on the same host. Both services are registered method handlers, so the C core matches a
+RocketMQ protocol's unary calls run on a pool of two threads of their own
+(short_calls.py), which keeps many concurrent producers from handing the GIL
+around. Both services are registered method handlers, so the C core matches a
 call's method path; `grpc.optimization_target`, `sys.setswitchinterval` and a
 GC threshold/freeze were measured too and made no difference beyond this
 shared machine's noise. Measured again after the engine learnt to pause
@@ -47,7 +47,7 @@ from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.pull_shm import SharedMemoryLimits, SharedMemoryPayloads
-from txmq.broker.server.call_pools import pull_pool, short_call_pool
+from txmq.broker.server.short_calls import short_call_pool
 
 log = logging.getLogger("txmq.broker")
 
@@ -159,7 +159,7 @@ class Broker:
         self.server: grpc.Server | None = None
         self.host, self.port = config.listen_host_port
         self._metrics_server: Any = None
-        self._pools: list[futures.ThreadPoolExecutor] = []  # call_pools' pools, ended after the server
+        self._short_calls: futures.ThreadPoolExecutor | None = None
 
     def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port) (the real port when 0 was asked)."""
@@ -183,10 +183,9 @@ class Broker:
             maximum_concurrent_rpcs=cfg.max_workers * 8,
         )
         # Registered (not generic) handlers: the C core matches each call's method path itself.
-        short_calls, pulls = short_call_pool(cfg.short_call_workers, cfg.flush), pull_pool(cfg.pull_workers)
-        self._pools = [pool for pool in (short_calls, pulls) if pool is not None]
-        self.server.add_registered_method_handlers(SERVICE_NAME, rocketmq_method_handlers(self.core, short_calls))
-        native = _native_handlers(self.core, pulls)
+        self._short_calls = short_call_pool(cfg.short_call_workers, cfg.flush)
+        self.server.add_registered_method_handlers(SERVICE_NAME, rocketmq_method_handlers(self.core, self._short_calls))
+        native = _native_handlers(self.core)
         if native is not None:
             self.server.add_registered_method_handlers(*native)
         address = f"{self.host}:{self.port}" if ":" not in self.host else f"[{self.host}]:{self.port}"
@@ -215,9 +214,9 @@ class Broker:
             self.core.pop.wake_all()
             self.server.stop(grace_s).wait(grace_s + 5)
             self.server = None
-        for pool in self._pools:
-            pool.shutdown(wait=True, cancel_futures=True)
-        self._pools = []
+        if self._short_calls is not None:
+            self._short_calls.shutdown(wait=True, cancel_futures=True)
+            self._short_calls = None
         if self._metrics_server is not None:
             for name in ("shutdown", "close", "stop"):
                 fn = getattr(self._metrics_server, name, None)
@@ -230,9 +229,8 @@ class Broker:
         self.core.close()
 
 
-def _native_handlers(core: BrokerCore, pulls: futures.ThreadPoolExecutor | None = None):
-    """(service name, method handlers) of the native service when its module is present; pulls
-    run on `pulls` when given."""
+def _native_handlers(core: BrokerCore):
+    """(service name, method handlers) of the native service when its module is present."""
     try:
         from txmq.broker.protocol.native_methods import SERVICE_NAME
         from txmq.broker.server.native_service import native_method_handlers
@@ -240,7 +238,7 @@ def _native_handlers(core: BrokerCore, pulls: futures.ThreadPoolExecutor | None 
         if "native_service" in str(exc):
             return None
         raise
-    return SERVICE_NAME, native_method_handlers(core, pulls)
+    return SERVICE_NAME, native_method_handlers(core)
 
 
 def _start_metrics(core: BrokerCore, listen: str):
@@ -287,8 +285,6 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--short-call-workers", type=int,
                    help="threads for the RocketMQ protocol's unary calls (default: 2 with async flush, "
                         "0 = the main pool with sync flush)")
-    p.add_argument("--pull-workers", type=int,
-                   help="threads for native pulls (default: all cores but one, at least one; 0 = the main pool)")
     p.add_argument("--log-level", default="WARNING")
     return p
 
@@ -302,7 +298,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("metrics_listen", "metrics_listen"), ("segment_bytes", "segment_bytes"),
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("pull_shm_max_bytes", "pull_shm_max_bytes"),
                       ("pull_shm_max_used_ratio", "pull_shm_max_used_ratio"),
-                      ("short_call_workers", "short_call_workers"), ("pull_workers", "pull_workers")):
+                      ("short_call_workers", "short_call_workers")):
         value = getattr(args, flag)
         if value is not None:
             overrides[key] = value

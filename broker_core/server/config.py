@@ -65,11 +65,9 @@ class BrokerConfig:
     max_message_bytes: int = 256 << 20  # gRPC frame limit (native Arrow batches are large)
     max_workers: int = 256  # long polls and telemetry streams each hold a thread
     # Threads that run the RocketMQ protocol's unary calls (sends, transaction ends, acks, routes,
-    # offsets; see server/call_pools.py). None: 2 with async flush, 0 with sync flush (group
+    # offsets; see server/short_calls.py). None: 2 with async flush, 0 with sync flush (group
     # commit needs many writers in flight); 0: those calls run on the main pool.
     short_call_workers: int | None = None
-    # Threads that run native pulls (PullArrow). None: all cores but one, at least one; 0: the main pool.
-    pull_workers: int | None = None
     # Same-host pulls through shared memory (server/pull_shm.py): at most this many bytes of payload
     # files not yet picked up by their clients (0: always inline), and never fill the directory's
     # file system beyond the ratio; past either, pulls are answered inline.
@@ -111,10 +109,8 @@ class BrokerConfig:
             raise ValueError(f"retention must be positive, got {self.retention_s}s")
         if not 0 < self.disk_max_used_ratio <= 1:
             raise ValueError(f"disk_max_used_ratio must be in (0, 1], got {self.disk_max_used_ratio}")
-        for name in ("short_call_workers", "pull_workers"):
-            workers = getattr(self, name)
-            if workers is not None and workers < 0:
-                raise ValueError(f"{name} must not be negative, got {workers}")
+        if self.short_call_workers is not None and self.short_call_workers < 0:
+            raise ValueError(f"short_call_workers must not be negative, got {self.short_call_workers}")
         if self.pull_shm_max_bytes < 0:
             raise ValueError(f"pull_shm_max_bytes must not be negative, got {self.pull_shm_max_bytes}")
         if not 0 < self.pull_shm_max_used_ratio <= 1:

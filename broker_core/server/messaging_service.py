@@ -31,7 +31,7 @@ from txmq.broker.protocol import status as st
 from txmq.broker.server.convert import (check_group, check_topic, delivery_timestamp_ms, message_type_of,
                                         to_store_message, to_wire_message)
 from txmq.broker.server.pop import parse_tag_filter
-from txmq.broker.server.call_pools import run_on
+from txmq.broker.server.short_calls import run_on
 from txmq.broker.server.telemetry import serve_telemetry
 from txmq.broker.transaction.state import Resolution
 
@@ -447,7 +447,7 @@ def rocketmq_method_handlers(core, short_calls: futures.ThreadPoolExecutor | Non
                              ) -> dict[str, grpc.RpcMethodHandler]:
     """{method name: handler} for every RPC of the method table. The broker registers them with
     `add_registered_method_handlers`, so gRPC matches a call's method in C instead of a Python lookup.
-    Unary calls run on `short_calls` when given (see call_pools.py), streams on the main pool."""
+    Unary calls run on `short_calls` when given (see short_calls.py), streams on the main pool."""
     service = MessagingService(core)
     handlers = {}
     for method in ROCKETMQ_METHODS:

@@ -13,7 +13,6 @@ import json
 import logging
 import queue
 import time
-from concurrent import futures
 from typing import Any, Callable, Iterable, Iterator
 
 import grpc
@@ -23,7 +22,6 @@ from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
-from txmq.broker.server.call_pools import run_on
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch, pull_response_payload
 from txmq.broker.protocol.native_status import ok_status, status_for
@@ -519,19 +517,15 @@ def build_native_handler(core: Any) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(SERVICE_NAME, native_method_handlers(core))
 
 
-def native_method_handlers(core: Any, pulls: futures.ThreadPoolExecutor | None = None
-                           ) -> dict[str, grpc.RpcMethodHandler]:
-    """{method name: handler} of TxmqService over `core`, for `add_registered_method_handlers`.
-    PullArrow runs on `pulls` when given (see call_pools.py), every other call on the main pool."""
+def native_method_handlers(core: Any) -> dict[str, grpc.RpcMethodHandler]:
+    """{method name: handler} of TxmqService over `core`, for `add_registered_method_handlers`."""
     service = NativeService(core)
     handlers = {}
     for method in NATIVE_METHODS:
         impl = getattr(service, method.name)
         if method.kind == UNARY_UNARY:
-            behavior = _unary(impl, method.response_class)
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                run_on(pulls, behavior) if method.name == "PullArrow" else behavior,
-                request_deserializer=method.request_class.FromString,
+                _unary(impl, method.response_class), request_deserializer=method.request_class.FromString,
                 response_serializer=method.response_class.SerializeToString)
         elif method.kind == UNARY_STREAM:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(

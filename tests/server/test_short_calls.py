@@ -1,5 +1,4 @@
-"""Small pools of their own for the RocketMQ protocol's unary calls and for native pulls; the rest
-keeps grpc's main pool (server/call_pools.py)."""
+"""The RocketMQ protocol's unary calls run on a small pool of their own; streams keep the main pool."""
 
 from __future__ import annotations
 
@@ -11,14 +10,10 @@ import pytest
 
 from tests.server.wire import Wire
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
-from txmq.broker.client import Message, NativeClient
-from txmq.broker.server import messaging_service, native_service
+from txmq.broker.server import messaging_service
 from txmq.broker.server.broker import Broker, build_arg_parser, config_from_args
-from txmq.broker.server.call_pools import (PULL_THREAD_PREFIX, SHORT_CALL_THREAD_PREFIX, pull_workers,
-                                           short_call_workers)
 from txmq.broker.server.config import BrokerConfig
-
-THREAD_NAME_PREFIX = SHORT_CALL_THREAD_PREFIX
+from txmq.broker.server.short_calls import THREAD_NAME_PREFIX, short_call_workers
 
 
 @pytest.fixture
@@ -37,16 +32,16 @@ def started(tmp_path):
         broker.stop(grace_s=0.5)
 
 
-def record_threads(monkeypatch, *rpcs: str, service=messaging_service.MessagingService) -> dict[str, str]:
+def record_threads(monkeypatch, *rpcs: str) -> dict[str, str]:
     """The thread name each of `rpcs` last ran on (handlers are looked up when the broker starts)."""
     seen: dict[str, str] = {}
     for rpc in rpcs:
-        original = getattr(service, rpc)
+        original = getattr(messaging_service.MessagingService, rpc)
 
         def wrapper(self, req, call, _original=original, _rpc=rpc):
             seen[_rpc] = threading.current_thread().name
             return _original(self, req, call)
-        monkeypatch.setattr(service, rpc, wrapper)
+        monkeypatch.setattr(messaging_service.MessagingService, rpc, wrapper)
     return seen
 
 
@@ -56,23 +51,14 @@ def test_the_pool_has_two_threads_with_async_flush_and_is_off_with_sync_flush():
     assert short_call_workers(5, "sync") == 5
 
 
-def test_the_pull_pool_has_all_cores_but_one_and_at_least_one():
-    assert pull_workers(None, cpu_count=2) == 1
-    assert pull_workers(None, cpu_count=1) == 1
-    assert pull_workers(None, cpu_count=16) == 15
-    assert pull_workers(0, cpu_count=16) == 0
+def test_a_negative_pool_size_is_refused_by_name():
+    with pytest.raises(ValueError, match="short_call_workers"):
+        BrokerConfig(short_call_workers=-1)
 
 
-@pytest.mark.parametrize("setting", ["short_call_workers", "pull_workers"])
-def test_a_negative_pool_size_is_refused_by_name(setting):
-    with pytest.raises(ValueError, match=setting):
-        BrokerConfig(**{setting: -1})
-
-
-def test_the_flags_set_the_pool_sizes():
-    args = build_arg_parser().parse_args(["--short-call-workers", "3", "--pull-workers", "0"])
-    config = config_from_args(args)
-    assert (config.short_call_workers, config.pull_workers) == (3, 0)
+def test_the_flag_sets_the_pool_size():
+    args = build_arg_parser().parse_args(["--short-call-workers", "3"])
+    assert config_from_args(args).short_call_workers == 3
 
 
 def test_unary_calls_run_on_the_short_pool(started, monkeypatch):
@@ -99,35 +85,6 @@ def test_with_no_pool_unary_calls_run_on_the_main_pool(started, monkeypatch):
     _, wire = started(short_call_workers=0)
     assert wire.send("orders", [b"a"]).status.code == pb.OK
     assert not seen["SendMessage"].startswith(THREAD_NAME_PREFIX)
-
-
-def test_native_pulls_run_on_the_pull_pool_and_other_native_calls_do_not(started, monkeypatch):
-    seen = record_threads(monkeypatch, "PullArrow", "SendMessages", service=native_service.NativeService)
-    _, wire = started(pull_workers=1)
-    with NativeClient(wire.endpoint) as client:
-        client.send([Message("orders", b"a")])
-        bodies = [body for q in range(4) for body in client.pull_arrow("orders", q, 0, 10).batch.column("body")
-                  .to_pylist()]
-    assert bodies == [b"a"]
-    assert seen["PullArrow"].startswith(PULL_THREAD_PREFIX)
-    assert not seen["SendMessages"].startswith(PULL_THREAD_PREFIX)
-
-
-def test_concurrent_pulls_on_one_pull_thread_each_read_their_own_range(started):
-    _, wire = started(pull_workers=1)
-    with NativeClient(wire.endpoint) as client:
-        client.send([Message("orders", b"m%d" % i) for i in range(200)])
-        expected = [client.pull_arrow("orders", q, 5, 45).batch.column("body").to_pylist() for q in range(4)]
-
-    def pull(queue_id: int) -> list[bytes]:
-        with NativeClient(wire.endpoint) as own:
-            return own.pull_arrow("orders", queue_id, 5, 45).batch.column("body").to_pylist()
-
-    with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(pull, range(4)))
-    assert results == expected
-    assert sorted(b for r in results for b in r) == sorted(set(b for r in expected for b in r))
-    assert sum(map(len, results)) == 4 * 40
 
 
 def test_sends_are_answered_while_long_polls_wait(started):
@@ -167,5 +124,4 @@ def test_stopping_the_broker_ends_the_pool_threads(started):
     wire.send("orders", [b"a"])
     broker.stop(grace_s=0.5)
     time.sleep(0.1)
-    assert not [t for t in threading.enumerate()
-                if t.name.startswith((SHORT_CALL_THREAD_PREFIX, PULL_THREAD_PREFIX))]
+    assert not [t for t in threading.enumerate() if t.name.startswith(THREAD_NAME_PREFIX)]
