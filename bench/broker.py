@@ -264,8 +264,10 @@ def _bare_grpc_worker(endpoint: str):
     the same two round trips a RocketMQ transaction makes, with the message's 1 KiB."""
     import grpc
 
+    from bench.grpc_server_models import echo_stub
+
     channel = grpc.insecure_channel(endpoint)
-    echo = channel.unary_unary("/bench.Echo/Call", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    echo = echo_stub(channel)
 
     def one() -> int:
         echo(BODY, timeout=30)

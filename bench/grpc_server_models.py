@@ -68,10 +68,15 @@ def server_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def echo_stub(channel: grpc.Channel):
+    """The echo server's one method (bytes in, the same bytes out) on `channel`."""
+    return channel.unary_unary("/bench.Echo/Call", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+
+
 def drive(endpoint: str, seconds: float, threads: int, payload: bytes = b"x" * 256,
           server_pid: int | None = None) -> dict:
     channel = grpc.insecure_channel(endpoint)
-    call = channel.unary_unary("/bench.Echo/Call", request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    call = echo_stub(channel)
     for _ in range(200):  # warm up
         call(payload)
     cpu_before = server_cpu_s(server_pid) if server_pid else 0.0

@@ -62,8 +62,7 @@ READ_BUFFER_MAX = 1 << 30  # bytes read per call; a longer range is returned sho
 
 _CRC_TAIL = len(CRC_PREFIX) + CRC_SUFFIX_LEN  # "__CRC32#\x01" + 10 digits + "\x02"
 _CRC_PREFIX = np.frombuffer(CRC_PREFIX, dtype=np.uint8)
-_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-# byte -> its two hex digits, as two bytes in memory order (a uint16 per byte value)
+# byte -> its two uppercase hex digits, as two bytes in memory order (a uint16 per byte value)
 _HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % b for b in range(256)), dtype=np.uint16)
 _INLINE = 12  # Arrow binary views keep values of up to 12 bytes inline
 
@@ -211,14 +210,10 @@ class RecordColumns:
         # host bytes then the 8 PHYSICALOFFSET bytes; columns past a row's width are junk, cut below
         in_host = cols < host_len[:, None]
         src = np.where(in_host, host_at[:, None] + cols, at[:, None] + _PHYS_AT + cols - host_len[:, None])
-        raw = self.data[np.minimum(src, len(self.data) - 1)]
-        hexed = np.empty((k, 2 * width), dtype=np.uint8)
-        hexed[:, 0::2] = _HEX_DIGITS[raw >> 4]
-        hexed[:, 1::2] = _HEX_DIGITS[raw & 15]
+        hexed = _hex(self.data[np.minimum(src, len(self.data) - 1)])
         lengths = 2 * (host_len + 8)
         if k and (lengths == 2 * width).all():
-            offsets = np.arange(0, (k + 1) * 2 * width, 2 * width, dtype=np.int32)
-            return pa.Array.from_buffers(pa.string(), k, [None, pa.py_buffer(offsets), pa.py_buffer(hexed)])
+            return _fixed_width_strings(hexed)
         return gather_binary(hexed.reshape(-1), np.arange(k, dtype=np.int64) * 2 * width, lengths).cast(pa.string())
 
 
@@ -228,10 +223,21 @@ def _offset_ids_of_one_host(host: np.ndarray, phys: np.ndarray) -> pa.StringArra
     entry), as one (records x 32) digit matrix: one table lookup per byte, no gather."""
     k = len(phys)
     hexed = np.empty((k, 32), dtype=np.uint8)
-    hexed[:, :16] = _HEX_PAIRS[host].view(np.uint8)
-    hexed[:, 16:] = _HEX_PAIRS[phys.astype(">i8").view(np.uint8).reshape(k, 8)].view(np.uint8)
-    offsets = np.arange(0, (k + 1) * 32, 32, dtype=np.int32)
-    return pa.Array.from_buffers(pa.string(), k, [None, pa.py_buffer(offsets), pa.py_buffer(hexed)])
+    hexed[:, :16] = _hex(host)
+    hexed[:, 16:] = _hex(phys.astype(">i8").view(np.uint8).reshape(k, 8))
+    return _fixed_width_strings(hexed)
+
+
+def _hex(raw: np.ndarray) -> np.ndarray:
+    """Uppercase hex digits of a uint8 array (the last axis doubles): one table lookup per byte."""
+    return _HEX_PAIRS[raw].view(np.uint8)
+
+
+def _fixed_width_strings(rows: np.ndarray) -> pa.StringArray:
+    """Each row of a (k x width) ASCII byte matrix as a string, without a copy."""
+    k, width = rows.shape
+    offsets = np.arange(0, (k + 1) * width, width, dtype=np.int32)
+    return pa.Array.from_buffers(pa.string(), k, [None, pa.py_buffer(offsets), pa.py_buffer(rows)])
 
 
 @dataclass
