@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import mmap
+import threading
 import time
 
 import pytest
 
 from txmq.broker.errors import MessageNotFound
+from txmq.broker.store.index_file import HEADER_SIZE, IndexFile
 from tests.store._helpers import msg
 
 
@@ -74,3 +77,31 @@ def test_offset_for_timestamp_finds_the_first_message_at_or_after(open_store) ->
     assert store.offset_for_timestamp("T", 0, 0) == 0
     assert store.offset_for_timestamp("T", 0, stamps[-1] + 1) == 8
     assert store.offset_for_timestamp("Nope", 0, 0) == 0
+
+
+def test_index_flush_lets_other_threads_run(tmp_path) -> None:
+    """Writing back an index whose pages are all dirty takes long; the broker's other
+    threads (gRPC handlers, the writer) must keep running meanwhile (mmap.flush would
+    hold the GIL for the whole msync)."""
+    index = IndexFile(tmp_path / "00000000000000000001", slots=64 << 20, capacity=16)
+    for at in range(HEADER_SIZE, len(index.mm), mmap.PAGESIZE):
+        index.mm[at] = 1  # every page of the slot table dirty
+    took: list[float] = []
+
+    def flush() -> None:
+        started = time.perf_counter()
+        index.flush()
+        took.append(time.perf_counter() - started)
+
+    flusher = threading.Thread(target=flush)
+    longest_stall, last = 0.0, time.perf_counter()
+    flusher.start()
+    while flusher.is_alive():
+        now = time.perf_counter()
+        longest_stall, last = max(longest_stall, now - last), now
+    flusher.join()
+    index.close()
+    if took[0] < 0.04:
+        pytest.skip(f"the write-back took only {took[0] * 1000:.0f} ms here: too short to tell a stall")
+    assert longest_stall < took[0] / 2, (
+        f"a flush of {took[0] * 1000:.0f} ms stopped this thread for {longest_stall * 1000:.0f} ms")
