@@ -193,6 +193,10 @@ class Dispatcher:
         self._dirty: set[ConsumeQueue] = set()
         self._dirty_lock = threading.Lock()
         self.dispatched_through = 0  # physical offset one past the last dispatched record
+        # while a split group is written: where it starts. Records past it are not all
+        # dispatched yet (the group's are not), so dispatched_through, which the
+        # checkpoint takes as recovery's scan start, stays there.
+        self.hold: int | None = None
         for topic, qid, path in discover_queues(self.queue_root):
             self._queues[(topic, qid)] = ConsumeQueue(path, topic, qid, entries_per_file)
 
@@ -234,13 +238,13 @@ class Dispatcher:
 
     def dispatch(self, queue_writes: dict[tuple[str, int], list], index_items: list[tuple[str, int, int]],
                  entries: list[DispatchEntry], end_physical: int, *, notify: bool = True,
-                 index_columns: tuple[list[int], list[int], int] | None = None) -> None:
+                 index_columns: tuple[list[int], list[int], int] | None = None, defer_index: bool = False) -> None:
         """Write queue entries and index keys, then publish atomically and tell listeners.
 
         `queue_writes` maps (topic, queue id) to [first queue offset, packed entry, ...]
         (contiguous offsets); `index_items` are (index key, physical offset, store
         time), or `index_columns` the same as (key hashes, physical offsets, store
-        time); `entries` are what listeners get.
+        time), left pending for the flush with `defer_index`; `entries` are what listeners get.
         """
         touched = []
         for (topic, qid), lst in queue_writes.items():
@@ -250,13 +254,13 @@ class Dispatcher:
         if index_items:
             self.index.put_many(index_items)
         if index_columns is not None:
-            self.index.put_columns(*index_columns)
+            self.index.put_columns(*index_columns, defer=defer_index)
         with self._dirty_lock:  # before publishing: a flush that sees the new offset flushes these
             self._dirty.update(touched)
         with self.lock:
             for cq in touched:
                 cq.max_offset = cq.written_offset
-            self.dispatched_through = end_physical
+            self.dispatched_through = end_physical if self.hold is None else min(end_physical, self.hold)
         if notify and entries:
             self.notify(entries)
 

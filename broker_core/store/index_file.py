@@ -293,11 +293,15 @@ class IndexService:
             hashes, phys, times = zip(*hashed)
             self.put_columns(hashes, phys, times)
 
-    def put_columns(self, hashes: Sequence[int], phys: Sequence[int], times: Sequence[int] | int) -> None:
+    def put_columns(self, hashes: Sequence[int], phys: Sequence[int], times: Sequence[int] | int, *,
+                    defer: bool = False) -> None:
         """Index items given as columns (a single store time for all, or one per item).
 
         `hashes` are key_hash values or unmasked crc32 values of the keys: they are
-        masked with KEY_HASH_MASK when written.
+        masked with KEY_HASH_MASK when written. `defer`: leave them pending however
+        many they are, for the next lookup or flush to write (a large COMMIT publishes
+        under the store's write lock, and writing a million index items there would
+        hold every other writer).
         """
         n = len(hashes)
         if not n:
@@ -306,7 +310,7 @@ class IndexService:
             self._pending_hashes += hashes
             self._pending_phys += phys[:n] if len(phys) != n else phys
             self._pending_times += repeat(times, n) if type(times) is int else times
-            if len(self._pending_hashes) >= PENDING_MAX:
+            if len(self._pending_hashes) >= PENDING_MAX and not defer:
                 self._write_pending()
 
     def _write_pending(self) -> None:

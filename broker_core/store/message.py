@@ -52,6 +52,15 @@ SYSFLAG_STOREHOST_V6 = 0x1 << 5
 # group whose GROUP_END record is missing, so a group is all-or-nothing.
 SYSFLAG_GROUP_MEMBER = 0x1 << 16
 SYSFLAG_GROUP_END = 0x1 << 17
+# A split group is an atomic group written in several parts, with other writers'
+# records allowed between the parts (a COMMIT of a large transaction must not stop
+# every other producer for its whole copy). Each of its records carries
+# SPLIT_GROUP, the first also GROUP_BEGIN, the last also GROUP_END. One split
+# group is written at a time, so recovery pairs an END with the latest BEGIN; a
+# split group without its END is never dispatched.
+SYSFLAG_SPLIT_GROUP = 0x1 << 18
+SYSFLAG_GROUP_BEGIN = 0x1 << 19
+SYSFLAG_GROUP_BITS = SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END | SYSFLAG_SPLIT_GROUP | SYSFLAG_GROUP_BEGIN
 
 
 @dataclass(slots=True)

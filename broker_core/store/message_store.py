@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial, reduce
 from itertools import chain, compress, count, repeat
 from operator import or_
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -45,8 +45,11 @@ from txmq.broker.store.dispatch import (
 from txmq.broker.store.flush import FlushService, GroupCommit
 from txmq.broker.store.index_file import IndexService, topic_key, uniq_index_key
 from txmq.broker.store.message import (
+    SYSFLAG_GROUP_BEGIN,
+    SYSFLAG_GROUP_BITS,
     SYSFLAG_GROUP_END,
     SYSFLAG_GROUP_MEMBER,
+    SYSFLAG_SPLIT_GROUP,
     AppendResult,
     AppendResults,
     Message,
@@ -67,7 +70,7 @@ from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.store.validation import check_columns, check_encoded_columns
 
 log = logging.getLogger(__name__)
-GROUP_BITS = SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END
+GROUP_BITS = SYSFLAG_GROUP_BITS
 
 
 _new_append_result = partial(tuple.__new__, AppendResult)  # from a row tuple, in C
@@ -94,6 +97,17 @@ def _stored_sys_flags(flags: Sequence[int], group: bool, *, ends_group: bool = T
     out = [f | SYSFLAG_GROUP_MEMBER for f in flags]
     if ends_group:
         out[-1] = flags[-1] | SYSFLAG_GROUP_END
+    return out
+
+
+def _split_sys_flags(flags: Sequence[int], *, begins: bool, ends: bool) -> list[int]:
+    """SYSFLAG as stored for a part of a split group: SPLIT_GROUP on every record, GROUP_BEGIN
+    on the group's first, GROUP_END on its last (see message.SYSFLAG_SPLIT_GROUP)."""
+    out = [f & ~GROUP_BITS | SYSFLAG_SPLIT_GROUP for f in flags]
+    if begins:
+        out[0] |= SYSFLAG_GROUP_BEGIN
+    if ends:
+        out[-1] |= SYSFLAG_GROUP_END
     return out
 READ_SPAN_MAX = 4 << 20  # one pread covers neighbouring records up to this span
 READ_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
@@ -140,17 +154,17 @@ def _queued_mask(sys_flags: Sequence[int], topics: Sequence[str]) -> list[bool] 
 
 class _QueueOffsets:
     """The queue offsets a write assigns: consecutive per queue, from where each queue's
-    written entries end. Kept across the parts of a group written in several batches
-    (nothing is dispatched between them, so the queues' ends do not move).
+    written entries end. Kept across the parts of a split group (its queues are
+    reserved to it from the part that first writes them: their ends do not move).
 
     A queue is named by a key: (topic, queue id), or the queue id alone when every
     record of the write has the one topic `topic`.
     """
 
-    __slots__ = ("_queues", "_topic", "_next")  # _next: queue key -> the next offset to assign
+    __slots__ = ("_dispatcher", "_topic", "_next")  # _next: queue key -> the next offset to assign
 
     def __init__(self, dispatcher: Dispatcher, topic: str | None) -> None:
-        self._queues = dispatcher._queues
+        self._dispatcher = dispatcher
         self._topic = topic
         self._next: dict = {}
 
@@ -158,8 +172,9 @@ class _QueueOffsets:
         """({key: first offset assigned here}, the offset of each record, 0 for one not queued)."""
         following = self._next
         wanted = set(keys) if queued is None else set(compress(keys, queued))
+        queues = self._dispatcher._queues  # now: other writers may have added queues between two parts
         for key in wanted.difference(following):
-            cq = self._queues.get(key if self._topic is None else (self._topic, key))
+            cq = queues.get(key if self._topic is None else (self._topic, key))
             following[key] = cq.written_offset if cq is not None else 0
         starts = {key: following[key] for key in wanted}
         counters = {key: count(first) for key, first in starts.items()}
@@ -176,6 +191,24 @@ class _QueueOffsets:
         if self._topic is None:
             return runs
         return {(self._topic, qid): run for qid, run in runs.items()}
+
+
+_QUEUE_RESERVED: Any = object()  # _under_write_lock: the batch waits for a split group, nothing written
+
+
+class _SplitGroup:
+    """What a split group being written has accumulated across its parts."""
+
+    __slots__ = ("offsets", "runs", "hashes", "positions", "written", "published", "start", "end")
+
+    def __init__(self, offsets: _QueueOffsets) -> None:
+        self.offsets = offsets
+        self.runs: dict = {}  # queue key -> [first queue offset, packed entries...]
+        self.hashes: list[int] = []
+        self.positions: list[int] = []
+        self.written: list[tuple] = []  # (topics, queue ids, stored sysflags, _Written) of each part
+        self.published = False
+        self.start = self.end = 0  # the log's end before its first part, after its latest part
 
 
 class _Written(NamedTuple):
@@ -224,6 +257,11 @@ class MessageStore:
         config = self.config = _with_on_disk_geometry(config)
         self._closed = False
         self._write_lock = threading.Lock()
+        # Split groups (a large COMMIT written in parts, see _append_split_group): one at a
+        # time, and the queues it has written so far are reserved to it until it ends.
+        self._split_lock = threading.Lock()
+        self._reserved: set[tuple[str, int]] = set()
+        self._unreserved = threading.Condition(self._write_lock)
         self.commitlog = CommitLog(root / "commitlog", config.commitlog_segment_bytes, config.store_host)
         self.index = IndexService(root / "index", config.index_slots, config.index_entries_per_file)
         self.dispatcher = Dispatcher(root / "consumequeue", config.consume_queue_entries_per_file, self.index)
@@ -346,7 +384,7 @@ class MessageStore:
             if messages:
                 checked = self._checked(messages, allow_system=True)
                 parts.append(lambda: checked)
-            return self._under_write_lock(partial(self._append_group_in_parts_locked, parts))
+            return self._append_split_group(parts)
         batches = []
         if len(copies):
             batches.append(copy_columns(self, copies))
@@ -369,25 +407,48 @@ class MessageStore:
 
     def _write(self, batch: BatchColumns, group: bool) -> AppendResults:
         """Write a checked and encoded batch under the write lock (then wait for fsync in sync mode)."""
-        return self._under_write_lock(partial(self._append_locked, batch, group))
+        write = partial(self._append_locked, batch, group)
+        while True:
+            results = self._under_write_lock(write, batch)
+            if results is not _QUEUE_RESERVED:
+                return results
+            self._await_unreserved(batch)
 
-    def _under_write_lock(self, write: Callable[[], AppendResults]) -> AppendResults:
-        """Run `write` holding the write lock; in sync mode return only once it is durable."""
+    def _under_write_lock(self, write: Callable[[], AppendResults], batch: BatchColumns | None = None,
+                          *, durable: bool = True) -> AppendResults:
+        """Run `write` holding the write lock; in sync mode (and `durable`) return only once it
+        is durable. Returns _QUEUE_RESERVED, writing nothing, when `batch` writes to a queue a
+        split group has reserved."""
         group_commit = self._group_commit
         if group_commit is None:
             with self._write_lock:
                 self._check_open()
+                if self._reserved and batch is not None and self._touches_reserved(batch):
+                    return _QUEUE_RESERVED
                 return write()
         group_commit.writer_started()  # a leader about to fsync waits for this write
         try:
             with self._write_lock:
                 self._check_open()
+                if self._reserved and batch is not None and self._touches_reserved(batch):
+                    return _QUEUE_RESERVED
                 results = write()
                 end = self.commitlog.write_end
         finally:
             group_commit.writer_done()
-        group_commit.wait_durable(end)
+        if durable:
+            group_commit.wait_durable(end)
         return results
+
+    def _touches_reserved(self, batch: BatchColumns) -> bool:
+        return not self._reserved.isdisjoint(zip(batch.topics, batch.queue_ids))
+
+    def _await_unreserved(self, batch: BatchColumns) -> None:
+        """Wait (not holding the write lock, nor counted as a writer by group commit) until no
+        queue of `batch` is reserved by a split group."""
+        with self._unreserved:
+            while self._reserved and self._touches_reserved(batch):
+                self._unreserved.wait()
 
     def _append_locked(self, batch: BatchColumns, group: bool) -> AppendResults:
         """Assign queue offsets, write the records, dispatch: each step once over the whole batch."""
@@ -439,49 +500,89 @@ class MessageStore:
         phys.append(phys[-1] + pairs[-1][1])
         return phys, [s for _, s in pairs]
 
-    def _append_group_in_parts_locked(self, parts: Sequence[Callable[[], BatchColumns]]) -> AppendResults:
+    def _append_split_group(self, parts: Sequence[Callable[[], BatchColumns]]) -> AppendResults:
         """Append one atomic group made of several batches, each built (`parts[i]()`) and written
-        in turn, then dispatched and published together.
+        in turn, then dispatched and published together: a split group.
 
         A COMMIT of a large transaction (a Spark micro-batch of millions of halves)
-        copies gigabytes: built as one batch, its columns and encoded records need
-        several times that in fresh memory, which costs more than the copy itself.
-        In parts, each part's memory is reused by the next. Atomicity is kept as for
-        one batch: every record but the group's last is a GROUP_MEMBER (recovery drops
-        a group without its end), queue and index entries are written only after the
-        last part, and a part that fails to build or write truncates the whole group.
+        copies gigabytes. Built as one batch, its columns and encoded records would need
+        several times that in fresh memory; written as one contiguous group, it would hold
+        the write lock for seconds, and every other producer of the broker would wait
+        that long (a RocketMQ client's send times out after 3 s). So each part is built
+        outside the write lock and written under it, and between two parts other writers
+        append. They only wait for the group when they write to a queue it has already
+        written (its queue offsets must stay consecutive): those queues are reserved to
+        the group until it ends, like a partition behind an open Kafka transaction.
+
+        Atomicity: every record carries SPLIT_GROUP (the first GROUP_BEGIN, the last
+        GROUP_END), nothing of the group is dispatched before its last part is written,
+        and recovery dispatches a split group only with its END (see recovery.py).
+        Checkpoints stay at or before the group's start while it is written, so a
+        recovery always scans it from its BEGIN. A part that fails to build or write
+        leaves the parts before it in the log as dead records, never dispatched.
         """
-        now = int(time.time() * 1000)
-        commitlog = self.commitlog
-        group_start = commitlog.write_end
-        offsets = _QueueOffsets(self.dispatcher, None)
-        runs: dict = {}
-        hashes: list[int] = []
-        positions: list[int] = []
-        written: list[tuple] = []  # (topics, queue ids, stored sysflags, _Written) of each part
-        try:
-            for i, build in enumerate(parts):
-                batch = build()
-                sys_flags = _stored_sys_flags(batch.sys_flags, True, ends_group=i == len(parts) - 1)
-                topics, qids = batch.topics, batch.queue_ids
-                w = self._write_part(batch, sys_flags, list(zip(topics, qids)), offsets, now, False)
-                for key, (first, *packed) in w.runs.items():
-                    runs.setdefault(key, [first]).extend(packed)
-                hashes += w.hashes
-                positions += w.positions
-                written.append((topics, qids, sys_flags, w))
-        except BaseException:
-            commitlog.truncate_to(group_start)  # no part of a failed group stays
-            raise
+        with self._split_lock:  # one at a time: recovery pairs an END with the latest BEGIN
+            now = int(time.time() * 1000)
+            group = _SplitGroup(_QueueOffsets(self.dispatcher, None))
+            try:
+                for i, build in enumerate(parts):
+                    batch = build()  # reads the sources only: no lock needed
+                    write = partial(self._write_split_part, group, batch, now, begins=i == 0,
+                                    ends=i == len(parts) - 1)
+                    self._under_write_lock(write, durable=False)
+            finally:
+                if not group.published:
+                    with self._write_lock:
+                        self._abandon(group)
+            if self._group_commit is not None:
+                self._group_commit.wait_durable(group.end)
+        columns = [[*chain.from_iterable(column)] for column in zip(
+            *((topics, qids, w.queue_offsets, w.phys[:-1], w.sizes) for topics, qids, _, w in group.written))]
+        return AppendResults(len(columns[0]), partial(_append_results, *columns, now,
+                                                      self.commitlog.store_host[0]))
+
+    def _write_split_part(self, group: "_SplitGroup", batch: BatchColumns, now: int, *, begins: bool,
+                          ends: bool) -> None:
+        """Write one part of a split group (under the write lock); publish the group with its last."""
+        if begins:
+            group.start = self.dispatcher.hold = self.commitlog.write_end
+        sys_flags = _split_sys_flags(batch.sys_flags, begins=begins, ends=ends)
+        topics, qids = batch.topics, batch.queue_ids
+        keys = list(zip(topics, qids))
+        self._reserved.update(keys)
+        w = self._write_part(batch, sys_flags, keys, group.offsets, now, False)
+        for key, (first, *packed) in w.runs.items():
+            group.runs.setdefault(key, [first]).extend(packed)
+        group.hashes += w.hashes
+        group.positions += w.positions
+        group.written.append((topics, qids, sys_flags, w))
+        group.end = self.commitlog.write_end
+        if not ends:
+            return
+        self._end_reservation()
         dispatcher = self.dispatcher
-        dispatcher.dispatch(runs, [], [], commitlog.write_end, notify=False, index_columns=(hashes, positions, now))
+        dispatcher.dispatch(group.runs, [], [], group.end, notify=False,
+                            index_columns=(group.hashes, group.positions, now), defer_index=True)
+        group.published = True
         if dispatcher.has_listeners:
-            dispatcher.notify([entry for topics, qids, sys_flags, w in written
+            dispatcher.notify([entry for topics, qids, sys_flags, w in group.written
                                for entry in _dispatch_entries(topics, qids, w.queue_offsets, w.phys, w.sizes,
                                                               w.tag_hashes, now, sys_flags, w.queued)])
-        columns = [[*chain.from_iterable(column)] for column in zip(
-            *((topics, qids, w.queue_offsets, w.phys[:-1], w.sizes) for topics, qids, _, w in written))]
-        return AppendResults(len(columns[0]), partial(_append_results, *columns, now, commitlog.store_host[0]))
+
+    def _abandon(self, group: "_SplitGroup") -> None:
+        """A split group failed (a bad source, a failed write): release what it holds. Its parts
+        are dead records, never dispatched; when nothing was appended after them they are
+        truncated, so a refused COMMIT leaves the log as it was (the caller holds the write lock)."""
+        self._end_reservation()
+        if group.written and not self._closed and self.commitlog.write_end == group.end:
+            self.commitlog.truncate_to(group.start)
+
+    def _end_reservation(self) -> None:
+        """A split group is over (published or abandoned): release its queues and the checkpoint
+        hold (the caller holds the write lock)."""
+        self.dispatcher.hold = None
+        self._reserved.clear()
+        self._unreserved.notify_all()
 
     # --- queue reads ------------------------------------------------------------------
 

@@ -40,8 +40,7 @@ from txmq.broker.store.columnar_read import (
 )
 from txmq.broker.store.message import (
     SYSFLAG_BORNHOST_V6,
-    SYSFLAG_GROUP_END,
-    SYSFLAG_GROUP_MEMBER,
+    SYSFLAG_GROUP_BITS,
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TRANSACTION_MASK,
 )
@@ -50,7 +49,7 @@ from txmq.broker.store.record import CRC_PREFIX, CRC_SUFFIX_LEN, MAGIC_CODE
 # Bits a copy never inherits: its transaction type is the request's, its group bits
 # are the group it is written in, and the host-family bits follow the hosts it is
 # encoded with.
-_NOT_INHERITED = SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END | SYSFLAG_BORNHOST_V6 \
+_NOT_INHERITED = SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_BITS | SYSFLAG_BORNHOST_V6 \
     | SYSFLAG_STOREHOST_V6
 _FLAG_AT = 16
 _BODY_CRC_AT = 8

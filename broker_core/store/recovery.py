@@ -8,7 +8,12 @@
    incomplete record: the torn tail.
 3. An atomic group is kept only if its GROUP_END record is valid: the valid end
    is the end of the last record that is not a GROUP_MEMBER (a trailing group
-   without its end is dropped whole, even if it spans segments).
+   without its end is dropped whole, even if it spans segments). A split group
+   (SPLIT_GROUP records, written in parts with other writers' records between
+   them) is dispatched when its END is scanned, never without it: its records
+   wait from its GROUP_BEGIN; a later BEGIN, or the end of the scan, finds an
+   earlier split group dead. Other records between its parts are kept as usual;
+   dead split records at the very end of the log are truncated with the tail.
 4. Truncate the CommitLog to the valid end; drop queue entries at or past the
    scan start in every ConsumeQueue (this also removes dirty entries pointing
    past the log end), then re-dispatch the scanned records.
@@ -22,11 +27,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Iterable, NamedTuple
 
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.consume_queue import ENTRY
 from txmq.broker.store.dispatch import Dispatcher, cached_tag_hash, goes_to_queue, index_keys
-from txmq.broker.store.message import SYSFLAG_GROUP_MEMBER, StoredMessage
+from txmq.broker.store.message import (
+    SYSFLAG_GROUP_BEGIN,
+    SYSFLAG_GROUP_END,
+    SYSFLAG_GROUP_MEMBER,
+    SYSFLAG_SPLIT_GROUP,
+    StoredMessage,
+)
 from txmq.broker.store.record import BLANK_MIN_BYTES, RecordCorrupted, decode_record, is_blank, verify_record
 
 READ_CHUNK = 8 << 20
@@ -107,6 +119,26 @@ def scan(commitlog: CommitLog, start: int):
             off += size
 
 
+class _Entries(NamedTuple):
+    """What dispatching one record writes: its queue entry (queue_key None: it gets none)
+    and its index items."""
+
+    queue_key: tuple[str, int] | None
+    queue_offset: int
+    entry: bytes
+    index_items: list
+
+
+def _entries_of(m: StoredMessage) -> _Entries:
+    items: list = []
+    if m.properties:
+        index_keys(items, m.properties, m.topic, m.physical_offset, m.store_timestamp)
+    if not goes_to_queue(m.sys_flag, m.topic):
+        return _Entries(None, 0, b"", items)
+    return _Entries((m.topic, m.queue_id), m.queue_offset,
+                    ENTRY.pack(m.physical_offset, m.size, cached_tag_hash(m.properties)), items)
+
+
 def recover(commitlog: CommitLog, dispatcher: Dispatcher, dispatch_flushed: int, *, crashed: bool) -> RecoveryReport:
     t0 = time.perf_counter()
     data_end = commitlog.segments[-1].end if commitlog.segments else 0
@@ -115,7 +147,8 @@ def recover(commitlog: CommitLog, dispatcher: Dispatcher, dispatch_flushed: int,
         cq.truncate_from_physical(start)
 
     safe_end = start
-    pending: list[StoredMessage] = []
+    pending: list[StoredMessage] = []  # a contiguous group's records, until its end
+    split: list[_Entries] | None = None  # the dispatch entries of a split group, from its BEGIN
     queue_writes: dict[tuple[str, int], list] = {}
     index_items: list = []
     scanned = redispatched = unflushed = 0
@@ -126,32 +159,47 @@ def recover(commitlog: CommitLog, dispatcher: Dispatcher, dispatch_flushed: int,
             dispatcher.dispatch(queue_writes, index_items, [], end, notify=False)
         queue_writes, index_items = {}, []
 
+    def keep(entries: Iterable[_Entries]) -> None:
+        nonlocal redispatched, unflushed
+        for queue_key, queue_offset, entry, items in entries:
+            index_items.extend(items)
+            if queue_key is None:
+                continue
+            run = queue_writes.get(queue_key)
+            if run is not None and run[0] + len(run) - 1 != queue_offset:
+                flush_batch(safe_end)  # not contiguous with what is pending: write that first
+                run = None
+            if run is None:
+                run = queue_writes[queue_key] = [queue_offset]
+            run.append(entry)
+            redispatched += 1
+            unflushed += 1
+
     for pos, msg, end in scan(commitlog, start):
         if msg is None:
             if not pending:
                 safe_end = end
             continue
         scanned += 1
-        pending.append(msg)
-        if msg.sys_flag & SYSFLAG_GROUP_MEMBER:
-            continue
-        for m in pending:  # a complete group (or a single record): keep it
-            if m.properties:
-                index_keys(index_items, m.properties, m.topic, m.physical_offset, m.store_timestamp)
-            if not goes_to_queue(m.sys_flag, m.topic):
+        flag = msg.sys_flag
+        if flag & SYSFLAG_SPLIT_GROUP:
+            if flag & SYSFLAG_GROUP_BEGIN:
+                split = []  # a split group still open here died with its broker
+            if split is None:
+                continue  # a record of a split group that died before this scan's start
+            split.append(_entries_of(msg))  # only what dispatch needs: a group may hold millions
+            if not flag & SYSFLAG_GROUP_END:
                 continue
-            key = (m.topic, m.queue_id)
-            run = queue_writes.get(key)
-            if run is not None and run[0] + len(run) - 1 != m.queue_offset:
-                flush_batch(safe_end)  # not contiguous with what is pending: write that first
-                run = None
-            if run is None:
-                run = queue_writes[key] = [m.queue_offset]
-            run.append(ENTRY.pack(m.physical_offset, m.size, cached_tag_hash(m.properties)))
-            redispatched += 1
-            unflushed += 1
-        pending = []
-        safe_end = end
+            keep(split)
+            split = None
+            safe_end = end
+        else:
+            pending.append(msg)
+            if flag & SYSFLAG_GROUP_MEMBER:
+                continue
+            keep(map(_entries_of, pending))  # a complete group (or a single record)
+            pending = []
+            safe_end = end
         if unflushed >= REDISPATCH_BATCH or len(index_items) >= REDISPATCH_BATCH:
             flush_batch(safe_end)
             unflushed = 0

@@ -79,6 +79,8 @@ from .state import (
 
 log = logging.getLogger(__name__)
 CHECK_SOURCES = frozenset({"check", "server_check", "SOURCE_SERVER_CHECK"})
+# How long a periodic snapshot waits for in-flight mutations (it holds new ones back meanwhile).
+SNAPSHOT_WAIT_S = 0.05
 
 
 class TransactionEngine:
@@ -279,10 +281,13 @@ class TransactionEngine:
             cut = {k: v for k, v in cut.items() if k[0] not in SYSTEM_TOPICS}
         return cut
 
-    def snapshot(self) -> Path:
-        """Write a table snapshot now (bounds the next recovery's replay)."""
+    def snapshot(self, *, wait: bool = True) -> Path | None:
+        """Write a table snapshot now (bounds the next recovery's replay). Without `wait`,
+        skip it (None) when in-flight mutations do not let it in within SNAPSHOT_WAIT_S."""
         with self._snapshot_lock:
-            with self._gate.exclusive():
+            with self._gate.exclusive(None if wait else SNAPSHOT_WAIT_S) as held:
+                if not held:
+                    return None
                 snap = TableSnapshot(
                     half_offset=self.store.max_offset(HALF_TOPIC, 0),
                     op_offset=self.store.max_offset(OP_HALF_TOPIC, 0),
@@ -295,8 +300,9 @@ class TransactionEngine:
             return path
 
     def maybe_snapshot(self) -> None:
+        """The periodic snapshot; skipped (tried again next round) while a long COMMIT runs."""
         if time.monotonic() - self._last_snapshot_s >= self.config.snapshot_interval_s:
-            self.snapshot()
+            self.snapshot(wait=False)
 
     def close(self) -> None:
         """Write a final snapshot; call before store.close()."""

@@ -40,21 +40,29 @@ class SharedExclusiveGate:
                 self._cond.notify_all()
 
     @contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self, timeout_s: float | None = None) -> Iterator[bool]:
+        """`with gate.exclusive() as held:`; with `timeout_s`, gives up waiting after that
+        long (`held` is then False and the block runs without the gate). A periodic
+        snapshot waits only briefly: while it waits, new shared holders wait too, and
+        one shared holder may be a COMMIT copying a million halves for seconds."""
         with self._cond:
             self._exclusive_waiting += 1
             try:
-                while self._exclusive or self._shared:
-                    self._cond.wait()
+                if not self._cond.wait_for(lambda: not (self._exclusive or self._shared), timeout_s):
+                    held = False
+                else:
+                    held = self._exclusive = True
             finally:
                 self._exclusive_waiting -= 1
-            self._exclusive = True
+                if not held:
+                    self._cond.notify_all()  # shared holders that waited behind this attempt
         try:
-            yield
+            yield held
         finally:
-            with self._cond:
-                self._exclusive = False
-                self._cond.notify_all()
+            if held:
+                with self._cond:
+                    self._exclusive = False
+                    self._cond.notify_all()
 
 
 class _Shared:

@@ -36,8 +36,7 @@ from txmq.broker.store.message import (
     PROP_TRANSACTION_ID,
     PROP_TX_SENDER,
     PROP_UNIQ_KEY,
-    SYSFLAG_GROUP_END,
-    SYSFLAG_GROUP_MEMBER,
+    SYSFLAG_GROUP_BITS,
     SYSFLAG_TRANSACTION_MASK,
     SYSFLAG_TRANSACTION_PREPARED,
     SYSTEM_TOPICS,
@@ -54,7 +53,7 @@ _DEFAULT_BORN_HOST_RAW = encode_host(Message.__dataclass_fields__["born_host"].d
 PROP_PREPARED_MS = "__TXMQ_PREPARED_MS"
 DELAY_PROPERTIES = (PROP_DELAY_LEVEL, PROP_DELIVER_TIME_MS, PROP_TIMER_DELIVER_MS)
 _TX_ID = re.compile(r"[\x21-\x7e]{1,256}")
-_GROUP_BITS = SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END
+_GROUP_BITS = SYSFLAG_GROUP_BITS
 
 
 def check_transaction_id(transaction_id: str) -> str:

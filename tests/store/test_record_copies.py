@@ -10,8 +10,11 @@ from txmq.broker.errors import StoreError
 from txmq.broker.store import Message, MessageStore
 from txmq.broker.store.message import (
     PROP_CRC32,
+    SYSFLAG_GROUP_BEGIN,
+    SYSFLAG_GROUP_BITS,
     SYSFLAG_GROUP_END,
     SYSFLAG_GROUP_MEMBER,
+    SYSFLAG_SPLIT_GROUP,
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_PREPARED,
 )
@@ -80,13 +83,16 @@ def test_dropped_properties_are_removed_and_only_they(open_store):
         {"first": "1", "last": "3"}, {}, {"keep": "k"}]
 
 
-def test_copies_and_messages_land_as_one_group(open_store):
+def test_copies_and_messages_land_as_one_group(open_store, copy_path):
     store = open_store()
     placed = sources(store, [msg(body=b"a"), msg(body=b"b")])
     results = store.append_group_copies(copies_of(placed), [msg("OP", b"op")])
-    flags = [store.read_at(r.physical_offset).sys_flag for r in results]
-    assert [f & (SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END) for f in flags] == [
-        SYSFLAG_GROUP_MEMBER, SYSFLAG_GROUP_MEMBER, SYSFLAG_GROUP_END]
+    flags = [store.read_at(r.physical_offset).sys_flag & SYSFLAG_GROUP_BITS for r in results]
+    if copy_path == "columnar_in_parts":  # a split group: BEGIN ... END, other writers allowed between parts
+        assert flags == [SYSFLAG_SPLIT_GROUP | SYSFLAG_GROUP_BEGIN, SYSFLAG_SPLIT_GROUP,
+                         SYSFLAG_SPLIT_GROUP | SYSFLAG_GROUP_END]
+    else:  # one contiguous group
+        assert flags == [SYSFLAG_GROUP_MEMBER, SYSFLAG_GROUP_MEMBER, SYSFLAG_GROUP_END]
     assert [r.topic for r in results] == ["FINAL", "FINAL", "OP"]
 
 

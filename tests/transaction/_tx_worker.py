@@ -43,6 +43,7 @@ from txmq.broker.transaction import CheckbackService, Resolution, TransactionCon
 
 TOPICS = ("orders", "points", "audit")
 PART_BYTES_ENV = "TX_WORKER_COPY_PART_BYTES"  # set: the store's COPY_PART_BYTES in this worker
+PRODUCERS_ENV = "TX_WORKER_PRODUCERS"  # producer threads running transactions at once (default 1)
 QUEUES = 4
 DECISIONS = ("COMMIT", "COMMIT", "ROLLBACK", "COMMIT_SILENT", "ROLLBACK_SILENT")
 
@@ -128,12 +129,12 @@ def replay_resolutions(engine: TransactionEngine, events: list[dict], journal: J
 
 
 def run_transactions(engine: TransactionEngine, journal: Journal, listener: JournalListener, seed: int,
-                     pace_s: float) -> None:
-    rng = random.Random(seed)
+                     pace_s: float, producer: int = 0) -> None:
+    rng = random.Random(seed * 100 + producer)
     serial = 0
     while True:
         serial += 1
-        tx_id = f"w{seed}-{serial}"
+        tx_id = f"w{seed}-{serial}" if not producer else f"w{seed}p{producer}-{serial}"
         n = rng.randint(1, 50)
         msgs = [(rng.choice(TOPICS), rng.randrange(QUEUES), f"{tx_id}:{k}") for k in range(n)]
         listener.in_progress.add(tx_id)
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pace-ms", type=float, default=2.0, help="pause between transactions")
     args = ap.parse_args(argv)
     part_bytes = os.environ.get(PART_BYTES_ENV)
-    if part_bytes:  # COMMITs written in parts (MessageStore._append_group_in_parts_locked)
+    if part_bytes:  # COMMITs written in parts, as split groups (MessageStore._append_split_group)
         message_store.COPY_PART_BYTES = int(part_bytes)
     events = read_journal(args.journal)
     decisions = {e["tx"]: e["decision"] for e in events if e.get("ev") == "decided"}
@@ -193,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
         print("drained" if ok else "not drained", flush=True)
         return 0 if ok else 4
+    for producer in range(1, int(os.environ.get(PRODUCERS_ENV, "1"))):  # their writes land between others' parts
+        threading.Thread(target=run_transactions, args=(engine, journal, listener, args.seed, args.pace_ms / 1000,
+                                                        producer), daemon=True).start()
     run_transactions(engine, journal, listener, args.seed, args.pace_ms / 1000)
     return 0
 

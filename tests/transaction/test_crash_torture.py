@@ -28,7 +28,7 @@ pytest.importorskip("txmq.broker.store.message_store")
 
 from txmq.broker.store.message_store import MessageStore  # noqa: E402
 
-from ._tx_worker import PART_BYTES_ENV, TOPICS, read_journal, store_config  # noqa: E402
+from ._tx_worker import PART_BYTES_ENV, PRODUCERS_ENV, TOPICS, read_journal, store_config  # noqa: E402
 
 
 def start_worker(data: Path, journal: Path, flush: str, seed: int, drain: bool = False) -> subprocess.Popen:
@@ -122,9 +122,11 @@ def test_killed_worker_keeps_transactions_whole_and_exactly_once(tmp_path, flush
 
 
 def test_killed_worker_keeps_commits_written_in_parts_whole_and_exactly_once(tmp_path, monkeypatch):
-    """Every COMMIT written in parts of one half each: a kill between two parts must lose the
-    whole group, and an acknowledged one must be there in full."""
+    """Every COMMIT written in parts of one half each (a split group), by two producers at once,
+    so one's records land between the other's parts: a kill between two parts must lose the
+    whole group, and an acknowledged one must be there in full, with the records between."""
     monkeypatch.setenv(PART_BYTES_ENV, "1")
+    monkeypatch.setenv(PRODUCERS_ENV, "2")
     summary = torture(tmp_path, "sync", kills=3, seed=13)
     assert summary["visible_tx"] > 0 and summary["transactions"] > 3
 
@@ -135,5 +137,6 @@ def test_killed_worker_keeps_commits_written_in_parts_whole_and_exactly_once(tmp
 def test_fifty_kills_keep_transactions_whole_and_exactly_once(tmp_path, monkeypatch, flush, in_parts):
     if in_parts:
         monkeypatch.setenv(PART_BYTES_ENV, "1")
+        monkeypatch.setenv(PRODUCERS_ENV, "2")
     summary = torture(tmp_path, flush, kills=50, seed=11)
     assert summary["visible_tx"] > 0

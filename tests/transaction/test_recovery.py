@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 
 import pytest
 
@@ -187,3 +189,20 @@ def test_snapshots_taken_under_concurrent_writes_recover_the_same_table(tmp_path
     assert {i.transaction_id: (i.state, i.half_count) for i in again.pending(limit=10**6)} == live
     assert again.metrics.snapshot()["pending_halves"] == engine.metrics.snapshot()["pending_halves"]
     assert again.recovery_stats["finals"] == len(engine._finals)
+
+
+def test_a_periodic_snapshot_gives_way_to_a_long_commit(engine):
+    """A COMMIT of millions of halves holds the engine's gate (shared) for seconds; a periodic
+    snapshot waiting for it would hold every other prepare and end back that long."""
+    engine._gate.acquire_shared()  # a COMMIT in flight
+    try:
+        started = time.monotonic()
+        assert engine.snapshot(wait=False) is None
+        assert time.monotonic() - started < 1
+        other = threading.Thread(target=lambda: engine.prepare([msg("a")], transaction_id="meanwhile"))
+        other.start()
+        other.join(5)
+        assert not other.is_alive()  # no snapshot attempt left waiting in front of it
+    finally:
+        engine._gate.release_shared()
+    assert engine.snapshot(wait=False) is not None

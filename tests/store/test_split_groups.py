@@ -1,0 +1,183 @@
+"""Split groups: a large COMMIT written in parts, other writers' records allowed between them.
+
+A COMMIT of a big transaction copies its halves in parts (COPY_PART_BYTES of sources
+each). Writers of other queues append between two parts instead of waiting for the
+whole copy; writers of a queue the group has already written wait for its end. The
+group stays all-or-nothing: visible with its last part, dispatched by recovery only
+with its END, and a dead group never comes back.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+
+import pytest
+
+from txmq.broker.store import message_store
+from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT
+from txmq.broker.store.record_copy import RecordCopies
+from tests.store._helpers import crash, msg, queue_contents
+
+NO_CHECKPOINTS = dict(checkpoint_interval_ms=10**8, flush_interval_ms=10**8)
+SOURCE = "SOURCE"
+
+
+def _sources(store, count: int, queue_id: int = 1) -> RecordCopies:
+    """`count` source records, and copies of them to a FINAL queue (a COMMIT's finals)."""
+    placed = [(r.physical_offset, r.size) for r in store.append([msg(SOURCE, b"s%d" % i) for i in range(count)])]
+    return RecordCopies([p for p, _ in placed], [s for _, s in placed], ["FINAL"] * count, [queue_id] * count,
+                        SYSFLAG_TRANSACTION_COMMIT, source_topic=SOURCE)
+
+
+class _PausedCommit:
+    """A COMMIT of one part per copy (then one for the op record), run on a thread and held
+    before building its part number `pause_at` (counted from 1), outside the write lock."""
+
+    def __init__(self, store, copies: RecordCopies, monkeypatch, *, pause_at: int = 2,
+                 fail_at: int | None = None) -> None:
+        monkeypatch.setattr(message_store, "COPY_PART_BYTES", 1)
+        self.paused, self.resume = threading.Event(), threading.Event()
+        self.error: BaseException | None = None
+        built = []
+        real_copy_columns = message_store.copy_columns
+
+        def copy_columns(store_, part):
+            built.append(part)
+            if len(built) == pause_at:
+                self.paused.set()
+                assert self.resume.wait(10)
+            if len(built) == fail_at:
+                raise KeyboardInterrupt("killed while building a part")
+            return real_copy_columns(store_, part)
+
+        monkeypatch.setattr(message_store, "copy_columns", copy_columns)
+
+        def commit() -> None:
+            try:
+                self.results = store.append_group_copies(copies, [msg("OP", b"op")])
+            except BaseException as exc:  # noqa: BLE001 - handed to the test
+                self.error = exc
+
+        self.thread = threading.Thread(target=commit)
+        self.thread.start()
+        assert self.paused.wait(10)
+
+    def finish(self) -> None:
+        self.resume.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+
+def _append_on_thread(store, message) -> tuple[threading.Thread, list]:
+    done: list = []
+    thread = threading.Thread(target=lambda: done.append(store.append([message])[0]))
+    thread.start()
+    return thread, done
+
+
+def test_writers_of_other_queues_append_between_the_parts_of_a_large_commit(open_store, monkeypatch) -> None:
+    store = open_store()
+    commit = _PausedCommit(store, _sources(store, 3), monkeypatch)
+    other = store.append([msg("OTHER", b"meanwhile")])[0]  # returns while the COMMIT is half written
+    assert [m.body for m in store.read_queue("OTHER", 0, 0, 10).messages] == [b"meanwhile"]
+    assert store.max_offset("FINAL", 1) == 0  # nothing of the group is visible yet
+    commit.finish()
+    assert commit.error is None
+    assert [m.body for m in store.read_queue("FINAL", 1, 0, 10).messages] == [b"s0", b"s1", b"s2"]
+    assert commit.results[0].physical_offset < other.physical_offset < commit.results[-1].physical_offset
+
+
+def test_a_writer_of_a_queue_the_commit_has_written_waits_for_its_end(open_store, monkeypatch) -> None:
+    store = open_store()
+    commit = _PausedCommit(store, _sources(store, 3), monkeypatch)
+    thread, done = _append_on_thread(store, msg("FINAL", b"later", queue_id=1))
+    thread.join(0.3)
+    assert thread.is_alive() and not done  # FINAL:1 is reserved to the COMMIT
+    commit.finish()
+    thread.join(10)
+    assert done[0].queue_offset == 3  # after the COMMIT's three finals: offsets stay consecutive
+    assert [m.body for m in store.read_queue("FINAL", 1, 0, 10).messages] == [b"s0", b"s1", b"s2", b"later"]
+
+
+def test_a_queue_reserved_by_a_failed_commit_is_released(open_store, monkeypatch) -> None:
+    store = open_store()
+    commit = _PausedCommit(store, _sources(store, 3), monkeypatch, fail_at=2)
+    commit.finish()
+    assert isinstance(commit.error, KeyboardInterrupt)
+    assert store.append([msg("FINAL", b"after", queue_id=1)])[0].queue_offset == 0
+    assert [m.body for m in store.read_queue("FINAL", 1, 0, 10).messages] == [b"after"]
+
+
+def test_checkpoints_stay_at_the_start_of_a_split_group_being_written(open_store, monkeypatch) -> None:
+    store = open_store(**NO_CHECKPOINTS)
+    copies = _sources(store, 3)
+    start = store.commitlog.write_end
+    commit = _PausedCommit(store, copies, monkeypatch)
+    store.append([msg("OTHER", b"meanwhile")])
+    assert store.dispatcher.dispatched_through == start  # a recovery must scan the group from its BEGIN
+    commit.finish()
+    assert store.dispatcher.dispatched_through == store.commitlog.write_end
+
+
+def test_records_between_the_parts_survive_a_crash_that_cuts_the_group_short(open_store, monkeypatch) -> None:
+    """What a kill -9 in the middle of a large COMMIT leaves: its first parts, other writers'
+    records after them, no END."""
+    store = open_store(**NO_CHECKPOINTS)
+    commit = _PausedCommit(store, _sources(store, 3), monkeypatch, pause_at=3, fail_at=3)
+    store.append([msg("OTHER", b"meanwhile")])
+    commit.finish()  # the build of part 3 dies; parts 1 and 2 stay in the log, dead
+    crash(store)
+    store = open_store()
+    assert store.recovery.crashed
+    contents = queue_contents(store)
+    assert contents[("OTHER", 0)] == [b"meanwhile"]
+    assert ("FINAL", 1) not in contents and ("OP", 0) not in contents
+    assert store.append([msg("FINAL", b"next", queue_id=1)])[0].queue_offset == 0
+
+
+def test_dead_split_records_at_the_end_of_the_log_are_truncated(open_store, monkeypatch) -> None:
+    store = open_store(**NO_CHECKPOINTS)
+    copies = _sources(store, 3)
+    end = store.commitlog.write_end
+    monkeypatch.setattr(store.commitlog, "truncate_to", lambda offset: None)  # the process dies instead
+    commit = _PausedCommit(store, copies, monkeypatch, pause_at=3, fail_at=3)
+    commit.finish()
+    assert store.commitlog.write_end > end
+    crash(store)
+    monkeypatch.undo()
+    store = open_store()
+    assert store.commitlog.write_end == end
+
+
+@pytest.mark.parametrize("queues_lost", [False, True], ids=["from the checkpoint", "queues rebuilt from the log"])
+def test_a_split_group_with_records_between_its_parts_is_recovered_whole(open_store, tmp_path, monkeypatch,
+                                                                         queues_lost) -> None:
+    store = open_store(**NO_CHECKPOINTS)
+    commit = _PausedCommit(store, _sources(store, 3), monkeypatch)
+    store.append([msg("OTHER", b"meanwhile")])
+    commit.finish()
+    crash(store)
+    if queues_lost:
+        shutil.rmtree(tmp_path / "store" / "consumequeue")
+    store = open_store()
+    contents = queue_contents(store)
+    assert contents[("FINAL", 1)] == [b"s0", b"s1", b"s2"]
+    assert contents[("OTHER", 0)] == [b"meanwhile"] and contents[("OP", 0)] == [b"op"]
+
+
+def test_a_later_split_group_does_not_revive_a_dead_one(open_store, tmp_path, monkeypatch) -> None:
+    store = open_store(**NO_CHECKPOINTS)
+    dead = _PausedCommit(store, _sources(store, 3), monkeypatch, pause_at=3, fail_at=3)
+    store.append([msg("OTHER", b"keeps the dead parts in the log")])
+    dead.finish()
+    store.append([msg("FINAL", b"after the dead group", queue_id=1)])  # takes FINAL:1's offset 0 again
+    live = _PausedCommit(store, _sources(store, 2, queue_id=2), monkeypatch)
+    live.finish()
+    assert live.error is None
+    crash(store)
+    shutil.rmtree(tmp_path / "store" / "consumequeue")  # recovery scans the whole log, both groups
+    store = open_store()
+    contents = queue_contents(store)
+    assert contents[("FINAL", 1)] == [b"after the dead group"]
+    assert contents[("FINAL", 2)] == [b"s0", b"s1"]
