@@ -264,7 +264,7 @@ class Dispatcher:
         if notify and entries:
             self.notify(entries)
 
-    def notify(self, entries: list[DispatchEntry]) -> None:
+    def notify(self, entries: Sequence[DispatchEntry]) -> None:
         """Tell the listeners what was dispatched (after it is visible)."""
         for fn in self._listeners:
             try:

@@ -9,7 +9,9 @@ store time, offset message id). Both are plain dataclasses: the record codec in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, NamedTuple, Sequence
+from typing import Callable, Iterator, NamedTuple, Sequence, TypeVar
+
+T = TypeVar("T")
 
 # --- reserved property names (RocketMQ's MessageConst where one exists) --------
 PROP_KEYS = "KEYS"  # message keys, joined by a single space
@@ -131,31 +133,29 @@ class AppendResult(NamedTuple):
     store_timestamp: int
 
 
-class AppendResults(Sequence[AppendResult]):
-    """The results of one append, in batch order, built on first use.
+class LazyList(Sequence[T]):
+    """A list whose items are made on first use (all at once), its length known up front.
 
-    An append produces a result per message, but many callers never look at them
-    (a transaction's op record, a DLQ copy, a send whose client wants no ids), and
-    building them, offset message ids included, is a sizeable part of an append's
-    cost. So the store hands back the columns it has anyway and the AppendResult
-    tuples are made when first read (all at once). Reads like a list of
-    AppendResult: len, index, slice (a list), iteration, == with a list.
-    `columns` (when the store sets it) is (queue offsets, physical offsets, sizes), one list
-    each (the physical offsets may have one extra item, the end of the batch).
+    The store's writes produce a row per record that many callers never look at (see
+    AppendResults; dispatch listeners that only ask whether anything was dispatched,
+    after a COMMIT of a million records). Reads like a list: len, index, slice (a
+    list), iteration, == with a list.
     """
 
-    __slots__ = ("_count", "_build", "_items", "columns")
+    __slots__ = ("_count", "_build", "_items")
 
-    def __init__(self, count: int, build: Callable[[], list[AppendResult]]) -> None:
+    def __init__(self, count: int, build: Callable[[], list[T]]) -> None:
         self._count = count
-        self._build: Callable[[], list[AppendResult]] | None = build
-        self._items: list[AppendResult] | None = None
-        self.columns: tuple[list[int], list[int], list[int]] | None = None
+        self._build: Callable[[], list[T]] | None = build
+        self._items: list[T] | None = None
 
-    def _list(self) -> list[AppendResult]:
+    def _list(self) -> list[T]:
         items = self._items
         if items is None:
-            items = self._items = self._build()  # two threads may both build: same values
+            build = self._build
+            if build is None:  # another thread has just built them
+                return self._items  # type: ignore[return-value]
+            items = self._items = build()  # two threads may both build: same values
             self._build = None
         return items
 
@@ -165,11 +165,11 @@ class AppendResults(Sequence[AppendResult]):
     def __getitem__(self, index):
         return self._list()[index]
 
-    def __iter__(self) -> Iterator[AppendResult]:
+    def __iter__(self) -> Iterator[T]:
         return iter(self._list())
 
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, (list, AppendResults)):
+        if isinstance(other, (list, LazyList)):
             return self._list() == list(other)
         return NotImplemented
 
@@ -177,3 +177,22 @@ class AppendResults(Sequence[AppendResult]):
 
     def __repr__(self) -> str:
         return repr(self._list())
+
+
+class AppendResults(LazyList[AppendResult]):
+    """The results of one append, in batch order, built on first use.
+
+    An append produces a result per message, but many callers never look at them
+    (a transaction's op record, a DLQ copy, a send whose client wants no ids), and
+    building them, offset message ids included, is a sizeable part of an append's
+    cost. So the store hands back the columns it has anyway and the AppendResult
+    tuples are made when first read.
+    `columns` (when the store sets it) is (queue offsets, physical offsets, sizes), one list
+    each (the physical offsets may have one extra item, the end of the batch).
+    """
+
+    __slots__ = ("columns",)
+
+    def __init__(self, count: int, build: Callable[[], list[AppendResult]]) -> None:
+        super().__init__(count, build)
+        self.columns: tuple[list[int], list[int], list[int]] | None = None

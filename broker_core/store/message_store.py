@@ -52,6 +52,7 @@ from txmq.broker.store.message import (
     SYSFLAG_SPLIT_GROUP,
     AppendResult,
     AppendResults,
+    LazyList,
     Message,
     StoredMessage,
 )
@@ -225,12 +226,14 @@ class _Written(NamedTuple):
 
 
 def _dispatch_entries(topics, qids, queue_offsets, phys, sizes, tag_hashes, now, sys_flags,
-                      queued) -> list[DispatchEntry]:
-    """What dispatch listeners get for the queued records of a write."""
-    rows = zip(topics, qids, queue_offsets, phys, sizes, tag_hashes, repeat(now), sys_flags)
-    if queued is not None:
-        rows = compress(rows, queued)
-    return list(map(_new_dispatch_entry, rows))
+                      queued) -> LazyList[DispatchEntry]:
+    """What dispatch listeners get for the queued records of a write (made when first read: the
+    broker's listeners only ask whether anything was dispatched)."""
+    def build() -> list[DispatchEntry]:
+        rows = zip(topics, qids, queue_offsets, phys, sizes, tag_hashes, repeat(now), sys_flags)
+        return list(map(_new_dispatch_entry, rows if queued is None else compress(rows, queued)))
+
+    return LazyList(len(topics) if queued is None else queued.count(True), build)
 
 
 @dataclass
@@ -565,9 +568,9 @@ class MessageStore:
                             index_columns=(group.hashes, group.positions, now), defer_index=True)
         group.published = True
         if dispatcher.has_listeners:
-            dispatcher.notify([entry for topics, qids, sys_flags, w in group.written
-                               for entry in _dispatch_entries(topics, qids, w.queue_offsets, w.phys, w.sizes,
-                                                              w.tag_hashes, now, sys_flags, w.queued)])
+            parts = [_dispatch_entries(topics, qids, w.queue_offsets, w.phys, w.sizes, w.tag_hashes, now, sys_flags,
+                                       w.queued) for topics, qids, sys_flags, w in group.written]
+            dispatcher.notify(LazyList(sum(map(len, parts)), lambda: [*chain.from_iterable(parts)]))
 
     def _abandon(self, group: "_SplitGroup") -> None:
         """A split group failed (a bad source, a failed write): release what it holds. Its parts
