@@ -551,9 +551,8 @@ class MessageStore:
             group.start = self.dispatcher.hold = self.commitlog.write_end
         sys_flags = _split_sys_flags(batch.sys_flags, begins=begins, ends=ends)
         topics, qids = batch.topics, batch.queue_ids
-        keys = list(zip(topics, qids))
-        self._reserved.update(keys)
-        w = self._write_part(batch, sys_flags, keys, group.offsets, now, False)
+        w = self._write_part(batch, sys_flags, list(zip(topics, qids)), group.offsets, now, False)
+        self._reserved.update(w.runs)  # the queues it wrote (no other writer got in meanwhile: we hold the lock)
         for key, (first, *packed) in w.runs.items():
             group.runs.setdefault(key, [first]).extend(packed)
         group.hashes += w.hashes

@@ -98,14 +98,12 @@ class RecordCopies:
     def parts(self, max_bytes: int) -> list["RecordCopies"]:
         """These copies split, in order, into runs of sources of at most `max_bytes` each
         (a run holds at least one copy)."""
+        ends = np.cumsum(np.asarray(self.sizes, dtype=np.int64))  # one search per part, not a step per copy
         bounds = [0]
-        budget = max_bytes
-        for i, size in enumerate(self.sizes):
-            if size > budget and i > bounds[-1]:
-                bounds.append(i)
-                budget = max_bytes
-            budget -= size
-        bounds.append(len(self))
+        while bounds[-1] < len(self):
+            start = bounds[-1]
+            before = int(ends[start - 1]) if start else 0
+            bounds.append(max(start + 1, int(np.searchsorted(ends, before + max_bytes, side="right"))))
         return [replace(self, physical_offsets=self.physical_offsets[a:b], sizes=self.sizes[a:b],
                         topics=self.topics[a:b], queue_ids=self.queue_ids[a:b])
                 for a, b in pairwise(bounds)]

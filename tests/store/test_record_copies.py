@@ -194,6 +194,21 @@ def test_parts_of_copies_cover_them_in_order_within_the_byte_budget():
     assert [len(p) for p in copies.parts(10**6)] == [10]
 
 
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 300), min_size=1, max_size=60), st.integers(1, 1000))
+def test_parts_are_the_fewest_in_order_runs_within_the_budget(sizes, budget):
+    """Each part holds as many copies as fit in the budget (one copy at least), in order."""
+    n = len(sizes)
+    copies = RecordCopies(list(range(n)), sizes, ["T"] * n, [0] * n, SYSFLAG_TRANSACTION_COMMIT, source_topic=SOURCE)
+    parts = copies.parts(budget)
+    assert [o for p in parts for o in p.physical_offsets] == list(range(n))
+    for part, following in zip(parts, parts[1:] + [None]):
+        assert len(part) == 1 or sum(part.sizes) <= budget
+        if following is not None:  # the next copy would not have fitted
+            assert sum(part.sizes) + following.sizes[0] > budget
+
+
 _names = st.text(st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)), min_size=1,
                  max_size=8).filter(lambda k: k != PROP_CRC32)
 _values = st.text(st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)), max_size=8)
