@@ -272,6 +272,7 @@ class IndexService:
         self._pending_hashes: list[int] = []
         self._pending_phys: list[int] = []
         self._pending_times: list[int] = []
+        self._unsynced: set[IndexFile] = set()  # files written since the last flush
 
     def _active(self) -> IndexFile:
         if not self._files or self._files[-1][1].full:
@@ -281,7 +282,10 @@ class IndexService:
         return self._files[-1][1]
 
     def put(self, key: str, phys: int, timestamp_ms: int) -> None:
-        self._active().put(key_hash(key), phys, timestamp_ms)
+        with self._lock:
+            active = self._active()
+            active.put(key_hash(key), phys, timestamp_ms)
+            self._unsynced.add(active)
 
     def put_many(self, items: list[tuple[str, int, int]]) -> None:
         """Index (key, physical offset, store time) items, rolling files as they fill."""
@@ -322,7 +326,9 @@ class IndexService:
         times = np.array(self._pending_times, dtype=np.int64)
         self._pending_hashes, self._pending_phys, self._pending_times = [], [], []
         while len(hashes):
-            done = self._active().put_arrays(hashes, phys, times)
+            active = self._active()
+            done = active.put_arrays(hashes, phys, times)
+            self._unsynced.add(active)
             hashes, phys, times = hashes[done:], phys[done:], times[done:]
 
     def write_pending(self) -> None:
@@ -348,8 +354,12 @@ class IndexService:
         return out
 
     def flush(self) -> None:
-        self.write_pending()
-        for _, f in self._files[-2:]:
+        """Write the pending items, then sync every file written since the last flush (a deferred
+        write of a large COMMIT's items may have filled several)."""
+        with self._lock:
+            self._write_pending()
+            unsynced, self._unsynced = self._unsynced, set()
+        for f in unsynced:
             f.flush()
 
     def delete_below(self, min_phys: int) -> int:

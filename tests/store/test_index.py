@@ -105,3 +105,23 @@ def test_index_flush_lets_other_threads_run(tmp_path) -> None:
         pytest.skip(f"the write-back took only {took[0] * 1000:.0f} ms here: too short to tell a stall")
     assert longest_stall < took[0] / 2, (
         f"a flush of {took[0] * 1000:.0f} ms stopped this thread for {longest_stall * 1000:.0f} ms")
+
+
+def test_a_flush_syncs_every_index_file_written_since_the_last_one(tmp_path, monkeypatch) -> None:
+    """A large COMMIT leaves its index items pending for the flush, which may fill several files:
+    the checkpoint that follows vouches for all of them."""
+    from txmq.broker.store import index_file
+    from txmq.broker.store.index_file import IndexService
+
+    service = IndexService(tmp_path / "index", slots=8, entries_per_file=4)
+    service.put_columns(list(range(1, 21)), list(range(20)), 1000, defer=True)  # five files' worth
+    synced: list[int] = []
+    monkeypatch.setattr(index_file.os, "fdatasync", synced.append)
+    service.flush()
+    files = [f for _, f in service._files]
+    assert len(files) == 5 and sorted(synced) == sorted(f.fd for f in files)
+    synced.clear()
+    service.flush()
+    assert synced == []  # nothing written since
+    monkeypatch.undo()
+    service.close()
