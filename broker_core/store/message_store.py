@@ -85,10 +85,9 @@ def _append_results(topics: Sequence[str], qids: Sequence[int], queue_offsets: S
     return list(map(_new_append_result, zip(topics, qids, queue_offsets, phys, sizes, ids, repeat(now))))
 
 
-def _stored_sys_flags(flags: Sequence[int], group: bool, *, ends_group: bool = True) -> Sequence[int]:
+def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
     """SYSFLAG as stored: the caller's group bits cleared; in a group every record but
-    the last is a GROUP_MEMBER and the last is the GROUP_END (a GROUP_MEMBER too when
-    the batch is a part of a group that does not end with it)."""
+    the last is a GROUP_MEMBER and the last is the GROUP_END."""
     if not group and not any(flags):  # plain messages: nothing to clear or set
         return flags
     if reduce(or_, flags, 0) & GROUP_BITS:
@@ -96,8 +95,7 @@ def _stored_sys_flags(flags: Sequence[int], group: bool, *, ends_group: bool = T
     if not group:
         return flags
     out = [f | SYSFLAG_GROUP_MEMBER for f in flags]
-    if ends_group:
-        out[-1] = flags[-1] | SYSFLAG_GROUP_END
+    out[-1] = flags[-1] | SYSFLAG_GROUP_END
     return out
 
 
