@@ -23,6 +23,22 @@ def test_send_arrow_spreads_messages_over_queues(client, topic):
     assert {s.queue_id for s in summary.slices} == {0, 1, 2, 3}
 
 
+@pytest.mark.parametrize("form", ["arrow", "protobuf"])
+def test_send_slices_name_exactly_where_the_messages_landed(client, topic, form):
+    client.send_arrow(bodies_batch(7), topic=topic)  # queues do not start at offset 0 for the second send
+    if form == "arrow":
+        summary = client.send_arrow(pa.RecordBatch.from_pydict({"body": [b"s%d" % i for i in range(22)]}),
+                                    topic=topic)
+    else:
+        summary = client.send([Message(topic=topic, body=b"s%d" % i, keys=["k"]) for i in range(22)])
+    landed = {}
+    for s in summary.slices:
+        for i in range(s.count):
+            result = client.pull_arrow(topic, s.queue_id, s.first_offset + i, s.first_offset + i + 1)
+            landed[(s.queue_id, s.first_offset + i)] = result.batch.column("body")[0].as_py()
+    assert sorted(landed.values()) == sorted(b"s%d" % i for i in range(22))
+
+
 def test_same_sharding_key_lands_in_one_queue_in_order(client, topic):
     batch = bodies_batch(30, shardingKey=pa.array(["order-7"] * 30))
     client.send_arrow(batch, topic=topic)
