@@ -242,9 +242,8 @@ class NativeService:
             topics, queue_ids = [m.topic for m in rows], [m.queue_id for m in rows]
             results = self.store.append(rows)
         self.metrics.observe("send", len(results), time.perf_counter() - started)
-        slices = (_slices_of_columns(topics, queue_ids, results.columns[0]) if results.columns is not None
-                  else _slices(results))
-        return pb.SendResponse(status=ok_status(), count=len(results), slices=slices,
+        return pb.SendResponse(status=ok_status(), count=len(results),
+                               slices=_slices(topics, queue_ids, results.columns[0]),
                                message_ids=[r.msg_id for r in results] if request.return_message_ids else [])
 
     def PrepareMessages(self, request: pb.PrepareRequest, context) -> pb.PrepareResponse:
@@ -480,27 +479,16 @@ def _client_id(context) -> str:
     return ""
 
 
-def _slices_of_columns(topics: list[str], queue_ids: list[int], queue_offsets: list[int]) -> list[pb.QueueSlice]:
-    """_slices from an append's columns, without building its AppendResults (offset message ids
-    included: ~1 µs a row that a send not asking for ids never reads). One append gives each
-    queue consecutive offsets, so a queue's first is its last minus its count plus one."""
+def _slices(topics: list[str], queue_ids: list[int], queue_offsets: list[int]) -> list[pb.QueueSlice]:
+    """Where a send's messages landed, per queue, from the append's columns (not its
+    AppendResults: building those, offset message ids included, costs ~1 µs a row that a send
+    not asking for ids never reads). One append gives each queue consecutive offsets, so a
+    queue's first is its last minus its count plus one."""
     keys = list(zip(topics, queue_ids))
     counts = Counter(keys)
     last = dict(zip(keys, queue_offsets))
     return [pb.QueueSlice(topic=topic, queue_id=queue_id, first_offset=last[(topic, queue_id)] - n + 1, count=n)
             for (topic, queue_id), n in counts.items()]
-
-
-def _slices(results: list) -> list[pb.QueueSlice]:
-    slices: dict[tuple[str, int], pb.QueueSlice] = {}
-    for r in results:
-        s = slices.get((r.topic, r.queue_id))
-        if s is None:
-            slices[(r.topic, r.queue_id)] = pb.QueueSlice(topic=r.topic, queue_id=r.queue_id,
-                                                           first_offset=r.queue_offset, count=1)
-        else:
-            s.count += 1
-    return list(slices.values())
 
 
 def _unary(fn: Callable, response_class: type) -> Callable:

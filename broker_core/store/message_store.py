@@ -71,7 +71,6 @@ from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.store.validation import check_columns, check_encoded_columns
 
 log = logging.getLogger(__name__)
-GROUP_BITS = SYSFLAG_GROUP_BITS
 
 
 _new_append_result = partial(tuple.__new__, AppendResult)  # from a row tuple, in C
@@ -90,8 +89,8 @@ def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
     the last is a GROUP_MEMBER and the last is the GROUP_END."""
     if not group and not any(flags):  # plain messages: nothing to clear or set
         return flags
-    if reduce(or_, flags, 0) & GROUP_BITS:
-        flags = [f & ~GROUP_BITS for f in flags]
+    if reduce(or_, flags, 0) & SYSFLAG_GROUP_BITS:
+        flags = [f & ~SYSFLAG_GROUP_BITS for f in flags]
     if not group:
         return flags
     out = [f | SYSFLAG_GROUP_MEMBER for f in flags]
@@ -102,7 +101,7 @@ def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
 def _split_sys_flags(flags: Sequence[int], *, begins: bool, ends: bool) -> list[int]:
     """SYSFLAG as stored for a part of a split group: SPLIT_GROUP on every record, GROUP_BEGIN
     on the group's first, GROUP_END on its last (see message.SYSFLAG_SPLIT_GROUP)."""
-    out = [f & ~GROUP_BITS | SYSFLAG_SPLIT_GROUP for f in flags]
+    out = [f & ~SYSFLAG_GROUP_BITS | SYSFLAG_SPLIT_GROUP for f in flags]
     if begins:
         out[0] |= SYSFLAG_GROUP_BEGIN
     if ends:

@@ -45,12 +45,11 @@ class SharedExclusiveGate:
         long (`held` is then False and the block runs without the gate). A periodic
         snapshot waits only briefly: while it waits, new shared holders wait too, and
         one shared holder may be a COMMIT copying a million halves for seconds."""
+        held = False
         with self._cond:
             self._exclusive_waiting += 1
             try:
-                if not self._cond.wait_for(lambda: not (self._exclusive or self._shared), timeout_s):
-                    held = False
-                else:
+                if self._cond.wait_for(lambda: not (self._exclusive or self._shared), timeout_s):
                     held = self._exclusive = True
             finally:
                 self._exclusive_waiting -= 1

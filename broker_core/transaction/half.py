@@ -53,7 +53,6 @@ _DEFAULT_BORN_HOST_RAW = encode_host(Message.__dataclass_fields__["born_host"].d
 PROP_PREPARED_MS = "__TXMQ_PREPARED_MS"
 DELAY_PROPERTIES = (PROP_DELAY_LEVEL, PROP_DELIVER_TIME_MS, PROP_TIMER_DELIVER_MS)
 _TX_ID = re.compile(r"[\x21-\x7e]{1,256}")
-_GROUP_BITS = SYSFLAG_GROUP_BITS
 
 
 def check_transaction_id(transaction_id: str) -> str:
@@ -180,4 +179,4 @@ def stored_immunity_s(half: Message) -> int | None:
 
 
 def _with_tx_type(sys_flag: int, tx_type: int) -> int:
-    return (sys_flag & ~SYSFLAG_TRANSACTION_MASK & ~_GROUP_BITS) | tx_type
+    return (sys_flag & ~SYSFLAG_TRANSACTION_MASK & ~SYSFLAG_GROUP_BITS) | tx_type
