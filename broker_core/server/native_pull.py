@@ -4,9 +4,10 @@ This is the hot path of Spark reads. Two builders make the same batch:
 
 - `pull_batch` (what the PullArrow RPC uses) reads the queue range as columns
   (`store.columnar_read`) and derives every column with numpy and pyarrow.compute:
-  the separators of the whole batch's property text are located with numpy and
-  names and values are cut out with one Arrow take each, so no Python object
-  and no Arrow string is made per message beyond the output columns' own. Tag-filtered pulls take the object path below (the filter is
+  the property texts are split into pairs for the whole batch at once
+  (`pull_properties`) and values are cut out with one Arrow take each, so no
+  Python object and no Arrow string is made per message beyond the output
+  columns' own. Tag-filtered pulls take the object path below (the filter is
   confirmed on decoded tags by `MessageStore.read_queue`; filtered reads are the
   rare case and are bounded by the filter's scan limit), and so does a store
   that only implements the `read_queue` contract.
@@ -24,13 +25,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txmq.broker.errors import StoreError
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
-from txmq.broker.server.pull_shm import SharedMemoryPayloads
 from txmq.broker.server.property_names import SYSTEM_PROPERTIES
-from txmq.broker.store.columnar_read import (RecordColumns, as_utf8, gather_binary, read_queue_columns,
-                                             supports_columnar, values_and_offsets)
+from txmq.broker.server.pull_properties import PropertyPairs, split_properties
+from txmq.broker.server.pull_shm import SharedMemoryPayloads
+from txmq.broker.store.columnar_read import RecordColumns, read_queue_columns, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage
 from txmq.broker.store.tag_filter import TagFilter
 
@@ -99,10 +99,6 @@ def _micros(millis: list[int]) -> pa.Array:
 
 # --- the columnar path ---------------------------------------------------------------
 
-_SYSTEM_NAMES = sorted(SYSTEM_PROPERTIES)
-_SYSTEM_NAME_SET = pa.array(_SYSTEM_NAMES, pa.string())
-_SYSTEM_CODE = {name: code for code, name in enumerate(_SYSTEM_NAMES)}
-
 
 @dataclass
 class PullBatch:
@@ -126,91 +122,7 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
 
 
-@dataclass
-class _Properties:
-    """Every property of a batch, in record then on-disk order: names, and which system
-    property each name is, computed once; values are cut out only for the pairs a column needs.
-
-    `pieces` is the batch's property text cut into name, separator, value, separator
-    of every pair (pair i's value is piece 4i + 2). `code` is each name's index in
-    _SYSTEM_NAMES (-1: not a system name), so finding a property is a numpy comparison
-    of small integers instead of a string comparison over every pair.
-    """
-
-    pieces: pa.StringArray
-    names: pa.StringArray
-    code: np.ndarray  # int per pair
-    row: np.ndarray  # the record each pair belongs to
-
-    def values(self, pairs: np.ndarray, missing: np.ndarray | None = None) -> pa.StringArray:
-        """The values of `pairs` (indices of pairs; null where `missing`)."""
-        return self.pieces.take(pa.array(4 * pairs + 2, mask=missing))
-
-    def pairs_named(self, name: str) -> np.ndarray:
-        return np.flatnonzero(self.code == _SYSTEM_CODE[name])
-
-    def by_row(self, n: int, name: str) -> pa.StringArray:
-        """Value of system property `name` per record (null where absent)."""
-        hits = self.pairs_named(name)
-        if not len(hits):
-            return pa.nulls(n, pa.string())
-        pos = np.full(n, -1, dtype=np.int64)
-        pos[self.row[hits]] = hits
-        return self.values(np.maximum(pos, 0), pos < 0)
-
-
-def _split_properties(records: RecordColumns) -> _Properties:
-    """Split every record's property string into (name, value) pairs in one pass.
-
-    Why numpy and not pc.split_pattern: splitting makes a string per token and
-    then needs takes to pair them (~1.7 µs a message for five properties); here
-    the separators are located with two byte comparisons over the batch's
-    property text, names are cut out of it by one Arrow take (see _pair_pieces)
-    and classified by one hash lookup each.
-
-    Each non-empty property text is gathered with the \\x02 that ends its last
-    pair (the record has it before the CRC property), so every pair is
-    "name \\x01 value \\x02" and pairs tile the buffer back to back. Names and
-    values never contain a separator (the store refuses such properties on
-    append); a pair without exactly one \\x01 is reported as corruption.
-    """
-    n = records.count
-    has_props = records.props_len > 0
-    with_end = np.where(has_props, records.props_len + 1, 0)
-    text, row_at = values_and_offsets(as_utf8(gather_binary(records.tail, records.props_at, with_end), "properties"))
-    pair_end = np.flatnonzero(text == 2)
-    name_end = np.flatnonzero(text == 1)
-    k = len(pair_end)
-    pair_at = np.zeros(k, dtype=np.int64)
-    pair_at[1:] = pair_end[:-1] + 1
-    last = row_at[1:][has_props] - 1
-    if (len(name_end) != k or (k and ((name_end < pair_at).any() or (name_end > pair_end).any()))
-            or (text[last] != 2).any()):
-        raise StoreError("a record has a malformed property (no name separator, or not name\\x01value\\x02)")
-    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.searchsorted(pair_end, row_at)))
-    pieces = _pair_pieces(text, pair_at, name_end, pair_end)
-    names = pieces.take(pa.array(np.arange(0, 4 * k, 4, dtype=np.int64)))
-    code = pc.fill_null(pc.index_in(names, value_set=_SYSTEM_NAME_SET), -1).to_numpy()
-    return _Properties(pieces, names, code, row)
-
-
-def _pair_pieces(text: np.ndarray, pair_at: np.ndarray, name_end: np.ndarray, pair_end: np.ndarray
-                 ) -> pa.StringArray:
-    """The pairs text[pair_at:name_end] \\x01 text[name_end+1:pair_end] \\x02 as name, separator,
-    value, separator pieces of one string array over `text` itself (offsets only, no copy):
-    the pairs tile `text`, so the pieces are consecutive. UTF-8 was checked on the whole
-    text (cutting at ASCII separators keeps it valid)."""
-    k = len(pair_at)
-    offsets = np.empty(4 * k + 1, dtype=np.int32)
-    offsets[0:4 * k:4] = pair_at
-    offsets[1:4 * k:4] = name_end
-    offsets[2:4 * k:4] = name_end + 1
-    offsets[3:4 * k:4] = pair_end
-    offsets[4 * k] = len(text)
-    return pa.Array.from_buffers(pa.string(), 4 * k, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
-
-
-def _keys_column(props: _Properties, n: int) -> pa.ListArray:
+def _keys_column(props: PropertyPairs, n: int) -> pa.ListArray:
     """KEYS split on spaces, empty keys dropped; an empty list where there is none."""
     hits = props.pairs_named(PROP_KEYS)
     counts = np.zeros(n, dtype=np.int64)
@@ -227,18 +139,15 @@ def _keys_column(props: _Properties, n: int) -> pa.ListArray:
     return pa.ListArray.from_arrays(pa.array(_offsets(counts)), tokens)
 
 
-def _user_properties_column(props: _Properties, n: int) -> pa.MapArray:
+def _user_properties_column(props: PropertyPairs, n: int) -> pa.MapArray:
     """Every property that is neither a system name nor starts with "__", per record."""
-    user = np.flatnonzero(props.code < 0)
-    if len(user):
-        hidden = pc.starts_with(props.names.take(pa.array(user)), "__").to_numpy(zero_copy_only=False)
-        user = user[~hidden]
+    user = props.user
     counts = np.bincount(props.row[user], minlength=n)
-    names = props.names.take(pa.array(user))
+    names = props.names(user)
     return pa.MapArray.from_arrays(pa.array(_offsets(counts)), names, props.values(user)).cast(STRING_MAP)
 
 
-def _message_ids(records: RecordColumns, props: _Properties, n: int) -> pa.StringArray:
+def _message_ids(records: RecordColumns, props: PropertyPairs, n: int) -> pa.StringArray:
     """UNIQ_KEY where it is set and not empty, else the offset message id."""
     uniq = props.by_row(n, PROP_UNIQ_KEY)
     given = pc.fill_null(pc.greater(pc.binary_length(uniq), 0), False).to_numpy(zero_copy_only=False)
@@ -267,7 +176,7 @@ def build_pull_batch_columnar(records: RecordColumns, topic: str | None = None) 
     n = records.count
     if n == 0:
         return empty_pull_batch()
-    props = _split_properties(records)
+    props = split_properties(records)
     columns = [
         records.topics(topic),
         pa.array(records.queue_id, pa.int32()),

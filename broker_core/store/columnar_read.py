@@ -65,6 +65,10 @@ _CRC_PREFIX = np.frombuffer(CRC_PREFIX, dtype=np.uint8)
 # byte -> its two uppercase hex digits, as two bytes in memory order (a uint16 per byte value)
 _HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % b for b in range(256)), dtype=np.uint16)
 _INLINE = 12  # Arrow binary views keep values of up to 12 bytes inline
+# Values this long on average are gathered through binary views even when in order: the
+# cast copies them ~20% faster than a take of every other piece (measured with 1 KiB
+# bodies); short values (topics, property texts) are faster with the take.
+_VIEWS_FROM_MEAN_BYTES = 256
 
 # The fields before BORNHOST sit at fixed offsets whatever the host families are.
 _FIXED_HEAD = np.dtype([
@@ -295,7 +299,7 @@ def gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
     n = len(starts)
     if n == 0:
         return pa.array([], pa.binary())
-    if _in_order(starts, lengths):
+    if _in_order(starts, lengths) and int(lengths.sum()) < _VIEWS_FROM_MEAN_BYTES * n:
         return _gather_in_order(data, starts, lengths)
     lengths = lengths.astype(np.int32, copy=False)
     views = np.empty((n, 4), dtype="<i4")
