@@ -90,6 +90,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               what="txmq vs RabbitMQ vs Redis, over the wire"),
     Benchmark("commit_stall", full_args=QUICK, full_runs=2, timeout_s=300,
               what="sends to another topic while a large COMMIT is written: latency vs the COMMIT's duration"),
+    Benchmark("page_cache", full_args=QUICK, full_runs=2, timeout_s=300,
+              what="CommitLog writes with and without the page-cache window (CPU per message)"),
     Benchmark("scaling", full_runs=1, self_repeating=True, timeout_s=1200,
               what="producers, queues, batch size, check-back scan vs pending (full: up to 1M)"),
     Benchmark("spark_source", full_args=(*QUICK, "--repeat", "2"), full_runs=2, timeout_s=900, rerun_rank=2,

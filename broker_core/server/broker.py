@@ -77,6 +77,7 @@ class BrokerCore:
             commitlog_segment_bytes=config.segment_bytes,
             retention_hours=config.retention_s / 3600,
             disk_max_used_ratio=config.disk_max_used_ratio,
+            page_cache_keep_bytes=config.page_cache_keep_bytes,
             store_host=(host if host not in WILDCARD_HOSTS else "127.0.0.1", port),
         ))
         try:
@@ -274,6 +275,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
     p.add_argument("--metrics-listen", help="HOST:PORT for the Prometheus /metrics endpoint")
     p.add_argument("--segment-bytes", type=int, help="CommitLog segment size in bytes (default 1 GiB)")
+    p.add_argument("--page-cache-keep-bytes", type=int,
+                   help="keep the newest CommitLog bytes in the page cache and drop older flushed ones "
+                        "(default 2 GiB; 0: leave it to the kernel)")
     p.add_argument("--retention", help="delete CommitLog segments older than this (default 72h)")
     p.add_argument("--disk-max-used-ratio", type=float,
                    help="delete the oldest segments while the disk is fuller than this (default 0.75)")
@@ -296,6 +300,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("auto_create_topics", "auto_create_topics"), ("default_queue_count", "default_queue_count"),
                       ("auth_file", "auth_file"), ("tls_cert", "tls_cert"), ("tls_key", "tls_key"),
                       ("metrics_listen", "metrics_listen"), ("segment_bytes", "segment_bytes"),
+                      ("page_cache_keep_bytes", "page_cache_keep_bytes"),
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("pull_shm_max_bytes", "pull_shm_max_bytes"),
                       ("pull_shm_max_used_ratio", "pull_shm_max_used_ratio"),
                       ("short_call_workers", "short_call_workers")):

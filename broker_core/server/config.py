@@ -60,6 +60,9 @@ class BrokerConfig:
     segment_bytes: int = 1 << 30
     retention_s: float = 72 * 3600.0
     disk_max_used_ratio: float = 0.75
+    # The newest CommitLog bytes kept in the page cache (older flushed bytes are dropped
+    # from it, see store/page_cache.py); 0: leave the page cache to the kernel.
+    page_cache_keep_bytes: int = 2 << 30
     max_body_bytes: int = 4 << 20
     max_properties_bytes: int = 32767
     max_message_bytes: int = 256 << 20  # gRPC frame limit (native Arrow batches are large)
@@ -109,6 +112,8 @@ class BrokerConfig:
             raise ValueError(f"retention must be positive, got {self.retention_s}s")
         if not 0 < self.disk_max_used_ratio <= 1:
             raise ValueError(f"disk_max_used_ratio must be in (0, 1], got {self.disk_max_used_ratio}")
+        if self.page_cache_keep_bytes < 0:
+            raise ValueError(f"page_cache_keep_bytes must not be negative, got {self.page_cache_keep_bytes}")
         if self.short_call_workers is not None and self.short_call_workers < 0:
             raise ValueError(f"short_call_workers must not be negative, got {self.short_call_workers}")
         if self.pull_shm_max_bytes < 0:

@@ -28,6 +28,9 @@ class StoreConfig:
     disk_max_used_ratio: float = 0.75
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
     checkpoint_interval_ms: int = 1000
+    # The newest bytes of the CommitLog kept in the page cache; flushed bytes older than
+    # that are dropped from it (page_cache.py). 0: never drop (the kernel decides alone).
+    page_cache_keep_bytes: int = 2 << 30
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -35,5 +38,7 @@ class StoreConfig:
             raise ValueError(f"flush_mode must be 'async' or 'sync', got {self.flush_mode!r}")
         if self.commitlog_segment_bytes < 4096:
             raise ValueError(f"commitlog_segment_bytes must be at least 4096, got {self.commitlog_segment_bytes}")
+        if self.page_cache_keep_bytes < 0:
+            raise ValueError(f"page_cache_keep_bytes must not be negative, got {self.page_cache_keep_bytes}")
         if self.consume_queue_entries_per_file < 1 or self.index_slots < 1 or self.index_entries_per_file < 1:
             raise ValueError("queue-file and index sizes must be positive")

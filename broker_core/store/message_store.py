@@ -57,6 +57,7 @@ from txmq.broker.store.message import (
     StoredMessage,
 )
 from txmq.broker.store.metadata import ConsumerOffsets, TopicRegistry, read_json, write_json_atomically
+from txmq.broker.store.page_cache import PageCacheWindow
 from txmq.broker.store.record import (
     RecordCorrupted,
     decode_records,
@@ -263,6 +264,7 @@ class MessageStore:
         self._reserved: set[tuple[str, int]] = set()
         self._unreserved = threading.Condition(self._write_lock)
         self.commitlog = CommitLog(root / "commitlog", config.commitlog_segment_bytes, config.store_host)
+        self.page_cache = PageCacheWindow(config.page_cache_keep_bytes, lambda: self.commitlog.segments)
         self.index = IndexService(root / "index", config.index_slots, config.index_entries_per_file)
         self.dispatcher = Dispatcher(root / "consumequeue", config.consume_queue_entries_per_file, self.index)
         self.checkpoint = StoreCheckpoint(root / "checkpoint")
@@ -325,6 +327,7 @@ class MessageStore:
         if self._closed:
             return
         self._write_checkpoint()
+        self.page_cache.release(self.commitlog.flushed_end)
         if time.monotonic() >= self._next_housekeeping:
             self._next_housekeeping = time.monotonic() + HOUSEKEEPING_S
             self.delete_expired()
@@ -821,6 +824,7 @@ class MessageStore:
             "commitlog_flushed_offset": cl.flushed_end,
             "commitlog_segments": len(cl.segments),
             "commitlog_bytes": cl.disk_bytes(),
+            "page_cache_released_bytes": self.page_cache.released_bytes,
             "queues": len(self.dispatcher.queues()),
             "fsyncs": self._group_commit.fsyncs if self._group_commit is not None else 0,
             "flush_errors": self._flusher.errors,

@@ -63,6 +63,17 @@ def test_out_of_range_shared_memory_pull_limits_are_refused(setting):
         BrokerConfig.from_mapping(setting)
 
 
+def test_the_page_cache_window_defaults_to_2_gib_and_comes_from_a_flag(tmp_path):
+    assert BrokerConfig().page_cache_keep_bytes == 2 << 30
+    args = build_arg_parser().parse_args(["--data-dir", str(tmp_path), "--page-cache-keep-bytes", "0"])
+    assert config_from_args(args).page_cache_keep_bytes == 0
+
+
+def test_a_negative_page_cache_window_is_refused():
+    with pytest.raises(ValueError, match="page_cache_keep_bytes"):
+        BrokerConfig.from_mapping({"page_cache_keep_bytes": -1})
+
+
 @pytest.fixture
 def auth(tmp_path):
     f = tmp_path / "auth.json"

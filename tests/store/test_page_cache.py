@@ -1,0 +1,151 @@
+"""The CommitLog's page-cache window: flushed bytes older than the window leave the page cache.
+
+Residency is read from the kernel (mincore over a map of the file), so these
+tests see what the advice really did, not what the code meant to do.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+from pathlib import Path
+
+import pytest
+
+from txmq.broker.store import Message, MessageStore, StoreConfig
+from txmq.broker.store.page_cache import PageCacheWindow
+
+PAGE = mmap.PAGESIZE
+# The page cache may hold a file in folios of up to 2 MiB, and advice evicts whole folios
+# only: the tests move in units of that size (the broker drops steps of 64 MiB).
+UNIT = 2 << 20
+UNIT_PAGES = UNIT // PAGE
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def resident_pages(path: Path) -> list[bool]:
+    """Which pages of the file are in the page cache: mincore over a shared map of it (the map
+    touches no page; for a file mapping mincore reports the page cache)."""
+    size = path.stat().st_size
+    pages = (size + PAGE - 1) // PAGE
+    vec = (ctypes.c_ubyte * pages)()
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), size) as m:
+        anchor = ctypes.c_char.from_buffer(m)
+        try:
+            if _libc.mincore(ctypes.c_void_p(ctypes.addressof(anchor)), ctypes.c_size_t(size), vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore failed")
+        finally:
+            del anchor  # the map cannot close while a ctypes object points into it
+    return [bool(b & 1) for b in vec]
+
+
+class Segment:
+    """The parts of a CommitLog segment the window uses."""
+
+    def __init__(self, path: Path, start: int, capacity: int) -> None:
+        self.path, self.start, self.capacity, self.closed = path, start, capacity, False
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def fill(self, size: int) -> None:
+        os.pwrite(self.fd, os.urandom(size), 0)
+        os.fsync(self.fd)
+
+
+@pytest.fixture(autouse=True)
+def advice_is_honoured(tmp_path):
+    """Skip where the file system keeps advised-out pages (tmpfs holds files only in memory)."""
+    probe = Segment(tmp_path / "probe", 0, UNIT)
+    try:
+        probe.fill(UNIT)
+        os.posix_fadvise(probe.fd, 0, UNIT, os.POSIX_FADV_DONTNEED)
+        if any(resident_pages(probe.path)):
+            pytest.skip("this file system does not drop advised-out pages")
+    finally:
+        os.close(probe.fd)
+
+
+@pytest.fixture
+def two_segments(tmp_path):
+    segs = [Segment(tmp_path / "a", 0, 4 * UNIT), Segment(tmp_path / "b", 4 * UNIT, 4 * UNIT)]
+    for seg in segs:
+        seg.fill(4 * UNIT)
+    yield segs
+    for seg in segs:
+        os.close(seg.fd)
+
+
+def units(path: Path) -> list[bool | None]:
+    """Residency per UNIT of the file: True (every page cached), False (none), None (mixed)."""
+    pages = resident_pages(path)
+    out = []
+    for i in range(0, len(pages), UNIT_PAGES):
+        chunk = pages[i:i + UNIT_PAGES]
+        out.append(True if all(chunk) else False if not any(chunk) else None)
+    return out
+
+
+def test_flushed_bytes_older_than_the_window_leave_the_page_cache(two_segments):
+    a, b = two_segments
+    window = PageCacheWindow(2 * UNIT, lambda: two_segments, step_bytes=UNIT)
+    assert window.release(6 * UNIT) == 4 * UNIT  # [0, 4 units) dropped: all of a, none of b
+    assert units(a.path) == [False] * 4
+    assert units(b.path) == [True] * 4
+
+
+def test_the_window_drops_across_a_segment_boundary(two_segments):
+    a, b = two_segments
+    window = PageCacheWindow(UNIT, lambda: two_segments, step_bytes=UNIT)
+    window.release(6 * UNIT)  # drops [0, 5 units)
+    assert units(a.path) == [False] * 4
+    assert units(b.path) == [False, True, True, True]
+
+
+def test_the_window_waits_for_a_whole_step(two_segments):
+    a, _ = two_segments
+    window = PageCacheWindow(2 * UNIT, lambda: two_segments, step_bytes=2 * UNIT)
+    assert window.release(3 * UNIT) == 0  # one unit past the window: less than a step
+    assert units(a.path) == [True] * 4
+    assert window.release(4 * UNIT) == 2 * UNIT
+    assert units(a.path) == [False, False, True, True]
+
+
+def test_bytes_already_dropped_are_not_advised_again(two_segments):
+    window = PageCacheWindow(2 * UNIT, lambda: two_segments, step_bytes=UNIT)
+    assert window.release(4 * UNIT) == 2 * UNIT
+    assert window.release(4 * UNIT) == 0
+    assert window.release(5 * UNIT) == UNIT
+    assert window.released_bytes == 3 * UNIT
+
+
+def test_keep_zero_turns_the_window_off(two_segments):
+    a, _ = two_segments
+    window = PageCacheWindow(0, lambda: two_segments, step_bytes=UNIT)
+    assert not window.enabled
+    assert window.release(8 * UNIT) == 0
+    assert units(a.path) == [True] * 4
+
+
+def test_a_negative_window_is_refused():
+    with pytest.raises(ValueError, match="keep_bytes must not be negative"):
+        PageCacheWindow(-1, list)
+    with pytest.raises(ValueError, match="page_cache_keep_bytes"):
+        StoreConfig(Path("/nonexistent"), page_cache_keep_bytes=-1)
+
+
+def test_a_store_drops_old_flushed_bytes_and_still_reads_them(tmp_path):
+    store = MessageStore(StoreConfig(tmp_path / "s", page_cache_keep_bytes=UNIT, commitlog_segment_bytes=4 * UNIT))
+    try:
+        store.page_cache.step_bytes = UNIT
+        bodies = [os.urandom(1000) for _ in range(12_000)]  # ~13 MB: segments 0-2 and part of 3
+        for i in range(0, len(bodies), 500):
+            store.append([Message("t", body, 0) for body in bodies[i:i + 500]])
+        store._periodic()  # the flush thread's round: flush, checkpoint, release
+        assert store.stats()["page_cache_released_bytes"] == store.page_cache.released == (
+            store.commitlog.flushed_end - UNIT)
+        assert units(store.commitlog.segments[0].path) == [False] * 4
+        assert units(store.commitlog.segments[-1].path)[-1] is not False  # the newest bytes stay
+        read = store.read_queue("t", 0, 0, len(bodies))
+        assert [m.body for m in read.messages] == bodies  # dropped bytes come back from disk
+    finally:
+        store.close()
