@@ -13,8 +13,10 @@ the kernel's free lists, and the next writes reuse them while they are still
 backed.
 
 What stays cached: the newest `keep_bytes` of the log (what the readers of a
-broker read almost always: consumers at the head, a COMMIT reading the halves it
-is about to copy). Older bytes are read from disk when someone asks for them,
+broker read almost always: consumers at the head), and back to the lowest offset
+a reader has said it still needs (`protect`: the transaction engine names the
+first half of its pending transactions, which a COMMIT will copy), but never more
+than PROTECT_FACTOR windows. Older bytes are read from disk when someone asks for them,
 as from any log larger than memory (Kafka's lagging consumers). Only bytes
 already made durable by a flush are dropped (a dirty page cannot be), so
 nothing changes for durability; pages that a reader has mapped stay until its
@@ -30,6 +32,7 @@ import os
 from typing import Callable, Sequence
 
 RELEASE_STEP_BYTES = 64 << 20  # drop in steps at least this large: one call per step and segment
+PROTECT_FACTOR = 4  # protected bytes stay cached up to this many windows behind the flushed end
 
 _fadvise = getattr(os, "posix_fadvise", None)
 _DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", None)
@@ -52,6 +55,11 @@ class PageCacheWindow:
         self._segments = segments
         self.released = 0  # every byte below this offset has been advised out
         self.released_bytes = 0  # total advised, for stats and tests
+        self._lowest_needed: Callable[[], int | None] | None = None
+
+    def protect(self, lowest_needed: Callable[[], int | None]) -> None:
+        """Keep bytes from `lowest_needed()` (None: nothing) cached, within PROTECT_FACTOR windows."""
+        self._lowest_needed = lowest_needed
 
     @property
     def enabled(self) -> bool:
@@ -64,6 +72,12 @@ class PageCacheWindow:
         target = flushed - self.keep_bytes
         if target - self.released < self.step_bytes:
             return 0
+        if self._lowest_needed is not None:
+            needed = self._lowest_needed()
+            if needed is not None and needed < target:
+                target = max(needed, flushed - PROTECT_FACTOR * self.keep_bytes)
+                if target - self.released < self.step_bytes:
+                    return 0
         done = 0
         for seg in self._segments():
             lo, hi = max(self.released, seg.start), min(target, seg.start + seg.capacity)

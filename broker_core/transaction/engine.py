@@ -101,6 +101,9 @@ class TransactionEngine:
         self.state_dir = Path(self.config.state_dir or Path(store.config.data_dir) / "transaction")
         self.recovery_stats: dict = {}
         self._recover()
+        page_cache = getattr(store, "page_cache", None)  # a MessageStore's; test stand-ins have none
+        if page_cache is not None:
+            page_cache.protect(self.lowest_pending_half)
 
     # --- public API ---------------------------------------------------------------
 
@@ -268,6 +271,15 @@ class TransactionEngine:
             self.metrics.resolved("DISCARD", (now - tx.created_ms) / 1000)
             log.info("transaction %s discarded (%s) after %d checks", transaction_id, reason, tx.checks)
             return True
+
+    def lowest_pending_half(self) -> int | None:
+        """The CommitLog offset of the first half of the oldest-written pending transaction (None:
+        no pending halves): what a COMMIT may still copy, kept in the page cache (page_cache.py).
+        A transaction's first half, not the minimum of all its halves: a hint, not a bound."""
+        with self._table_lock:
+            transactions = list(self._table.values())
+        firsts = [tx.halves[0].physical_offset for tx in transactions if tx.halves and tx.state is TxState.PENDING]
+        return min(firsts) if firsts else None
 
     def consistent_cut(self, topics: Iterable[str] | None = None) -> dict[tuple[str, int], int]:
         """Per (topic, queue), an end offset that never splits a committed transaction.

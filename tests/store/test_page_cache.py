@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from txmq.broker.store import Message, MessageStore, StoreConfig
-from txmq.broker.store.page_cache import PageCacheWindow
+from txmq.broker.store.page_cache import PROTECT_FACTOR, PageCacheWindow
 
 PAGE = mmap.PAGESIZE
 # The page cache may hold a file in folios of up to 2 MiB, and advice evicts whole folios
@@ -147,5 +147,50 @@ def test_a_store_drops_old_flushed_bytes_and_still_reads_them(tmp_path):
         assert units(store.commitlog.segments[-1].path)[-1] is not False  # the newest bytes stay
         read = store.read_queue("t", 0, 0, len(bodies))
         assert [m.body for m in read.messages] == bodies  # dropped bytes come back from disk
+    finally:
+        store.close()
+
+
+def test_protected_bytes_stay_cached_behind_the_window(two_segments):
+    a, _ = two_segments
+    window = PageCacheWindow(UNIT, lambda: two_segments, step_bytes=UNIT)
+    window.protect(lambda: 2 * UNIT)  # e.g. the first half of a pending transaction
+    assert window.release(6 * UNIT) == 2 * UNIT  # [0, 2 units) only, not [0, 5)
+    assert units(a.path) == [False, False, True, True]
+
+
+def test_protection_ends_a_few_windows_behind_the_flushed_end(two_segments):
+    a, b = two_segments
+    window = PageCacheWindow(UNIT, lambda: two_segments, step_bytes=UNIT)
+    window.protect(lambda: 0)  # a transaction pending since the start of the log
+    assert window.release(8 * UNIT) == (8 - PROTECT_FACTOR) * UNIT
+    assert units(a.path) == [False] * 4
+    assert units(b.path) == [True] * 4
+
+
+def test_nothing_pending_protects_nothing(two_segments):
+    window = PageCacheWindow(UNIT, lambda: two_segments, step_bytes=UNIT)
+    window.protect(lambda: None)
+    assert window.release(6 * UNIT) == 5 * UNIT
+
+
+def test_the_transaction_engine_protects_its_pending_halves(tmp_path):
+    from txmq.broker.transaction import Resolution, TransactionConfig, TransactionEngine
+
+    store = MessageStore(StoreConfig(tmp_path / "s"))
+    try:
+        engine = TransactionEngine(store, TransactionConfig())
+        assert engine.lowest_pending_half() is None
+        store.append([Message("t", b"before", 0)])
+        start_of_a = store.commitlog.write_end
+        engine.prepare([Message("t", b"half-a", 0)], transaction_id="a")
+        start_of_b = store.commitlog.write_end
+        engine.prepare([Message("t", b"half-b", 0)], transaction_id="b")
+        assert engine.lowest_pending_half() == start_of_a
+        engine.end("a", Resolution.COMMIT)
+        assert engine.lowest_pending_half() == start_of_b  # only b is pending
+        engine.end("b", Resolution.ROLLBACK)
+        assert engine.lowest_pending_half() is None
+        assert store.page_cache._lowest_needed == engine.lowest_pending_half
     finally:
         store.close()
