@@ -65,7 +65,7 @@ class PropertyPairs:
         return self.pieces.take(pa.array(4 * pairs + 2, mask=missing))
 
     def names(self, pairs: np.ndarray) -> pa.StringArray:
-        return self.pieces.take(pa.array(4 * pairs))
+        return _names(self.pieces, pairs)
 
     def pairs_named(self, name: str) -> np.ndarray:
         return np.flatnonzero(self.code == SYSTEM_CODE[name])
@@ -101,8 +101,10 @@ def _pieces(text: np.ndarray, offsets: np.ndarray) -> pa.StringArray:
     return pa.Array.from_buffers(pa.string(), len(offsets) - 1, [None, pa.py_buffer(offsets), pa.py_buffer(text)])
 
 
-def _scanned_pairs(text: np.ndarray, row_at: np.ndarray, has_props: np.ndarray, n: int) -> PropertyPairs:
-    """The pairs found by one scan of the whole text for separators, names classified by hash lookups."""
+def _pair_bounds(text: np.ndarray) -> np.ndarray | None:
+    """Where each piece of each pair in `text` starts (name, \\x01, value, \\x02: 4 int32 per
+    pair), then len(text): the offsets of the pieces as one string array. From one scan for
+    separators; None when a pair is not name \\x01 value \\x02."""
     seps = np.flatnonzero(text <= PAIR_SEP)  # one pass; a \x00 inside a value is neither separator
     kinds = text[seps]
     pair_end = seps[kinds == PAIR_SEP]
@@ -110,19 +112,26 @@ def _scanned_pairs(text: np.ndarray, row_at: np.ndarray, has_props: np.ndarray, 
     k = len(pair_end)
     pair_at = np.zeros(k, dtype=np.int64)
     pair_at[1:] = pair_end[:-1] + 1
-    last = row_at[1:][has_props] - 1
-    if (len(name_end) != k or (k and ((name_end < pair_at).any() or (name_end > pair_end).any()))
-            or (text[last] != PAIR_SEP).any()):
-        raise StoreError("a record has a malformed property (no name separator, or not name\\x01value\\x02)")
+    if len(name_end) != k or (k and ((name_end < pair_at).any() or (name_end > pair_end).any())):
+        return None
     offsets = np.empty(4 * k + 1, dtype=np.int32)
     offsets[0:4 * k:4] = pair_at
     offsets[1:4 * k:4] = name_end
     offsets[2:4 * k:4] = name_end + 1
     offsets[3:4 * k:4] = pair_end
     offsets[4 * k] = len(text)
+    return offsets
+
+
+def _scanned_pairs(text: np.ndarray, row_at: np.ndarray, has_props: np.ndarray, n: int) -> PropertyPairs:
+    """The pairs found by one scan of the whole text for separators, names classified by hash lookups."""
+    offsets = _pair_bounds(text)
+    if offsets is None or (text[row_at[1:][has_props] - 1] != PAIR_SEP).any():
+        raise StoreError("a record has a malformed property (no name separator, or not name\\x01value\\x02)")
     pieces = _pieces(text, offsets)
+    pair_end = offsets[3:-1:4]
     row = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.searchsorted(pair_end, row_at)))
-    code = _codes(pieces.take(pa.array(np.arange(0, 4 * k, 4, dtype=np.int64))))
+    code = _codes(_names(pieces, np.arange(len(pair_end), dtype=np.int64)))
     return PropertyPairs(pieces, code, row, _user_pairs(pieces, code))
 
 
@@ -174,27 +183,18 @@ def _layout_of(block: np.ndarray) -> _Layout | None:
     bytes <= \x02 exactly where the first row has its separators, the same separators
     and the same names. Two passes over the block, whatever the number of pairs."""
     template = block[0]
-    same = (block == template).all(axis=0)  # per column: every row has the first row's byte
-    lowest = block.min(axis=0)
-    seps = np.flatnonzero(template <= PAIR_SEP)
-    kinds = template[seps]
-    pair_end = seps[kinds == PAIR_SEP]
-    name_end = seps[kinds == NAME_SEP]
-    k = len(pair_end)
-    if not k or len(name_end) != k or pair_end[-1] != len(template) - 1:
-        return None  # malformed, or a \x00 in a value: the general path decides
-    pair_at = np.zeros(k, dtype=np.int64)
-    pair_at[1:] = pair_end[:-1] + 1
-    if (name_end < pair_at).any() or (name_end > pair_end).any():
-        return None
-    constant = np.zeros(len(template), dtype=bool)  # separators and names
-    constant[seps] = True
-    for start, end in zip(pair_at.tolist(), name_end.tolist()):
+    offsets = _pair_bounds(template)
+    if offsets is None or len(offsets) == 1 or offsets[-2] != len(template) - 1:
+        return None  # malformed, or not ending with a pair: the general path decides
+    bounds = offsets[:-1]
+    pair_at, name_end = bounds[0::4].tolist(), bounds[1::4].tolist()
+    constant = template <= PAIR_SEP  # separators (and any \x00, which every row must then share) and names
+    for start, end in zip(pair_at, name_end):
         constant[start:end] = True
-    if not same[constant].all() or (lowest[~constant] <= PAIR_SEP).any():
+    same = (block == template).all(axis=0)  # per column: every row has the first row's byte
+    if not same[constant].all() or (block.min(axis=0)[~constant] <= PAIR_SEP).any():
         return None
-    names = [bytes(template[s:e]).decode() for s, e in zip(pair_at.tolist(), name_end.tolist())]
-    bounds = np.stack([pair_at, name_end, name_end + 1, pair_end], axis=1).reshape(-1).astype(np.int32)
+    names = [bytes(template[s:e]).decode() for s, e in zip(pair_at, name_end)]
     code = np.array([SYSTEM_CODE.get(name, NOT_SYSTEM) for name in names], dtype=np.int64)
     user = np.array([name not in SYSTEM_CODE and not name.startswith("__") for name in names], dtype=bool)
     return _Layout(bounds, code, user)
@@ -233,10 +233,14 @@ def _codes(names: pa.StringArray) -> np.ndarray:
     return pc.fill_null(pc.index_in(names, value_set=SYSTEM_NAME_SET), NOT_SYSTEM).to_numpy().astype(np.int64)
 
 
+def _names(pieces: pa.StringArray, pairs: np.ndarray) -> pa.StringArray:
+    return pieces.take(pa.array(4 * pairs))
+
+
 def _user_pairs(pieces: pa.StringArray, code: np.ndarray) -> np.ndarray:
     """Pairs that are neither a system name nor hidden (a name starting with "__")."""
     candidates = np.flatnonzero(code == NOT_SYSTEM)
     if not len(candidates):
         return candidates
-    hidden = pc.starts_with(pieces.take(pa.array(4 * candidates)), "__").to_numpy(zero_copy_only=False)
+    hidden = pc.starts_with(_names(pieces, candidates), "__").to_numpy(zero_copy_only=False)
     return candidates[~hidden]
