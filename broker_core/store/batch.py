@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from itertools import repeat
 from operator import attrgetter
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Message
 from txmq.broker.store.checksum import crc32
 from txmq.broker.store.record import CRC_PREFIX, decode_host, encode_host
+
+if TYPE_CHECKING:
+    from txmq.broker.store.record_block import RecordBlock
 
 def _body_crcs(batch: "BatchColumns") -> Sequence[int]:
     return batch.body_crcs if batch.body_crcs is not None else list(map(crc32, batch.bodies))
@@ -47,7 +50,7 @@ class BatchColumns:
 
     __slots__ = ("_messages", "count", "topics", "bodies", "queue_ids", "properties", "flags", "sys_flags",
                  "born_timestamps", "born_hosts", "born_raws", "reconsume_times", "prepared_offsets", "body_lens",
-                 "body_crcs", "dispatch", "_props_raw", "_props_crc")
+                 "body_crcs", "dispatch", "_props_raw", "_props_crc", "block")
 
     def __init__(self, messages: Sequence[Message]) -> None:
         self._messages: Sequence[Message] | None = messages
@@ -64,6 +67,7 @@ class BatchColumns:
         self.dispatch: tuple[list, list, list] | None = None  # (tags, UNIQ_KEY bytes, KEYS) when known
         self._props_raw: list[bytes] | None = []
         self._props_crc: list[bytes] | None = None
+        self.block: RecordBlock | None = None
 
     @classmethod
     def of_columns(cls, *, topics: list[str], bodies: list, queue_ids: list[int], flags: list[int],
@@ -85,7 +89,37 @@ class BatchColumns:
         batch.properties = None
         batch.dispatch = (tags, uniq_keys, keys)
         batch._props_raw, batch._props_crc = None, props_crc
+        batch.block = None
         return batch
+
+    @classmethod
+    def of_block(cls, block: "RecordBlock", *, topics: list[str], queue_ids: list[int], sys_flags: list[int],
+                 tags: list, uniq_keys: list, keys: list) -> "BatchColumns":
+        """A checked and encoded batch given as a RecordBlock (record copies): the CommitLog encodes
+        it column-wise (record_block). The per-record list columns (bodies, hosts, property
+        strings...) are made only if something needs them (`fill_lists`)."""
+        batch = cls.__new__(cls)
+        batch._messages = None
+        batch.count = len(topics)
+        batch.topics, batch.queue_ids, batch.sys_flags = topics, queue_ids, sys_flags
+        batch.properties = batch.born_hosts = None
+        batch.bodies = batch.flags = batch.born_timestamps = batch.born_raws = batch.reconsume_times = None
+        batch.prepared_offsets = batch.body_lens = batch.body_crcs = None
+        batch.dispatch = (tags, uniq_keys, keys)
+        batch._props_raw = batch._props_crc = None
+        batch.block = block
+        return batch
+
+    def fill_lists(self) -> None:
+        """Make the list columns of a batch given as a RecordBlock (what the record-by-record
+        encoders take), and drop the block."""
+        if self.block is None or self.bodies is not None:
+            return
+        columns = self.block.list_columns()
+        self._props_crc = columns.pop("props_crc")
+        for name, value in columns.items():
+            setattr(self, name, value)
+        self.block = None
 
     @classmethod
     def of_bodies(cls, topics: list[str], bodies: list[bytes], queue_ids: list[int],
@@ -104,10 +138,13 @@ class BatchColumns:
         batch.born_raws = batch.body_crcs = batch.dispatch = None
         batch.body_lens = []
         batch._props_raw, batch._props_crc = [], None
+        batch.block = None
         return batch
 
     def followed_by(self, other: "BatchColumns") -> "BatchColumns":
         """This checked and encoded batch, then `other`, as one batch (written as one group)."""
+        self.fill_lists()
+        other.fill_lists()
         a, b = self.dispatch_columns(), other.dispatch_columns()
         return BatchColumns.of_columns(
             topics=[*self.topics, *other.topics], bodies=[*self.bodies, *other.bodies],
@@ -127,6 +164,7 @@ class BatchColumns:
         take); built on first use for a batch given as columns (record copies come without
         properties: the encoder takes those encoded)."""
         if self._messages is None:
+            self.fill_lists()
             if self.born_hosts is not None:
                 born_hosts = self.born_hosts
             else:
@@ -160,6 +198,7 @@ class BatchColumns:
     @property
     def props_raw(self) -> list[bytes]:
         """Each message's encoded properties, without the CRC property."""
+        self.fill_lists()
         if self._props_raw is None:
             cut = -len(CRC_PREFIX)
             self._props_raw = [p[:cut] for p in self._props_crc]
@@ -172,6 +211,7 @@ class BatchColumns:
     @property
     def props_crc(self) -> list[bytes]:
         """Each message's encoded properties followed by the CRC property's name (CRC_PREFIX)."""
+        self.fill_lists()
         if self._props_crc is None:
             self._props_crc = list(map(bytes.__add__, self._props_raw, repeat(CRC_PREFIX)))
         return self._props_crc

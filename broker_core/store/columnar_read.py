@@ -301,19 +301,31 @@ def gather_binary(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> 
         return pa.array([], pa.binary())
     if _in_order(starts, lengths) and int(lengths.sum()) < _VIEWS_FROM_MEAN_BYTES * n:
         return _gather_in_order(data, starts, lengths)
+    views = binary_views(data, 0, starts, lengths)
+    arr = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data)])
+    return arr.cast(pa.binary())
+
+
+def binary_views(data: np.ndarray, buffer_index: int, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Arrow binary views (an (n, 4) int32 array, 16 bytes a row) of data[starts[i]:starts[i]+lengths[i]],
+    `data` being the view array's variadic buffer number `buffer_index`.
+
+    A view is the int32 length, then either the value inline (up to 12 bytes,
+    zero-padded) or its first 4 bytes, the buffer index and the int32 offset.
+    Values are read only for those prefixes and inline values (one gather each).
+    """
     lengths = lengths.astype(np.int32, copy=False)
-    views = np.empty((n, 4), dtype="<i4")
+    views = np.empty((len(starts), 4), dtype="<i4")
     views[:, 0] = lengths
     views[:, 1] = byte_rows(data, starts, 4).view("<i4")[:, 0]
-    views[:, 2] = 0
+    views[:, 2] = buffer_index
     views[:, 3] = starts
     short = np.flatnonzero(lengths <= _INLINE)
     if len(short):  # inline values, zero-padded
         inline = byte_rows(data, starts[short], _INLINE)
         inline[np.arange(_INLINE)[None, :] >= lengths[short, None]] = 0
         views[short, 1:] = inline.view("<i4")
-    arr = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), pa.py_buffer(data)])
-    return arr.cast(pa.binary())
+    return views
 
 
 def _in_order(starts: np.ndarray, lengths: np.ndarray) -> bool:

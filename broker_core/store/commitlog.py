@@ -26,6 +26,7 @@ from txmq.broker.errors import MessageBodyTooLarge, MessageNotFound
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.durable import fsync_dir
 from txmq.broker.store.mapped_file import MappedFile, file_name
+from txmq.broker.store.record_block import MAX_BLOCK_BYTES, TailHeads, encode_block, record_sizes
 from txmq.broker.store.message import Message, StoredMessage
 from txmq.broker.store.record import (
     _host_cache as _HOST_CACHE,
@@ -158,6 +159,11 @@ class CommitLog:
         store_raw, store_v6 = self.store_host
         if store_v6:
             return None
+        if batch.block is not None:
+            placed = self._write_block(batch, sys_flags, queue_offsets, store_timestamp, group)
+            if placed is not None:
+                return placed
+            batch.fill_lists()  # crosses a segment end, or too large: record by record
         born_raws = self._born_raws(batch)
         if born_raws is None:
             return None
@@ -186,6 +192,26 @@ class CommitLog:
         parts = list(chain.from_iterable(zip(headers, bodies, tails, crcs)))
         self._write_records(parts, phys, sizes, rolls, seg)
         return phys, sizes
+
+    def _write_block(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
+                     store_timestamp: int, group: bool) -> tuple[list[int], list[int]] | None:
+        """write_columns for a batch given as a RecordBlock (record_block): encoded column-wise into
+        one buffer and written with one pwrite. None, writing nothing, when the block would cross
+        a segment end or is over MAX_BLOCK_BYTES (write_columns then goes record by record)."""
+        block = batch.block
+        heads = TailHeads(batch.topics, block.props_len)
+        sizes = record_sizes(block, heads)
+        if int(sizes.sum()) > MAX_BLOCK_BYTES or int(sizes.max()) > self.segment_bytes - BLANK_MIN_BYTES:
+            return None
+        size_list = sizes.tolist()
+        seg, phys, rolls = self._placement(size_list, group)
+        if rolls:
+            return None
+        data = encode_block(block, heads, sizes, queue_ids=batch.queue_ids, sys_flags=sys_flags,
+                            queue_offsets=queue_offsets, phys=phys[:-1], store_timestamp=store_timestamp,
+                            store_host=self.store_host[0])
+        self._write_records([data], phys, size_list, rolls, seg)
+        return phys, size_list
 
     @staticmethod
     def _born_raws(batch: BatchColumns) -> Sequence[bytes] | None:

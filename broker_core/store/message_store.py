@@ -85,6 +85,13 @@ def _append_results(topics: Sequence[str], qids: Sequence[int], queue_offsets: S
     return list(map(_new_append_result, zip(topics, qids, queue_offsets, phys, sizes, ids, repeat(now))))
 
 
+def _split_group_results(written: list[tuple], now: int, store_host_raw: bytes) -> list[AppendResult]:
+    """_append_results of a split group's parts (their columns joined only when read: a COMMIT's
+    caller rarely reads them)."""
+    columns = [[*chain.from_iterable(column)] for column in zip(*written)]
+    return _append_results(*columns, now, store_host_raw)
+
+
 def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
     """SYSFLAG as stored: the caller's group bits cleared; in a group every record but
     the last is a GROUP_MEMBER and the last is the GROUP_END."""
@@ -99,10 +106,16 @@ def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
     return out
 
 
+_NUMPY_FLAGS_FROM = 256  # parts of split groups are thousands of records: one array operation
+
+
 def _split_sys_flags(flags: Sequence[int], *, begins: bool, ends: bool) -> list[int]:
     """SYSFLAG as stored for a part of a split group: SPLIT_GROUP on every record, GROUP_BEGIN
     on the group's first, GROUP_END on its last (see message.SYSFLAG_SPLIT_GROUP)."""
-    out = [f & ~SYSFLAG_GROUP_BITS | SYSFLAG_SPLIT_GROUP for f in flags]
+    if len(flags) >= _NUMPY_FLAGS_FROM:
+        out = (np.asarray(flags, dtype=np.int64) & ~SYSFLAG_GROUP_BITS | SYSFLAG_SPLIT_GROUP).tolist()
+    else:
+        out = [f & ~SYSFLAG_GROUP_BITS | SYSFLAG_SPLIT_GROUP for f in flags]
     if begins:
         out[0] |= SYSFLAG_GROUP_BEGIN
     if ends:
@@ -539,10 +552,9 @@ class MessageStore:
                         self._abandon(group)
             if self._group_commit is not None:
                 self._group_commit.wait_durable(group.end)
-        columns = [[*chain.from_iterable(column)] for column in zip(
-            *((topics, qids, w.queue_offsets, w.phys[:-1], w.sizes) for topics, qids, _, w in group.written))]
-        return AppendResults(len(columns[0]), partial(_append_results, *columns, now,
-                                                      self.commitlog.store_host[0]))
+        written = [(topics, qids, w.queue_offsets, w.phys[:-1], w.sizes) for topics, qids, _, w in group.written]
+        return AppendResults(sum(len(w[0]) for w in written), partial(_split_group_results, written, now,
+                                                                      self.commitlog.store_host[0]))
 
     def _write_split_part(self, group: "_SplitGroup", batch: BatchColumns, now: int, *, begins: bool,
                           ends: bool) -> None:

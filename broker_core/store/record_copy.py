@@ -33,10 +33,12 @@ import numpy as np
 from txmq.broker.errors import StoreError
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.columnar_read import (
+    RecordColumns,
     byte_rows,
     decode_columns,
     gather_records,
     read_spans,
+    values_and_offsets,
 )
 from txmq.broker.store.message import (
     SYSFLAG_BORNHOST_V6,
@@ -45,6 +47,7 @@ from txmq.broker.store.message import (
     SYSFLAG_TRANSACTION_MASK,
 )
 from txmq.broker.store.record import CRC_PREFIX, CRC_SUFFIX_LEN, MAGIC_CODE
+from txmq.broker.store.record_block import RecordBlock
 
 # Bits a copy never inherits: its transaction type is the request's, its group bits
 # are the group it is written in, and the host-family bits follow the hosts it is
@@ -123,13 +126,72 @@ def copy_columns(store, copies: RecordCopies) -> BatchColumns:
         return _copied_record_by_record(store, copies)
     phys = np.asarray(copies.physical_offsets, dtype=np.int64)
     sizes = np.asarray(copies.sizes, dtype=np.int64)
-    parts: list[_Sources] = []
+    reads: list[RecordColumns] = []
     done = 0
     while done < len(phys):
         data, record_at, count = _read_sources(store, copies, phys[done:], sizes[done:])
-        parts.append(_Sources(data, record_at[:count], phys[done:done + count], sizes[done:done + count], copies))
+        reads.append(decode_columns(data, record_at[:count], phys[done:done + count], sizes[done:done + count],
+                                    copies.source_topic, copies.source_queue_id))
         done += count
-    return _assemble(parts, copies)
+    if any((cols.sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)).any() for cols in reads):
+        return _assemble([_Sources(cols, copies) for cols in reads], copies)
+    return _block_batch(RecordBlock.concat([_block_of(cols) for cols in reads]),
+                        np.concatenate([c.sys_flag for c in reads]), copies)
+
+
+def _block_of(cols: RecordColumns) -> RecordBlock:
+    """The sources of one read (IPv4 hosts) as a RecordBlock: bodies from the read's bytes,
+    property strings from its gathered tails."""
+    head = byte_rows(cols.data, cols.record_at, _HEADER_V4_SIZE)
+    n = cols.count
+    tail_end = np.append(cols.topic_at[1:] - 1, len(cols.tail))  # tails lie back to back
+    return RecordBlock(
+        buffers=[cols.data, cols.tail], body_buf=np.zeros(n, dtype=np.int32), body_at=cols.body_at,
+        body_len=cols.body_len, props_buf=np.ones(n, dtype=np.int32), props_at=cols.props_at,
+        props_len=tail_end - CRC_SUFFIX_LEN - cols.props_at,  # through the CRC property's name
+        body_crc=_be_column(head, _BODY_CRC_AT, ">u4"), flag=_be_column(head, _FLAG_AT, ">i4"),
+        born_ts=cols.born_ts, born_host=np.ascontiguousarray(head[:, _BORN_HOST_AT:_BORN_HOST_AT + 8]),
+        reconsume=_be_column(head, _RECONSUME_AT_V4, ">i4"), prepared=cols.phys)
+
+
+def _block_batch(block: RecordBlock, source_sys_flags: np.ndarray, copies: RecordCopies) -> BatchColumns:
+    """The copies as a batch given as a RecordBlock: properties dropped, dispatch inputs found."""
+    values, bounds = values_and_offsets(block.properties())
+    index = _PropertyIndex(values, bounds)
+    if copies.drop_properties:
+        block = _block_without_properties(block, index, bounds, copies.drop_properties)
+    raw = values.tobytes()
+    n = block.count
+    tags, uniq_keys, keys = (_found_values(raw, n, *index.spans(name)) for name in (b"TAGS", b"UNIQ_KEY", b"KEYS"))
+    return BatchColumns.of_block(
+        block, topics=list(copies.topics), queue_ids=list(copies.queue_ids),
+        sys_flags=(source_sys_flags & ~_NOT_INHERITED | copies.transaction_type).tolist(),
+        tags=_decoded(tags), uniq_keys=uniq_keys, keys=_decoded(keys))
+
+
+def _block_without_properties(block: RecordBlock, index: "_PropertyIndex", bounds: np.ndarray,
+                              names: tuple[str, ...]) -> RecordBlock:
+    """`block` with the named properties removed from the property strings holding them (few:
+    a half's prepare time is on the first half of each prepare call). The changed strings
+    go to a buffer of their own."""
+    hits = np.unique(np.concatenate([index.spans(name.encode())[0] for name in names]))
+    if not len(hits):
+        return block
+    raw = index.values.tobytes()
+    changed = [raw[a:b] for a, b in zip(bounds[hits].tolist(), bounds[hits + 1].tolist())]
+    changed = _without_properties(changed, names)
+    side = np.frombuffer(b"".join(changed), dtype=np.uint8)
+    props_buf, props_at, props_len = block.props_buf.copy(), block.props_at.copy(), block.props_len.copy()
+    props_buf[hits] = len(block.buffers)
+    props_len[hits] = list(map(len, changed))
+    props_at[hits] = np.cumsum(props_len[hits]) - props_len[hits]
+    return replace(block, buffers=[*block.buffers, side], props_buf=props_buf, props_at=props_at,
+                   props_len=props_len)
+
+
+def _be_column(rows: np.ndarray, at: int, dtype: str) -> np.ndarray:
+    """The 4-byte big-endian integer at byte `at` of every row of a byte matrix, native-endian."""
+    return np.ascontiguousarray(rows[:, at:at + 4]).view(dtype)[:, 0].astype(dtype[1:])
 
 
 def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
@@ -222,29 +284,19 @@ def _read_sources(store, copies: RecordCopies, phys: np.ndarray, sizes: np.ndarr
 
 
 class _Sources:
-    """One read's source records, decoded column-wise, as the columns a copy of them takes."""
+    """One read's source records (some with IPv6 hosts), decoded column-wise, as the list columns
+    a copy of them takes (record_block covers the IPv4 case)."""
 
-    def __init__(self, data: np.ndarray, record_at: np.ndarray, phys: np.ndarray, sizes: np.ndarray,
-                 copies: RecordCopies) -> None:
-        cols = decode_columns(data, record_at, phys, sizes, copies.source_topic, copies.source_queue_id)
-        at = cols.record_at
+    def __init__(self, cols: RecordColumns, copies: RecordCopies) -> None:
+        data, at = cols.data, cols.record_at
         self.count = cols.count
         self.sys_flags = (cols.sys_flag & ~_NOT_INHERITED | copies.transaction_type).tolist()
-        v6 = (cols.sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)) != 0
-        if not v6.any():  # IPv4 hosts: every header field at a fixed place, one gather
-            head = byte_rows(data, at, _HEADER_V4_SIZE)
-            self.flags = _be_int(head, _FLAG_AT, ">i4")
-            self.body_crcs = _be_int(head, _BODY_CRC_AT, ">u4")
-            self.reconsume_times = _be_int(head, _RECONSUME_AT_V4, ">i4")
-            born = np.ascontiguousarray(head[:, _BORN_HOST_AT:_BORN_HOST_AT + 8])
-            self.born_raws = _distinct_bytes(born)
-        else:
-            extra = (np.where(cols.sys_flag & SYSFLAG_BORNHOST_V6, 12, 0)
-                     + np.where(cols.sys_flag & SYSFLAG_STOREHOST_V6, 12, 0)).astype(np.int64)
-            self.flags = _be_int(byte_rows(data, at + _FLAG_AT, 4), 0, ">i4")
-            self.body_crcs = _be_int(byte_rows(data, at + _BODY_CRC_AT, 4), 0, ">u4")
-            self.reconsume_times = _be_int(byte_rows(data, at + _RECONSUME_AT_V4 + extra, 4), 0, ">i4")
-            self.born_raws = _born_hosts(data, at, cols.sys_flag)
+        extra = (np.where(cols.sys_flag & SYSFLAG_BORNHOST_V6, 12, 0)
+                 + np.where(cols.sys_flag & SYSFLAG_STOREHOST_V6, 12, 0)).astype(np.int64)
+        self.flags = _be_int(byte_rows(data, at + _FLAG_AT, 4), 0, ">i4")
+        self.body_crcs = _be_int(byte_rows(data, at + _BODY_CRC_AT, 4), 0, ">u4")
+        self.reconsume_times = _be_int(byte_rows(data, at + _RECONSUME_AT_V4 + extra, 4), 0, ">i4")
+        self.born_raws = _born_hosts(data, at, cols.sys_flag)
         self.born_timestamps = cols.born_ts.tolist()
         view = memoryview(data)
         body_at = cols.body_at.tolist()
@@ -390,23 +442,54 @@ def _values_of(props_crc: Sequence[bytes], name: bytes, joined: bytes) -> list[b
         # value runs to the string's first separator
         ends = map(bytes.index, props_crc, repeat(b"\x02"))
         return list(map(bytes.__getitem__, props_crc, map(slice, repeat(len(head)), ends)))
-    buf = np.frombuffer(joined, dtype=np.uint8)
     starts = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, props_crc), dtype=np.int64, count=n), out=starts[1:])
-    first = np.flatnonzero(buf == head[0])
-    first = first[(byte_rows(buf, first, len(head)) == np.frombuffer(head, dtype=np.uint8)).all(axis=1)]
-    row = np.searchsorted(starts, first, side="right") - 1
-    at_start = first == starts[row]
-    after_separator = buf[np.maximum(first - 1, 0)] == 2
-    hits, row = first[at_start | after_separator], row[at_start | after_separator]
-    value_at = hits + len(head)
-    separators = np.flatnonzero(buf == 2)
-    value_end = separators[np.searchsorted(separators, value_at)]  # every string ends "...\x02__CRC32#\x01"
-    values = list(map(joined.__getitem__, map(slice, value_at.tolist(), value_end.tolist())))
-    if len(row) == n:  # one hit per string (a name occurs once in a property string)
+    return _found_values(joined, n, *_PropertyIndex(np.frombuffer(joined, dtype=np.uint8), starts).spans(name))
+
+
+class _PropertyIndex:
+    """Where each property starts in property strings lying back to back in `values` (string
+    i is values[bounds[i]:bounds[i + 1]]), to find named properties with array operations.
+
+    A property starts its string or follows a \\x02, and names and values never hold
+    \\x01 or \\x02 (validated when the record was first written); a value runs to the
+    next \\x02 (every string ends "...\\x02__CRC32#\\x01" or is that CRC name alone).
+    The first bytes of every property are gathered once; a lookup compares them.
+    """
+
+    def __init__(self, values: np.ndarray, bounds: np.ndarray) -> None:
+        self.values = values
+        self.separators = np.flatnonzero(values == 2)
+        nonempty = np.flatnonzero(bounds[1:] > bounds[:-1])
+        self.starts = np.sort(np.concatenate([bounds[nonempty], self.separators + 1]))
+        self.rows = np.searchsorted(bounds, self.starts, side="right") - 1
+        # each property's first 8 bytes as one integer (every string ends with the 9-byte CRC
+        # name, so 8 bytes from any property start are inside `values`)
+        words = np.ndarray((max(len(values) - 7, 0),), dtype="<u8", buffer=values, strides=(1,))
+        self.heads = words[self.starts]
+
+    def spans(self, name: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the strings holding property `name`, its value's start, its value's end)."""
+        head = name + b"\x01"
+        first = head[:8]
+        mask = int.from_bytes(b"\xff" * len(first), "little")
+        hit = np.flatnonzero(self.heads & np.uint64(mask) == np.uint64(int.from_bytes(first, "little")))
+        if len(head) > 8 and len(hit):  # the rest of a longer name, checked where the start matched
+            rest = byte_rows(self.values, self.starts[hit] + 8, len(head) - 8)
+            hit = hit[(rest == np.frombuffer(head[8:], dtype=np.uint8)).all(axis=1)]
+        value_at = self.starts[hit] + len(head)
+        return self.rows[hit], value_at, self.separators[np.searchsorted(self.separators, value_at)]
+
+
+def _found_values(raw: bytes, n: int, rows: np.ndarray, value_at: np.ndarray,
+                  value_end: np.ndarray) -> list[bytes | None]:
+    """The values _PropertyIndex.spans found, as bytes cut out of `raw`, one per string (None where
+    a string has none)."""
+    values = list(map(raw.__getitem__, map(slice, value_at.tolist(), value_end.tolist())))
+    if len(rows) == n:  # one hit per string (a name occurs once in a property string)
         return values
     out: list[bytes | None] = [None] * n
-    for r, v in zip(row.tolist(), values):
+    for r, v in zip(rows.tolist(), values):
         out[r] = v
     return out
 
