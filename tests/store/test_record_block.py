@@ -7,7 +7,6 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
