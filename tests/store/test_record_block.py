@@ -143,3 +143,18 @@ def test_the_property_index_finds_a_name_where_the_dicts_have_it(props, name):
     rows, value_at, value_end = _PropertyIndex(np.frombuffer(joined, dtype=np.uint8), bounds).spans(name.encode())
     found = {int(r): joined[a:b].decode() for r, a, b in zip(rows, value_at, value_end)}
     assert found == {i: p[name] for i, p in enumerate(props) if name in p}
+
+
+def test_copies_in_a_store_with_an_ipv6_host_are_written_record_by_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 0)
+    store = MessageStore(small_config(tmp_path / "s", commitlog_segment_bytes=4 << 20, store_host=("::1", 10911)))
+    try:
+        placed = [(r.physical_offset, r.size) for r in store.append(
+            [Message(SOURCE, b"m%d" % i, 0, {"UNIQ_KEY": "u%d" % i}) for i in range(20)])]
+        copies = RecordCopies([p for p, _ in placed], [s for _, s in placed], ["FINAL"] * 20, [0] * 20,
+                              SYSFLAG_TRANSACTION_COMMIT, source_topic=SOURCE)
+        store.append_group_copies(copies)
+        read = store.read_queue("FINAL", 0, 0, 100).messages
+        assert [(m.body, m.store_host) for m in read] == [(b"m%d" % i, ("::1", 10911)) for i in range(20)]
+    finally:
+        store.close()
