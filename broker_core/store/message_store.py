@@ -19,11 +19,12 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial, reduce
 from itertools import chain, compress, count, repeat
 from operator import or_
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
@@ -83,6 +84,27 @@ def _append_results(topics: Sequence[str], qids: Sequence[int], queue_offsets: S
     """A batch's AppendResults from its columns (run when AppendResults are first read)."""
     ids = message_ids(store_host_raw, phys[:len(topics)])
     return list(map(_new_append_result, zip(topics, qids, queue_offsets, phys, sizes, ids, repeat(now))))
+
+
+T = TypeVar("T")
+
+
+def _built_one_ahead(builds: Sequence[Callable[[], T]]) -> Iterator[T]:
+    """The results of `builds` in order, the next one built on a worker thread while the caller
+    uses the current one: a split group's part i + 1 is read and encoded while part i is
+    written (the write is a pwrite, and the build mostly numpy and Arrow: both run without
+    the GIL, so the two overlap on two cores). At most one build runs ahead, so memory stays
+    bounded by two parts; a caller that stops early waits for that one build."""
+    if len(builds) == 1:
+        yield builds[0]()
+        return
+    with ThreadPoolExecutor(1, thread_name_prefix="txmq-split-build") as pool:
+        pending = pool.submit(builds[0])
+        for build in builds[1:]:
+            current = pending.result()
+            pending = pool.submit(build)
+            yield current
+        yield pending.result()
 
 
 def _split_group_results(written: list[tuple], now: int, store_host_raw: bytes) -> list[AppendResult]:
@@ -541,8 +563,7 @@ class MessageStore:
             now = int(time.time() * 1000)
             group = _SplitGroup(_QueueOffsets(self.dispatcher, None))
             try:
-                for i, build in enumerate(parts):
-                    batch = build()  # reads the sources only: no lock needed
+                for i, batch in enumerate(_built_one_ahead(parts)):
                     write = partial(self._write_split_part, group, batch, now, begins=i == 0,
                                     ends=i == len(parts) - 1)
                     self._under_write_lock(write, durable=False)

@@ -181,3 +181,30 @@ def test_a_later_split_group_does_not_revive_a_dead_one(open_store, tmp_path, mo
     contents = queue_contents(store)
     assert contents[("FINAL", 1)] == [b"after the dead group"]
     assert contents[("FINAL", 2)] == [b"s0", b"s1"]
+
+
+def test_parts_are_built_one_ahead_of_the_writer_and_in_order() -> None:
+    started: list[int] = []
+    consumed: list[int] = []
+
+    def build(i: int):
+        def run() -> int:
+            started.append(i)
+            return i
+        return run
+
+    for value in message_store._built_one_ahead([build(i) for i in range(5)]):
+        consumed.append(value)
+        assert max(started) <= value + 1  # never more than the next part built ahead
+    assert consumed == started == list(range(5))
+
+
+def test_a_part_that_fails_to_build_fails_the_group_at_that_part() -> None:
+    def failing() -> int:
+        raise OSError("source unreadable")
+
+    seen = []
+    with pytest.raises(OSError, match="source unreadable"):
+        for value in message_store._built_one_ahead([lambda: 1, failing, lambda: 3]):
+            seen.append(value)
+    assert seen == [1]
