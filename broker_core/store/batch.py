@@ -16,6 +16,8 @@ from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Messa
 from txmq.broker.store.checksum import crc32
 from txmq.broker.store.record import CRC_PREFIX, decode_host, encode_host
 
+from txmq.broker.store.record_block import BlockLayout
+
 if TYPE_CHECKING:
     from txmq.broker.store.record_block import RecordBlock
 
@@ -108,6 +110,7 @@ class BatchColumns:
         batch.dispatch = (tags, uniq_keys, keys)
         batch._props_raw = batch._props_crc = None
         batch.block = block
+        block.layout = BlockLayout(block, topics, queue_ids)  # ahead of the write, on the caller's thread
         return batch
 
     def fill_lists(self) -> None:

@@ -26,7 +26,7 @@ from txmq.broker.errors import MessageBodyTooLarge, MessageNotFound
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.durable import fsync_dir
 from txmq.broker.store.mapped_file import MappedFile, file_name
-from txmq.broker.store.record_block import MAX_BLOCK_BYTES, TailHeads, encode_block, record_sizes
+from txmq.broker.store.record_block import MAX_BLOCK_BYTES, BlockLayout, encode_block
 from txmq.broker.store.message import Message, StoredMessage
 from txmq.broker.store.record import (
     _host_cache as _HOST_CACHE,
@@ -199,17 +199,16 @@ class CommitLog:
         one buffer and written with one pwrite. None, writing nothing, when the block would cross
         a segment end or is over MAX_BLOCK_BYTES (write_columns then goes record by record)."""
         block = batch.block
-        heads = TailHeads(batch.topics, block.props_len)
-        sizes = record_sizes(block, heads)
+        layout = block.layout or BlockLayout(block, batch.topics, batch.queue_ids)
+        sizes = layout.sizes
         if int(sizes.sum()) > MAX_BLOCK_BYTES or int(sizes.max()) > self.segment_bytes - BLANK_MIN_BYTES:
             return None
         size_list = sizes.tolist()
         seg, phys, rolls = self._placement(size_list, group)
         if rolls:
             return None
-        data = encode_block(block, heads, sizes, queue_ids=batch.queue_ids, sys_flags=sys_flags,
-                            queue_offsets=queue_offsets, phys=phys[:-1], store_timestamp=store_timestamp,
-                            store_host=self.store_host[0])
+        data = encode_block(block, layout, sys_flags=sys_flags, queue_offsets=queue_offsets, phys=phys[:-1],
+                            store_timestamp=store_timestamp, store_host=self.store_host[0])
         self._write_records([data], phys, size_list, rolls, seg)
         return phys, size_list
 

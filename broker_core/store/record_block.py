@@ -64,6 +64,7 @@ class RecordBlock:
     born_host: np.ndarray  # (n, 8) uint8: IPv4 address and port as stored
     reconsume: np.ndarray  # int32
     prepared: np.ndarray  # int64, PREPAREDTRANSACTIONOFFSET
+    layout: "BlockLayout | None" = None  # when laid out ahead of the write (BatchColumns.of_block)
 
     @property
     def count(self) -> int:
@@ -114,12 +115,12 @@ def _cut(view: memoryview, start: int, end: int) -> memoryview:
 class TailHeads:
     """TOPICLEN, topic and PROPLEN of every record of a block (the bytes before its property
     string), as rows of one byte matrix: row i holds record i's head in its first
-    `lengths[i]` bytes."""
+    `lengths[i]` bytes (rows are at least 12 bytes wide: inline binary views read 12)."""
 
     def __init__(self, topics: Sequence[str], props_len: np.ndarray) -> None:
         n = len(topics)
         raws = {t: t.encode() for t in set(topics)}
-        width = 3 + max(map(len, raws.values()))
+        width = max(3 + max(map(len, raws.values())), _DIGITS_WIDTH)
         rows = np.zeros((n, width), dtype=np.uint8)
         self.lengths = np.empty(n, dtype=np.int64)
         field_len = props_len + CRC_SUFFIX_LEN  # PROPLEN counts the CRC digits and their separator
@@ -138,22 +139,57 @@ class TailHeads:
             self.lengths[which] = 3 + t
         self.rows = rows
 
-def record_sizes(block: RecordBlock, heads: TailHeads) -> np.ndarray:
-    """TOTALSIZE of each record of the block (IPv4 hosts)."""
-    return HEADER_V4_SIZE + block.body_len + heads.lengths + block.props_len + CRC_SUFFIX_LEN
+
+class BlockLayout:
+    """Everything encoding a block takes that does not depend on where it is written: record
+    sizes, the header fields the records keep, the tail heads and the binary views of the
+    pieces read from the block's buffers. Built ahead of the write (a split group's parts: on
+    the thread that builds them), so the writer holding the log's lock only fills in the
+    placement (queue offsets, physical offsets, SYSFLAG, store time and host), takes the
+    CRCs and gathers."""
+
+    def __init__(self, block: RecordBlock, topics: Sequence[str], queue_ids: Sequence[int]) -> None:
+        n = block.count
+        self.heads = heads = TailHeads(topics, block.props_len)
+        self.sizes = HEADER_V4_SIZE + block.body_len + heads.lengths + block.props_len + CRC_SUFFIX_LEN
+        h = self.headers = np.empty(n, dtype=HEADER_V4_DTYPE)
+        h["size"] = self.sizes
+        h["magic"] = MAGIC_CODE
+        h["body_crc"] = block.body_crc
+        h["queue_id"] = queue_ids
+        h["flag"] = block.flag
+        h["born_ts"] = block.born_ts
+        h["reconsume"] = block.reconsume
+        h["prepared"] = block.prepared
+        h["body_len"] = block.body_len
+        self.header_rows = h.view(np.uint8).reshape(n, HEADER_V4_SIZE)
+        self.header_rows[:, _BORN_HOST_AT:_BORN_HOST_AT + 8] = block.born_host
+        self.unborn = np.flatnonzero(block.born_ts == 0)  # the store's time fills these in, as write_columns does
+        # pieces of the covered bytes (buffers: headers, heads, then the block's) and of the
+        # records (buffers: the covered bytes, then the block's); offsets into the covered
+        # bytes are known once they are gathered
+        self.header_views = _row_views(self.header_rows, 0, HEADER_V4_SIZE)
+        self.head_views = _row_views(heads.rows, 1, heads.lengths)
+        self.props_views = _piece_views([None, None, *block.buffers], block.props_buf + 2, block.props_at,
+                                        block.props_len)
+        self.body_views = _piece_views([None, *block.buffers], block.body_buf + 1, block.body_at, block.body_len)
+        self.tail_views = _row_views(heads.rows, 0, heads.lengths + block.props_len)
 
 
-def encode_block(block: RecordBlock, heads: TailHeads, sizes: np.ndarray, *, queue_ids: Sequence[int],
-                 sys_flags: Sequence[int], queue_offsets: Sequence[int], phys: Sequence[int],
-                 store_timestamp: int, store_host: bytes) -> np.ndarray:
+def encode_block(block: RecordBlock, layout: BlockLayout, *, sys_flags: Sequence[int], queue_offsets: Sequence[int],
+                 phys: Sequence[int], store_timestamp: int, store_host: bytes) -> np.ndarray:
     """The block's records back to back (uint8), as written at physical offsets `phys` (see module doc)."""
     n = block.count
-    headers = _headers(block, sizes, queue_ids, sys_flags, queue_offsets, phys, store_timestamp, store_host)
-    buffers = [headers.reshape(-1), heads.rows.reshape(-1), *block.buffers]
-    covered = _gather(buffers, [
-        _row_views(headers, 0, HEADER_V4_SIZE),
-        _row_views(heads.rows, 1, heads.lengths),
-        _piece_views(buffers, block.props_buf + 2, block.props_at, block.props_len)])
+    h = layout.headers
+    h["queue_offset"] = queue_offsets
+    h["phys"] = phys
+    h["sys_flag"] = sys_flags
+    h["store_ts"] = store_timestamp
+    h["born_ts"][layout.unborn] = store_timestamp
+    headers = layout.header_rows
+    headers[:, _STORE_HOST_AT:_STORE_HOST_AT + 8] = np.frombuffer(store_host, dtype=np.uint8)
+    covered = _gather([headers.reshape(-1), layout.heads.rows.reshape(-1), *block.buffers],
+                      [layout.header_views, layout.head_views, layout.props_views])
     values, offsets = values_and_offsets(covered)
     starts = offsets[0::3]  # record i's covered bytes: its three pieces
     view = memoryview(values)
@@ -163,41 +199,15 @@ def encode_block(block: RecordBlock, heads: TailHeads, sizes: np.ndarray, *, que
     digits[:, :10] = crcs[:, None] // _POWERS_OF_TEN % 10 + ord("0")
     digits[:, 10] = 2
     record_start = starts[:-1]
-    buffers = [values, *block.buffers]
-    header_views = _row_views(headers, 0, HEADER_V4_SIZE)
+    header_views = layout.header_views.copy()
     header_views[:, 3] = record_start
-    tail_views = _row_views(heads.rows, 0, starts[1:] - record_start - HEADER_V4_SIZE)
+    tail_views = layout.tail_views
     tail_views[:, 3] = record_start + HEADER_V4_SIZE
-    records = _gather(buffers, [
-        header_views, _piece_views(buffers, block.body_buf + 1, block.body_at, block.body_len), tail_views,
-        _row_views(digits, 0, CRC_SUFFIX_LEN)])
+    records = _gather([values, *block.buffers],
+                      [header_views, layout.body_views, tail_views, _row_views(digits, 0, CRC_SUFFIX_LEN)])
     data = values_and_offsets(records)[0]
-    assert len(data) == int(sizes.sum()), "encoded records disagree with their sizes"
+    assert len(data) == int(layout.sizes.sum()), "encoded records disagree with their sizes"
     return data
-
-
-def _headers(block: RecordBlock, sizes: np.ndarray, queue_ids: Sequence[int], sys_flags: Sequence[int],
-             queue_offsets: Sequence[int], phys: Sequence[int], store_timestamp: int,
-             store_host: bytes) -> np.ndarray:
-    """The records' fixed headers (IPv4 hosts) as a byte matrix, a row of HEADER_V4_SIZE bytes each."""
-    h = np.empty(block.count, dtype=HEADER_V4_DTYPE)
-    h["size"] = sizes
-    h["magic"] = MAGIC_CODE
-    h["body_crc"] = block.body_crc
-    h["queue_id"] = queue_ids
-    h["flag"] = block.flag
-    h["queue_offset"] = queue_offsets
-    h["phys"] = phys
-    h["sys_flag"] = sys_flags
-    h["born_ts"] = np.where(block.born_ts == 0, store_timestamp, block.born_ts)  # as write_columns fills it
-    h["store_ts"] = store_timestamp
-    h["reconsume"] = block.reconsume
-    h["prepared"] = block.prepared
-    h["body_len"] = block.body_len
-    raw = h.view(np.uint8).reshape(block.count, HEADER_V4_SIZE)
-    raw[:, _BORN_HOST_AT:_BORN_HOST_AT + 8] = block.born_host
-    raw[:, _STORE_HOST_AT:_STORE_HOST_AT + 8] = np.frombuffer(store_host, dtype=np.uint8)
-    return raw
 
 
 def _gather(buffers: list[np.ndarray], pieces: list[np.ndarray]) -> pa.BinaryArray:
@@ -228,8 +238,7 @@ def _row_views(rows: np.ndarray, buffer_index: int, lengths) -> np.ndarray:
     matrix `rows`, itself buffer `buffer_index` (callers pointing a view elsewhere set its
     offset): prefixes and inline values come from the matrix, with no gather."""
     n, width = rows.shape
-    if width < _DIGITS_WIDTH:
-        rows = np.pad(rows, ((0, 0), (0, _DIGITS_WIDTH - width)))
+    assert width >= 12, "rows narrower than an inline view"
     lengths = np.broadcast_to(np.asarray(lengths, dtype=np.int32), (n,))
     views = np.empty((n, 4), dtype="<i4")
     views[:, 0] = lengths
@@ -244,4 +253,4 @@ def _row_views(rows: np.ndarray, buffer_index: int, lengths) -> np.ndarray:
     return views
 
 
-__all__ = ["MAX_BLOCK_BYTES", "RecordBlock", "TailHeads", "encode_block", "record_sizes"]
+__all__ = ["MAX_BLOCK_BYTES", "BlockLayout", "RecordBlock", "encode_block"]
