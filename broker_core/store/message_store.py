@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial, reduce
 from itertools import chain, compress, count, repeat
@@ -150,6 +151,7 @@ HOUSEKEEPING_S = 10.0
 # A group of record copies over this many source bytes is built and written in parts of
 # at most this size (see _append_group_in_parts_locked).
 COPY_PART_BYTES = 8 << 20
+SPLIT_YIELD_MAX_S = 0.005  # between two parts, how long a split group waits for writers queued at the lock
 
 
 GEOMETRY_FILE = "store_meta.json"
@@ -293,6 +295,7 @@ class MessageStore:
         config = self.config = _with_on_disk_geometry(config)
         self._closed = False
         self._write_lock = threading.Lock()
+        self._lock_waiters = 0  # writers waiting for the write lock (a split group lets them in between parts)
         # Split groups (a large COMMIT written in parts, see _append_split_group): one at a
         # time, and the queues it has written so far are reserved to it until it ends.
         self._split_lock = threading.Lock()
@@ -459,14 +462,14 @@ class MessageStore:
         split group has reserved."""
         group_commit = self._group_commit
         if group_commit is None:
-            with self._write_lock:
+            with self._locked_for_writing():
                 self._check_open()
                 if self._reserved and batch is not None and self._touches_reserved(batch):
                     return _QUEUE_RESERVED
                 return write()
         group_commit.writer_started()  # a leader about to fsync waits for this write
         try:
-            with self._write_lock:
+            with self._locked_for_writing():
                 self._check_open()
                 if self._reserved and batch is not None and self._touches_reserved(batch):
                     return _QUEUE_RESERVED
@@ -477,6 +480,28 @@ class MessageStore:
         if durable:
             group_commit.wait_durable(end)
         return results
+
+    @contextmanager
+    def _locked_for_writing(self) -> Iterator[None]:
+        """The write lock, counted in `_lock_waiters` while waited for."""
+        self._lock_waiters += 1  # (+= under the GIL: a miscount only makes a split group wait less)
+        try:
+            self._write_lock.acquire()
+        finally:
+            self._lock_waiters -= 1
+        try:
+            yield
+        finally:
+            self._write_lock.release()
+
+    def _let_waiting_writers_in(self) -> None:
+        """Between two parts of a split group: wait (a little) until the writers waiting for the
+        write lock got it. Python's lock is not fair: released and taken again at once, it
+        would go back to the split group's own thread nearly every time, and a producer would
+        wait for many parts instead of one."""
+        deadline = time.monotonic() + SPLIT_YIELD_MAX_S
+        while self._lock_waiters and time.monotonic() < deadline:
+            time.sleep(0.0001)
 
     def _touches_reserved(self, batch: BatchColumns) -> bool:
         return not self._reserved.isdisjoint(zip(batch.topics, batch.queue_ids))
@@ -564,6 +589,8 @@ class MessageStore:
             group = _SplitGroup(_QueueOffsets(self.dispatcher, None))
             try:
                 for i, batch in enumerate(_built_one_ahead(parts)):
+                    if i:
+                        self._let_waiting_writers_in()
                     write = partial(self._write_split_part, group, batch, now, begins=i == 0,
                                     ends=i == len(parts) - 1)
                     self._under_write_lock(write, durable=False)
