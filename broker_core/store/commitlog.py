@@ -182,8 +182,9 @@ class CommitLog:
         seg, phys, rolls = self._placement(sizes, group)
         bodies = batch.bodies
         born_ts = batch.born_timestamps
-        if 0 in born_ts:
-            born_ts = [b or store_timestamp for b in born_ts]
+        if 0 in born_ts:  # a producer that gave no born time: the store's (all of them, usually)
+            born_ts = (repeat(store_timestamp) if born_ts.count(0) == len(born_ts)
+                       else [b or store_timestamp for b in born_ts])
         body_crcs = batch.body_crcs if batch.body_crcs is not None else map(crc32, bodies)
         headers = list(map(HEADER_V4.pack, sizes, repeat(MAGIC_CODE), body_crcs, batch.queue_ids, batch.flags,
                            queue_offsets, phys, sys_flags, born_ts, born_raws, repeat(store_timestamp),

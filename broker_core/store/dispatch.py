@@ -22,7 +22,7 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
-from txmq.broker.store.consume_queue import ENTRY_DTYPE, ENTRY_SIZE, ConsumeQueue, discover_queues
+from txmq.broker.store.consume_queue import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, ConsumeQueue, discover_queues
 from txmq.broker.store.checksum import crc32
 from txmq.broker.store.index_file import IndexService, key_hash
 from txmq.broker.store.message import (
@@ -130,6 +130,8 @@ def queue_runs(keys: Sequence, queued: Sequence[bool] | None, starts: dict, phys
     if queued is not None:
         keys, phys, sizes, tag_hashes = (list(compress(c, queued)) for c in (keys, phys, sizes, tag_hashes))
         n = len(keys)
+    if n <= _PACK_EACH_MAX:
+        return _queue_runs_packed_each(keys, starts, phys, sizes, tag_hashes)
     entries = np.empty(n, dtype=ENTRY_DTYPE)
     entries["phys"] = phys
     entries["size"] = sizes
@@ -147,6 +149,22 @@ def queue_runs(keys: Sequence, queued: Sequence[bool] | None, starts: dict, phys
         out[key] = [first, packed[begin * ENTRY_SIZE:end * ENTRY_SIZE]]
         begin = end
     return out
+
+
+_PACK_EACH_MAX = 256  # below this many entries, packing each costs less than numpy's set-up
+
+
+def _queue_runs_packed_each(keys: Sequence, starts: dict, phys: Sequence[int], sizes: Sequence[int],
+                            tag_hashes: Sequence[int]) -> dict:
+    """queue_runs for a small batch (a producer's send): each entry packed with struct."""
+    packed = list(map(ENTRY.pack, phys, sizes, tag_hashes))
+    if len(starts) == 1:
+        ((key, first),) = starts.items()
+        return {key: [first, b"".join(packed)]}
+    by_queue: dict = {key: [] for key in starts}
+    for key, entry in zip(keys, packed):
+        by_queue[key].append(entry)
+    return {key: [first, b"".join(by_queue[key])] for key, first in starts.items()}
 
 
 _UNIQ_PREFIX_CRC = crc32(b"#U#")  # crc32(b"#U#" + id) == crc32(id, crc32(b"#U#"))

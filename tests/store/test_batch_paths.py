@@ -237,3 +237,28 @@ def test_a_batch_over_several_topics_gets_consecutive_offsets_per_queue(open_sto
         ("A", 0, 1), ("B", 1, 1), ("A", 2, 1), ("B", 0, 1), ("A", 1, 2), ("B", 2, 1)]
     assert [m.body for m in store.read_queue("A", 1, 0, 10).messages] == [b"hello", b"4", b"10"]
     assert [m.body for m in store.read_queue("B", 2, 0, 10).messages] == [b"5", b"11"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([("T", 0), ("T", 1), ("U", 0), ("V", 7)]), st.booleans(),
+                          st.integers(0, 2**62), st.integers(1, 2**31 - 1), st.integers(-2**63, 2**63 - 1)),
+                min_size=1, max_size=300))
+def test_queue_entries_packed_one_by_one_equal_the_array_packing(rows) -> None:
+    from txmq.broker.store import dispatch
+
+    keys = [r[0] for r in rows]
+    queued = [r[1] for r in rows]
+    starts = {key: 10 * i for i, key in enumerate(dict.fromkeys(k for k, q in zip(keys, queued) if q))}
+    if not starts:
+        return
+    columns = ([r[2] for r in rows] + [0], [r[3] for r in rows], [r[4] for r in rows])
+    large = dispatch.queue_runs
+    old = dispatch._PACK_EACH_MAX
+    try:
+        dispatch._PACK_EACH_MAX = 0
+        by_array = large(keys, queued, starts, *columns)
+        dispatch._PACK_EACH_MAX = 10**6
+        by_struct = large(keys, queued, starts, *columns)
+    finally:
+        dispatch._PACK_EACH_MAX = old
+    assert by_struct == by_array
