@@ -37,11 +37,11 @@ _messages = st.lists(st.builds(
 _topics = st.sampled_from(["F", "FINAL", "a-much-longer-topic-name_of_a_sink"])
 
 
-def _two_stores(tmp_path, monkeypatch) -> tuple[MessageStore, MessageStore]:
+def _two_stores(tmp_path, monkeypatch, segment_bytes: int = 4 << 20) -> tuple[MessageStore, MessageStore]:
     """Two stores that write the same bytes (a fixed clock), segments far larger than a test's data."""
     monkeypatch.setattr(message_store, "time", SimpleNamespace(time=lambda: NOW_S, monotonic=time.monotonic))
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 0)
-    return tuple(MessageStore(small_config(tmp_path / name, commitlog_segment_bytes=4 << 20))
+    return tuple(MessageStore(small_config(tmp_path / name, commitlog_segment_bytes=segment_bytes))
                  for name in ("blocks", "lists"))
 
 
@@ -158,3 +158,19 @@ def test_copies_in_a_store_with_an_ipv6_host_are_written_record_by_record(tmp_pa
         assert [(m.body, m.store_host) for m in read] == [(b"m%d" % i, ("::1", 10911)) for i in range(20)]
     finally:
         store.close()
+
+
+def test_sources_in_two_segments_make_one_block_with_both_maps(tmp_path, monkeypatch):
+    stores = _two_stores(tmp_path, monkeypatch, segment_bytes=64 << 10)
+    try:
+        for store in stores:  # the sources start near the end of the first segment
+            store.append([Message("FILLER", b"f" * 1000, 0) for _ in range(44)])
+        messages = [Message(SOURCE, bytes([i]) * 1000, 0, {"UNIQ_KEY": "u%d" % i}) for i in range(20)]
+        blocks, lists = _commit_in_both(stores, messages, ["FINAL"] * 20, monkeypatch)
+        sources = stores[0].read_queue(SOURCE, 0, 0, 100).messages
+        assert sources[0].physical_offset < 64 << 10 <= sources[-1].physical_offset  # they span two segments
+        assert _log_bytes(stores[0]) == _log_bytes(stores[1])
+        assert [tuple(r) for r in blocks] == [tuple(r) for r in lists]
+    finally:
+        for s in stores:
+            s.close()
