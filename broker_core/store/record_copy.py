@@ -116,7 +116,9 @@ def copy_columns(store, copies: RecordCopies) -> BatchColumns:
     """The copies as a checked and encoded batch, ready for the store's write path.
 
     Reads the sources, then derives every column of the copies from them: record by
-    record for a few, column-wise for many. Before anything is written, raises
+    record for a few, column-wise for many; sources with IPv4 hosts (all but rare ones)
+    become a RecordBlock, which the CommitLog encodes column-wise too (record_block).
+    Before anything is written, raises
     StoreError when a source is not the record its offset and size name, and a
     NotFound error (MessageNotFound, DataDeleted) when retention removed it. Sources
     of more than columnar_read.READ_BUFFER_MAX bytes are read in several passes (a
@@ -311,8 +313,8 @@ class _Sources:
 
 
 def _be_int(rows: np.ndarray, at: int, dtype: str) -> list[int]:
-    """The 4-byte big-endian integer at byte `at` of every row of a byte matrix."""
-    return np.ascontiguousarray(rows[:, at:at + 4]).view(dtype)[:, 0].tolist()
+    """_be_column as a list."""
+    return _be_column(rows, at, dtype).tolist()
 
 
 def _distinct_bytes(rows: np.ndarray) -> list[bytes]:
