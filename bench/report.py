@@ -704,8 +704,18 @@ def write_docs(r: Results, summary: dict) -> None:
     ]
     lines += ratio_rows(r, key_only=True)
     lines += ["", "The full tables, the plots, where cost grows faster than the work, and the three heaviest "
-              "functions of each benchmark are in [`bench/REPORT.md`](../bench/REPORT.md).", ""]
-    DOCS.write_text("\n".join(lines))
+              "functions of each benchmark are in [`bench/REPORT.md`](../bench/REPORT.md).", "", NOTES_MARKER]
+    DOCS.write_text("\n".join(lines) + kept_notes(DOCS.read_text() if DOCS.exists() else ""))
+
+
+NOTES_MARKER = "<!-- bench/report.py rewrites the page above this line; the notes below it are kept -->"
+
+
+def kept_notes(page: str) -> str:
+    """What follows NOTES_MARKER on the current page (the hand-written notes on each session's
+    figures): a report run replaces the generated table, never the notes."""
+    _, marker, notes = page.partition(NOTES_MARKER)
+    return notes if marker else "\n"
 
 
 def main() -> int:

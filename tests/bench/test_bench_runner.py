@@ -120,3 +120,13 @@ def test_docs_page_carries_the_key_ratio_table(report_paths):
     docs = (report_paths / "benchmarks.md").read_text()
     assert docs.startswith("# Benchmarks") and "a_tx100_msgs_vs_rabbitmq" in docs
 
+
+
+def test_a_new_report_keeps_the_notes_below_the_marker_and_replaces_the_table(tmp_path, monkeypatch):
+    docs = tmp_path / "benchmarks.md"
+    docs.write_text(f"# Benchmarks\n\n| old table |\n\n{report.NOTES_MARKER}\n\n### Session notes\n\nhand-written\n")
+    monkeypatch.setattr(report, "DOCS", docs)
+    report.write_docs(report.Results(json.loads(json.dumps(_summary()))), _summary())
+    text = docs.read_text()
+    assert "| old table |" not in text and "a_tx100_msgs_vs_rabbitmq" in text
+    assert text.endswith(f"{report.NOTES_MARKER}\n\n### Session notes\n\nhand-written\n")
