@@ -296,6 +296,7 @@ class MessageStore:
         self._closed = False
         self._write_lock = threading.Lock()
         self._lock_waiters = 0  # writers waiting for the write lock (a split group lets them in between parts)
+        self._waiters_lock = threading.Lock()  # += is not atomic across threads: a drifted count would stall groups
         # Split groups (a large COMMIT written in parts, see _append_split_group): one at a
         # time, and the queues it has written so far are reserved to it until it ends.
         self._split_lock = threading.Lock()
@@ -484,11 +485,13 @@ class MessageStore:
     @contextmanager
     def _locked_for_writing(self) -> Iterator[None]:
         """The write lock, counted in `_lock_waiters` while waited for."""
-        self._lock_waiters += 1  # (+= under the GIL: a miscount only makes a split group wait less)
+        with self._waiters_lock:
+            self._lock_waiters += 1
         try:
             self._write_lock.acquire()
         finally:
-            self._lock_waiters -= 1
+            with self._waiters_lock:
+                self._lock_waiters -= 1
         try:
             yield
         finally:
@@ -500,7 +503,7 @@ class MessageStore:
         would go back to the split group's own thread nearly every time, and a producer would
         wait for many parts instead of one."""
         deadline = time.monotonic() + SPLIT_YIELD_MAX_S
-        while self._lock_waiters and time.monotonic() < deadline:
+        while self._lock_waiters > 0 and time.monotonic() < deadline:
             time.sleep(0.0001)
 
     def _touches_reserved(self, batch: BatchColumns) -> bool:

@@ -233,3 +233,18 @@ def test_writers_queued_at_the_lock_get_in_between_two_parts(open_store, monkeyp
     parts = len(copies.parts(2048))
     gaps = sum(b.physical_offset != a.physical_offset + a.size for a, b in zip(results, results[1:]))
     assert landed and gaps >= parts - 2, (gaps, parts)  # the writer's records between (nearly) every two parts
+
+
+def test_the_count_of_writers_waiting_for_the_lock_returns_to_zero(open_store) -> None:
+    store = open_store(commitlog_segment_bytes=64 << 20)
+
+    def writer() -> None:
+        for _ in range(300):
+            store.append([msg("OTHER", b"x")])
+
+    threads = [threading.Thread(target=writer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert store._lock_waiters == 0
