@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from itertools import repeat
 from operator import attrgetter
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Message
 from txmq.broker.store.checksum import crc32
 from txmq.broker.store.record import CRC_PREFIX, decode_host, encode_host
+from txmq.broker.store.record_block import BlockLayout, RecordBlock
 
-from txmq.broker.store.record_block import BlockLayout
-
-if TYPE_CHECKING:
-    from txmq.broker.store.record_block import RecordBlock
 
 def _body_crcs(batch: "BatchColumns") -> Sequence[int]:
     return batch.body_crcs if batch.body_crcs is not None else list(map(crc32, batch.bodies))
@@ -95,7 +92,7 @@ class BatchColumns:
         return batch
 
     @classmethod
-    def of_block(cls, block: "RecordBlock", *, topics: list[str], queue_ids: list[int], sys_flags: list[int],
+    def of_block(cls, block: RecordBlock, *, topics: list[str], queue_ids: list[int], sys_flags: list[int],
                  tags: list, uniq_keys: list, keys: list) -> "BatchColumns":
         """A checked and encoded batch given as a RecordBlock (record copies): the CommitLog encodes
         it column-wise (record_block). The per-record list columns (bodies, hosts, property

@@ -92,10 +92,10 @@ T = TypeVar("T")
 
 def _built_one_ahead(builds: Sequence[Callable[[], T]]) -> Iterator[T]:
     """The results of `builds` in order, the next one built on a worker thread while the caller
-    uses the current one: a split group's part i + 1 is read and encoded while part i is
-    written (the write is a pwrite, and the build mostly numpy and Arrow: both run without
-    the GIL, so the two overlap on two cores). At most one build runs ahead, so memory stays
-    bounded by two parts; a caller that stops early waits for that one build."""
+    uses the current one: a split group's part i + 1 is read and laid out while part i is
+    encoded and written (the write is a pwrite, and the build mostly numpy and Arrow: both
+    run without the GIL, so the two overlap on two cores). At most one build runs ahead, so
+    memory stays bounded by two parts; closed early, it waits for that one build."""
     if len(builds) == 1:
         yield builds[0]()
         return
@@ -149,7 +149,7 @@ READ_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues'
 FILTER_SCAN_MAX = 20_000  # queue entries examined per filtered read
 HOUSEKEEPING_S = 10.0
 # A group of record copies over this many source bytes is built and written in parts of
-# at most this size (see _append_group_in_parts_locked).
+# at most this size (see _append_split_group).
 COPY_PART_BYTES = 8 << 20
 SPLIT_YIELD_MAX_S = 0.005  # between two parts, how long a split group waits for writers queued at the lock
 
@@ -590,14 +590,16 @@ class MessageStore:
         with self._split_lock:  # one at a time: recovery pairs an END with the latest BEGIN
             now = int(time.time() * 1000)
             group = _SplitGroup(_QueueOffsets(self.dispatcher, None))
+            built = _built_one_ahead(parts)
             try:
-                for i, batch in enumerate(_built_one_ahead(parts)):
+                for i, batch in enumerate(built):
                     if i:
                         self._let_waiting_writers_in()
                     write = partial(self._write_split_part, group, batch, now, begins=i == 0,
                                     ends=i == len(parts) - 1)
                     self._under_write_lock(write, durable=False)
             finally:
+                built.close()  # a part being built ahead finishes before the group is abandoned
                 if not group.published:
                     with self._write_lock:
                         self._abandon(group)
