@@ -160,9 +160,9 @@ def _block_batch(block: RecordBlock, source_sys_flags: np.ndarray, copies: Recor
     """The copies as a batch given as a RecordBlock: properties dropped, dispatch inputs found."""
     values, bounds = values_and_offsets(block.properties())
     index = _PropertyIndex(values, bounds)
-    if copies.drop_properties:
-        block = _block_without_properties(block, index, bounds, copies.drop_properties)
     raw = values.tobytes()
+    if copies.drop_properties:
+        block = _block_without_properties(block, index, raw, bounds, copies.drop_properties)
     n = block.count
     tags, uniq_keys, keys = (_found_values(raw, n, *index.spans(name)) for name in (b"TAGS", b"UNIQ_KEY", b"KEYS"))
     return BatchColumns.of_block(
@@ -171,15 +171,14 @@ def _block_batch(block: RecordBlock, source_sys_flags: np.ndarray, copies: Recor
         tags=_decoded(tags), uniq_keys=uniq_keys, keys=_decoded(keys))
 
 
-def _block_without_properties(block: RecordBlock, index: "_PropertyIndex", bounds: np.ndarray,
+def _block_without_properties(block: RecordBlock, index: "_PropertyIndex", raw: bytes, bounds: np.ndarray,
                               names: tuple[str, ...]) -> RecordBlock:
     """`block` with the named properties removed from the property strings holding them (few:
-    a half's prepare time is on the first half of each prepare call). The changed strings
-    go to a buffer of their own."""
+    a half's prepare time is on the first half of each prepare call). `raw` is the strings
+    back to back (the index's values as bytes). The changed strings go to a buffer of their own."""
     hits = np.unique(np.concatenate([index.spans(name.encode())[0] for name in names]))
     if not len(hits):
         return block
-    raw = index.values.tobytes()
     changed = [raw[a:b] for a, b in zip(bounds[hits].tolist(), bounds[hits + 1].tolist())]
     changed = _without_properties(changed, names)
     side = np.frombuffer(b"".join(changed), dtype=np.uint8)
