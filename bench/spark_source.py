@@ -11,9 +11,12 @@ runs `SELECT count(*), sum(length(body))` in a local[2] SparkSession over
     yielded again and again: the ceiling of any Python data source,
 (b) Spark's parquet reader over the same rows (written once beforehand),
 (c) txmq,
+(d) txmq with `localReads` off: the broker builds every batch (below),
 taking turns, best of --repeat rounds each. The broker and Spark share the host,
-so pulls go through shared memory (--no-shared-memory: as gRPC bytes, as from
-another host); "pull_transport" says which one the run used.
+so the executors decode pulled records from the broker's CommitLog files
+themselves (local reads, client/local_read.py), and with `localReads` off pulls
+come through shared memory (--no-shared-memory: as gRPC bytes, as from another
+host, for both); "pull_transport" says which one (c) used.
 Target: (c) ≥ 0.7 of (a), at the default size: with --quick every source spends
 most of its time on fixed per-job overhead (the memory source reaches ~100k rows/s
 there against ~750k at 2M rows), so a --quick ratio flatters txmq; use it to see
@@ -150,6 +153,8 @@ def main() -> None:
         load_s = time.perf_counter() - t0
 
         txmq_df = spark.read.format("txmq").option("broker", broker.endpoint).option("topic", topic).load()
+        broker_built_df = txmq_df.sparkSession.read.format("txmq").option("broker", broker.endpoint) \
+            .option("topic", topic).option("localReads", "false").load()
         spark.dataSource.register(memory_source_class(rows, save_txmq_rows(client, topic, Path(tmp) / "rows")))
         memory_df = spark.read.format("bench_memory").load()
         parquet_path = str(Path(tmp) / "rows.parquet")
@@ -157,12 +162,13 @@ def main() -> None:
         parquet_df = spark.read.parquet(parquet_path)
 
         expected = (rows, rows * len(BODY))
-        for name, df in (("memory", memory_df), ("parquet", parquet_df), ("txmq", txmq_df)):
+        frames = {"memory": memory_df, "parquet": parquet_df, "txmq": txmq_df, "txmq_local_reads_off": broker_built_df}
+        for name, df in frames.items():
             assert count_and_sum(df) == expected, f"{name} read the wrong rows"
-        rates = interleaved_best_rates({"memory": memory_df, "parquet": parquet_df, "txmq": txmq_df}, rows,
-                                       args.repeat)
+        rates = interleaved_best_rates(frames, rows, args.repeat)
         client.pull_arrow(topic, 0, 0, 1)  # the executors' clients negotiate the same way
-        transport = "shared_memory" if client.pulls_through_shared_memory else "grpc"
+        transport = ("local_read" if client.reads_locally and client.pulls_through_shared_memory else
+                     "shared_memory" if client.pulls_through_shared_memory else "grpc")
         client.close()
     spark.stop()
     emit("spark_source_grpc" if args.no_shared_memory else "spark_source", {
@@ -170,7 +176,10 @@ def main() -> None:
         "pull_transport": transport,
         "rows_per_s": {k: round(v) for k, v in rates.items()},
         "ratios": {"txmq_vs_python_memory_source": round(rates["txmq"] / rates["memory"], 3),
-                   "txmq_vs_parquet": round(rates["txmq"] / rates["parquet"], 3)},
+                   "txmq_vs_parquet": round(rates["txmq"] / rates["parquet"], 3),
+                   "txmq_local_reads_off_vs_python_memory_source":
+                       round(rates["txmq_local_reads_off"] / rates["memory"], 3),
+                   "local_reads_on_vs_off": round(rates["txmq"] / rates["txmq_local_reads_off"], 3)},
         "target": {"txmq_vs_python_memory_source": 0.7},
     })
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from txmq.broker import errors
 from txmq.broker.client.batches import to_arrow_table
+from txmq.broker.client.local_read import LocalReadUnavailable, LocalSegments
 from txmq.broker.client.pull_shm import VERIFIED, SharedMemoryPulls, SharedMemoryUnreadable
 from txmq.broker.client.types import (
     CheckRequest,
@@ -136,7 +137,8 @@ class NativeClient:
 
     def __init__(self, endpoints: str = DEFAULT_ENDPOINT, *, access_key: str | None = None,
                  secret_key: str | None = None, tls: bool = False, ca_file: str | None = None,
-                 timeout_s: float = 30.0, retry_unavailable_s: float | None = None) -> None:
+                 timeout_s: float = 30.0, retry_unavailable_s: float | None = None,
+                 local_reads: bool = True) -> None:
         self.endpoints = parse_endpoints(endpoints)
         self.access_key = access_key
         self.secret_key = secret_key
@@ -152,6 +154,9 @@ class NativeClient:
         self._stubs: dict[str, Callable] = {}
         self._closed = False
         self._pull_shm = SharedMemoryPulls(shm_dir_from_env())
+        # On the broker's host, decode pulled records from its CommitLog files (client/local_read.py);
+        # None once off (asked so, or a plan could not be read here).
+        self._local_segments: LocalSegments | None = LocalSegments() if local_reads else None
 
     # ---- connection ---------------------------------------------------------
     @property
@@ -292,6 +297,11 @@ class NativeClient:
         """Whether pulls reach this client through shared memory (proven, see client/pull_shm.py)."""
         return self._pull_shm.state == VERIFIED
 
+    @property
+    def reads_locally(self) -> bool:
+        """Whether pulls may be answered with read plans this client decodes itself (client/local_read.py)."""
+        return self._local_segments is not None
+
     def pull_arrow(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
                    max_bytes: int = 2 << 20) -> PullResult:
         """Messages [start, end) of one queue as one record batch in the Spark schema.
@@ -302,17 +312,29 @@ class NativeClient:
         req = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=start, end_offset=end,
                              tags=tags or "", max_bytes=max_bytes)
         offer, probe = self._pull_shm.offer()
+        local = self._local_segments
         if offer is not None:
             req.shared_memory.CopyFrom(offer)
+            req.local_read = local is not None  # the offer proves the host: the broker may answer with a plan
         try:
             resp = self._call("PullArrow", req)
         finally:
             if probe is not None:
                 probe.unlink(missing_ok=True)
+        planned = resp.HasField("local_read")
         # an empty range is answered inline whatever the offer: it says nothing about shared memory
-        self._pull_shm.settle(offer if resp.count else None, probe, bool(resp.shared_memory_path))
+        self._pull_shm.settle(offer if resp.count else None, probe, bool(resp.shared_memory_path) or planned)
         self._pull_shm.reclaim(offer, resp.shared_memory_path)
-        if resp.shared_memory_path:
+        if planned:
+            if local is None:
+                raise errors.TxmqError("the broker answered a pull with a read plan this client did not ask for")
+            try:
+                batch = local.batch(resp.local_read, topic, queue_id)
+            except LocalReadUnavailable as exc:
+                log.warning("local reads off for this client, pulling through the broker: %s", exc)
+                self._local_segments = None
+                return self.pull_arrow(topic, queue_id, start, end, tags=tags, max_bytes=max_bytes)
+        elif resp.shared_memory_path:
             try:
                 batch = self._pull_shm.read(resp.shared_memory_path, resp.shared_memory_size)
             except SharedMemoryUnreadable as exc:

@@ -286,6 +286,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
                         "beyond which pulls go inline (default 256 MiB; 0: always inline)")
     p.add_argument("--pull-shm-max-used-ratio", type=float,
                    help="pull inline rather than fill the shared-memory file system beyond this (default 0.9)")
+    p.add_argument("--local-reads", action=argparse.BooleanOptionalAction, default=None,
+                   help="let clients on this host that can open the CommitLog files read pulled records "
+                        "from them directly (default: on)")
     p.add_argument("--short-call-workers", type=int,
                    help="threads for the RocketMQ protocol's unary calls (default: 2 with async flush, "
                         "0 = the main pool with sync flush)")
@@ -303,7 +306,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("page_cache_keep_bytes", "page_cache_keep_bytes"),
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("pull_shm_max_bytes", "pull_shm_max_bytes"),
                       ("pull_shm_max_used_ratio", "pull_shm_max_used_ratio"),
-                      ("short_call_workers", "short_call_workers")):
+                      ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads")):
         value = getattr(args, flag)
         if value is not None:
             overrides[key] = value

@@ -76,6 +76,11 @@ class BrokerConfig:
     # file system beyond the ratio; past either, pulls are answered inline.
     pull_shm_max_bytes: int = 256 << 20
     pull_shm_max_used_ratio: float = 0.9
+    # Same-host pulls of unfiltered queue ranges answered with where the records are, for a client
+    # that reads the CommitLog segment files itself (client/local_read.py). Only clients that
+    # proved they share this host's shared-memory directory are answered so, and only when they
+    # can open the files (the OS decides: the same user, or files made readable to them).
+    local_reads: bool = True
     # Pop consumption (ReceiveMessage).
     default_invisible_s: float = 30.0
     max_invisible_s: float = 12 * 3600.0
@@ -120,6 +125,8 @@ class BrokerConfig:
             raise ValueError(f"pull_shm_max_bytes must not be negative, got {self.pull_shm_max_bytes}")
         if not 0 < self.pull_shm_max_used_ratio <= 1:
             raise ValueError(f"pull_shm_max_used_ratio must be in (0, 1], got {self.pull_shm_max_used_ratio}")
+        if not isinstance(self.local_reads, bool):
+            raise ValueError(f"local_reads must be true or false, got {self.local_reads!r}")
 
     @property
     def listen_host_port(self) -> tuple[str, int]:

@@ -1,19 +1,22 @@
-"""Build the Arrow record batch a native pull returns (the Spark source's schema).
+"""Answer a native pull: the Arrow record batch of a queue range (the Spark source's schema),
+or, for a client on this host that can read the CommitLog files itself, a plan of where
+the records are.
 
 This is the hot path of Spark reads. Two builders make the same batch:
 
 - `pull_batch` (what the PullArrow RPC uses) reads the queue range as columns
-  (`store.columnar_read`) and derives every column with numpy and pyarrow.compute:
-  the property texts are split into pairs for the whole batch at once
-  (`pull_properties`) and values are cut out with one Arrow take each, so no
-  Python object and no Arrow string is made per message beyond the output
-  columns' own. Tag-filtered pulls take the object path below (the filter is
-  confirmed on decoded tags by `MessageStore.read_queue`; filtered reads are the
-  rare case and are bounded by the filter's scan limit), and so does a store
-  that only implements the `read_queue` contract.
+  (`store.columnar_read`) and derives every column at once
+  (`protocol.pull_columns`, shared with the client's local reads). Tag-filtered
+  pulls take the object path below (the filter is confirmed on decoded tags by
+  `MessageStore.read_queue`; filtered reads are the rare case and are bounded by
+  the filter's scan limit), and so does a store that only implements the
+  `read_queue` contract.
 - `build_pull_batch(messages)` builds the batch from decoded StoredMessages (one
   comprehension per column). It is the reference the columnar path is tested
   against and serves the filtered pulls.
+
+`local_read_plan` answers a pull with the records' places instead (see
+client/local_read.py for why and for the client's checks).
 """
 
 from __future__ import annotations
@@ -21,22 +24,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
-from txmq.broker.server.property_names import SYSTEM_PROPERTIES
-from txmq.broker.server.pull_properties import PropertyPairs, split_properties
+from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
+from txmq.broker.protocol.pull_columns import build_pull_batch_columnar, empty_pull_batch
 from txmq.broker.server.pull_shm import SharedMemoryPayloads
-from txmq.broker.store.columnar_read import RecordColumns, read_queue_columns, supports_columnar
+from txmq.broker.store.columnar_read import plan_queue_read, read_queue_columns, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage
 from txmq.broker.store.tag_filter import TagFilter
-
-
-def empty_pull_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=PULL_SCHEMA)
 
 
 def build_pull_batch(messages: Sequence[StoredMessage]) -> pa.RecordBatch:
@@ -122,75 +119,36 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
 
 
-def _keys_column(props: PropertyPairs, n: int) -> pa.ListArray:
-    """KEYS split on spaces, empty keys dropped; an empty list where there is none."""
-    hits = props.pairs_named(PROP_KEYS)
-    counts = np.zeros(n, dtype=np.int64)
-    if len(hits):
-        lists = pc.split_pattern(props.values(hits), " ")
-        owner = props.row[hits][pc.list_parent_indices(lists).to_numpy()]
-        tokens = pc.list_flatten(lists)
-        nonempty = pc.greater(pc.binary_length(tokens), 0)
-        tokens = tokens.filter(nonempty)
-        owner = owner[nonempty.to_numpy(zero_copy_only=False)]
-        counts = np.bincount(owner, minlength=n)
-    else:
-        tokens = pa.array([], pa.string())
-    return pa.ListArray.from_arrays(pa.array(_offsets(counts)), tokens)
+@dataclass
+class LocalPlan:
+    """A pull answered with where its records are (PullResponse.local_read) and its offsets."""
+
+    message: pb.LocalReadPlan
+    count: int
+    next_offset: int
+    min_offset: int
+    max_offset: int
 
 
-def _user_properties_column(props: PropertyPairs, n: int) -> pa.MapArray:
-    """Every property that is neither a system name nor starts with "__", per record."""
-    user = props.user
-    counts = np.bincount(props.row[user], minlength=n)
-    names = props.names(user)
-    return pa.MapArray.from_arrays(pa.array(_offsets(counts)), names, props.values(user)).cast(STRING_MAP)
-
-
-def _message_ids(records: RecordColumns, props: PropertyPairs, n: int) -> pa.StringArray:
-    """UNIQ_KEY where it is set and not empty, else the offset message id."""
-    uniq = props.by_row(n, PROP_UNIQ_KEY)
-    given = pc.fill_null(pc.greater(pc.binary_length(uniq), 0), False).to_numpy(zero_copy_only=False)
-    if given.all():
-        return uniq
-    if not given.any():
-        return records.offset_ids()
-    missing = np.flatnonzero(~given)
-    index = np.arange(n, dtype=np.int64)
-    index[missing] = n + np.arange(len(missing))
-    return pa.concat_arrays([uniq, records.offset_ids(missing)]).take(pa.array(index))
-
-
-def _offsets(counts: np.ndarray) -> np.ndarray:
-    out = np.zeros(len(counts) + 1, dtype=np.int32)
-    np.cumsum(counts, out=out[1:])
-    return out
-
-
-def build_pull_batch_columnar(records: RecordColumns, topic: str | None = None) -> pa.RecordBatch:
-    """The PULL_SCHEMA batch of `records`, equal to build_pull_batch of the same messages.
-
-    `topic` is the topic the records are expected to have (a queue's records all
-    carry its topic); it lets the topic column be one repeated value.
-    """
-    n = records.count
-    if n == 0:
-        return empty_pull_batch()
-    props = split_properties(records)
-    columns = [
-        records.topics(topic),
-        pa.array(records.queue_id, pa.int32()),
-        pa.array(records.queue_offset, pa.int64()),
-        _message_ids(records, props, n),
-        props.by_row(n, PROP_TAGS),
-        _keys_column(props, n),
-        records.bodies(),
-        _user_properties_column(props, n),
-        pa.array(records.born_ts * 1000, pa.int64()).view(UTC_MICROS),
-        pa.array(records.store_ts * 1000, pa.int64()).view(UTC_MICROS),
-        props.by_row(n, PROP_TRANSACTION_ID),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=PULL_SCHEMA)
+def local_read_plan(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int | None,
+                    tag_filter: TagFilter | None, offer: pb.SharedMemoryOffer | None,
+                    shared: SharedMemoryPayloads) -> LocalPlan | None:
+    """The plan answering a pull whose client asked to read the records itself, or None when the
+    pull is answered with a batch instead: the client did not prove it is on this host (its
+    shared-memory offer), the pull filters by tag (the filter is confirmed on decoded tags
+    here), the store has no segment files, or there is nothing to read at `start`."""
+    if offer is None or not offer.probe_token or not shared.accepts(offer.probe_path, offer.probe_token):
+        return None
+    if (tag_filter is not None and not tag_filter.matches_all) or not supports_columnar(store):
+        return None
+    plan = plan_queue_read(store, topic, queue_id, start, count, max_bytes=max_bytes)
+    if plan is None:
+        return None
+    seg = plan.segment
+    message = pb.LocalReadPlan(
+        physical_offsets=plan.phys.astype("<i8").tobytes(), sizes=plan.sizes.astype("<i4").tobytes(),
+        segment=pb.CommitLogSegment(path=seg.path, start=seg.start, device=seg.device, inode=seg.inode))
+    return LocalPlan(message, len(plan.phys), plan.next_offset, plan.min_offset, plan.max_offset)
 
 
 def pull_payload(batch: pa.RecordBatch) -> bytes:

@@ -24,10 +24,10 @@ from txmq.broker.protocol.native_arrow import to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
-from txmq.broker.server.native_pull import build_pull_batch, pull_batch, pull_response_payload
+from txmq.broker.server.native_pull import build_pull_batch, local_read_plan, pull_batch, pull_response_payload
 from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
-from txmq.broker.server.property_names import user_properties
+from txmq.broker.protocol.property_names import user_properties
 from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.message import (
@@ -367,10 +367,17 @@ class NativeService:
             return pb.PullResponse(status=ok_status(), arrow_ipc=to_ipc(batch), next_offset=start,
                                    min_offset=self.store.min_offset(topic, queue_id),
                                    max_offset=self.store.max_offset(topic, queue_id), count=0)
-        read = pull_batch(self.store, topic, queue_id, start, count, max_bytes=max_bytes,
-                          tag_filter=TagFilter.parse(request.tags))
-        rows = read.batch.num_rows
+        tag_filter = TagFilter.parse(request.tags)
         offer = request.shared_memory if request.HasField("shared_memory") else None
+        if request.local_read and getattr(self.core.config, "local_reads", False):
+            plan = local_read_plan(self.store, topic, queue_id, start, count, max_bytes=max_bytes,
+                                   tag_filter=tag_filter, offer=offer, shared=self.core.pull_payloads)
+            if plan is not None:
+                self.metrics.observe("pull", plan.count, time.perf_counter() - started)
+                return pb.PullResponse(status=ok_status(), local_read=plan.message, next_offset=plan.next_offset,
+                                       min_offset=plan.min_offset, max_offset=plan.max_offset, count=plan.count)
+        read = pull_batch(self.store, topic, queue_id, start, count, max_bytes=max_bytes, tag_filter=tag_filter)
+        rows = read.batch.num_rows
         payload = pull_response_payload(read.batch, offer, self.core.pull_payloads)
         self.metrics.observe("pull", rows, time.perf_counter() - started)
         return pb.PullResponse(status=ok_status(), **payload, next_offset=read.next_offset,

@@ -46,6 +46,7 @@ from __future__ import annotations
 import mmap
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -379,6 +380,79 @@ def read_queue_columns(store, topic: str, queue_id: int, offset: int, max_count:
     not match the CommitLog) and the same `max_bytes` rule: records are returned
     while their sizes add up to at most max_bytes, but always at least one.
     """
+    cq, lo, hi = _bounded_queue(store, topic, queue_id, offset)
+    if cq is None or max_count <= 0 or offset >= hi:
+        return ColumnarRead(_no_records(), offset, lo, hi)
+    phys, sizes = _entries_within(cq, offset, max_count, max_bytes)
+    gathered = gather_records(store, topic, queue_id, phys, sizes)
+    if gathered is not None:
+        data, record_at, read_count = gathered
+    else:
+        data, record_at, read_count = read_spans(store, topic, queue_id, phys, sizes)
+    if read_count < len(phys):  # the read buffer is full: a short read
+        phys, sizes = phys[:read_count], sizes[:read_count]
+    records = decode_columns(data, record_at, phys, sizes, topic, queue_id)
+    return ColumnarRead(records, offset + len(phys), cq.min_offset, cq.max_offset)
+
+
+@dataclass(frozen=True)
+class SegmentFile:
+    """A CommitLog segment file, named so that a reader elsewhere can tell it opened that very file."""
+
+    path: str
+    start: int  # physical offset of the file's first byte
+    device: int  # st_dev, st_ino
+    inode: int
+
+
+@dataclass
+class ReadPlan:
+    """Where the records of a queue range are: what `plan_queue_read` returns. The records
+    (`phys`, `sizes`: int64 arrays) all lie in `segment`; offsets mean the same as in QueueRead."""
+
+    phys: np.ndarray
+    sizes: np.ndarray
+    segment: SegmentFile
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+def plan_queue_read(store, topic: str, queue_id: int, offset: int, max_count: int, *,
+                    max_bytes: int | None = None) -> ReadPlan | None:
+    """Where the records of a queue from `offset` are, for a reader that decodes them itself
+    (a client on this host reading the segment file; see client/local_read.py).
+
+    Same bounds, errors and `max_bytes` rule as read_queue_columns, and the plan
+    stops at the end of the first record's segment (the next plan starts in the
+    next one). None when there is nothing to read from `offset` (the caller answers
+    as it would without a plan) or the segment cannot be named (it was closed).
+    """
+    cq, _, hi = _bounded_queue(store, topic, queue_id, offset)
+    if cq is None or max_count <= 0 or offset >= hi:
+        return None
+    phys, sizes = _entries_within(cq, offset, max_count, max_bytes)
+    commitlog = store.commitlog
+    first = int(phys[0])
+    seg = commitlog.segment_for(first)
+    if seg is None or first < commitlog.min_offset:
+        _read_commitlog(store, topic, queue_id, first, 0)  # raises DataDeleted
+    if seg.closed:
+        return None
+    keep = int(np.searchsorted(phys + sizes, seg.start + seg.capacity, side="right"))
+    if keep == 0 or int(phys[keep - 1] + sizes[keep - 1]) > commitlog.write_end:
+        raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {first} "
+                         f"does not match the CommitLog: the record crosses its segment or the log's end")
+    try:
+        st = os.fstat(seg.fd)
+    except OSError:
+        return None
+    segment = SegmentFile(str(Path(seg.path).resolve()), seg.start, st.st_dev, st.st_ino)
+    return ReadPlan(phys[:keep], sizes[:keep], segment, offset + keep, cq.min_offset, cq.max_offset)
+
+
+def _bounded_queue(store, topic: str, queue_id: int, offset: int):
+    """(the queue or None, its min offset, its max offset), after the bounds checks every read makes."""
     if offset < 0:
         raise IllegalOffset(f"offset {offset} is negative")
     cq = _queue_for(store, topic, queue_id)
@@ -388,29 +462,23 @@ def read_queue_columns(store, topic: str, queue_id: int, offset: int, max_count:
                           f"the minimum offset is {lo}", min_offset=lo)
     if offset > hi:
         raise IllegalOffset(f"offset {offset} of {topic}:{queue_id} is beyond the maximum offset {hi}")
-    if cq is None or max_count <= 0 or offset >= hi:
-        return ColumnarRead(_no_records(), offset, lo, hi)
+    return cq, lo, hi
+
+
+def _entries_within(cq, offset: int, max_count: int, max_bytes: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(physical offsets, sizes) of the queue's entries from `offset`: at most max_count of them,
+    whose sizes add up to at most max_bytes (but at least one) and to at most READ_BUFFER_MAX."""
     entries = _read_entries(cq, offset, max_count)
-    next_offset = offset + len(entries)
     phys = entries["phys"].astype(np.int64)
     sizes = entries["size"].astype(np.int64)
     if max_bytes is not None and len(sizes):
         keep = max(1, int(np.searchsorted(np.cumsum(sizes), max_bytes, side="right")))
-        if keep < len(sizes):
-            phys, sizes, next_offset = phys[:keep], sizes[:keep], offset + keep
+        phys, sizes = phys[:keep], sizes[:keep]
     total = np.cumsum(sizes)
     if len(total) and int(total[-1]) > READ_BUFFER_MAX:  # a short read: offsets stay int32
         keep = max(1, int(np.searchsorted(total, READ_BUFFER_MAX, side="right")))
-        phys, sizes, next_offset = phys[:keep], sizes[:keep], offset + keep
-    gathered = gather_records(store, topic, queue_id, phys, sizes)
-    if gathered is not None:
-        data, record_at, read_count = gathered
-    else:
-        data, record_at, read_count = read_spans(store, topic, queue_id, phys, sizes)
-    if read_count < len(phys):  # the read buffer is full: a short read
-        phys, sizes, next_offset = phys[:read_count], sizes[:read_count], offset + read_count
-    records = decode_columns(data, record_at, phys, sizes, topic, queue_id)
-    return ColumnarRead(records, next_offset, cq.min_offset, cq.max_offset)
+        phys, sizes = phys[:keep], sizes[:keep]
+    return phys, sizes
 
 
 def _read_entries(cq, offset: int, max_count: int) -> np.ndarray:

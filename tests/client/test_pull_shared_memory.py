@@ -17,6 +17,14 @@ from txmq.broker.protocol.shared_memory import PROBE_PREFIX, shm_dir_from_env
 pytestmark = pytest.mark.skipif(shm_dir_from_env() is None, reason="no shared-memory directory on this host")
 
 
+@pytest.fixture
+def client(shared_broker):
+    """A client that takes pulls as payloads: with local reads on, the broker would answer a
+    same-host pull with a read plan instead (tests/client/test_local_read.py)."""
+    with NativeClient(shared_broker.endpoint, timeout_s=20, local_reads=False) as c:
+        yield c
+
+
 def _one_queue_with(client, topic, n: int) -> None:
     client.delete_topic(topic)
     client.create_topic(topic, 1)
@@ -88,7 +96,7 @@ def broker_without_shm_room(tmp_path_factory):
 
 def test_a_broker_without_room_in_shared_memory_answers_inline(broker_without_shm_room, unique):
     topic = f"t_{unique}"
-    with NativeClient(broker_without_shm_room.endpoint, timeout_s=20) as capped:
+    with NativeClient(broker_without_shm_room.endpoint, timeout_s=20, local_reads=False) as capped:
         capped.create_topic(topic, 1)
         capped.send_arrow(bodies_batch(5), topic=topic)
         assert _pulled_bodies(capped, topic, 5) == [b"m%d" % i for i in range(5)]

@@ -8,10 +8,19 @@ import os
 import pytest
 
 from tests.client.helpers import bodies_batch
+from txmq.broker.client import NativeClient
 from txmq.broker.client.pull_shm import VERIFIED, PayloadFiles, SharedMemoryPulls
 from txmq.broker.protocol.shared_memory import PAYLOAD_PREFIX, shm_dir_from_env
 
 pytestmark = pytest.mark.skipif(shm_dir_from_env() is None, reason="no shared-memory directory on this host")
+
+
+@pytest.fixture
+def client(shared_broker):
+    """A client that takes pulls as payloads: with local reads on, the broker would answer a
+    same-host pull with a read plan instead (tests/client/test_local_read.py)."""
+    with NativeClient(shared_broker.endpoint, timeout_s=20, local_reads=False) as c:
+        yield c
 
 
 def _queue_with(client, topic, n: int) -> None:

@@ -63,6 +63,17 @@ def test_out_of_range_shared_memory_pull_limits_are_refused(setting):
         BrokerConfig.from_mapping(setting)
 
 
+def test_local_reads_are_on_by_default_and_off_with_a_flag(tmp_path):
+    assert BrokerConfig().local_reads is True
+    args = build_arg_parser().parse_args(["--data-dir", str(tmp_path), "--no-local-reads"])
+    assert config_from_args(args).local_reads is False
+
+
+def test_a_local_reads_setting_that_is_not_a_boolean_is_refused():
+    with pytest.raises(ValueError, match="local_reads"):
+        BrokerConfig.from_mapping({"local_reads": "yes"})
+
+
 def test_the_page_cache_window_defaults_to_2_gib_and_comes_from_a_flag(tmp_path):
     assert BrokerConfig().page_cache_keep_bytes == 2 << 30
     args = build_arg_parser().parse_args(["--data-dir", str(tmp_path), "--page-cache-keep-bytes", "0"])

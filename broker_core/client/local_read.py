@@ -1,0 +1,129 @@
+"""Local reads: on the broker's host, decode pulled records from the CommitLog files directly.
+
+A pull answered with a batch costs the broker more CPU per row than the Spark
+worker that consumes it: it gathers every body out of the CommitLog into an
+Arrow buffer, writes the IPC stream into a shared-memory file, and the reader
+maps that file. On the broker's host the records are already in files the
+client can map: asked for it, the broker answers a pull with a *plan* instead
+(the records' physical offsets and sizes, and the segment file they lie in,
+server/native_pull.py `local_read_plan`), and the client builds the very same
+batch from its own read-only map of that segment, with the broker's code
+(`store.columnar_read.decode_columns`, `protocol.pull_columns`). The broker
+still decides everything a pull means: the queue's bounds, which entries
+(committed messages only: halves are never in a user queue), retention and the
+`max_bytes` cut; the client only decodes bytes where it was told to.
+
+Why this is safe:
+- **The same host.** The broker answers with a plan only to a client that proved
+  it shares the broker's shared-memory directory (the probe of client/pull_shm.py).
+- **The same file.** The plan names the segment's device and inode; the client
+  opens the path read-only and without following a final link, and uses it only
+  if fstat gives the same pair: a file with that name on another host or in
+  another mount namespace, or a store recreated under the same path, is not used.
+- **Records that do not move.** The CommitLog is append-only; a record a queue
+  entry points at is never rewritten, and a segment is only ever truncated past
+  the log's visible end, so the mapped bytes of a planned record stay valid. A
+  segment deleted by retention stays readable through a map made before; one
+  deleted before the client opened it fails the open, and the client pulls again
+  the usual way (which reports the deletion).
+- **Checked bytes.** decode_columns checks every record against its entry
+  (magic code, physical offset, sizes, CRC property position), as the broker's
+  own read does; a record that disagrees makes the client pull again the usual way.
+- **No more access than the OS gives.** The client can read the files only if
+  the OS lets its user open them, and then it could read them without txmq.
+
+Anything that goes wrong (the file cannot be opened or mapped, is not the
+named file, or holds other bytes) raises LocalReadUnavailable: the client turns
+local reads off and pulls through the broker from then on.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from collections import OrderedDict
+
+import numpy as np
+import pyarrow as pa
+
+from txmq.broker.errors import StoreError
+from txmq.broker.protocol import native_pb2 as pb
+from txmq.broker.protocol.pull_columns import build_pull_batch_columnar
+from txmq.broker.store.columnar_read import decode_columns
+
+MAPS_KEPT = 8  # segment maps kept per client (address space only: the pages are the page cache's)
+
+
+class LocalReadUnavailable(Exception):
+    """A plan that this client cannot read here: pull through the broker instead."""
+
+
+class LocalSegments:
+    """Read-only maps of the CommitLog segments plans name, each checked to be the named file.
+    Thread-safe: executors pull from several threads."""
+
+    def __init__(self, kept: int = MAPS_KEPT) -> None:
+        self.kept = kept
+        self._maps: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def batch(self, plan: pb.LocalReadPlan, topic: str, queue_id: int) -> pa.RecordBatch:
+        """The pull batch of the records `plan` places, decoded from the segment it names."""
+        phys = np.frombuffer(plan.physical_offsets, dtype="<i8").astype(np.int64)
+        sizes = np.frombuffer(plan.sizes, dtype="<i4").astype(np.int64)
+        if len(phys) == 0 or len(phys) != len(sizes) or (sizes <= 0).any():
+            raise LocalReadUnavailable("the broker's read plan is malformed")
+        seg = plan.segment
+        at = phys - seg.start
+        end = int((at + sizes).max())
+        if int(at.min()) < 0:
+            raise LocalReadUnavailable(f"the read plan places a record before segment {seg.path}")
+        data = self._mapped(seg, end)[:end]  # nothing past the planned records is read (see _map_checked)
+        try:
+            records = decode_columns(data, at, phys, sizes, topic, queue_id)
+            return build_pull_batch_columnar(records, topic)
+        except StoreError as exc:
+            raise LocalReadUnavailable(f"segment {seg.path} does not hold the planned records: {exc}") from None
+
+    def _mapped(self, seg: pb.CommitLogSegment, end: int) -> np.ndarray:
+        """The segment's map, covering at least its first `end` bytes (mapped again once it grew)."""
+        key = (seg.device, seg.inode)
+        with self._lock:
+            data = self._maps.get(key)
+            if data is not None and len(data) >= end:
+                self._maps.move_to_end(key)
+                return data
+        data = _map_checked(seg, end)
+        with self._lock:
+            self._maps[key] = data
+            self._maps.move_to_end(key)
+            while len(self._maps) > self.kept:
+                self._maps.popitem(last=False)  # the map closes once no array uses it
+        return data
+
+
+def _map_checked(seg: pb.CommitLogSegment, end: int) -> np.ndarray:
+    """Open and map the segment read-only if it is the file the broker named and holds `end` bytes.
+
+    The map covers the file as it is now; reads stay within the planned records,
+    which the broker never truncates (a page of a map past the file's end would
+    fault: the broker's own truncations only cut past the log's visible end)."""
+    if not os.path.isabs(seg.path):
+        raise LocalReadUnavailable(f"the read plan names a relative path: {seg.path!r}")
+    try:
+        fd = os.open(seg.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise LocalReadUnavailable(f"cannot open CommitLog segment {seg.path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (seg.device, seg.inode):
+            raise LocalReadUnavailable(f"{seg.path} here is not the broker's CommitLog segment (another host "
+                                       f"or mount namespace, or a recreated store)")
+        if st.st_size < end:
+            raise LocalReadUnavailable(f"CommitLog segment {seg.path} has {st.st_size} bytes, the plan needs {end}")
+        return np.frombuffer(mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ), dtype=np.uint8)
+    except (OSError, ValueError) as exc:
+        raise LocalReadUnavailable(f"cannot map CommitLog segment {seg.path}: {exc}") from None
+    finally:
+        os.close(fd)
