@@ -65,7 +65,7 @@ class LocalSegments:
 
     def __init__(self, kept: int = MAPS_KEPT) -> None:
         self.kept = kept
-        self._maps: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self._maps: OrderedDict[tuple[str, int, int, int], np.ndarray] = OrderedDict()
         self._lock = threading.Lock()
 
     def batch(self, plan: pb.LocalReadPlan, topic: str, queue_id: int) -> pa.RecordBatch:
@@ -88,7 +88,8 @@ class LocalSegments:
 
     def _mapped(self, seg: pb.CommitLogSegment, end: int) -> np.ndarray:
         """The segment's map, covering at least its first `end` bytes (mapped again once it grew)."""
-        key = (seg.device, seg.inode)
+        # the name too: an inode number is reused once its file is deleted, by another segment's file
+        key = (seg.path, seg.start, seg.device, seg.inode)
         with self._lock:
             data = self._maps.get(key)
             if data is not None and len(data) >= end:
