@@ -90,7 +90,7 @@ def _transaction_metrics(w: _Writer, tx: dict) -> None:
 
 
 def _rpc_metrics(w: _Writer, rpc: dict) -> None:
-    w.declare("txmq_messages_total", "counter", "Messages moved by native operation (send, prepare, end, pull).")
+    w.declare("txmq_messages_total", "counter", "Messages moved by native operation (send, prepare, end, pull, pull_plan: pulls a client read locally).")
     w.declare("txmq_rpc_calls_total", "counter", "Native data-path calls by operation.")
     w.declare("txmq_rpc_latency_seconds", "histogram", "Native data-path call latency by operation.")
     for op, data in sorted(rpc.items()):
@@ -102,7 +102,7 @@ def _rpc_metrics(w: _Writer, rpc: dict) -> None:
     w.sample("rocketmq_messages_in_total",
              sum(rpc.get(op, {}).get("messages", 0) for op in ("send", "prepare")))
     w.declare("rocketmq_messages_out_total", "counter", "Messages read by consumers (native pulls).")
-    w.sample("rocketmq_messages_out_total", rpc.get("pull", {}).get("messages", 0))
+    w.sample("rocketmq_messages_out_total", sum(rpc.get(op, {}).get("messages", 0) for op in ("pull", "pull_plan")))
 
 
 def _server_metrics(w: _Writer, server: dict) -> None:

@@ -373,7 +373,7 @@ class NativeService:
             plan = local_read_plan(self.store, topic, queue_id, start, count, max_bytes=max_bytes,
                                    tag_filter=tag_filter, offer=offer, shared=self.core.pull_payloads)
             if plan is not None:
-                self.metrics.observe("pull", plan.count, time.perf_counter() - started)
+                self.metrics.observe("pull_plan", plan.count, time.perf_counter() - started)
                 return pb.PullResponse(status=ok_status(), local_read=plan.message, next_offset=plan.next_offset,
                                        min_offset=plan.min_offset, max_offset=plan.max_offset, count=plan.count)
         read = pull_batch(self.store, topic, queue_id, start, count, max_bytes=max_bytes, tag_filter=tag_filter)
