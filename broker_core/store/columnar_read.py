@@ -401,8 +401,8 @@ class SegmentFile:
 
     path: str
     start: int  # physical offset of the file's first byte
-    device: int  # st_dev, st_ino
-    inode: int
+    device: int  # st_dev
+    inode: int  # st_ino
 
 
 @dataclass
@@ -432,6 +432,8 @@ def plan_queue_read(store, topic: str, queue_id: int, offset: int, max_count: in
     if cq is None or max_count <= 0 or offset >= hi:
         return None
     phys, sizes = _entries_within(cq, offset, max_count, max_bytes)
+    if len(phys) == 0:
+        return None
     commitlog = store.commitlog
     first = int(phys[0])
     seg = commitlog.segment_for(first)
