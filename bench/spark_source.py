@@ -153,7 +153,7 @@ def main() -> None:
         load_s = time.perf_counter() - t0
 
         txmq_df = spark.read.format("txmq").option("broker", broker.endpoint).option("topic", topic).load()
-        broker_built_df = txmq_df.sparkSession.read.format("txmq").option("broker", broker.endpoint) \
+        broker_built_df = spark.read.format("txmq").option("broker", broker.endpoint) \
             .option("topic", topic).option("localReads", "false").load()
         spark.dataSource.register(memory_source_class(rows, save_txmq_rows(client, topic, Path(tmp) / "rows")))
         memory_df = spark.read.format("bench_memory").load()
