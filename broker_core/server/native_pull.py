@@ -31,7 +31,7 @@ from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICRO
 from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
 from txmq.broker.protocol.pull_columns import build_pull_batch_columnar, empty_pull_batch
 from txmq.broker.server.pull_shm import SharedMemoryPayloads
-from txmq.broker.store.columnar_read import plan_queue_read, read_queue_columns, supports_columnar
+from txmq.broker.store.columnar_read import ReadPlan, plan_queue_read, read_queue_columns, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage
 from txmq.broker.store.tag_filter import TagFilter
 
@@ -119,20 +119,9 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
 
 
-@dataclass
-class LocalPlan:
-    """A pull answered with where its records are (PullResponse.local_read) and its offsets."""
-
-    message: pb.LocalReadPlan
-    count: int
-    next_offset: int
-    min_offset: int
-    max_offset: int
-
-
 def local_read_plan(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int | None,
                     tag_filter: TagFilter | None, offer: pb.SharedMemoryOffer | None,
-                    shared: SharedMemoryPayloads) -> LocalPlan | None:
+                    shared: SharedMemoryPayloads) -> ReadPlan | None:
     """The plan answering a pull whose client asked to read the records itself, or None when the
     pull is answered with a batch instead: the client did not prove it is on this host (its
     shared-memory offer), the pull filters by tag (the filter is confirmed on decoded tags
@@ -141,14 +130,15 @@ def local_read_plan(store, topic: str, queue_id: int, start: int, count: int, *,
         return None
     if (tag_filter is not None and not tag_filter.matches_all) or not supports_columnar(store):
         return None
-    plan = plan_queue_read(store, topic, queue_id, start, count, max_bytes=max_bytes)
-    if plan is None:
-        return None
+    return plan_queue_read(store, topic, queue_id, start, count, max_bytes=max_bytes)
+
+
+def plan_message(plan: ReadPlan) -> pb.LocalReadPlan:
+    """PullResponse.local_read for `plan`."""
     seg = plan.segment
-    message = pb.LocalReadPlan(
+    return pb.LocalReadPlan(
         physical_offsets=plan.phys.astype("<i8").tobytes(), sizes=plan.sizes.astype("<i4").tobytes(),
         segment=pb.CommitLogSegment(path=seg.path, start=seg.start, device=seg.device, inode=seg.inode))
-    return LocalPlan(message, len(plan.phys), plan.next_offset, plan.min_offset, plan.max_offset)
 
 
 def pull_payload(batch: pa.RecordBatch) -> bytes:

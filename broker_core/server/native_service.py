@@ -24,7 +24,8 @@ from txmq.broker.protocol.native_arrow import to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
-from txmq.broker.server.native_pull import build_pull_batch, local_read_plan, pull_batch, pull_response_payload
+from txmq.broker.server.native_pull import (build_pull_batch, local_read_plan, plan_message, pull_batch,
+                                             pull_response_payload)
 from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
 from txmq.broker.protocol.property_names import user_properties
@@ -373,9 +374,10 @@ class NativeService:
             plan = local_read_plan(self.store, topic, queue_id, start, count, max_bytes=max_bytes,
                                    tag_filter=tag_filter, offer=offer, shared=self.core.pull_payloads)
             if plan is not None:
-                self.metrics.observe("pull_plan", plan.count, time.perf_counter() - started)
-                return pb.PullResponse(status=ok_status(), local_read=plan.message, next_offset=plan.next_offset,
-                                       min_offset=plan.min_offset, max_offset=plan.max_offset, count=plan.count)
+                rows = len(plan.phys)
+                self.metrics.observe("pull_plan", rows, time.perf_counter() - started)
+                return pb.PullResponse(status=ok_status(), local_read=plan_message(plan), next_offset=plan.next_offset,
+                                       min_offset=plan.min_offset, max_offset=plan.max_offset, count=rows)
         read = pull_batch(self.store, topic, queue_id, start, count, max_bytes=max_bytes, tag_filter=tag_filter)
         rows = read.batch.num_rows
         payload = pull_response_payload(read.batch, offer, self.core.pull_payloads)

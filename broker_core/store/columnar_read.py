@@ -46,7 +46,6 @@ from __future__ import annotations
 import mmap
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -449,7 +448,7 @@ def plan_queue_read(store, topic: str, queue_id: int, offset: int, max_count: in
         st = os.fstat(seg.fd)
     except OSError:
         return None
-    segment = SegmentFile(str(Path(seg.path).resolve()), seg.start, st.st_dev, st.st_ino)
+    segment = SegmentFile(os.path.abspath(seg.path), seg.start, st.st_dev, st.st_ino)  # no syscall per pull
     return ReadPlan(phys[:keep], sizes[:keep], segment, offset + keep, cq.min_offset, cq.max_offset)
 
 
