@@ -20,7 +20,9 @@
 
 If the log is shorter than the checkpoint says (a damaged or copied data
 directory), the scan starts at the beginning of the last segment that still has
-data, which keeps recovery bounded by one segment.
+data, which keeps recovery bounded by one segment; or, when that segment begins
+inside a split group, at the beginning of the segment holding the group's BEGIN
+(a group is recovered whole or not at all).
 """
 
 from __future__ import annotations
@@ -139,10 +141,33 @@ def _entries_of(m: StoredMessage) -> _Entries:
                     ENTRY.pack(m.physical_offset, m.size, cached_tag_hash(m.properties)), items)
 
 
+def _before_split_group(commitlog: CommitLog, start: int) -> int:
+    """`start`, or an earlier segment's start when `start` lies inside a split group.
+
+    Only for a scan that starts where the checkpoint does not (the log ends before
+    it): a split group whose BEGIN lies before the scan's start would otherwise be
+    taken for dead, and the queue entries it had before that start would stay while
+    those after it are dropped: part of a COMMIT visible. Split groups are written
+    one at a time, so the first split record the scan meets tells: a BEGIN, and
+    every group in the scan begins in it; anything else, and one began before.
+    """
+    while True:
+        first_split = next((msg for _, msg, _ in scan(commitlog, start)
+                            if msg is not None and msg.sys_flag & SYSFLAG_SPLIT_GROUP), None)
+        if first_split is None or first_split.sys_flag & SYSFLAG_GROUP_BEGIN:
+            return start
+        before = commitlog.segment_for(start - 1) if start else None
+        if before is None:
+            return start  # the BEGIN went with retention: the group is dead, as it must be
+        start = before.start
+
+
 def recover(commitlog: CommitLog, dispatcher: Dispatcher, dispatch_flushed: int, *, crashed: bool) -> RecoveryReport:
     t0 = time.perf_counter()
     data_end = commitlog.segments[-1].end if commitlog.segments else 0
     start = _scan_start(commitlog, dispatch_flushed)
+    if commitlog.segments and start < max(dispatch_flushed, commitlog.segments[0].start):
+        start = _before_split_group(commitlog, start)  # the log ends before the checkpoint
     for cq in dispatcher.queues():
         cq.truncate_from_physical(start)
 

@@ -248,3 +248,35 @@ def test_the_count_of_writers_waiting_for_the_lock_returns_to_zero(open_store) -
     for t in threads:
         t.join(30)
     assert store._lock_waiters == 0
+
+
+@pytest.mark.parametrize("end_survives", [True, False], ids=["the END survives", "the END is lost"])
+def test_a_split_group_begun_in_an_earlier_segment_is_all_or_nothing_in_a_log_shorter_than_its_checkpoint(
+        open_store, monkeypatch, end_survives) -> None:
+    """A data directory whose log ends before its checkpoint (copied from a live broker, or a
+    file system that lost a tail it had acknowledged) is scanned from the last segment with data.
+    A split group whose BEGIN lies in an earlier segment is still all or nothing: whole when its
+    END survived, and none of it (not the part before the last segment) when it did not."""
+    monkeypatch.setattr(message_store, "COPY_PART_BYTES", 1)  # a part per copy
+    store = open_store(commitlog_segment_bytes=4096)
+    results = store.append_group_copies(_sources(store, 30), [msg("OP", b"op")])
+    begin, end = results[0].physical_offset, store.commitlog.write_end
+    segment_of = store.commitlog.segment_for
+    assert segment_of(begin).start < segment_of(end - 1).start, "the group must cross a segment end"
+    cut = end if end_survives else results[-2].physical_offset  # the last copy and the op record lost
+    store.append([msg("AFTER", b"lost with the tail %d" % i) for i in range(3)])
+    last = store.commitlog.segments[-1]
+    assert last.start == segment_of(end - 1).start == segment_of(cut - 1).start, "cut in the END's segment"
+    path = last.path
+    store.close()  # a clean stop: the checkpoint now points past what the truncation leaves
+    with open(path, "r+b") as f:
+        f.truncate(cut - last.start)
+    store = open_store(commitlog_segment_bytes=4096)
+    contents = queue_contents(store)
+    if end_survives:
+        assert contents[("FINAL", 1)] == [b"s%d" % i for i in range(30)]
+        assert contents[("OP", 0)] == [b"op"]
+    else:
+        assert contents.get(("FINAL", 1), []) == [] and contents.get(("OP", 0), []) == []
+    assert contents.get(("AFTER", 0), []) == []
+    assert contents[(SOURCE, 0)] == [b"s%d" % i for i in range(30)]
