@@ -186,6 +186,11 @@ class TooManyRequests(TxmqError):
     """The broker sheds load (a bounded queue is full)."""
 
 
+class QueueReserved(TooManyRequests):
+    """A write that may not wait found its queue reserved by a large COMMIT being written
+    (a split group, see MessageStore._append_split_group); nothing was written. Retry shortly."""
+
+
 class RequestTimeout(TxmqError):
     """The operation did not complete within its deadline."""
 

@@ -174,7 +174,12 @@ class MessagingService:
         counter = self._round_robin.get(topic)
         if counter is None:
             counter = self._round_robin.setdefault(topic, itertools.count())
-        return next(counter) % count
+        first = next(counter) % count
+        for step in range(count):  # a queue a large COMMIT is writing would refuse: any other will do
+            queue_id = (first + step) % count
+            if not self.store.queue_reserved(topic, queue_id):
+                return queue_id
+        return first  # every queue is held: the append answers TOO_MANY_REQUESTS
 
     def SendMessage(self, req: pb.SendMessageRequest, call: Call) -> pb.SendMessageResponse:
         if not req.messages:
@@ -219,7 +224,9 @@ class MessagingService:
             for topic in queue_counts:
                 self.core.router.note_half(tx_id, call.client_id, topic)
         else:
-            tx_id, results = "", self.store.append(converted)
+            # never wait for a large COMMIT here: this call holds one of the few short-call
+            # threads, which every RocketMQ client's sends and acks share (short_calls.py)
+            tx_id, results = "", self.store.append(converted, wait_reserved=False)
         self.core.metrics.messages_in += len(converted)
         response = pb.SendMessageResponse(status=OK_STATUS)
         add_entry = response.entries.add
@@ -245,7 +252,8 @@ class MessagingService:
             if info.producer_group or info.state.name == "PENDING":
                 identity.require_producer_group(info.producer_group)
         result = self.engine.end(tx_id, resolution, source=source,
-                                 producer_group=identity.producer_group if identity.authenticated else None)
+                                 producer_group=identity.producer_group if identity.authenticated else None,
+                                 wait_reserved=False)  # as for sends: refused, it stays pending for check-back
         self.core.router.forget(tx_id)
         response = _END_RESPONSES.get((result.state.name, bool(result.newly_ended)))
         if response is None:  # a state the table does not know: answer it the long way

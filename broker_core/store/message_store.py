@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Sequence, Type
 
 import numpy as np
 
-from txmq.broker.errors import DataDeleted, IllegalOffset, MessageNotFound, StoreError
+from txmq.broker.errors import DataDeleted, IllegalOffset, MessageNotFound, QueueReserved, StoreError
 from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.commitlog import CommitLog
@@ -377,9 +377,21 @@ class MessageStore:
 
     # --- writes --------------------------------------------------------------------
 
-    def append(self, messages: Sequence[Message], *, allow_system: bool = False) -> Sequence[AppendResult]:
-        """Append a batch (one write); in sync mode return after fsync."""
-        return self._append(messages, allow_system=allow_system, group=False)
+    def append(self, messages: Sequence[Message], *, allow_system: bool = False,
+               wait_reserved: bool = True) -> Sequence[AppendResult]:
+        """Append a batch (one write); in sync mode return after fsync.
+
+        A batch writing to a queue that a large COMMIT being written has reserved waits for
+        that COMMIT's end; with `wait_reserved` False it raises QueueReserved instead, writing
+        nothing (for callers that must not hold a thread that long: see queue_reserved)."""
+        if not messages:
+            return []
+        return self._write(self._checked(messages, allow_system=allow_system), False, wait_reserved=wait_reserved)
+
+    def queue_reserved(self, topic: str, queue_id: int) -> bool:
+        """Whether a large COMMIT being written holds the queue now (writers of it wait for its
+        end). A hint, read without the write lock: a write checks again under it."""
+        return (topic, queue_id) in self._reserved
 
     def append_columns(self, batch: BatchColumns) -> Sequence[AppendResult]:
         """append() for a batch given as columns (BatchColumns.of_bodies): validated the same way."""
@@ -404,8 +416,8 @@ class MessageStore:
         and its queue entries become visible together."""
         return self._append(messages, allow_system=allow_system, group=True)
 
-    def append_group_copies(self, copies: RecordCopies,
-                            messages: Sequence[Message] = ()) -> Sequence[AppendResult]:
+    def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
+                            wait_reserved: bool = True) -> Sequence[AppendResult]:
         """Append, as one atomic group, copies of stored records followed by `messages`.
 
         Each copy keeps its source's body, flag, born time and host, reconsume times
@@ -418,6 +430,7 @@ class MessageStore:
         Raises StoreError/DataDeleted, writing nothing, when a source is not a record.
         Copies of more than COPY_PART_BYTES of sources are built and written in parts
         (still one group, published at once): memory stays bounded by a part.
+        `wait_reserved` as in append (a group written in parts always waits its turn).
         """
         if not len(copies) and not messages:
             return []
@@ -432,7 +445,8 @@ class MessageStore:
             batches.append(copy_columns(self, copies))
         if messages:
             batches.append(self._checked(messages, allow_system=True))
-        return self._write(batches[0] if len(batches) == 1 else batches[0].followed_by(batches[1]), group=True)
+        return self._write(batches[0] if len(batches) == 1 else batches[0].followed_by(batches[1]), group=True,
+                           wait_reserved=wait_reserved)
 
     def _checked(self, messages: Sequence[Message], *, allow_system: bool) -> BatchColumns:
         return self._checked_columns(BatchColumns(messages), allow_system=allow_system)
@@ -447,14 +461,20 @@ class MessageStore:
             return []
         return self._write(self._checked(messages, allow_system=allow_system), group)
 
-    def _write(self, batch: BatchColumns, group: bool) -> AppendResults:
+    def _write(self, batch: BatchColumns, group: bool, *, wait_reserved: bool = True) -> AppendResults:
         """Write a checked and encoded batch under the write lock (then wait for fsync in sync mode)."""
         write = partial(self._append_locked, batch, group)
         while True:
             results = self._under_write_lock(write, batch)
             if results is not _QUEUE_RESERVED:
                 return results
-            self._await_unreserved(batch)
+            if wait_reserved:
+                self._await_unreserved(batch)
+                continue
+            held = next((q for q in zip(batch.topics, batch.queue_ids) if q in self._reserved), None)
+            if held is not None:  # else the COMMIT ended meanwhile: write now
+                raise QueueReserved(f"queue {held[0]}:{held[1]} is reserved by a large COMMIT being written; "
+                                    "nothing was written, retry shortly")
 
     def _under_write_lock(self, write: Callable[[], AppendResults], batch: BatchColumns | None = None,
                           *, durable: bool = True) -> AppendResults:

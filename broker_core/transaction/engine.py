@@ -168,13 +168,16 @@ class TransactionEngine:
         return PrepareResult(tx_id, results)
 
     def end(self, transaction_id: str, resolution: Resolution, *, source: str = "client",
-            producer_group: str | None = None, include_senders: Iterable[str] | None = None) -> EndResult:
+            producer_group: str | None = None, include_senders: Iterable[str] | None = None,
+            wait_reserved: bool = True) -> EndResult:
         """Resolve a transaction: COMMIT makes its halves visible, ROLLBACK drops them.
 
         Exactly once: a repeat is acknowledged (newly_ended=False) and writes
         nothing; a contradiction raises TransactionConflict; an unknown id raises
         UnknownTransaction. `include_senders` restricts a COMMIT to those senders'
-        halves, the others are rolled back by the same op record.
+        halves, the others are rolled back by the same op record. With `wait_reserved`
+        False, a COMMIT whose final records go to a queue that another large COMMIT is
+        writing raises QueueReserved instead of waiting, and the transaction stays pending.
         """
         check_transaction_id(transaction_id)
         tx = self._lookup(transaction_id)
@@ -193,7 +196,7 @@ class TransactionEngine:
                 raise UnknownTransaction(f"transaction {transaction_id} has no half messages")
             now = self._now_ms()
             if resolution is Resolution.COMMIT:
-                committed = self._commit(tx, include_senders, now)
+                committed = self._commit(tx, include_senders, now, wait_reserved)
                 state = TxState.COMMITTED
             else:
                 self._append_op_and_finish(tx, OpKind.ROLLBACK, TxState.ROLLED_BACK, now)
@@ -436,7 +439,7 @@ class TransactionEngine:
                 if self._table.get(tx.transaction_id) is tx:
                     del self._table[tx.transaction_id]
 
-    def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int):
+    def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int, wait_reserved: bool = True):
         """Append the final records (copies of the selected halves, the engine's prepare time
         dropped) and the op record as one group, then mark the transaction committed."""
         wanted = None if include_senders is None else frozenset(include_senders)
@@ -447,7 +450,7 @@ class TransactionEngine:
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
         with self._gate.shared():
-            results = self.store.append_group_copies(finals, [op])
+            results = self.store.append_group_copies(finals, [op], wait_reserved=wait_reserved)
             self._finish(tx, TxState.COMMITTED, now)
         count = len(finals)
         self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, count)

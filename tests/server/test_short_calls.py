@@ -9,11 +9,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tests.server.wire import Wire
+from tests.store._helpers import PausedCommit
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.server import messaging_service
 from txmq.broker.server.broker import Broker, build_arg_parser, config_from_args
 from txmq.broker.server.config import BrokerConfig
 from txmq.broker.server.short_calls import THREAD_NAME_PREFIX, short_call_workers
+from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT, Message
+from txmq.broker.store.record_copy import RecordCopies
 
 
 @pytest.fixture
@@ -125,3 +128,62 @@ def test_stopping_the_broker_ends_the_pool_threads(started):
     broker.stop(grace_s=0.5)
     time.sleep(0.1)
     assert not [t for t in threading.enumerate() if t.name.startswith(THREAD_NAME_PREFIX)]
+
+
+def _large_commit_holding(store, monkeypatch, topic: str, queue_ids: list[int]) -> PausedCommit:
+    """A large COMMIT (a split group, a part per copy) paused once it has written a copy to each
+    of `queue_ids` of `topic`: those queues are reserved until it finishes."""
+    queue_ids = [*queue_ids, queue_ids[0]]  # one more copy: the pause comes before its part
+    placed = store.append([Message("SOURCE", b"s%d" % q, 0) for q in queue_ids])
+    copies = RecordCopies([r.physical_offset for r in placed], [r.size for r in placed], [topic] * len(queue_ids),
+                          queue_ids, SYSFLAG_TRANSACTION_COMMIT, source_topic="SOURCE")
+    return PausedCommit(store, copies, monkeypatch, pause_at=len(queue_ids))
+
+
+def test_a_send_avoids_the_queues_a_large_commit_is_writing(started, monkeypatch):
+    broker, wire = started()
+    assert wire.queue_count("final") == 4
+    store = broker.core.store
+    commit = _large_commit_holding(store, monkeypatch, "final", [1])
+    try:
+        for i in range(8):
+            assert wire.send("final", [b"m%d" % i]).status.code == pb.OK
+        assert store.max_offset("final", 1) == 0  # the COMMIT's entries wait for its end; no send went there
+        assert sum(store.max_offset("final", q) for q in (0, 2, 3)) == 8
+    finally:
+        commit.finish()
+
+
+def test_a_send_to_a_topic_a_large_commit_holds_whole_is_refused_at_once_and_other_calls_go_on(started,
+                                                                                                monkeypatch):
+    broker, wire = started()
+    assert wire.queue_count("final") == 4
+    commit = _large_commit_holding(broker.core.store, monkeypatch, "final", [0, 1, 2, 3])
+    try:
+        for _ in range(3):  # more refusals than the pool has threads: none of them holds one
+            started_at = time.monotonic()
+            refused = wire.send("final", [b"waits for no one"])
+            assert refused.status.code == pb.TOO_MANY_REQUESTS, refused.status
+            assert "reserved by a large COMMIT" in refused.status.message
+            assert time.monotonic() - started_at < 2.0
+        assert wire.send("other", [b"another topic"]).status.code == pb.OK
+    finally:
+        commit.finish()
+    assert wire.send("final", [b"after the commit"]).status.code == pb.OK
+
+
+def test_an_end_transaction_behind_a_large_commit_is_refused_and_the_transaction_stays_pending(started,
+                                                                                              monkeypatch):
+    broker, wire = started()
+    assert wire.queue_count("final") == 4
+    half = wire.send("final", [b"small"], mtype=pb.TRANSACTION)
+    tx_id = half.entries[0].transaction_id
+    commit = _large_commit_holding(broker.core.store, monkeypatch, "final", [0, 1, 2, 3])
+    try:
+        refused = wire.end("final", tx_id)
+        assert refused.status.code == pb.TOO_MANY_REQUESTS, refused.status
+        assert broker.core.engine.get(tx_id).state.name == "PENDING"
+    finally:
+        commit.finish()
+    assert wire.end("final", tx_id).status.code == pb.OK
+    assert [m.body for m in wire.pull_all("final")].count(b"small") == 1

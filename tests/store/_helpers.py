@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
-from txmq.broker.store import Message, MessageStore, StoreConfig
+from txmq.broker.store import Message, MessageStore, StoreConfig, message_store
+from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT
+from txmq.broker.store.record_copy import RecordCopies
+
+SOURCE = "SOURCE"
 
 
 def small_config(data_dir: Path, **overrides) -> StoreConfig:
@@ -49,3 +54,61 @@ def queue_contents(store: MessageStore) -> dict[tuple[str, int], list[bytes]]:
         if bodies:
             out[key] = bodies
     return out
+
+
+def copies_of_new_sources(store, count: int, queue_id: int = 1) -> RecordCopies:
+    """`count` source records, and copies of them to a FINAL queue (a COMMIT's finals)."""
+    placed = [(r.physical_offset, r.size) for r in store.append([msg(SOURCE, b"s%d" % i) for i in range(count)])]
+    return RecordCopies([p for p, _ in placed], [s for _, s in placed], ["FINAL"] * count, [queue_id] * count,
+                        SYSFLAG_TRANSACTION_COMMIT, source_topic=SOURCE)
+
+
+class PausedCommit:
+    """A COMMIT of one part per copy (then one for the op record), run on a thread and held
+    before building its part number `pause_at` (counted from 1), outside the write lock; the
+    constructor returns once every part before that one is written (parts are built one ahead
+    of the writer, so the build can pause before the previous part's write)."""
+
+    def __init__(self, store, copies: RecordCopies, monkeypatch, *, pause_at: int = 2,
+                 fail_at: int | None = None) -> None:
+        monkeypatch.setattr(message_store, "COPY_PART_BYTES", 1)
+        self.paused, self.resume = threading.Event(), threading.Event()
+        self.error: BaseException | None = None
+        built = []
+        real_copy_columns = message_store.copy_columns
+
+        def copy_columns(store_, part):
+            built.append(part)
+            if len(built) == pause_at:
+                self.paused.set()
+                assert self.resume.wait(10)
+            if len(built) == fail_at:
+                raise KeyboardInterrupt("killed while building a part")
+            return real_copy_columns(store_, part)
+
+        monkeypatch.setattr(message_store, "copy_columns", copy_columns)
+        written = threading.Semaphore(0)
+        real_write_part = message_store.MessageStore._write_split_part
+
+        def write_split_part(store_, *args, **kwargs):
+            real_write_part(store_, *args, **kwargs)
+            written.release()
+
+        monkeypatch.setattr(message_store.MessageStore, "_write_split_part", write_split_part)
+
+        def commit() -> None:
+            try:
+                self.results = store.append_group_copies(copies, [msg("OP", b"op")])
+            except BaseException as exc:  # noqa: BLE001 - handed to the test
+                self.error = exc
+
+        self.thread = threading.Thread(target=commit)
+        self.thread.start()
+        assert self.paused.wait(10)
+        for _ in range(pause_at - 1):
+            assert written.acquire(timeout=10), "a part before the pause was not written"
+
+    def finish(self) -> None:
+        self.resume.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()

@@ -14,59 +14,11 @@ import threading
 
 import pytest
 
+from txmq.broker.errors import QueueReserved
 from txmq.broker.store import message_store
-from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT
-from txmq.broker.store.record_copy import RecordCopies
-from tests.store._helpers import crash, msg, queue_contents
+from tests.store._helpers import SOURCE, PausedCommit, copies_of_new_sources, crash, msg, queue_contents
 
 NO_CHECKPOINTS = dict(checkpoint_interval_ms=10**8, flush_interval_ms=10**8)
-SOURCE = "SOURCE"
-
-
-def _sources(store, count: int, queue_id: int = 1) -> RecordCopies:
-    """`count` source records, and copies of them to a FINAL queue (a COMMIT's finals)."""
-    placed = [(r.physical_offset, r.size) for r in store.append([msg(SOURCE, b"s%d" % i) for i in range(count)])]
-    return RecordCopies([p for p, _ in placed], [s for _, s in placed], ["FINAL"] * count, [queue_id] * count,
-                        SYSFLAG_TRANSACTION_COMMIT, source_topic=SOURCE)
-
-
-class _PausedCommit:
-    """A COMMIT of one part per copy (then one for the op record), run on a thread and held
-    before building its part number `pause_at` (counted from 1), outside the write lock."""
-
-    def __init__(self, store, copies: RecordCopies, monkeypatch, *, pause_at: int = 2,
-                 fail_at: int | None = None) -> None:
-        monkeypatch.setattr(message_store, "COPY_PART_BYTES", 1)
-        self.paused, self.resume = threading.Event(), threading.Event()
-        self.error: BaseException | None = None
-        built = []
-        real_copy_columns = message_store.copy_columns
-
-        def copy_columns(store_, part):
-            built.append(part)
-            if len(built) == pause_at:
-                self.paused.set()
-                assert self.resume.wait(10)
-            if len(built) == fail_at:
-                raise KeyboardInterrupt("killed while building a part")
-            return real_copy_columns(store_, part)
-
-        monkeypatch.setattr(message_store, "copy_columns", copy_columns)
-
-        def commit() -> None:
-            try:
-                self.results = store.append_group_copies(copies, [msg("OP", b"op")])
-            except BaseException as exc:  # noqa: BLE001 - handed to the test
-                self.error = exc
-
-        self.thread = threading.Thread(target=commit)
-        self.thread.start()
-        assert self.paused.wait(10)
-
-    def finish(self) -> None:
-        self.resume.set()
-        self.thread.join(10)
-        assert not self.thread.is_alive()
 
 
 def _append_on_thread(store, message) -> tuple[threading.Thread, list]:
@@ -78,7 +30,7 @@ def _append_on_thread(store, message) -> tuple[threading.Thread, list]:
 
 def test_writers_of_other_queues_append_between_the_parts_of_a_large_commit(open_store, monkeypatch) -> None:
     store = open_store()
-    commit = _PausedCommit(store, _sources(store, 3), monkeypatch)
+    commit = PausedCommit(store, copies_of_new_sources(store, 3), monkeypatch)
     other = store.append([msg("OTHER", b"meanwhile")])[0]  # returns while the COMMIT is half written
     assert [m.body for m in store.read_queue("OTHER", 0, 0, 10).messages] == [b"meanwhile"]
     assert store.max_offset("FINAL", 1) == 0  # nothing of the group is visible yet
@@ -90,7 +42,7 @@ def test_writers_of_other_queues_append_between_the_parts_of_a_large_commit(open
 
 def test_a_writer_of_a_queue_the_commit_has_written_waits_for_its_end(open_store, monkeypatch) -> None:
     store = open_store()
-    commit = _PausedCommit(store, _sources(store, 3), monkeypatch)
+    commit = PausedCommit(store, copies_of_new_sources(store, 3), monkeypatch)
     thread, done = _append_on_thread(store, msg("FINAL", b"later", queue_id=1))
     thread.join(0.3)
     assert thread.is_alive() and not done  # FINAL:1 is reserved to the COMMIT
@@ -102,7 +54,7 @@ def test_a_writer_of_a_queue_the_commit_has_written_waits_for_its_end(open_store
 
 def test_a_queue_reserved_by_a_failed_commit_is_released(open_store, monkeypatch) -> None:
     store = open_store()
-    commit = _PausedCommit(store, _sources(store, 3), monkeypatch, fail_at=2)
+    commit = PausedCommit(store, copies_of_new_sources(store, 3), monkeypatch, fail_at=2)
     commit.finish()
     assert isinstance(commit.error, KeyboardInterrupt)
     assert store.append([msg("FINAL", b"after", queue_id=1)])[0].queue_offset == 0
@@ -111,9 +63,9 @@ def test_a_queue_reserved_by_a_failed_commit_is_released(open_store, monkeypatch
 
 def test_checkpoints_stay_at_the_start_of_a_split_group_being_written(open_store, monkeypatch) -> None:
     store = open_store(**NO_CHECKPOINTS)
-    copies = _sources(store, 3)
+    copies = copies_of_new_sources(store, 3)
     start = store.commitlog.write_end
-    commit = _PausedCommit(store, copies, monkeypatch)
+    commit = PausedCommit(store, copies, monkeypatch)
     store.append([msg("OTHER", b"meanwhile")])
     assert store.dispatcher.dispatched_through == start  # a recovery must scan the group from its BEGIN
     commit.finish()
@@ -124,7 +76,7 @@ def test_records_between_the_parts_survive_a_crash_that_cuts_the_group_short(ope
     """What a kill -9 in the middle of a large COMMIT leaves: its first parts, other writers'
     records after them, no END."""
     store = open_store(**NO_CHECKPOINTS)
-    commit = _PausedCommit(store, _sources(store, 3), monkeypatch, pause_at=3, fail_at=3)
+    commit = PausedCommit(store, copies_of_new_sources(store, 3), monkeypatch, pause_at=3, fail_at=3)
     store.append([msg("OTHER", b"meanwhile")])
     commit.finish()  # the build of part 3 dies; parts 1 and 2 stay in the log, dead
     crash(store)
@@ -138,10 +90,10 @@ def test_records_between_the_parts_survive_a_crash_that_cuts_the_group_short(ope
 
 def test_dead_split_records_at_the_end_of_the_log_are_truncated(open_store, monkeypatch) -> None:
     store = open_store(**NO_CHECKPOINTS)
-    copies = _sources(store, 3)
+    copies = copies_of_new_sources(store, 3)
     end = store.commitlog.write_end
     monkeypatch.setattr(store.commitlog, "truncate_to", lambda offset: None)  # the process dies instead
-    commit = _PausedCommit(store, copies, monkeypatch, pause_at=3, fail_at=3)
+    commit = PausedCommit(store, copies, monkeypatch, pause_at=3, fail_at=3)
     commit.finish()
     assert store.commitlog.write_end > end
     crash(store)
@@ -154,7 +106,7 @@ def test_dead_split_records_at_the_end_of_the_log_are_truncated(open_store, monk
 def test_a_split_group_with_records_between_its_parts_is_recovered_whole(open_store, tmp_path, monkeypatch,
                                                                          queues_lost) -> None:
     store = open_store(**NO_CHECKPOINTS)
-    commit = _PausedCommit(store, _sources(store, 3), monkeypatch)
+    commit = PausedCommit(store, copies_of_new_sources(store, 3), monkeypatch)
     store.append([msg("OTHER", b"meanwhile")])
     commit.finish()
     crash(store)
@@ -168,11 +120,11 @@ def test_a_split_group_with_records_between_its_parts_is_recovered_whole(open_st
 
 def test_a_later_split_group_does_not_revive_a_dead_one(open_store, tmp_path, monkeypatch) -> None:
     store = open_store(**NO_CHECKPOINTS)
-    dead = _PausedCommit(store, _sources(store, 3), monkeypatch, pause_at=3, fail_at=3)
+    dead = PausedCommit(store, copies_of_new_sources(store, 3), monkeypatch, pause_at=3, fail_at=3)
     store.append([msg("OTHER", b"keeps the dead parts in the log")])
     dead.finish()
     store.append([msg("FINAL", b"after the dead group", queue_id=1)])  # takes FINAL:1's offset 0 again
-    live = _PausedCommit(store, _sources(store, 2, queue_id=2), monkeypatch)
+    live = PausedCommit(store, copies_of_new_sources(store, 2, queue_id=2), monkeypatch)
     live.finish()
     assert live.error is None
     crash(store)
@@ -214,7 +166,7 @@ def test_writers_queued_at_the_lock_get_in_between_two_parts(open_store, monkeyp
     """The split group's thread would take the lock back at once (Python's lock is not fair):
     between two parts it lets the writers queued for the lock in first."""
     store = open_store(commitlog_segment_bytes=64 << 20)
-    copies = _sources(store, 400)
+    copies = copies_of_new_sources(store, 400)
     monkeypatch.setattr(message_store, "COPY_PART_BYTES", 2048)  # a part per ~30 copies
     stop = threading.Event()
     landed: list[int] = []
@@ -259,7 +211,7 @@ def test_a_split_group_begun_in_an_earlier_segment_is_all_or_nothing_in_a_log_sh
     END survived, and none of it (not the part before the last segment) when it did not."""
     monkeypatch.setattr(message_store, "COPY_PART_BYTES", 1)  # a part per copy
     store = open_store(commitlog_segment_bytes=4096)
-    results = store.append_group_copies(_sources(store, 30), [msg("OP", b"op")])
+    results = store.append_group_copies(copies_of_new_sources(store, 30), [msg("OP", b"op")])
     begin, end = results[0].physical_offset, store.commitlog.write_end
     segment_of = store.commitlog.segment_for
     assert segment_of(begin).start < segment_of(end - 1).start, "the group must cross a segment end"
@@ -280,3 +232,36 @@ def test_a_split_group_begun_in_an_earlier_segment_is_all_or_nothing_in_a_log_sh
         assert contents.get(("FINAL", 1), []) == [] and contents.get(("OP", 0), []) == []
     assert contents.get(("AFTER", 0), []) == []
     assert contents[(SOURCE, 0)] == [b"s%d" % i for i in range(30)]
+
+
+def test_a_write_that_may_not_wait_is_refused_on_a_reserved_queue_and_writes_nothing(open_store, monkeypatch) -> None:
+    store = open_store()
+    commit = PausedCommit(store, copies_of_new_sources(store, 3), monkeypatch)  # FINAL:1 written and reserved
+    end = store.commitlog.write_end
+    assert store.queue_reserved("FINAL", 1) and not store.queue_reserved("FINAL", 2)
+    with pytest.raises(QueueReserved, match="FINAL:1"):
+        store.append([msg("FINAL", b"would wait", queue_id=1)], wait_reserved=False)
+    assert store.commitlog.write_end == end
+    store.append([msg("FINAL", b"another queue", queue_id=2)], wait_reserved=False)  # not held: written at once
+    commit.finish()
+    assert not store.queue_reserved("FINAL", 1)
+    store.append([msg("FINAL", b"after the commit", queue_id=1)], wait_reserved=False)
+    contents = queue_contents(store)
+    assert contents[("FINAL", 1)] == [b"s0", b"s1", b"s2", b"after the commit"]
+    assert contents[("FINAL", 2)] == [b"another queue"]
+
+
+def test_a_commit_that_may_not_wait_is_refused_on_a_reserved_queue_and_stays_pending(open_store, monkeypatch) -> None:
+    from txmq.broker.transaction import Resolution, TransactionConfig, TransactionEngine
+    from txmq.broker.transaction.state import TxState
+
+    store = open_store()
+    engine = TransactionEngine(store, TransactionConfig())
+    engine.prepare([msg("FINAL", b"small", queue_id=1)], transaction_id="small")
+    large = PausedCommit(store, copies_of_new_sources(store, 3), monkeypatch)  # FINAL:1 reserved
+    with pytest.raises(QueueReserved, match="FINAL:1"):
+        engine.end("small", Resolution.COMMIT, wait_reserved=False)
+    assert engine.get("small").state is TxState.PENDING
+    large.finish()
+    assert engine.end("small", Resolution.COMMIT, wait_reserved=False).newly_ended
+    assert queue_contents(store)[("FINAL", 1)] == [b"s0", b"s1", b"s2", b"small"]

@@ -54,13 +54,15 @@ class MemoryStore:
         self.fail_next_append = False
         self.pause_after_append_s = 0.0  # widens the window between an append and its caller's next step
 
-    def append(self, messages: Sequence[Message], *, allow_system: bool = False) -> AppendResults:
-        return self._write(messages, allow_system)
+    def append(self, messages: Sequence[Message], *, allow_system: bool = False,
+               wait_reserved: bool = True) -> AppendResults:
+        return self._write(messages, allow_system)  # no large COMMITs written in parts here: nothing to wait for
 
     def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> AppendResults:
         return self._write(messages, allow_system)
 
-    def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = ()) -> AppendResults:
+    def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
+                            wait_reserved: bool = True) -> AppendResults:
         """The record copies as Messages (the contract of MessageStore.append_group_copies), then
         one append_group (which a test's subclass may intercept) like any other."""
         with self._lock:
