@@ -235,7 +235,7 @@ _QUEUE_RESERVED: Any = object()  # _under_write_lock: the batch waits for a spli
 class _SplitGroup:
     """What a split group being written has accumulated across its parts."""
 
-    __slots__ = ("offsets", "runs", "hashes", "positions", "written", "published", "start", "end")
+    __slots__ = ("offsets", "runs", "hashes", "positions", "written", "published", "start", "end", "interleaved")
 
     def __init__(self, offsets: _QueueOffsets) -> None:
         self.offsets = offsets
@@ -245,6 +245,7 @@ class _SplitGroup:
         self.written: list[tuple] = []  # (topics, queue ids, stored sysflags, _Written) of each part
         self.published = False
         self.start = self.end = 0  # the log's end before its first part, after its latest part
+        self.interleaved = False  # another writer appended between two of its parts
 
 
 class _Written(NamedTuple):
@@ -634,6 +635,8 @@ class MessageStore:
         """Write one part of a split group (under the write lock); publish the group with its last."""
         if begins:
             group.start = self.dispatcher.hold = self.commitlog.write_end
+        elif self.commitlog.write_end != group.end:
+            group.interleaved = True
         sys_flags = _split_sys_flags(batch.sys_flags, begins=begins, ends=ends)
         topics, qids = batch.topics, batch.queue_ids
         w = self._write_part(batch, sys_flags, list(zip(topics, qids)), group.offsets, now, False)
@@ -658,10 +661,12 @@ class MessageStore:
 
     def _abandon(self, group: "_SplitGroup") -> None:
         """A split group failed (a bad source, a failed write): release what it holds. Its parts
-        are dead records, never dispatched; when nothing was appended after them they are
-        truncated, so a refused COMMIT leaves the log as it was (the caller holds the write lock)."""
+        are dead records, never dispatched; when nobody else wrote since its first part they are
+        truncated, so a refused COMMIT leaves the log as it was (the caller holds the write lock).
+        Never when another writer's records lie between or after them: those were acknowledged."""
         self._end_reservation()
-        if group.written and not self._closed and self.commitlog.write_end == group.end:
+        if (group.written and not self._closed and not group.interleaved
+                and self.commitlog.write_end == group.end):
             self.commitlog.truncate_to(group.start)
 
     def _end_reservation(self) -> None:

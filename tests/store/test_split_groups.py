@@ -265,3 +265,14 @@ def test_a_commit_that_may_not_wait_is_refused_on_a_reserved_queue_and_stays_pen
     large.finish()
     assert engine.end("small", Resolution.COMMIT, wait_reserved=False).newly_ended
     assert queue_contents(store)[("FINAL", 1)] == [b"s0", b"s1", b"s2", b"small"]
+
+
+def test_a_failed_commit_never_cuts_records_written_between_its_parts(open_store, monkeypatch) -> None:
+    store = open_store()
+    commit = PausedCommit(store, copies_of_new_sources(store, 3), monkeypatch, pause_at=2, fail_at=3)
+    store.append([msg("OTHER", b"between parts 1 and 2")])  # acknowledged
+    commit.finish()
+    assert isinstance(commit.error, KeyboardInterrupt)
+    assert queue_contents(store)[("OTHER", 0)] == [b"between parts 1 and 2"]
+    store.append([msg("OTHER", b"after the failed commit")])
+    assert queue_contents(store)[("OTHER", 0)] == [b"between parts 1 and 2", b"after the failed commit"]
