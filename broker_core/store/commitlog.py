@@ -8,6 +8,16 @@ written with one pwrite each: no per-message syscalls.
 
 The segment table is replaced (copy-on-write), never mutated, so readers use a
 snapshot without taking the writer's lock.
+
+A part of a split group (a large COMMIT written in parts, see
+MessageStore._append_split_group) may be written on the CommitLog's I/O thread
+(`defer`): its writer places and encodes the next part while the kernel copies
+this one into the page cache, which on this project's machines is the larger
+cost. At most one such write is in flight and it is always the last write in
+the log: every other write, truncation and close settles it first, and a flush
+never counts its bytes as durable before it has landed. If it fails, the log is
+cut back to where it began before anything else is written, and the split group
+gets the error at its next write.
 """
 
 from __future__ import annotations
@@ -16,6 +26,8 @@ import bisect
 import threading
 import time
 import struct
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import NamedTuple
 from txmq.broker.store.checksum import crc32
 from itertools import accumulate, chain, repeat
 from operator import add
@@ -65,6 +77,13 @@ class _TailHeads(dict):
         return head
 
 
+class _DeferredWrite(NamedTuple):
+    """A split group's part being written on the I/O thread: bytes [start, end) of the log."""
+
+    future: Future
+    start: int
+
+
 class CommitLog:
     """Append-only record log; one writer (serialised by the caller), many readers."""
 
@@ -84,6 +103,11 @@ class CommitLog:
         self._table = ([s.start for s in segments], segments)
         self.write_end = segments[-1].end if segments else 0  # recovery sets the true end
         self.flushed_end = 0
+        self._deferred: _DeferredWrite | None = None  # see the module doc
+        self._deferred_lock = threading.Lock()  # _deferred and write_end change together under it
+        self._io: ThreadPoolExecutor | None = None
+        self.deferred_failure: BaseException | None = None  # for the split group, found by another writer
+        self.writes = 0  # writes made (in flight or done): a split group tells its own from others' by it
 
     # --- geometry --------------------------------------------------------------
 
@@ -123,7 +147,7 @@ class CommitLog:
 
     def write_batch(self, messages: Sequence[Message], props: Sequence[bytes], sys_flags: Sequence[int],
                     queue_offsets: Sequence[int], store_timestamp: int, *,
-                    group: bool = False) -> list[tuple[int, int]]:
+                    group: bool = False, split: bool = False) -> list[tuple[int, int]]:
         """Encode and write records one by one with record.encode_record; returns (physical
         offset, size) per message.
 
@@ -136,6 +160,8 @@ class CommitLog:
         sizes = [record_size(len(m.body), len(topics[m.topic]), len(p), encode_host(m.born_host)[1], host[1])
                  for m, p in zip(messages, props)]
         max_record = self.segment_bytes - BLANK_MIN_BYTES
+        if not split:
+            self.settle()
         if max(sizes) > max_record:
             raise MessageBodyTooLarge(f"record of {max(sizes)} bytes does not fit a CommitLog segment of "
                                       f"{self.segment_bytes} bytes (at most {max_record} bytes per record)")
@@ -143,24 +169,28 @@ class CommitLog:
         parts: list = []
         for m, p, size, flag, qoff, pos in zip(messages, props, sizes, sys_flags, queue_offsets, phys):
             encode_record(parts, m, topics[m.topic], p, size, flag, qoff, pos, store_timestamp, host)
-        self._write_records(parts, phys, sizes, rolls, seg)
+        self._write_records(parts, phys, sizes, rolls, seg, split=split)
         return list(zip(phys, sizes))
 
     def write_columns(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
-                      store_timestamp: int, *, group: bool = False) -> tuple[list[int], list[int]] | None:
+                      store_timestamp: int, *, group: bool = False, split: bool = False,
+                      defer: bool = False) -> tuple[list[int], list[int]] | None:
         """The append hot path: encode and write a batch column by column.
 
         Returns (physical offsets, sizes); the offsets list has one extra item, the
         end of the batch. Handles IPv4 hosts (the encoded header is then fixed-size);
         otherwise, or for a record larger than a segment, it writes nothing and returns
         None and the caller uses write_batch. Segments roll as in write_batch: a
-        group that fits in one segment is kept in one segment.
+        group that fits in one segment is kept in one segment. `split`: the write is
+        a split group's part; `defer`: it may be written on the I/O thread (module doc).
         """
         store_raw, store_v6 = self.store_host
         if store_v6:
             return None
+        if not split:
+            self.settle()
         if batch.block is not None:
-            placed = self._write_block(batch, sys_flags, queue_offsets, store_timestamp, group)
+            placed = self._write_block(batch, sys_flags, queue_offsets, store_timestamp, group, split, defer)
             if placed is not None:
                 return placed
             batch.fill_lists()  # crosses a segment end, or too large: record by record
@@ -191,11 +221,12 @@ class CommitLog:
                            repeat(store_raw), batch.reconsume_times, batch.prepared_offsets, batch.body_lens))
         crcs = map(_CRC_FORMAT.__mod__, map(crc32, tails, map(crc32, headers)))
         parts = list(chain.from_iterable(zip(headers, bodies, tails, crcs)))
-        self._write_records(parts, phys, sizes, rolls, seg)
+        self._write_records(parts, phys, sizes, rolls, seg, split=split, defer=defer)
         return phys, sizes
 
     def _write_block(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
-                     store_timestamp: int, group: bool) -> tuple[list[int], list[int]] | None:
+                     store_timestamp: int, group: bool, split: bool, defer: bool
+                     ) -> tuple[list[int], list[int]] | None:
         """write_columns for a batch given as a RecordBlock (record_block): encoded column-wise into
         one buffer and written with one pwrite. None, writing nothing, when the block would cross
         a segment end or is over MAX_BLOCK_BYTES (write_columns then goes record by record)."""
@@ -210,7 +241,7 @@ class CommitLog:
             return None
         data = encode_block(block, layout, sys_flags=sys_flags, queue_offsets=queue_offsets, phys=phys[:-1],
                             store_timestamp=store_timestamp, store_host=self.store_host[0])
-        self._write_records([data], phys, size_list, rolls, seg)
+        self._write_records([data], phys, size_list, rolls, seg, split=split, defer=defer)
         return phys, size_list
 
     @staticmethod
@@ -241,8 +272,23 @@ class CommitLog:
         return seg, phys, rolls
 
     def _write_records(self, parts: list, phys: list[int], sizes: list[int], rolls: list[int],
-                       seg: MappedFile) -> None:
-        """Write encoded records (4 parts each) where _placement put them; all or nothing."""
+                       seg: MappedFile, *, split: bool = False, defer: bool = False) -> None:
+        """Write encoded records (4 parts each) where _placement put them; all or nothing.
+
+        A split group's part was placed (and encoded) while its previous part may still be
+        in flight: that write settles first, and if it failed, this placement is void and
+        the group gets the error. With `defer` (no segment roll) the write goes to the I/O thread.
+        """
+        if split:
+            failure = self.settle() or self.deferred_failure
+            self.deferred_failure = None
+            if failure is not None:
+                raise failure
+            if defer and not rolls:
+                self.writes += 1
+                self._defer(parts, phys[-1], seg)
+                return
+        self.writes += 1
         start = self.write_end
         try:
             if rolls:
@@ -253,6 +299,37 @@ class CommitLog:
             self.truncate_to(start)  # nothing of a failed batch stays, nor segments made for it
             raise
         self.write_end = phys[-1]
+
+    def _defer(self, parts: list, end: int, seg: MappedFile) -> None:
+        """Write `parts` at the end of `seg` on the I/O thread; the log's end is `end` from now."""
+        if self._io is None:
+            self._io = ThreadPoolExecutor(1, thread_name_prefix="txmq-commitlog-io")
+        future = self._io.submit(seg.append_parts, parts)
+        with self._deferred_lock:
+            self._deferred = _DeferredWrite(future, self.write_end)
+            self.write_end = end
+
+    def settle(self) -> BaseException | None:
+        """Wait for the deferred write, if one is in flight (callers hold the store's write lock).
+
+        If it failed, the log is cut back to where it began (it is the last write: nothing was
+        written after it), the error is kept in `deferred_failure` for the split group, and
+        returned; None otherwise.
+        """
+        deferred = self._deferred
+        if deferred is None:
+            return None
+        try:
+            deferred.future.result()
+            failure = None
+        except BaseException as exc:  # noqa: BLE001 - the split group gets it at its next write
+            failure = exc
+        with self._deferred_lock:
+            self._deferred = None
+        if failure is not None:
+            self.truncate_to(deferred.start)
+            self.deferred_failure = failure
+        return failure
 
     def _placed_across_segments(self, sizes: list[int], start: int, seg_end: int,
                                 group: bool) -> tuple[list[int], list[int]]:
@@ -337,7 +414,9 @@ class CommitLog:
     def flush(self) -> int:
         """fsync everything written so far; returns the durable end offset."""
         with self._flush_lock:
-            target = self.write_end
+            with self._deferred_lock:  # a write still in flight is not durable yet: stop before it
+                deferred = self._deferred
+                target = self.write_end if deferred is None else deferred.start
             if target <= self.flushed_end and not self._dir_dirty:
                 return self.flushed_end
             for seg in self._table[1]:
@@ -353,6 +432,7 @@ class CommitLog:
 
     def truncate_to(self, offset: int) -> None:
         """Drop everything at and after `offset` (recovery of a torn or incomplete tail)."""
+        self.settle()  # a write in flight must not land after the cut
         starts, segs = self._table
         keep = [s for s in segs if s.start < offset or (s.start == offset and s is segs[0])]
         for seg in segs:
@@ -390,6 +470,10 @@ class CommitLog:
         self._graveyard = keep
 
     def close(self) -> None:
+        self.settle()
+        if self._io is not None:
+            self._io.shutdown(wait=True)
+            self._io = None
         for seg in self._table[1]:
             seg.close()
         for _, seg in self._graveyard:

@@ -235,7 +235,8 @@ _QUEUE_RESERVED: Any = object()  # _under_write_lock: the batch waits for a spli
 class _SplitGroup:
     """What a split group being written has accumulated across its parts."""
 
-    __slots__ = ("offsets", "runs", "hashes", "positions", "written", "published", "start", "end", "interleaved")
+    __slots__ = ("offsets", "runs", "hashes", "positions", "written", "published", "start", "end", "interleaved",
+                 "writes_seen")
 
     def __init__(self, offsets: _QueueOffsets) -> None:
         self.offsets = offsets
@@ -245,7 +246,13 @@ class _SplitGroup:
         self.written: list[tuple] = []  # (topics, queue ids, stored sysflags, _Written) of each part
         self.published = False
         self.start = self.end = 0  # the log's end before its first part, after its latest part
-        self.interleaved = False  # another writer appended between two of its parts
+        self.interleaved = False  # another writer wrote to the log since its first part
+        self.writes_seen = 0  # the CommitLog's write count after its latest part
+
+    def note_others(self, commitlog) -> None:
+        """Mark the group interleaved if the CommitLog was written since its latest part."""
+        if self.written and commitlog.writes != self.writes_seen:
+            self.interleaved = True
 
 
 class _Written(NamedTuple):
@@ -559,12 +566,12 @@ class MessageStore:
         return results
 
     def _write_part(self, batch: BatchColumns, sys_flags: Sequence[int], keys: Sequence, offsets: "_QueueOffsets",
-                    now: int, group: bool) -> "_Written":
+                    now: int, group: bool, *, split: bool = False, defer: bool = False) -> "_Written":
         """Assign a batch its queue offsets, write its records, and derive (not yet write) its queue
-        and index entries."""
+        and index entries. `split`/`defer`: a split group's part (CommitLog.write_columns)."""
         queued = _queued_mask(sys_flags, batch.topics)
         starts, queue_offsets = offsets.assign(keys, queued)
-        phys, sizes = self._write_records(batch, sys_flags, queue_offsets, now, group)
+        phys, sizes = self._write_records(batch, sys_flags, queue_offsets, now, group, split=split, defer=defer)
         tags, uniq_keys, record_keys = batch.dispatch_columns()
         tag_hashes = tag_hashes_of(tags)
         runs = queue_runs(keys, queued, starts, phys, sizes, tag_hashes)
@@ -572,16 +579,19 @@ class MessageStore:
         return _Written(queued, queue_offsets, phys, sizes, tag_hashes, runs, hashes, positions)
 
     def _write_records(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
-                       now: int, group: bool) -> tuple[list[int], list[int]]:
+                       now: int, group: bool, *, split: bool = False, defer: bool = False
+                       ) -> tuple[list[int], list[int]]:
         """Encode and write a batch's records: (physical offsets plus the end, sizes)."""
         commitlog = self.commitlog
         try:
-            placed = commitlog.write_columns(batch, sys_flags, queue_offsets, now, group=group)
+            placed = commitlog.write_columns(batch, sys_flags, queue_offsets, now, group=group, split=split,
+                                             defer=defer)
             if placed is not None:
                 return placed
             # IPv6 hosts or an oversized record: the general encoder
-            pairs = commitlog.write_batch(batch.messages, batch.props_raw, sys_flags, queue_offsets, now, group=group)
-        except OSError as exc:  # the CommitLog already dropped the partial batch
+            pairs = commitlog.write_batch(batch.messages, batch.props_raw, sys_flags, queue_offsets, now, group=group,
+                                          split=split)
+        except OSError as exc:  # the CommitLog already dropped the partial batch (or the part in flight)
             raise StoreError(f"CommitLog write failed: {exc}") from exc
         phys = [p for p, _ in pairs]
         phys.append(phys[-1] + pairs[-1][1])
@@ -634,12 +644,16 @@ class MessageStore:
                           ends: bool) -> None:
         """Write one part of a split group (under the write lock); publish the group with its last."""
         if begins:
+            self.commitlog.settle()  # another writer's failure is not this group's
+            self.commitlog.deferred_failure = None
             group.start = self.dispatcher.hold = self.commitlog.write_end
-        elif self.commitlog.write_end != group.end:
-            group.interleaved = True
+        group.note_others(self.commitlog)
         sys_flags = _split_sys_flags(batch.sys_flags, begins=begins, ends=ends)
         topics, qids = batch.topics, batch.queue_ids
-        w = self._write_part(batch, sys_flags, list(zip(topics, qids)), group.offsets, now, False)
+        # every part but the last may be written on the CommitLog's I/O thread while the next one
+        # is encoded; the last (the op record) is written after it, and only then published
+        w = self._write_part(batch, sys_flags, list(zip(topics, qids)), group.offsets, now, False, split=True,
+                             defer=not ends)
         self._reserved.update(w.runs)  # the queues it wrote (no other writer got in meanwhile: we hold the lock)
         for key, (first, *packed) in w.runs.items():
             group.runs.setdefault(key, [first]).extend(packed)
@@ -647,6 +661,7 @@ class MessageStore:
         group.positions += w.positions
         group.written.append((topics, qids, sys_flags, w))
         group.end = self.commitlog.write_end
+        group.writes_seen = self.commitlog.writes
         if not ends:
             return
         self._end_reservation()
@@ -665,8 +680,9 @@ class MessageStore:
         truncated, so a refused COMMIT leaves the log as it was (the caller holds the write lock).
         Never when another writer's records lie between or after them: those were acknowledged."""
         self._end_reservation()
-        if (group.written and not self._closed and not group.interleaved
-                and self.commitlog.write_end == group.end):
+        group.note_others(self.commitlog)  # before the part in flight settles: that is the group's own
+        self.commitlog.settle()  # the part in flight lands, or is cut back when its write failed
+        if group.written and not self._closed and not group.interleaved and self.commitlog.write_end <= group.end:
             self.commitlog.truncate_to(group.start)
 
     def _end_reservation(self) -> None:
