@@ -288,7 +288,6 @@ class CommitLog:
                 self.writes += 1
                 self._defer(parts, phys[-1], seg)
                 return
-        self.writes += 1
         start = self.write_end
         try:
             if rolls:
@@ -299,6 +298,7 @@ class CommitLog:
             self.truncate_to(start)  # nothing of a failed batch stays, nor segments made for it
             raise
         self.write_end = phys[-1]
+        self.writes += 1  # a write that failed was cut back: it counts for nobody
 
     def _defer(self, parts: list, end: int, seg: MappedFile) -> None:
         """Write `parts` at the end of `seg` on the I/O thread; the log's end is `end` from now."""
