@@ -644,8 +644,6 @@ class MessageStore:
                           ends: bool) -> None:
         """Write one part of a split group (under the write lock); publish the group with its last."""
         if begins:
-            self.commitlog.settle()  # another writer's failure is not this group's
-            self.commitlog.deferred_failure = None
             group.start = self.dispatcher.hold = self.commitlog.write_end
         group.note_others(self.commitlog)
         sys_flags = _split_sys_flags(batch.sys_flags, begins=begins, ends=ends)
@@ -682,6 +680,7 @@ class MessageStore:
         self._end_reservation()
         group.note_others(self.commitlog)  # before the part in flight settles: that is the group's own
         self.commitlog.settle()  # the part in flight lands, or is cut back when its write failed
+        self.commitlog.deferred_failure = None  # the group's failure, if another writer found it: moot now
         if group.written and not self._closed and not group.interleaved and self.commitlog.write_end <= group.end:
             self.commitlog.truncate_to(group.start)
 

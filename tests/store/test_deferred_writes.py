@@ -111,3 +111,16 @@ def test_a_failed_part_found_by_another_writer_costs_that_writer_nothing(open_st
     assert ("FINAL", 1) not in contents
     store.append([msg("OTHER", b"later")])
     assert queue_contents(store)[("OTHER", 0)] == [b"acknowledged", b"later"]
+
+
+def test_a_failed_part_found_by_another_writer_is_not_left_for_the_next_commit(open_store, monkeypatch) -> None:
+    store = open_store()
+    copies = copies_of_new_sources(store, 4)
+    _failing_io_writes(monkeypatch, fail_at=2)
+    commit = PausedCommit(store, copies, monkeypatch, pause_at=3, fail_at=3)  # then its build of part 3 fails
+    store.append([msg("OTHER", b"acknowledged")])  # finds part 2 failed
+    commit.finish()
+    assert isinstance(commit.error, KeyboardInterrupt)  # the group ended on its own error, not part 2's
+    store.append_group_copies(copies_of_new_sources(store, 3, queue_id=2), [msg("OP", b"op")])
+    contents = queue_contents(store)
+    assert contents[("FINAL", 2)] == [b"s0", b"s1", b"s2"] and contents[("OTHER", 0)] == [b"acknowledged"]
