@@ -392,9 +392,7 @@ class MessageStore:
         A batch writing to a queue that a large COMMIT being written has reserved waits for
         that COMMIT's end; with `wait_reserved` False it raises QueueReserved instead, writing
         nothing (for callers that must not hold a thread that long: see queue_reserved)."""
-        if not messages:
-            return []
-        return self._write(self._checked(messages, allow_system=allow_system), False, wait_reserved=wait_reserved)
+        return self._append(messages, allow_system=allow_system, group=False, wait_reserved=wait_reserved)
 
     def queue_reserved(self, topic: str, queue_id: int) -> bool:
         """Whether a large COMMIT being written holds the queue now (writers of it wait for its
@@ -464,10 +462,11 @@ class MessageStore:
         return check_columns(batch, max_body_bytes=cfg.max_body_bytes,
                              max_properties_bytes=cfg.max_properties_bytes, allow_system=allow_system)
 
-    def _append(self, messages: Sequence[Message], *, allow_system: bool, group: bool) -> Sequence[AppendResult]:
+    def _append(self, messages: Sequence[Message], *, allow_system: bool, group: bool,
+                wait_reserved: bool = True) -> Sequence[AppendResult]:
         if not messages:
             return []
-        return self._write(self._checked(messages, allow_system=allow_system), group)
+        return self._write(self._checked(messages, allow_system=allow_system), group, wait_reserved=wait_reserved)
 
     def _write(self, batch: BatchColumns, group: bool, *, wait_reserved: bool = True) -> AppendResults:
         """Write a checked and encoded batch under the write lock (then wait for fsync in sync mode)."""
