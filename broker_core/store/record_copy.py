@@ -449,37 +449,43 @@ def _values_of(props_crc: Sequence[bytes], name: bytes, joined: bytes) -> list[b
 
 
 class _PropertyIndex:
-    """Where each property starts in property strings lying back to back in `values` (string
-    i is values[bounds[i]:bounds[i + 1]]), to find named properties with array operations.
+    """Where named properties are in property strings lying back to back in `values` (string
+    i is values[bounds[i]:bounds[i + 1]]), found with array operations.
 
     A property starts its string or follows a \\x02, and names and values never hold
     \\x01 or \\x02 (validated when the record was first written); a value runs to the
     next \\x02 (every string ends "...\\x02__CRC32#\\x01" or is that CRC name alone).
-    The first bytes of every property are gathered once; a lookup compares them.
+    The first 8 bytes of every property are read once, as one integer each, in two
+    arrays: those that start a string and those after a \\x02. A lookup compares them
+    and sorts only its hits (a few, or one per string), never all property starts.
     """
 
     def __init__(self, values: np.ndarray, bounds: np.ndarray) -> None:
         self.values = values
+        self.bounds = bounds
         self.separators = np.flatnonzero(values == 2)
-        nonempty = np.flatnonzero(bounds[1:] > bounds[:-1])
-        self.starts = np.sort(np.concatenate([bounds[nonempty], self.separators + 1]))
-        self.rows = np.searchsorted(bounds, self.starts, side="right") - 1
-        # each property's first 8 bytes as one integer (every string ends with the 9-byte CRC
-        # name, so 8 bytes from any property start are inside `values`)
+        self.leading = bounds[np.flatnonzero(bounds[1:] > bounds[:-1])]
+        self.following = self.separators + 1
+        # 8 bytes from any property start are inside `values`: every string ends with the
+        # 9-byte CRC name, itself a property start after a \x02 (or the whole string)
         words = np.ndarray((max(len(values) - 7, 0),), dtype="<u8", buffer=values, strides=(1,))
-        self.heads = words[self.starts]
+        self.leading_heads = words[self.leading]
+        self.following_heads = words[self.following]
 
     def spans(self, name: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(the strings holding property `name`, its value's start, its value's end)."""
+        """(the strings holding property `name`, its value's start, its value's end), in string order."""
         head = name + b"\x01"
         first = head[:8]
-        mask = int.from_bytes(b"\xff" * len(first), "little")
-        hit = np.flatnonzero(self.heads & np.uint64(mask) == np.uint64(int.from_bytes(first, "little")))
-        if len(head) > 8 and len(hit):  # the rest of a longer name, checked where the start matched
-            rest = byte_rows(self.values, self.starts[hit] + 8, len(head) - 8)
-            hit = hit[(rest == np.frombuffer(head[8:], dtype=np.uint8)).all(axis=1)]
-        value_at = self.starts[hit] + len(head)
-        return self.rows[hit], value_at, self.separators[np.searchsorted(self.separators, value_at)]
+        mask = np.uint64(int.from_bytes(b"\xff" * len(first), "little"))
+        want = np.uint64(int.from_bytes(first, "little"))
+        starts = np.sort(np.concatenate([self.leading[(self.leading_heads & mask) == want],
+                                         self.following[(self.following_heads & mask) == want]]))
+        if len(head) > 8 and len(starts):  # the rest of a longer name, checked where the start matched
+            rest = byte_rows(self.values, starts + 8, len(head) - 8)
+            starts = starts[(rest == np.frombuffer(head[8:], dtype=np.uint8)).all(axis=1)]
+        value_at = starts + len(head)
+        rows = np.searchsorted(self.bounds, starts, side="right") - 1
+        return rows, value_at, self.separators[np.searchsorted(self.separators, value_at)]
 
 
 def _found_values(raw: bytes, n: int, rows: np.ndarray, value_at: np.ndarray,

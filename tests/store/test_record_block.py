@@ -134,15 +134,29 @@ def test_a_block_that_would_cross_a_segment_end_is_written_record_by_record(tmp_
 _props = st.lists(st.dictionaries(_names, st.text(_text, max_size=12), max_size=5), min_size=1, max_size=8)
 
 
-@settings(max_examples=200, deadline=None)
-@given(_props, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "XTAGS", DROPPED, "a", "zz"]))
-def test_the_property_index_finds_a_name_where_the_dicts_have_it(props, name):
+def _found_by_index(props: list[dict], name: str) -> dict[int, str]:
     encoded = [encode_properties(p) + CRC_PREFIX for p in props]
     joined = b"".join(encoded)
     bounds = np.cumsum([0] + [len(e) for e in encoded])
     rows, value_at, value_end = _PropertyIndex(np.frombuffer(joined, dtype=np.uint8), bounds).spans(name.encode())
-    found = {int(r): joined[a:b].decode() for r, a, b in zip(rows, value_at, value_end)}
-    assert found == {i: p[name] for i, p in enumerate(props) if name in p}
+    return {int(r): joined[a:b].decode() for r, a, b in zip(rows, value_at, value_end)}
+
+
+@settings(max_examples=200, deadline=None)
+@given(_props, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "XTAGS", DROPPED, "a", "zz"]))
+def test_the_property_index_finds_a_name_where_the_dicts_have_it(props, name):
+    assert _found_by_index(props, name) == {i: p[name] for i, p in enumerate(props) if name in p}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(_text, max_size=40), st.dictionaries(_names, st.text(_text, max_size=12), max_size=4)),
+                min_size=1, max_size=12),
+       st.sampled_from(["UNIQ_KEY", "TAGS", "a"]))
+def test_the_property_index_finds_a_name_that_leads_every_string(rows, name):
+    """A half's UNIQ_KEY, as prepare writes it: first in every property string (other
+    properties, some of a name ending with it, may follow)."""
+    props = [{name: value, **{k: v for k, v in rest.items() if k != name}} for value, rest in rows]
+    assert _found_by_index(props, name) == {i: p[name] for i, p in enumerate(props)}
 
 
 def test_copies_in_a_store_with_an_ipv6_host_are_written_record_by_record(tmp_path, monkeypatch):
