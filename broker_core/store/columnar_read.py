@@ -127,10 +127,9 @@ def _mapped_segment(store, offset: int, end: int) -> tuple[int, np.ndarray] | No
     if seg is None or seg.closed or end > seg.start + seg.capacity or seg.capacity >= 1 << 31:
         return None
     try:
-        st = os.fstat(seg.fd)
+        key = _file_key(seg.fd)  # a file, not a name: a recreated store must not see an old map
     except OSError:
         return None
-    key = (st.st_dev, st.st_ino)  # a file, not a name: a recreated store must not see an old map
     arr = _maps.get(key)
     if arr is None or end - seg.start > len(arr):
         try:
@@ -144,6 +143,23 @@ def _mapped_segment(store, offset: int, end: int) -> tuple[int, np.ndarray] | No
         if end - seg.start > len(arr):
             return None
     return seg.start, arr
+
+
+def forget_mapped(seg, lo: int, hi: int) -> None:
+    """This process's map of a segment file (if any) forgets the pages of [lo, hi) (file offsets),
+    so that the page cache can drop them (page_cache.PageCacheWindow). The map stays valid: a later
+    read of those bytes faults them back in."""
+    arr = _maps.get(_file_key(seg.fd))
+    if arr is None:
+        return
+    lo, hi = -(-lo // mmap.PAGESIZE) * mmap.PAGESIZE, min(hi, len(arr)) // mmap.PAGESIZE * mmap.PAGESIZE
+    if lo < hi:
+        arr.base.obj.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
+
+def _file_key(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
 
 
 # --- result types ------------------------------------------------------------------------
