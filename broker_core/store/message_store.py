@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import fcntl
 import logging
-import operator
 import os
 import threading
 import time
@@ -61,7 +60,7 @@ from txmq.broker.store.message import (
     StoredMessage,
 )
 from txmq.broker.store.metadata import ConsumerOffsets, TopicRegistry, read_json, write_json_atomically
-from txmq.broker.store.page_cache import FOLIO_BYTES, PageCacheWindow
+from txmq.broker.store.page_cache import PageCacheWindow
 from txmq.broker.store.record import (
     RecordCorrupted,
     decode_records,
@@ -115,53 +114,6 @@ def _split_group_results(written: list[tuple], now: int, store_host_raw: bytes) 
     caller rarely reads them)."""
     columns = [[*chain.from_iterable(column)] for column in zip(*written)]
     return _append_results(*columns, now, store_host_raw)
-
-
-class _CopiedSources:
-    """A COMMIT's sources (its halves), read for the last time once copied: their pages leave the
-    page cache as the copies are written, and the copies' writes reuse them (page_cache.py).
-
-    Only the pages of runs of sources lying back to back go, so no other record's page goes
-    with them. Copies in log order (a COMMIT's) drop as parts are written, in whole units of
-    FOLIO_BYTES (the kernel evicts a large folio only when advised all of it); copies in
-    another order drop at the end.
-    """
-
-    def __init__(self, store: "MessageStore", copies: RecordCopies) -> None:
-        self._store = store
-        self._runs = _back_to_back_runs(copies.physical_offsets, copies.sizes)
-        phys = copies.physical_offsets
-        self._in_order = all(map(operator.lt, phys, phys[1:]))
-        self._total = len(copies)
-        self._seen = 0
-        self._done = 0  # every run below this offset is dropped (a page boundary)
-
-    def copied(self, part: RecordCopies) -> None:
-        """`part`, the next copies in order, has been written."""
-        self._seen += len(part)
-        if not self._in_order and self._seen < self._total:
-            return
-        if self._seen < self._total:
-            end = (part.physical_offsets[-1] + part.sizes[-1]) // FOLIO_BYTES * FOLIO_BYTES
-        else:
-            end = self._runs[-1][1]
-        end = min(end, self._store.commitlog.flushed_end)
-        ranges = [(max(lo, self._done), min(hi, end)) for lo, hi in self._runs if lo < end and hi > self._done]
-        ranges = [(lo, hi) for lo, hi in ranges if lo < hi]
-        if ranges:
-            self._store.page_cache.drop_now(ranges, end)
-            self._done = max(self._done, end // FOLIO_BYTES * FOLIO_BYTES)
-
-
-def _back_to_back_runs(phys: Sequence[int], sizes: Sequence[int]) -> list[tuple[int, int]]:
-    """The [start, end) log ranges covered by records lying back to back, from their offsets and sizes."""
-    starts = np.asarray(phys, dtype=np.int64)
-    ends = starts + np.asarray(sizes, dtype=np.int64)
-    if len(starts) > 1 and not (starts[1:] >= starts[:-1]).all():
-        order = np.argsort(starts, kind="stable")
-        starts, ends = starts[order], ends[order]
-    breaks = np.flatnonzero(starts[1:] != ends[:-1]) + 1
-    return list(zip(starts[np.concatenate([[0], breaks])].tolist(), ends[np.concatenate([breaks - 1, [-1]])].tolist()))
 
 
 def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
@@ -491,24 +443,18 @@ class MessageStore:
         if not len(copies) and not messages:
             return []
         if len(copies) > 1 and sum(copies.sizes) > COPY_PART_BYTES:
-            copy_parts = copies.parts(COPY_PART_BYTES)
-            parts = [partial(copy_columns, self, part) for part in copy_parts]
+            parts = [partial(copy_columns, self, part) for part in copies.parts(COPY_PART_BYTES)]
             if messages:
                 checked = self._checked(messages, allow_system=True)
                 parts.append(lambda: checked)
-            sources = _CopiedSources(self, copies)
-            return self._append_split_group(
-                parts, written=lambda i: sources.copied(copy_parts[i]) if i < len(copy_parts) else None)
+            return self._append_split_group(parts)
         batches = []
         if len(copies):
             batches.append(copy_columns(self, copies))
         if messages:
             batches.append(self._checked(messages, allow_system=True))
-        results = self._write(batches[0] if len(batches) == 1 else batches[0].followed_by(batches[1]), group=True,
-                              wait_reserved=wait_reserved)
-        if len(copies) > 1:
-            _CopiedSources(self, copies).copied(copies)
-        return results
+        return self._write(batches[0] if len(batches) == 1 else batches[0].followed_by(batches[1]), group=True,
+                           wait_reserved=wait_reserved)
 
     def _checked(self, messages: Sequence[Message], *, allow_system: bool) -> BatchColumns:
         return self._checked_columns(BatchColumns(messages), allow_system=allow_system)
@@ -652,8 +598,7 @@ class MessageStore:
         phys.append(phys[-1] + pairs[-1][1])
         return phys, [s for _, s in pairs]
 
-    def _append_split_group(self, parts: Sequence[Callable[[], BatchColumns]],
-                            written: Callable[[int], None] | None = None) -> AppendResults:
+    def _append_split_group(self, parts: Sequence[Callable[[], BatchColumns]]) -> AppendResults:
         """Append one atomic group made of several batches, each built (`parts[i]()`) and written
         in turn, then dispatched and published together: a split group.
 
@@ -673,7 +618,6 @@ class MessageStore:
         Checkpoints stay at or before the group's start while it is written, so a
         recovery always scans it from its BEGIN. A part that fails to build or write
         leaves the parts before it in the log as dead records, never dispatched.
-        `written(i)` is called after part i is written, outside the write lock.
         """
         with self._split_lock:  # one at a time: recovery pairs an END with the latest BEGIN
             now = int(time.time() * 1000)
@@ -686,8 +630,6 @@ class MessageStore:
                     write = partial(self._write_split_part, group, batch, now, begins=i == 0,
                                     ends=i == len(parts) - 1)
                     self._under_write_lock(write, durable=False)
-                    if written is not None:
-                        written(i)
             finally:
                 built.close()  # a part being built ahead finishes before the group is abandoned
                 if not group.published:
@@ -989,7 +931,6 @@ class MessageStore:
             "commitlog_segments": len(cl.segments),
             "commitlog_bytes": cl.disk_bytes(),
             "page_cache_released_bytes": self.page_cache.released_bytes,
-            "page_cache_dropped_sources_bytes": self.page_cache.dropped_now_bytes,
             "queues": len(self.dispatcher.queues()),
             "fsyncs": self._group_commit.fsyncs if self._group_commit is not None else 0,
             "flush_errors": self._flusher.errors,

@@ -12,13 +12,6 @@ file took 16-18 s of system CPU; the same writes, with flushed bytes more than
 the kernel's free lists, and the next writes reuse them while they are still
 backed.
 
-Bytes read for the last time go at once: a COMMIT's sources, the halves it has just
-copied, are dead once their copies are encoded (`drop_now`). Dropped while the copies
-are written, their pages are the ones the copies' writes reuse, still backed: on this
-machine a gigabyte of fresh writes cost 2.8-3.2 µs of system time per KiB, and
-0.2-0.4 µs while as many bytes of another file were dropped chunk by chunk
-(bench/page_cache.py measures both).
-
 What stays cached: the newest `keep_bytes` of the log (what the readers of a
 broker read almost always: consumers at the head), and back to the lowest offset
 a reader has said it still needs (`protect`: the transaction engine names the
@@ -39,9 +32,8 @@ file system ignores it, the window simply does nothing.
 from __future__ import annotations
 
 import os
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 FOLIO_BYTES = 2 << 20  # the largest page-cache folio of a file: advice evicts only whole folios
 RELEASE_STEP_BYTES = 64 << 20  # drop in steps at least this large: one call per step and segment
 PROTECT_FACTOR = 4  # protected bytes stay cached up to this many windows behind the flushed end
@@ -69,7 +61,6 @@ class PageCacheWindow:
         self._unmap = unmap  # unmap(segment, lo, hi): this process's maps forget [lo, hi) of the segment file
         self.released = 0  # every byte below this offset has been advised out
         self.released_bytes = 0  # total advised, for stats and tests
-        self.dropped_now_bytes = 0  # total advised by drop_now
         self._lowest_needed: Callable[[], int | None] | None = None
 
     def protect(self, lowest_needed: Callable[[], int | None]) -> None:
@@ -90,27 +81,13 @@ class PageCacheWindow:
         if self._lowest_needed is not None:
             needed = self._lowest_needed()
             if needed is not None and needed < target:
-                target = max(needed, flushed - PROTECT_FACTOR * self.keep_bytes)
+                target = max(needed, flushed - PROTECT_FACTOR * self.keep_bytes) // FOLIO_BYTES * FOLIO_BYTES
                 if target - self.released < self.step_bytes:
                     return 0
         done = sum(self._drop(seg, max(self.released, seg.start), min(target, seg.start + seg.capacity))
                    for seg in self._segments())
         self.released = max(self.released, target)
         self.released_bytes += done
-        return done
-
-    def drop_now(self, ranges: Iterable[tuple[int, int]], flushed: int) -> int:
-        """Advise out the whole pages of these [lo, hi) log ranges below `flushed`, now: bytes read
-        for the last time (a COMMIT's sources once copied). Returns the bytes advised."""
-        if not self.enabled:
-            return 0
-        segments = self._segments()
-        done = 0
-        for lo, hi in ranges:
-            lo, hi = -(-lo // PAGE_BYTES) * PAGE_BYTES, min(hi, flushed) // PAGE_BYTES * PAGE_BYTES
-            for seg in segments:
-                done += self._drop(seg, max(lo, seg.start), min(hi, seg.start + seg.capacity))
-        self.dropped_now_bytes += done
         return done
 
     def _drop(self, seg, lo: int, hi: int) -> int:

@@ -222,93 +222,33 @@ def test_the_transaction_engine_protects_its_pending_halves(tmp_path):
         store.close()
 
 
-# --- a COMMIT's sources, read for the last time, leave at once ----------------------------------
-
-
-def _store_with_sources(tmp_path, count: int, **config) -> tuple[MessageStore, list]:
-    """A store holding `count` ~1 KiB source records written back to back from offset 0, flushed."""
-    store = MessageStore(StoreConfig(tmp_path / "s", page_cache_keep_bytes=64 * UNIT,
-                                     commitlog_segment_bytes=16 * UNIT, **config))
-    placed = store.append([Message("SRC", os.urandom(1000), 0) for _ in range(count)])
-    return store, [(r.physical_offset, r.size) for r in placed]
-
-
-def _copies_of(placed, topic: str = "FINAL"):
-    from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT
-    from txmq.broker.store.record_copy import RecordCopies
-
-    return RecordCopies([p for p, _ in placed], [s for _, s in placed], [topic] * len(placed), [0] * len(placed),
-                        SYSFLAG_TRANSACTION_COMMIT, source_topic="SRC")
-
-
-@pytest.mark.parametrize("part_bytes", [1 << 20, 64 << 20], ids=["in-parts", "one-group"])
-def test_a_commit_drops_the_sources_it_copied_and_both_still_read(tmp_path, monkeypatch, part_bytes):
-    from txmq.broker.store import message_store
-
-    monkeypatch.setattr(message_store, "COPY_PART_BYTES", part_bytes)
-    store, placed = _store_with_sources(tmp_path, 7000)  # ~7.3 MB: units 0-2 hold only sources
-    try:
-        store.commitlog.flush()
-        sources = store.read_queue("SRC", 0, 0, 7000).messages
-        assert all(units(store.commitlog.segments[0].path)[:3])  # read: cached
-        store.append_group_copies(_copies_of(placed))
-        assert units(store.commitlog.segments[0].path)[:3] == [False] * 3
-        assert store.page_cache.dropped_now_bytes >= 3 * UNIT
-        assert [m.body for m in store.read_queue("FINAL", 0, 0, 7000).messages] == [m.body for m in sources]
-        assert [m.body for m in store.read_queue("SRC", 0, 0, 7000).messages] == [m.body for m in sources]
-    finally:
-        store.close()
+# --- pages the broker itself has mapped -----------------------------------------------------------
 
 
 def test_pages_the_broker_has_mapped_are_dropped_too(tmp_path):
-    """Columnar reads map whole segments; a mapped page stays cached until its map lets go of it."""
+    """Columnar reads (a COMMIT's, a pull's) map whole segments; a mapped page stays cached until its
+    map lets go of it, so the window makes the broker's own maps forget what it drops."""
     from txmq.broker.store.columnar_read import _mapped_segment
 
-    store, placed = _store_with_sources(tmp_path, 7000)
+    store = MessageStore(StoreConfig(tmp_path / "s", page_cache_keep_bytes=UNIT, commitlog_segment_bytes=16 * UNIT))
     try:
+        placed = store.append([Message("t", os.urandom(1000), 0) for _ in range(7000)])  # ~7.3 MB
         store.commitlog.flush()
-        start, mapped = _mapped_segment(store, 0, placed[-1][0] + placed[-1][1])
+        _, mapped = _mapped_segment(store, 0, placed[-1].physical_offset + placed[-1].size)
         assert int(mapped[: 3 * UNIT : PAGE].sum()) >= 0  # touch every page of units 0-2 through the map
-        window = PageCacheWindow(UNIT, lambda: store.commitlog.segments, step_bytes=UNIT,
-                                 unmap=store.page_cache._unmap)
-        window.release(4 * UNIT)
+        store.page_cache.step_bytes = UNIT
+        store.page_cache.release(4 * UNIT)
         assert units(store.commitlog.segments[0].path)[:3] == [False] * 3
-        assert bytes(mapped[placed[5][0]:placed[5][0] + 4]) == placed[5][1].to_bytes(4, "big")  # the map still reads
+        first = placed[5]
+        assert bytes(mapped[first.physical_offset:first.physical_offset + 4]) == first.size.to_bytes(4, "big")
+        assert [m.body for m in store.read_queue("t", 0, 5, 1).messages] == [store.read_at(first.physical_offset).body]
     finally:
         store.close()
 
 
-def test_a_commit_drops_only_pages_that_hold_nothing_but_its_sources(tmp_path, advice):
-    store, first = _store_with_sources(tmp_path, 3000)
-    try:
-        other = store.append([Message("OTHER", os.urandom(20_000), 0)])[0]
-        second = [(r.physical_offset, r.size) for r in store.append([Message("SRC", os.urandom(1000), 0)
-                                                                     for _ in range(3000)])]
-        store.commitlog.flush()
-        store.append_group_copies(_copies_of(first + second))
-        advised = advice[store.commitlog.segments[0].fd]
-        assert advised, "the sources were not dropped"
-        other_end = other.physical_offset + other.size
-        assert not any(lo < other_end and other.physical_offset < hi for lo, hi in advised)
-        copies_start = second[-1][0] + second[-1][1]
-        assert all(hi <= copies_start for _, hi in advised)
-    finally:
-        store.close()
-
-
-def test_sources_not_yet_flushed_stay_cached(tmp_path, advice):
-    store, placed = _store_with_sources(tmp_path, 3000, flush_interval_ms=3_600_000)
-    try:
-        store.append_group_copies(_copies_of(placed))
-        assert store.page_cache.dropped_now_bytes == 0
-        assert left_alone(store.commitlog.segments[0], advice)[0]
-    finally:
-        store.close()
-
-
-def test_back_to_back_runs_are_the_ranges_records_cover_without_gaps():
-    from txmq.broker.store.message_store import _back_to_back_runs
-
-    assert _back_to_back_runs([0, 10, 20, 50, 60], [10, 10, 10, 10, 5]) == [(0, 30), (50, 65)]
-    assert _back_to_back_runs([50, 0, 10], [10, 10, 5]) == [(0, 15), (50, 60)]
-    assert _back_to_back_runs([7], [5]) == [(7, 12)]
+def test_the_window_advises_whole_folios(two_segments, advice):
+    """The page cache may hold a file in 2 MiB folios and evicts a folio only when advised all of it:
+    a window that ends inside one stops before it (the next step takes it whole)."""
+    window = PageCacheWindow(UNIT // 2, lambda: two_segments, step_bytes=UNIT)
+    assert window.release(3 * UNIT) == 2 * UNIT  # 2.5 units past the window: 2 whole units
+    assert window.release(4 * UNIT) == UNIT
