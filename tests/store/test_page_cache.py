@@ -246,7 +246,7 @@ def test_pages_the_broker_has_mapped_are_dropped_too(tmp_path):
         store.close()
 
 
-def test_the_window_advises_whole_folios(two_segments, advice):
+def test_the_window_advises_whole_folios(two_segments):
     """The page cache may hold a file in 2 MiB folios and evicts a folio only when advised all of it:
     a window that ends inside one stops before it (the next step takes it whole)."""
     window = PageCacheWindow(UNIT // 2, lambda: two_segments, step_bytes=UNIT)
