@@ -49,8 +49,7 @@ import pyarrow as pa
 
 from txmq.broker.errors import StoreError
 from txmq.broker.protocol import native_pb2 as pb
-from txmq.broker.protocol.pull_columns import build_pull_batch_columnar
-from txmq.broker.store.columnar_read import decode_columns
+from txmq.broker.protocol.pull_columns import decode_pull_batch
 
 MAPS_KEPT = 8  # segment maps kept per client (address space only: the pages are the page cache's)
 
@@ -81,8 +80,7 @@ class LocalSegments:
             raise LocalReadUnavailable(f"the read plan places a record before segment {seg.path}")
         data = self._mapped(seg, end)[:end]  # nothing past the planned records is read (see _map_checked)
         try:
-            records = decode_columns(data, at, phys, sizes, topic, queue_id)
-            return build_pull_batch_columnar(records, topic)
+            return decode_pull_batch(data, at, phys, sizes, topic, queue_id)
         except StoreError as exc:
             raise LocalReadUnavailable(f"segment {seg.path} does not hold the planned records: {exc}") from None
 

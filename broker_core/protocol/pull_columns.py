@@ -16,9 +16,21 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
+from txmq.broker.protocol.pull_kernel import pull_batch_compiled
 from txmq.broker.protocol.pull_properties import PropertyPairs, split_properties
-from txmq.broker.store.columnar_read import RecordColumns
+from txmq.broker.store.columnar_read import RecordColumns, decode_columns
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY
+
+
+def decode_pull_batch(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np.ndarray, topic: str,
+                      queue_id: int) -> pa.RecordBatch:
+    """The PULL_SCHEMA batch of a queue's records at `at` in `data` (CommitLog bytes; `phys`
+    and `sizes` from their queue entries): compiled when it can (pull_kernel.py), else
+    decoded column by column here. Raises StoreError when a record disagrees with its entry."""
+    batch = pull_batch_compiled(data, at, phys, sizes, topic)
+    if batch is not None:
+        return batch
+    return build_pull_batch_columnar(decode_columns(data, at, phys, sizes, topic, queue_id), topic)
 
 
 def empty_pull_batch() -> pa.RecordBatch:

@@ -29,9 +29,9 @@ import pyarrow as pa
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
 from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
-from txmq.broker.protocol.pull_columns import build_pull_batch_columnar, empty_pull_batch
+from txmq.broker.protocol.pull_columns import decode_pull_batch, empty_pull_batch
 from txmq.broker.server.pull_shm import SharedMemoryPayloads
-from txmq.broker.store.columnar_read import ReadPlan, plan_queue_read, read_queue_columns, supports_columnar
+from txmq.broker.store.columnar_read import ReadPlan, plan_queue_read, read_queue_bytes, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage
 from txmq.broker.store.tag_filter import TagFilter
 
@@ -114,8 +114,8 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
         read = store.read_queue(topic, queue_id, start, count, max_bytes=max_bytes,
                                 tag_filter=None if tag_filter is None or tag_filter.matches_all else tag_filter)
         return PullBatch(build_pull_batch(read.messages), read.next_offset, read.min_offset, read.max_offset)
-    read = read_queue_columns(store, topic, queue_id, start, count, max_bytes=max_bytes)
-    batch = build_pull_batch_columnar(read.records, topic)
+    read = read_queue_bytes(store, topic, queue_id, start, count, max_bytes=max_bytes)
+    batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
 
 

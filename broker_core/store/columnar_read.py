@@ -261,6 +261,20 @@ def _fixed_width_strings(rows: np.ndarray) -> pa.StringArray:
 
 
 @dataclass
+class RecordBytes:
+    """Records of a queue read as CommitLog bytes, not decoded yet: record i starts at
+    data[record_at[i]] and is, by its queue entry, at physical offset phys[i] with sizes[i] bytes."""
+
+    data: np.ndarray  # uint8
+    record_at: np.ndarray  # int64
+    phys: np.ndarray
+    sizes: np.ndarray
+    next_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass
 class ColumnarRead:
     """What `read_queue_columns` returns; offsets mean the same as in `QueueRead`."""
 
@@ -395,9 +409,18 @@ def read_queue_columns(store, topic: str, queue_id: int, offset: int, max_count:
     not match the CommitLog) and the same `max_bytes` rule: records are returned
     while their sizes add up to at most max_bytes, but always at least one.
     """
+    read = read_queue_bytes(store, topic, queue_id, offset, max_count, max_bytes=max_bytes)
+    records = decode_columns(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
+    return ColumnarRead(records, read.next_offset, read.min_offset, read.max_offset)
+
+
+def read_queue_bytes(store, topic: str, queue_id: int, offset: int, max_count: int, *,
+                     max_bytes: int | None = None) -> "RecordBytes":
+    """The undecoded records of `read_queue_columns` (same bounds, errors and `max_bytes` rule)."""
     cq, lo, hi = _bounded_queue(store, topic, queue_id, offset)
     if cq is None or max_count <= 0 or offset >= hi:
-        return ColumnarRead(_no_records(), offset, lo, hi)
+        e64 = np.zeros(0, dtype=np.int64)
+        return RecordBytes(np.zeros(0, dtype=np.uint8), e64, e64, e64, offset, lo, hi)
     phys, sizes = _entries_within(cq, offset, max_count, max_bytes)
     gathered = gather_records(store, topic, queue_id, phys, sizes)
     if gathered is not None:
@@ -406,8 +429,7 @@ def read_queue_columns(store, topic: str, queue_id: int, offset: int, max_count:
         data, record_at, read_count = read_spans(store, topic, queue_id, phys, sizes)
     if read_count < len(phys):  # the read buffer is full: a short read
         phys, sizes = phys[:read_count], sizes[:read_count]
-    records = decode_columns(data, record_at, phys, sizes, topic, queue_id)
-    return ColumnarRead(records, offset + len(phys), cq.min_offset, cq.max_offset)
+    return RecordBytes(data, record_at, phys, sizes, offset + len(phys), cq.min_offset, cq.max_offset)
 
 
 @dataclass(frozen=True)

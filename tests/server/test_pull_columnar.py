@@ -3,6 +3,8 @@
 `native_pull.pull_batch` (CommitLog bytes → numpy/Arrow columns) must equal
 `build_pull_batch(store.read_queue(...).messages)` — same schema, values, nulls,
 order, and the same next/min/max offsets — for any mix of messages a store can hold.
+Every test runs twice: with the compiled decode (protocol/pull_kernel.py) taking
+every pull it can, and with the numpy decode taking all of them.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
+from txmq.broker.protocol import pull_kernel
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch
 from txmq.broker.store import Message, MessageStore, StoreConfig
 from txmq.broker.store.columnar_read import byte_rows, gather_binary, read_queue_columns
@@ -31,6 +34,15 @@ from txmq.broker.store.message import (
 
 TOPICS = ["orders", "pay_ments-1", "t%|x"]
 QUEUES = 3
+
+
+@pytest.fixture(autouse=True, params=["compiled", "numpy"])
+def decode_path(request, monkeypatch):
+    """Which decode builds the pulls of a test: the compiled one wherever it can, or never."""
+    if request.param == "compiled" and not pull_kernel.compiled_available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 1 if request.param == "compiled" else 1 << 62)
+    return request.param
 
 text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02"), max_size=12)
 # any name a producer may use: not empty, not the store's reserved record-CRC name
@@ -74,7 +86,8 @@ def assert_same_pull(store: MessageStore, topic: str, queue_id: int, start: int,
     assert (got.next_offset, got.min_offset, got.max_offset) == (old.next_offset, old.min_offset, old.max_offset)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.lists(messages(), min_size=1, max_size=12), min_size=1, max_size=5),
        store_host=st.sampled_from([("127.0.0.1", 10911), ("::1", 10911)]),
        start=st.integers(0, 20), count=st.integers(1, 40),
@@ -133,6 +146,7 @@ PROPERTY_EDGE_CASES = [
     {PROP_KEYS: "  k1   k2 ", PROP_UNIQ_KEY: "ABC", "ключ": "значение ✓"},  # odd spacing, multibyte
     {"__hidden": "1", "REAL_TOPIC": "t", "1": "2"},  # system and hidden names dropped, digits kept
     {"long": "x" * 300, "s": "y"},  # a value past the inline-view size next to a short one
+    {PROP_KEYS: " ".join("k%d" % i for i in range(12)), **{"p%d" % i: str(i) for i in range(12)}},  # many of both
 ]
 
 

@@ -1,0 +1,313 @@
+"""The compiled loops of pull_kernel.py (numba, nopython, GIL released, cached on disk).
+
+Importing this module imports numba; pull_kernel.py imports it only for pulls
+large enough to pay for that. Every function here works on flat numpy arrays
+only. `scan` returns a status instead of raising: any record it would have to
+reject is left to the numpy path, which names the problem (pull_kernel.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+@intrinsic
+def _memcpy(typingctx, dst, src, count):
+    """memcpy(dst, src, count) on raw addresses: LLVM's memcpy, several times faster than
+    numba's slice assignment for kilobyte bodies (and, unlike a ctypes call, cacheable)."""
+    sig = types.void(types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        d, s, n = args
+        byte_ptr = ir.IntType(8).as_pointer()
+        cgutils.raw_memcpy(builder, builder.inttoptr(d, byte_ptr), builder.inttoptr(s, byte_ptr), n, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+_OK, _FALLBACK, _MORE = 0, 1, 2
+USER, TAG, KEYS, UNIQ_KEY, TRANSACTION_ID, SYSTEM = range(6)
+_NAME_SEP, _PAIR_SEP, _SPACE = 1, 2, 32
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _be(data, at, width):
+    """The big-endian unsigned integer of `width` bytes at data[at]."""
+    v = np.int64(0)
+    for j in range(width):
+        v = (v << 8) | np.int64(data[at + j])
+    return v
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _signed(v, width):
+    bits = 8 * width
+    if bits < 64 and v >= (np.int64(1) << (bits - 1)):
+        return v - (np.int64(1) << bits)
+    return v
+
+
+@njit(cache=True, nogil=True)
+def _utf8_ok(data, start, end):
+    """Whether data[start:end] is valid UTF-8 (what Arrow's binary-to-string cast accepts)."""
+    i = start
+    while i < end:
+        b = data[i]
+        if b < 0x80:
+            i += 1
+            continue
+        if 0xC2 <= b <= 0xDF:
+            n, lo, hi = 1, 0x80, 0xBF
+        elif b == 0xE0:
+            n, lo, hi = 2, 0xA0, 0xBF
+        elif 0xE1 <= b <= 0xEC or 0xEE <= b <= 0xEF:
+            n, lo, hi = 2, 0x80, 0xBF
+        elif b == 0xED:
+            n, lo, hi = 2, 0x80, 0x9F
+        elif b == 0xF0:
+            n, lo, hi = 3, 0x90, 0xBF
+        elif 0xF1 <= b <= 0xF3:
+            n, lo, hi = 3, 0x80, 0xBF
+        elif b == 0xF4:
+            n, lo, hi = 3, 0x80, 0x8F
+        else:
+            return False
+        if i + n >= end:  # the sequence is cut off
+            return False
+        c = data[i + 1]
+        if c < lo or c > hi:
+            return False
+        for j in range(2, n + 1):
+            c = data[i + j]
+            if c < 0x80 or c > 0xBF:
+                return False
+        i += n + 1
+    return True
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _kind(data, at, length, names, name_at, first, last, kinds):
+    """What the property name data[at:at+length] is: a kind of pull_kernel.py's. The system
+    names are a hash table (pull_kernel._name_table, hashed as pull_kernel.name_hash)."""
+    if length == 0:
+        return USER
+    h = (length * 131 + np.int64(data[at]) * 31 + np.int64(data[at + length // 2]) * 7
+         + np.int64(data[at + length - 1])) & (len(first) - 1)
+    for i in range(first[h], last[h]):
+        s = name_at[i]
+        if name_at[i + 1] - s != length:
+            continue
+        same = True
+        for j in range(length):
+            if data[at + j] != names[s + j]:
+                same = False
+                break
+        if same:
+            return kinds[i]
+    if length >= 2 and data[at] == 95 and data[at + 1] == 95:  # "__": hidden from readers
+        return SYSTEM
+    return USER
+
+
+@njit(cache=True, nogil=True)
+def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_name, crc_tail,
+         magic, born_v6, store_v6, body_offsets, bodies, tokens, pairs):
+    """One pass over the records: header checks, fixed fields, each body copied into `bodies`
+    (Arrow offsets into `body_offsets`: the records are read front to back once), and where
+    the other columns' values are: KEYS tokens into `tokens` (start, length) and user
+    properties into `pairs` (name start, length, value start, length). When those run out of
+    rows the status is _MORE: the caller calls again with larger ones (growing them in here
+    would cost reference counting on every pair)."""
+    n = len(at)
+    o = 0
+    src = data.ctypes.data
+    dst = bodies.ctypes.data
+    size_of_data = len(data)
+    queue_id = np.empty(n, dtype=np.int32)
+    queue_offset = np.empty(n, dtype=np.int64)
+    born = np.empty(n, dtype=np.int64)
+    stored = np.empty(n, dtype=np.int64)
+    body_at = np.empty(n, dtype=np.int64)
+    body_len = np.empty(n, dtype=np.int64)
+    host_at = np.empty(n, dtype=np.int64)
+    host_len = np.empty(n, dtype=np.int64)
+    tag_at = np.zeros(n, dtype=np.int64)
+    tag_len = np.full(n, -1, dtype=np.int64)
+    uniq_at = np.zeros(n, dtype=np.int64)
+    uniq_len = np.full(n, -1, dtype=np.int64)
+    tx_at = np.zeros(n, dtype=np.int64)
+    tx_len = np.full(n, -1, dtype=np.int64)
+    key_count = np.zeros(n, dtype=np.int64)
+    user_count = np.zeros(n, dtype=np.int64)
+    n_tokens = 0
+    n_pairs = 0
+    status = _OK
+    for i in range(n):
+        a = at[i]
+        if a < 0 or a + 88 > size_of_data:
+            status = _FALLBACK
+            break
+        size = _be(data, a, 4)
+        if _be(data, a + 4, 4) != magic or _signed(_be(data, a + 28, 8), 8) != phys[i] or size != sizes[i]:
+            status = _FALLBACK
+            break
+        end = a + size
+        flags = _signed(_be(data, a + 36, 4), 4)
+        born_extra = 12 if flags & born_v6 else 0
+        store_extra = 12 if flags & store_v6 else 0
+        len_at = a + 84 + born_extra + store_extra
+        if end > size_of_data or len_at + 4 > end:
+            status = _FALLBACK
+            break
+        queue_id[i] = _signed(_be(data, a + 12, 4), 4)
+        queue_offset[i] = _signed(_be(data, a + 20, 8), 8)
+        born[i] = _signed(_be(data, a + 40, 8), 8) * 1000
+        stored[i] = _signed(_be(data, a + 56 + born_extra, 8), 8) * 1000
+        host_at[i] = a + 64 + born_extra
+        host_len[i] = 8 + store_extra
+        blen = _signed(_be(data, len_at, 4), 4)
+        tail = len_at + 4 + blen
+        if blen < 0 or tail + 3 > end:
+            status = _FALLBACK
+            break
+        body_at[i] = len_at + 4
+        body_len[i] = blen
+        body_offsets[i] = o
+        _memcpy(dst + o, src + len_at + 4, blen)
+        o += blen
+        topic_len = np.int64(data[tail])
+        props_at = tail + 3 + topic_len
+        if props_at > end or topic_len != len(topic):
+            status = _FALLBACK
+            break
+        for j in range(topic_len):
+            if data[tail + 1 + j] != topic[j]:
+                status = _FALLBACK
+                break
+        if status != _OK:
+            break
+        crc_at = end - crc_tail
+        if _signed(_be(data, props_at - 2, 2), 2) != end - props_at or crc_at < props_at:
+            status = _FALLBACK
+            break
+        for j in range(len(crc_name)):
+            if data[crc_at + j] != crc_name[j]:
+                status = _FALLBACK
+                break
+        if status != _OK:
+            break
+        stop = crc_at - 1  # the property text ends with the \x02 before the CRC property
+        if stop <= props_at:
+            continue
+        if data[stop] != _PAIR_SEP:
+            status = _FALLBACK
+            break
+        high = 0  # every byte of the text OR-ed: UTF-8 needs checking only if one is >= 0x80
+        p = props_at
+        while p <= stop:
+            q = p  # the name ends at the first separator; a \x00 is neither separator
+            while data[q] > _PAIR_SEP or data[q] == 0:
+                high |= data[q]
+                q += 1
+            if data[q] != _NAME_SEP:
+                status = _FALLBACK
+                break
+            r = q + 1
+            while data[r] > _PAIR_SEP or data[r] == 0:
+                high |= data[r]
+                r += 1
+            if data[r] != _PAIR_SEP:
+                status = _FALLBACK
+                break
+            kind = _kind(data, p, q - p, names, name_at, first, last, kinds)
+            if kind == TAG:
+                tag_at[i], tag_len[i] = q + 1, r - q - 1
+            elif kind == UNIQ_KEY:
+                uniq_at[i], uniq_len[i] = q + 1, r - q - 1
+            elif kind == TRANSACTION_ID:
+                tx_at[i], tx_len[i] = q + 1, r - q - 1
+            elif kind == KEYS:
+                t = q + 1
+                while t < r:
+                    if data[t] == _SPACE:
+                        t += 1
+                        continue
+                    u = t
+                    while u < r and data[u] != _SPACE:
+                        u += 1
+                    if n_tokens == len(tokens):
+                        status = _MORE
+                        break
+                    tokens[n_tokens, 0], tokens[n_tokens, 1] = t, u - t
+                    n_tokens += 1
+                    key_count[i] += 1
+                    t = u
+                if status != _OK:
+                    break
+            elif kind == USER:
+                if n_pairs == len(pairs):
+                    status = _MORE
+                    break
+                pairs[n_pairs, 0], pairs[n_pairs, 1] = p, q - p
+                pairs[n_pairs, 2], pairs[n_pairs, 3] = q + 1, r - q - 1
+                n_pairs += 1
+                user_count[i] += 1
+            p = r + 1
+        if status != _OK:
+            break
+        if high & 0x80 and not _utf8_ok(data, props_at, stop):
+            status = _FALLBACK
+            break
+    body_offsets[n] = o
+    return (status, queue_id, queue_offset, born, stored, body_at, body_len, host_at, host_len,
+            tag_at, tag_len, uniq_at, uniq_len, tx_at, tx_len, key_count, tokens[:n_tokens], user_count,
+            pairs[:n_pairs])
+
+
+@njit(cache=True, nogil=True)
+def gather(data, starts, lengths, offsets, values):
+    """Fill Arrow offsets (int32, n + 1) and values with data[starts[i]:starts[i]+lengths[i]]
+    back to back (no bytes where lengths[i] < 0)."""
+    n = len(starts)
+    o = 0
+    src = data.ctypes.data
+    dst = values.ctypes.data
+    for i in range(n):
+        offsets[i] = o
+        k = lengths[i]
+        if k > 0:
+            _memcpy(dst + o, src + starts[i], k)
+            o += k
+    offsets[n] = o
+
+
+@njit(cache=True, nogil=True)
+def message_ids(data, uniq_at, uniq_len, host_at, host_len, phys, hex_digits, offsets, values):
+    """Each record's UNIQ_KEY where it is set and not empty, else its offset message id:
+    the store host's bytes, then the physical offset's 8 big-endian bytes, in uppercase hex."""
+    n = len(uniq_at)
+    o = 0
+    for i in range(n):
+        offsets[i] = o
+        k = uniq_len[i]
+        if k > 0:
+            _memcpy(values.ctypes.data + o, data.ctypes.data + uniq_at[i], k)
+            o += k
+            continue
+        h = host_at[i]
+        for j in range(host_len[i]):
+            b = data[h + j]
+            values[o] = hex_digits[b >> 4]
+            values[o + 1] = hex_digits[b & 15]
+            o += 2
+        v = phys[i]
+        for j in range(7, -1, -1):
+            b = (v >> (8 * j)) & 255
+            values[o] = hex_digits[b >> 4]
+            values[o + 1] = hex_digits[b & 15]
+            o += 2
+    offsets[n] = o

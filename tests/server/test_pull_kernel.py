@@ -1,0 +1,116 @@
+"""The compiled pull decode (protocol/pull_kernel.py) takes well-formed records and leaves
+everything else to the numpy decode, which names the problem.
+
+Its output is checked against the per-record decode in test_pull_columnar.py (every
+test there runs with both decodes); here: that it really is the compiled decode that
+answered, and when it steps aside.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from txmq.broker.errors import StoreError
+from txmq.broker.protocol import pull_kernel
+from txmq.broker.protocol.pull_kernel import pull_batch_compiled
+from txmq.broker.server.native_pull import build_pull_batch, pull_batch
+from txmq.broker.store import Message, MessageStore, StoreConfig
+from txmq.broker.store.columnar_read import read_queue_bytes
+from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY
+
+pytestmark = pytest.mark.skipif(not pull_kernel.compiled_available(), reason="numba is not installed")
+
+
+@pytest.fixture(autouse=True)
+def compile_every_pull(monkeypatch):
+    monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 1)
+
+
+def open_store(root: Path, store_host=("127.0.0.1", 10911)) -> MessageStore:
+    return MessageStore(StoreConfig(root, store_host=store_host))
+
+
+def compiled(store: MessageStore, topic: str = "orders", queue_id: int = 0):
+    read = read_queue_bytes(store, topic, queue_id, 0, 1000)
+    return pull_batch_compiled(read.data, read.record_at, read.phys, read.sizes, topic)
+
+
+def varied_messages(n: int) -> list[Message]:
+    """Tags, keys, client ids, transaction ids and user properties, each sometimes missing or empty."""
+    out = []
+    for i in range(n):
+        props = {"color": "red" if i % 2 else "blue", "ключ": "значение ✓"}
+        if i % 3:
+            props[PROP_TAGS] = f"tag{i % 4}"
+        if i % 4:
+            props[PROP_KEYS] = " ".join(f"k{j}" for j in range(i % 9))
+        if i % 5:
+            props[PROP_UNIQ_KEY] = "%032X" % i if i % 7 else ""
+        if i % 2:
+            props[PROP_TRANSACTION_ID] = f"tx-{i // 10}"
+        out.append(Message("orders", b"body-%d" % i * (i % 40 + 1), queue_id=0, properties=props))
+    return out
+
+
+@pytest.mark.parametrize("store_host", [("127.0.0.1", 10911), ("2001:db8::7", 10911)])
+def test_the_compiled_decode_answers_well_formed_records_like_the_per_record_decode(tmp_path, store_host):
+    store = open_store(tmp_path / "store", store_host)
+    try:
+        store.append(varied_messages(300))
+        batch = compiled(store)
+        assert batch is not None
+        assert batch.equals(build_pull_batch(store.read_queue("orders", 0, 0, 1000).messages))
+    finally:
+        store.close()
+
+
+def test_records_with_more_keys_and_properties_than_first_planned_for_still_decode(tmp_path):
+    store = open_store(tmp_path / "store")
+    try:
+        props = {PROP_KEYS: " ".join(f"k{j}" for j in range(40)), **{f"p{j}": str(j) for j in range(40)}}
+        store.append([Message("orders", b"x", queue_id=0, properties=props)])
+        batch = compiled(store)
+        assert batch is not None
+        assert batch.column("keys").to_pylist() == [[f"k{j}" for j in range(40)]]
+        assert batch.column("properties").to_pylist() == [[(f"p{j}", str(j)) for j in range(40)]]
+    finally:
+        store.close()
+
+
+def test_a_damaged_record_is_left_to_the_numpy_decode_which_names_it(tmp_path):
+    store = open_store(tmp_path / "store")
+    try:
+        store.append([Message("orders", b"hello", properties={"a": "b"})])
+        store.commitlog.segments[0].write_at(4, b"\0\0\0\0")  # the first record's magic code
+        assert compiled(store) is None
+        with pytest.raises(StoreError, match="does not match the CommitLog"):
+            pull_batch(store, "orders", 0, 0, 10)
+    finally:
+        store.close()
+
+
+def test_a_property_text_that_is_not_utf8_is_left_to_the_numpy_decode_which_names_it(tmp_path):
+    store = open_store(tmp_path / "store")
+    try:
+        store.append([Message("orders", b"hello", properties={"colour": "red"})])
+        seg = store.commitlog.segments[0]
+        at = seg.read(0, seg.end).index(b"red")
+        seg.write_at(at, b"\xff")
+        assert compiled(store) is None
+        with pytest.raises(StoreError, match="UTF-8"):
+            pull_batch(store, "orders", 0, 0, 10)
+    finally:
+        store.close()
+
+
+def test_small_pulls_take_the_numpy_decode(tmp_path, monkeypatch):
+    monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 2)
+    store = open_store(tmp_path / "store")
+    try:
+        store.append([Message("orders", b"only one")])
+        assert compiled(store) is None
+        assert pull_batch(store, "orders", 0, 0, 10).batch.column("body").to_pylist() == [b"only one"]
+    finally:
+        store.close()
