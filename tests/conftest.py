@@ -21,3 +21,16 @@ def broker(tmp_path: Path):
     """A broker process (sync flush) on a free port, stopped cleanly at the end."""
     with BrokerProcess(tmp_path / "broker") as proc:
         yield proc
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def decode_path(request, monkeypatch):
+    """Which decode builds this process's pulls (protocol/pull_kernel.py): the compiled one
+    wherever it can, or the numpy one always. Use it as `usefixtures("decode_path")`."""
+    from txmq.broker.protocol import pull_kernel
+
+    if request.param == "compiled" and not pull_kernel.compiled_available():
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 1 if request.param == "compiled" else 1 << 62)
+    return request.param
+

@@ -1,9 +1,12 @@
 """The compiled loops of pull_kernel.py (numba, nopython, GIL released, cached on disk).
 
 Importing this module imports numba; pull_kernel.py imports it only for pulls
-large enough to pay for that. Every function here works on flat numpy arrays
-only. `scan` returns a status instead of raising: any record it would have to
-reject is left to the numpy path, which names the problem (pull_kernel.py).
+large enough to pay for that. The compiled functions work on flat numpy arrays
+only; the tables they read (system property names, the CRC property's name, hex
+digits) are passed in as arguments by `scan_records` and `message_ids_of`, since
+numba does not cache code that holds global arrays. `scan` returns a status
+instead of raising: any record it would have to reject is left to the numpy
+path, which names the problem (pull_kernel.py).
 """
 
 from __future__ import annotations
@@ -13,6 +16,28 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from txmq.broker.protocol.pull_kernel import (
+    _FALLBACK,
+    _MORE,
+    _OK,
+    KEYS,
+    SYSTEM,
+    TAG,
+    TRANSACTION_ID,
+    UNIQ_KEY,
+    USER,
+)
+from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
+from txmq.broker.store.message import (
+    PROP_KEYS,
+    PROP_TAGS,
+    PROP_TRANSACTION_ID,
+    PROP_UNIQ_KEY,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+)
+from txmq.broker.store.record import CRC_PREFIX, CRC_SUFFIX_LEN, MAGIC_CODE
 
 
 @intrinsic
@@ -29,9 +54,8 @@ def _memcpy(typingctx, dst, src, count):
 
     return sig, codegen
 
-_OK, _FALLBACK, _MORE = 0, 1, 2
-USER, TAG, KEYS, UNIQ_KEY, TRANSACTION_ID, SYSTEM = range(6)
 _NAME_SEP, _PAIR_SEP, _SPACE = 1, 2, 32
+_BUCKETS = 256  # of the system-name hash table
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -90,13 +114,39 @@ def _utf8_ok(data, start, end):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _name_hash(data, at, length):
+    """The bucket of the property name data[at:at+length] (length > 0) in the system-name table."""
+    return (length * 131 + np.int64(data[at]) * 31 + np.int64(data[at + length // 2]) * 7
+            + np.int64(data[at + length - 1])) & (_BUCKETS - 1)
+
+
+def _name_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The system property names as a hash table: their bytes back to back, ordered by bucket,
+    so a name is compared only with the one or two names of its bucket: (bytes, start of each
+    name and one past the last, first name of each bucket, one past its last, each name's kind)."""
+    special = {PROP_TAGS: TAG, PROP_KEYS: KEYS, PROP_UNIQ_KEY: UNIQ_KEY, PROP_TRANSACTION_ID: TRANSACTION_ID}
+    encoded = [np.frombuffer(n.encode(), dtype=np.uint8) for n in SYSTEM_PROPERTIES]
+    buckets = [int(_name_hash(b, 0, len(b))) for b in encoded]
+    order = sorted(range(len(encoded)), key=lambda i: (buckets[i], encoded[i].tobytes()))
+    starts = np.zeros(len(order) + 1, dtype=np.int64)
+    np.cumsum([len(encoded[i]) for i in order], out=starts[1:])
+    first = np.zeros(_BUCKETS, dtype=np.int64)
+    last = np.zeros(_BUCKETS, dtype=np.int64)
+    for rank, i in enumerate(order):
+        h = buckets[i]
+        if last[h] == first[h]:
+            first[h] = rank
+        last[h] = rank + 1
+    kinds = np.array([special.get(encoded[i].tobytes().decode(), SYSTEM) for i in order], dtype=np.int64)
+    return np.concatenate([encoded[i] for i in order]), starts, first, last, kinds
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _kind(data, at, length, names, name_at, first, last, kinds):
-    """What the property name data[at:at+length] is: a kind of pull_kernel.py's. The system
-    names are a hash table (pull_kernel._name_table, hashed as pull_kernel.name_hash)."""
+    """What the property name data[at:at+length] is: a kind of pull_kernel.py's."""
     if length == 0:
         return USER
-    h = (length * 131 + np.int64(data[at]) * 31 + np.int64(data[at + length // 2]) * 7
-         + np.int64(data[at + length - 1])) & (len(first) - 1)
+    h = _name_hash(data, at, length)
     for i in range(first[h], last[h]):
         s = name_at[i]
         if name_at[i + 1] - s != length:
@@ -131,8 +181,6 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
     queue_offset = np.empty(n, dtype=np.int64)
     born = np.empty(n, dtype=np.int64)
     stored = np.empty(n, dtype=np.int64)
-    body_at = np.empty(n, dtype=np.int64)
-    body_len = np.empty(n, dtype=np.int64)
     host_at = np.empty(n, dtype=np.int64)
     host_len = np.empty(n, dtype=np.int64)
     tag_at = np.zeros(n, dtype=np.int64)
@@ -174,8 +222,6 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
         if blen < 0 or tail + 3 > end:
             status = _FALLBACK
             break
-        body_at[i] = len_at + 4
-        body_len[i] = blen
         body_offsets[i] = o
         _memcpy(dst + o, src + len_at + 4, blen)
         o += blen
@@ -263,7 +309,7 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
             status = _FALLBACK
             break
     body_offsets[n] = o
-    return (status, queue_id, queue_offset, born, stored, body_at, body_len, host_at, host_len,
+    return (status, queue_id, queue_offset, born, stored, host_at, host_len,
             tag_at, tag_len, uniq_at, uniq_len, tx_at, tx_len, key_count, tokens[:n_tokens], user_count,
             pairs[:n_pairs])
 
@@ -311,3 +357,19 @@ def message_ids(data, uniq_at, uniq_len, host_at, host_len, phys, hex_digits, of
             values[o + 1] = hex_digits[b & 15]
             o += 2
     offsets[n] = o
+
+
+_NAMES = _name_table()
+_CRC_NAME = np.frombuffer(CRC_PREFIX, dtype=np.uint8).copy()
+_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).copy()
+
+
+def scan_records(data, at, phys, sizes, topic, body_offsets, bodies, tokens, pairs):
+    """`scan` with the tables and record-layout constants it reads."""
+    return scan(data, at, phys, sizes, topic, *_NAMES, _CRC_NAME, len(CRC_PREFIX) + CRC_SUFFIX_LEN, MAGIC_CODE,
+                SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, body_offsets, bodies, tokens, pairs)
+
+
+def message_ids_of(data, uniq_at, uniq_len, host_at, host_len, phys, offsets, values):
+    """`message_ids` with its hex digits."""
+    message_ids(data, uniq_at, uniq_len, host_at, host_len, phys, _HEX_DIGITS, offsets, values)

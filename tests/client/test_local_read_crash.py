@@ -18,7 +18,10 @@ from txmq.broker.client import NativeClient
 from txmq.broker.client import local_read as lr
 from txmq.broker.protocol.shared_memory import shm_dir_from_env
 
-pytestmark = pytest.mark.skipif(shm_dir_from_env() is None, reason="no shared-memory directory on this host")
+pytestmark = [
+    pytest.mark.usefixtures("decode_path"),  # the client decodes with each decode (tests/conftest.py)
+    pytest.mark.skipif(shm_dir_from_env() is None, reason="no shared-memory directory on this host"),
+]
 
 TOPIC = "crash"
 

@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
-from txmq.broker.protocol import pull_kernel
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch
 from txmq.broker.store import Message, MessageStore, StoreConfig
 from txmq.broker.store.columnar_read import byte_rows, gather_binary, read_queue_columns
@@ -35,14 +34,7 @@ from txmq.broker.store.message import (
 TOPICS = ["orders", "pay_ments-1", "t%|x"]
 QUEUES = 3
 
-
-@pytest.fixture(autouse=True, params=["compiled", "numpy"])
-def decode_path(request, monkeypatch):
-    """Which decode builds the pulls of a test: the compiled one wherever it can, or never."""
-    if request.param == "compiled" and not pull_kernel.compiled_available():
-        pytest.skip("numba is not installed")
-    monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 1 if request.param == "compiled" else 1 << 62)
-    return request.param
+pytestmark = pytest.mark.usefixtures("decode_path")
 
 text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02"), max_size=12)
 # any name a producer may use: not empty, not the store's reserved record-CRC name
