@@ -34,3 +34,15 @@ def decode_path(request, monkeypatch):
     monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 1 if request.param == "compiled" else 1 << 62)
     return request.param
 
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def block_encoder(request, monkeypatch):
+    """Which encoder writes this process's record blocks (store/record_block.py): the compiled
+    loop for any block, or the numpy steps always. Use it as `usefixtures("block_encoder")`."""
+    from txmq.broker.store import record_block
+
+    if request.param == "compiled" and record_block._compiled() is None:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(record_block, "COMPILED_MIN_RECORDS", 1 if request.param == "compiled" else 1 << 62)
+    return request.param

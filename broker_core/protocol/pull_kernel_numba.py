@@ -1,7 +1,8 @@
 """The compiled loops of pull_kernel.py (numba, nopython, GIL released, cached on disk).
 
 Importing this module imports numba; pull_kernel.py imports it only for pulls
-large enough to pay for that. The compiled functions work on flat numpy arrays
+large enough to pay for that. Bodies are copied with LLVM's memcpy on addresses
+(store/compiled_primitives.py). The compiled functions work on flat numpy arrays
 only; the tables they read (system property names, the CRC property's name, hex
 digits) are passed in as arguments by `scan_records` and `message_ids_of`, since
 numba does not cache code that holds global arrays. `scan` returns a status
@@ -12,10 +13,7 @@ path, which names the problem (pull_kernel.py).
 from __future__ import annotations
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.core import cgutils
-from numba.extending import intrinsic
+from numba import njit
 
 from txmq.broker.protocol.pull_kernel import (
     _FALLBACK,
@@ -37,22 +35,8 @@ from txmq.broker.store.message import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
 )
+from txmq.broker.store.compiled_primitives import memcpy as _memcpy
 from txmq.broker.store.record import CRC_PREFIX, CRC_SUFFIX_LEN, MAGIC_CODE
-
-
-@intrinsic
-def _memcpy(typingctx, dst, src, count):
-    """memcpy(dst, src, count) on raw addresses: LLVM's memcpy, several times faster than
-    numba's slice assignment for kilobyte bodies (and, unlike a ctypes call, cacheable)."""
-    sig = types.void(types.intp, types.intp, types.intp)
-
-    def codegen(context, builder, signature, args):
-        d, s, n = args
-        byte_ptr = ir.IntType(8).as_pointer()
-        cgutils.raw_memcpy(builder, builder.inttoptr(d, byte_ptr), builder.inttoptr(s, byte_ptr), n, 1)
-        return context.get_dummy_value()
-
-    return sig, codegen
 
 _NAME_SEP, _PAIR_SEP, _SPACE = 1, 2, 32
 _BUCKETS = 256  # of the system-name hash table

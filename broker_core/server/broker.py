@@ -48,6 +48,7 @@ from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_p
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.pull_shm import SharedMemoryLimits, SharedMemoryPayloads
 from txmq.broker.server.short_calls import short_call_pool
+from txmq.broker.store.record_block import load_compiled
 
 log = logging.getLogger("txmq.broker")
 
@@ -127,6 +128,8 @@ class BrokerCore:
     def start(self) -> None:
         self.checkback.start()
         self.pop.start()
+        # the compiled record encoder loads in the background, not on the first large COMMIT's path
+        threading.Thread(target=load_compiled, name="txmq-load-compiled", daemon=True).start()
 
     def close(self) -> None:
         """Stop background work, then close the store (flush, checkpoint, remove the abort marker)."""

@@ -7,6 +7,7 @@ from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -73,6 +74,7 @@ def _log_bytes(store: MessageStore) -> bytes:
     return store.commitlog.read(0, store.commitlog.write_end)
 
 
+@pytest.mark.usefixtures("block_encoder")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=_messages, topic_choice=st.lists(_topics, min_size=1, max_size=3))
 def test_a_block_writes_the_bytes_the_record_by_record_encoder_writes(tmp_path_factory, monkeypatch, messages,
@@ -89,6 +91,7 @@ def test_a_block_writes_the_bytes_the_record_by_record_encoder_writes(tmp_path_f
                 s.close()
 
 
+@pytest.mark.usefixtures("block_encoder")
 def test_copies_written_as_a_block_read_back_with_their_properties_and_index_keys(tmp_path, monkeypatch):
     blocks_store, _ = stores = _two_stores(tmp_path, monkeypatch)
     try:
@@ -174,6 +177,7 @@ def test_copies_in_a_store_with_an_ipv6_host_are_written_record_by_record(tmp_pa
         store.close()
 
 
+@pytest.mark.usefixtures("block_encoder")
 def test_sources_in_two_segments_make_one_block_with_both_maps(tmp_path, monkeypatch):
     stores = _two_stores(tmp_path, monkeypatch, segment_bytes=64 << 10)
     try:

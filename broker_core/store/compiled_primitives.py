@@ -1,0 +1,79 @@
+"""Building blocks for the store's and the protocol's compiled loops (numba, nopython).
+
+Importing this module imports numba: only the `*_numba` modules do, and only when
+the work is large enough to pay for it (see record_block and protocol/pull_kernel).
+
+- `memcpy`: LLVM's memcpy on raw addresses. numba's slice assignment costs several
+  times more for kilobyte bodies, and a ctypes call cannot be cached on disk.
+- `crc32_update`: zlib's CRC32 (IEEE), slice-by-8, for the record CRC of records
+  encoded in a compiled loop. Its tables are an argument (`CRC32_TABLES`), not a
+  global: numba does not cache code that holds global arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+
+@intrinsic
+def memcpy(typingctx, dst, src, count):
+    """memcpy(dst, src, count) on raw addresses (intp)."""
+    sig = types.void(types.intp, types.intp, types.intp)
+
+    def codegen(context, builder, signature, args):
+        d, s, n = args
+        byte_ptr = ir.IntType(8).as_pointer()
+        cgutils.raw_memcpy(builder, builder.inttoptr(d, byte_ptr), builder.inttoptr(s, byte_ptr), n, 1)
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+def _crc32_tables() -> np.ndarray:
+    """The eight 256-entry tables of slice-by-8 CRC32 (reflected polynomial 0xEDB88320)."""
+    tables = np.zeros((8, 256), dtype=np.uint32)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0xEDB88320 if c & 1 else c >> 1
+        tables[0, i] = c
+    for k in range(1, 8):
+        for i in range(256):
+            prev = int(tables[k - 1, i])
+            tables[k, i] = (prev >> 8) ^ int(tables[0, prev & 0xFF])
+    return tables
+
+
+CRC32_TABLES = _crc32_tables()
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _le32(data, at):
+    return (np.uint32(data[at]) | (np.uint32(data[at + 1]) << 8) | (np.uint32(data[at + 2]) << 16)
+            | (np.uint32(data[at + 3]) << 24))
+
+
+@njit(cache=True, nogil=True)
+def crc32_update(crc, data, start, end, tables):
+    """zlib.crc32(data[start:end], crc): the CRC32 of the bytes, continuing from `crc`."""
+    ones = np.uint32(0xFFFFFFFF)
+    c = np.uint32(crc) ^ ones
+    at = start
+    while at + 8 <= end:
+        one = c ^ _le32(data, at)
+        two = _le32(data, at + 4)
+        c = (tables[7, one & 0xFF] ^ tables[6, (one >> 8) & 0xFF] ^ tables[5, (one >> 16) & 0xFF]
+             ^ tables[4, one >> 24] ^ tables[3, two & 0xFF] ^ tables[2, (two >> 8) & 0xFF]
+             ^ tables[1, (two >> 16) & 0xFF] ^ tables[0, two >> 24])
+        at += 8
+    while at < end:
+        c = tables[0, (c ^ np.uint32(data[at])) & np.uint32(0xFF)] ^ (c >> np.uint32(8))
+        at += 1
+    return c ^ ones
+
+
+__all__ = ["CRC32_TABLES", "crc32_update", "memcpy"]
