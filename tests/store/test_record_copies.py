@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txmq.broker.errors import StoreError
@@ -81,6 +81,28 @@ def test_dropped_properties_are_removed_and_only_they(open_store):
     store.append_group_copies(copies_of(placed, drop=("drop_me",)))
     assert [m.properties for m in store.read_queue("FINAL", 1, 0, 10).messages] == [
         {"first": "1", "last": "3"}, {}, {"keep": "k"}]
+
+
+_NAMES = st.sampled_from(["REAL_TOPIC", "REAL_QID", "__TXMQ_PREPARED_MS", "UNIQ_KEY", "k", "XREAL_QID", "REAL_QIDX"])
+_DROPS = st.lists(st.sampled_from(["REAL_TOPIC", "REAL_QID", "__TXMQ_PREPARED_MS", "k"]), min_size=1, max_size=3,
+                  unique=True)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(props=st.lists(st.lists(st.tuples(_NAMES, st.text("abc", max_size=4)), max_size=5), min_size=1, max_size=6),
+       drop=_DROPS)
+def test_a_copy_has_its_sources_properties_less_the_dropped_ones_wherever_they_are(tmp_path_factory, props, drop):
+    """Wherever the dropped properties are in a property string, in any order, and whatever
+    names merely contain theirs."""
+    store = MessageStore(small_config(tmp_path_factory.mktemp("drop"), commitlog_segment_bytes=4 << 20))
+    try:
+        dicts = [dict(pairs) for pairs in props]
+        placed = sources(store, [Message(SOURCE, b"m%d" % i, 0, d) for i, d in enumerate(dicts)])
+        store.append_group_copies(copies_of(placed, drop=tuple(drop)))
+        assert [m.properties for m in store.read_queue("FINAL", 1, 0, 100).messages] == [
+            {k: v for k, v in d.items() if k not in drop} for d in dicts]
+    finally:
+        store.close()
 
 
 def test_copies_and_messages_land_as_one_group(open_store, copy_path):
