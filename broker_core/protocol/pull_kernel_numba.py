@@ -35,10 +35,13 @@ from txmq.broker.store.message import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
 )
+from txmq.broker.store.compiled_primitives import load_u64, trailing_zeros
 from txmq.broker.store.compiled_primitives import memcpy as _memcpy
 from txmq.broker.store.record import CRC_PREFIX, CRC_SUFFIX_LEN, MAGIC_CODE
 
 _NAME_SEP, _PAIR_SEP, _SPACE = 1, 2, 32
+_THREES = np.uint64(0x0303030303030303)
+_HIGH_BITS = np.uint64(0x8080808080808080)
 _BUCKETS = 256  # of the system-name hash table
 
 
@@ -147,6 +150,28 @@ def _kind(data, at, length, names, name_at, first, last, kinds):
     return USER
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _separator(address, at, high):
+    """(where the first \\x01 or \\x02 at or after `at` is, `high` OR-ed with every byte before
+    it), eight bytes a step: a byte below 3 is flagged by (w - 0x03..03) & ~w & 0x80..80, and
+    the lowest flag is exact (a borrow only runs up from a flagged byte). A \\x00 is text, not a
+    separator. The caller guarantees a separator before the readable bytes end."""
+    while True:
+        w = load_u64(address + at)
+        flags = (w - _THREES) & ~w & _HIGH_BITS
+        if flags == 0:
+            high |= w
+            at += 8
+            continue
+        k = np.int64(trailing_zeros(flags) >> np.uint64(3))
+        if k:
+            high |= w & ((np.uint64(1) << np.uint64(8 * k)) - np.uint64(1))
+        at += k
+        if (w >> np.uint64(8 * k)) & np.uint64(0xFF) != 0:
+            return at, high
+        at += 1  # a \\x00
+
+
 @njit(cache=True, nogil=True)
 def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_name, crc_tail,
          magic, born_v6, store_v6, body_offsets, bodies, tokens, pairs):
@@ -236,20 +261,14 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
         if data[stop] != _PAIR_SEP:
             status = _FALLBACK
             break
-        high = 0  # every byte of the text OR-ed: UTF-8 needs checking only if one is >= 0x80
+        high = np.uint64(0)  # every byte of the text OR-ed: UTF-8 needs checking only if one is >= 0x80
         p = props_at
-        while p <= stop:
-            q = p  # the name ends at the first separator; a \x00 is neither separator
-            while data[q] > _PAIR_SEP or data[q] == 0:
-                high |= data[q]
-                q += 1
+        while p <= stop:  # the \x02 at `stop` ends every search (8-byte reads stay in the record)
+            q, high = _separator(src, p, high)  # the name ends at the first separator
             if data[q] != _NAME_SEP:
                 status = _FALLBACK
                 break
-            r = q + 1
-            while data[r] > _PAIR_SEP or data[r] == 0:
-                high |= data[r]
-                r += 1
+            r, high = _separator(src, q + 1, high)
             if data[r] != _PAIR_SEP:
                 status = _FALLBACK
                 break
@@ -289,7 +308,7 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
             p = r + 1
         if status != _OK:
             break
-        if high & 0x80 and not _utf8_ok(data, props_at, stop):
+        if high & _HIGH_BITS and not _utf8_ok(data, props_at, stop):
             status = _FALLBACK
             break
     body_offsets[n] = o

@@ -5,6 +5,7 @@ the work is large enough to pay for it (see record_block and protocol/pull_kerne
 
 - `memcpy`: LLVM's memcpy on raw addresses. numba's slice assignment costs several
   times more for kilobyte bodies, and a ctypes call cannot be cached on disk.
+- `load_u64`, `trailing_zeros`: word-at-a-time scans (eight bytes per step).
 - `crc32_update`: zlib's CRC32 (IEEE), slice-by-8, for the record CRC of records
   encoded in a compiled loop. Its tables are an argument (`CRC32_TABLES`), not a
   global: numba does not cache code that holds global arrays.
@@ -29,6 +30,29 @@ def memcpy(typingctx, dst, src, count):
         byte_ptr = ir.IntType(8).as_pointer()
         cgutils.raw_memcpy(builder, builder.inttoptr(d, byte_ptr), builder.inttoptr(s, byte_ptr), n, 1)
         return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def load_u64(typingctx, address):
+    """The 8 bytes at a raw address (intp) as a little-endian uint64, unaligned."""
+    sig = types.uint64(types.intp)
+
+    def codegen(context, builder, signature, args):
+        word_ptr = builder.inttoptr(args[0], ir.IntType(64).as_pointer())
+        return builder.load(word_ptr, align=1)
+
+    return sig, codegen
+
+
+@intrinsic
+def trailing_zeros(typingctx, word):
+    """The number of trailing zero bits of a non-zero uint64 (LLVM's cttz)."""
+    sig = types.uint64(types.uint64)
+
+    def codegen(context, builder, signature, args):
+        return builder.cttz(args[0], ir.Constant(ir.IntType(1), 1))
 
     return sig, codegen
 
@@ -76,4 +100,4 @@ def crc32_update(crc, data, start, end, tables):
     return c ^ ones
 
 
-__all__ = ["CRC32_TABLES", "crc32_update", "memcpy"]
+__all__ = ["CRC32_TABLES", "crc32_update", "load_u64", "memcpy", "trailing_zeros"]

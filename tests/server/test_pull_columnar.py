@@ -139,6 +139,8 @@ PROPERTY_EDGE_CASES = [
     {"__hidden": "1", "REAL_TOPIC": "t", "1": "2"},  # system and hidden names dropped, digits kept
     {"long": "x" * 300, "s": "y"},  # a value past the inline-view size next to a short one
     {PROP_KEYS: " ".join("k%d" % i for i in range(12)), **{"p%d" % i: str(i) for i in range(12)}},  # many of both
+    {"nu\x00l": "a\x00b\x00", "z": "\x00", "\x00": "x" * 9 + "\x00"},  # \x00 is text, not a separator
+    {"abcdefg": "12345678", "abcdefgh": "1234567", "w": "é" * 8},  # separators at every place in a word
 ]
 
 

@@ -66,6 +66,24 @@ def test_the_compiled_decode_answers_well_formed_records_like_the_per_record_dec
         store.close()
 
 
+def test_the_compiled_decode_reads_nul_bytes_as_text_and_finds_separators_anywhere_in_a_word(tmp_path):
+    """Its separator search reads eight bytes a step: names and values of every length up to
+    a few words, so each separator falls at every place in a word, some with \x00 bytes
+    (text, not separators) before or after it."""
+    store = open_store(tmp_path / "store")
+    try:
+        messages = []
+        for i in range(40):
+            props = {"n" * (1 + i % 17): "v" * (i % 19), "x\x00" * (i % 3) + "y": "\x00" * (i % 5) + "é" * (i % 4)}
+            messages.append(Message("orders", b"b", queue_id=0, properties=props))
+        store.append(messages)
+        batch = compiled(store)
+        assert batch is not None
+        assert batch.equals(build_pull_batch(store.read_queue("orders", 0, 0, 1000).messages))
+    finally:
+        store.close()
+
+
 def test_records_with_more_keys_and_properties_than_first_planned_for_still_decode(tmp_path):
     store = open_store(tmp_path / "store")
     try:
