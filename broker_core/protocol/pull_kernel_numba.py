@@ -43,6 +43,7 @@ _NAME_SEP, _PAIR_SEP, _SPACE = 1, 2, 32
 _THREES = np.uint64(0x0303030303030303)
 _HIGH_BITS = np.uint64(0x8080808080808080)
 _BUCKETS = 256  # of the system-name hash table
+_SEEN = 32  # property places whose names scan() remembers from the record before
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -125,25 +126,36 @@ def _name_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nd
             first[h] = rank
         last[h] = rank + 1
     kinds = np.array([special.get(encoded[i].tobytes().decode(), SYSTEM) for i in order], dtype=np.int64)
-    return np.concatenate([encoded[i] for i in order]), starts, first, last, kinds
+    padding = np.zeros(8, dtype=np.uint8)  # _same_bytes reads up to 7 bytes past a name
+    return np.concatenate([*(encoded[i] for i in order), padding]), starts, first, last, kinds
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _same_bytes(a, b, length):
+    """Whether the `length` bytes at raw addresses a and b are equal, eight bytes a step (both
+    readable for up to 7 bytes past `length`)."""
+    j = 0
+    while j + 8 <= length:
+        if load_u64(a + j) != load_u64(b + j):
+            return False
+        j += 8
+    if j == length:
+        return True
+    rest = np.uint64(8 * (length - j))
+    return ((load_u64(a + j) ^ load_u64(b + j)) & ((np.uint64(1) << rest) - np.uint64(1))) == 0
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _kind(data, at, length, names, name_at, first, last, kinds):
-    """What the property name data[at:at+length] is: a kind of pull_kernel.py's."""
+    """What the property name data[at:at+length] is: a kind of pull_kernel.py's. Names are
+    compared eight bytes a step: the text's name is followed by its value and the CRC
+    property, the table by padding."""
     if length == 0:
         return USER
     h = _name_hash(data, at, length)
     for i in range(first[h], last[h]):
         s = name_at[i]
-        if name_at[i + 1] - s != length:
-            continue
-        same = True
-        for j in range(length):
-            if data[at + j] != names[s + j]:
-                same = False
-                break
-        if same:
+        if name_at[i + 1] - s == length and _same_bytes(data.ctypes.data + at, names.ctypes.data + s, length):
             return kinds[i]
     if length >= 2 and data[at] == 95 and data[at + 1] == 95:  # "__": hidden from readers
         return SYSTEM
@@ -202,6 +214,11 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
     user_count = np.zeros(n, dtype=np.int64)
     n_tokens = 0
     n_pairs = 0
+    # the previous record's names by position: records of one producer repeat them, so a name
+    # equal to the one at its place in the record before has its kind (no table lookup)
+    seen_at = np.zeros(_SEEN, dtype=np.int64)
+    seen_len = np.full(_SEEN, -1, dtype=np.int64)
+    seen_kind = np.zeros(_SEEN, dtype=np.int64)
     status = _OK
     for i in range(n):
         a = at[i]
@@ -263,6 +280,7 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
             break
         high = np.uint64(0)  # every byte of the text OR-ed: UTF-8 needs checking only if one is >= 0x80
         p = props_at
+        place = 0
         while p <= stop:  # the \x02 at `stop` ends every search (8-byte reads stay in the record)
             q, high = _separator(src, p, high)  # the name ends at the first separator
             if data[q] != _NAME_SEP:
@@ -272,7 +290,13 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
             if data[r] != _PAIR_SEP:
                 status = _FALLBACK
                 break
-            kind = _kind(data, p, q - p, names, name_at, first, last, kinds)
+            if place < _SEEN and seen_len[place] == q - p and _same_bytes(src + p, src + seen_at[place], q - p):
+                kind = seen_kind[place]
+            else:
+                kind = _kind(data, p, q - p, names, name_at, first, last, kinds)
+                if place < _SEEN:
+                    seen_at[place], seen_len[place], seen_kind[place] = p, q - p, kind
+            place += 1
             if kind == TAG:
                 tag_at[i], tag_len[i] = q + 1, r - q - 1
             elif kind == UNIQ_KEY:

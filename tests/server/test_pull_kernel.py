@@ -84,6 +84,24 @@ def test_the_compiled_decode_reads_nul_bytes_as_text_and_finds_separators_anywhe
         store.close()
 
 
+def test_a_name_like_the_one_at_its_place_in_the_record_before_is_not_taken_for_it(tmp_path):
+    """The decode reuses a name's kind when the record before had the same name at the same
+    place: names one byte or one length apart from their predecessor must still be told apart."""
+    store = open_store(tmp_path / "store")
+    try:
+        variants = [(PROP_TAGS, PROP_UNIQ_KEY, PROP_KEYS), ("TAGZ", "UNIQ_KEX", "KEYSS"), ("TAG", "UNIQ_KE", PROP_KEYS),
+                    (PROP_TAGS, "UNIQ_KEYUNIQ_KEY", "KEY"), ("T", PROP_UNIQ_KEY, PROP_TRANSACTION_ID)]
+        messages = [Message("orders", b"b", queue_id=0,
+                            properties={name: f"v{i}-{j}" for j, name in enumerate(variants[i % len(variants)])})
+                    for i in range(50)]
+        store.append(messages)
+        batch = compiled(store)
+        assert batch is not None
+        assert batch.equals(build_pull_batch(store.read_queue("orders", 0, 0, 1000).messages))
+    finally:
+        store.close()
+
+
 def test_records_with_more_keys_and_properties_than_first_planned_for_still_decode(tmp_path):
     store = open_store(tmp_path / "store")
     try:
