@@ -504,10 +504,24 @@ def _bounded_queue(store, topic: str, queue_id: int, offset: int):
     return cq, lo, hi
 
 
+_FIRST_ENTRIES = 1024  # queue entries _entries_within reads first
+
+
 def _entries_within(cq, offset: int, max_count: int, max_bytes: int | None) -> tuple[np.ndarray, np.ndarray]:
     """(physical offsets, sizes) of the queue's entries from `offset`: at most max_count of them,
-    whose sizes add up to at most max_bytes (but at least one) and to at most READ_BUFFER_MAX."""
-    entries = _read_entries(cq, offset, max_count)
+    whose sizes add up to at most max_bytes (but at least one) and to at most READ_BUFFER_MAX.
+
+    A Spark partition asks for a whole queue range (max_count of hundreds of thousands) a
+    few thousand records at a time (max_bytes): the entries are read 1,024 first, then four
+    times as many until their sizes pass the byte limit, not up to max_count every time
+    (5.5 ms for a 16 MiB plan at the start of a 500k-entry range, against 0.16 at its end)."""
+    limit = READ_BUFFER_MAX if max_bytes is None else min(max_bytes, READ_BUFFER_MAX)
+    want = min(max_count, _FIRST_ENTRIES)
+    while True:
+        entries = _read_entries(cq, offset, want)
+        if len(entries) < want or want >= max_count or int(entries["size"].sum(dtype=np.int64)) > limit:
+            break
+        want = min(max_count, want * 4)
     phys = entries["phys"].astype(np.int64)
     sizes = entries["size"].astype(np.int64)
     if max_bytes is not None and len(sizes):

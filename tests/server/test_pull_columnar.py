@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch
-from txmq.broker.store import Message, MessageStore, StoreConfig
+from txmq.broker.store import Message, MessageStore, StoreConfig, columnar_read
 from txmq.broker.store.columnar_read import byte_rows, gather_binary, read_queue_columns
 from txmq.broker.store.message import (
     PROP_CRC32,
@@ -59,6 +59,13 @@ def messages(draw) -> Message:
     return Message(topic=draw(st.sampled_from(TOPICS)), body=draw(st.binary(min_size=1, max_size=300)),
                    queue_id=draw(st.integers(0, QUEUES - 1)), properties=props, sys_flag=sys_flag,
                    born_timestamp=draw(st.integers(0, 1 << 42)), born_host=born)
+
+
+@pytest.fixture(autouse=True)
+def entries_read_a_few_at_a_time(monkeypatch):
+    """Queue entries are read a few first, then four times as many until the byte limit is
+    passed (columnar_read._FIRST_ENTRIES): pulls here take several such rounds."""
+    monkeypatch.setattr(columnar_read, "_FIRST_ENTRIES", 2)
 
 
 def open_store(root: Path, store_host=("127.0.0.1", 10911)) -> MessageStore:
