@@ -5,6 +5,8 @@ A stand-in client answers pulls of at most 3 rows, so a range takes several pull
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 
@@ -81,3 +83,50 @@ def test_pulls_are_larger_through_shared_memory(monkeypatch, shared_memory, expe
     list(read_queue_range(_connection(monkeypatch, client), TxmqInputPartition("t", 0, 0, 6), tags=None,
                           fail_on_data_loss=True))
     assert set(client.max_bytes) == {expected}
+
+
+_WORKER = """
+import gc
+import types
+
+freezes = []
+freeze = gc.freeze
+gc.freeze = lambda: (freezes.append(1), freeze())
+
+import pyarrow as pa
+
+from txmq.spark import source
+from txmq.spark.options import Connection
+
+
+class Pulls:
+    pulls_through_shared_memory = False
+
+    def pull_arrow(self, topic, queue_id, start, end, tags=None, max_bytes=None):
+        stop = min(end, start + 3)
+        rows = [{"topic": topic, "queueId": queue_id, "queueOffset": o, "body": b"m"} for o in range(start, stop)]
+        return types.SimpleNamespace(batch=pa.RecordBatch.from_pylist(rows), next_offset=stop)
+
+
+conn = Connection("stand-in:1")
+source._clients[conn] = Pulls()
+options = types.SimpleNamespace(connection=conn, tags=None, fail_on_data_loss=True)
+reads = source.read_in_worker(options, source.TxmqInputPartition("t", 0, 0, 9))
+next(reads)
+first = (len(freezes), gc.get_freeze_count())
+rows = sum(b.num_rows for b in reads) + 3
+rows += sum(b.num_rows for b in source.read_in_worker(options, source.TxmqInputPartition("t", 1, 0, 7)))
+print(*first, len(freezes), rows)
+"""
+
+
+def test_a_worker_freezes_its_heap_once_when_its_first_batch_is_decoded():
+    """pyspark's worker daemon runs a full gc.collect() after every task; frozen, the decode's
+    compiled code and the modules are out of its way (source._freeze_heap_once). Run in a
+    process of its own, as a Spark worker is (a freeze is for the life of the process)."""
+    done = subprocess.run([sys.executable, "-c", _WORKER], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    freezes_at_first, frozen_objects, freezes, rows = map(int, done.stdout.split())
+    assert freezes_at_first == 1 and frozen_objects > 10_000  # frozen by the first batch: the modules
+    assert freezes == 1  # and never again: objects made later stay collectable
+    assert rows == 16
