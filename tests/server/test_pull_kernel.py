@@ -37,6 +37,20 @@ def compiled(store: MessageStore, topic: str = "orders", queue_id: int = 0):
     return pull_batch_compiled(read.data, read.record_at, read.phys, read.sizes, topic)
 
 
+def assert_compiled_like_the_per_record_decode(root: Path, messages: list[Message],
+                                                store_host=("127.0.0.1", 10911)) -> None:
+    """Append `messages` to orders:0; the compiled decode answers their pull, with the batch of
+    the per-record decode."""
+    store = open_store(root, store_host)
+    try:
+        store.append(messages)
+        batch = compiled(store)
+        assert batch is not None
+        assert batch.equals(build_pull_batch(store.read_queue("orders", 0, 0, 1000).messages))
+    finally:
+        store.close()
+
+
 def varied_messages(n: int) -> list[Message]:
     """Tags, keys, client ids, transaction ids and user properties, each sometimes missing or empty."""
     out = []
@@ -56,50 +70,29 @@ def varied_messages(n: int) -> list[Message]:
 
 @pytest.mark.parametrize("store_host", [("127.0.0.1", 10911), ("2001:db8::7", 10911)])
 def test_the_compiled_decode_answers_well_formed_records_like_the_per_record_decode(tmp_path, store_host):
-    store = open_store(tmp_path / "store", store_host)
-    try:
-        store.append(varied_messages(300))
-        batch = compiled(store)
-        assert batch is not None
-        assert batch.equals(build_pull_batch(store.read_queue("orders", 0, 0, 1000).messages))
-    finally:
-        store.close()
+    assert_compiled_like_the_per_record_decode(tmp_path / "store", varied_messages(300), store_host)
 
 
 def test_the_compiled_decode_reads_nul_bytes_as_text_and_finds_separators_anywhere_in_a_word(tmp_path):
     """Its separator search reads eight bytes a step: names and values of every length up to
     a few words, so each separator falls at every place in a word, some with \x00 bytes
     (text, not separators) before or after it."""
-    store = open_store(tmp_path / "store")
-    try:
-        messages = []
-        for i in range(40):
-            props = {"n" * (1 + i % 17): "v" * (i % 19), "x\x00" * (i % 3) + "y": "\x00" * (i % 5) + "é" * (i % 4)}
-            messages.append(Message("orders", b"b", queue_id=0, properties=props))
-        store.append(messages)
-        batch = compiled(store)
-        assert batch is not None
-        assert batch.equals(build_pull_batch(store.read_queue("orders", 0, 0, 1000).messages))
-    finally:
-        store.close()
+    messages = []
+    for i in range(40):
+        props = {"n" * (1 + i % 17): "v" * (i % 19), "x\x00" * (i % 3) + "y": "\x00" * (i % 5) + "é" * (i % 4)}
+        messages.append(Message("orders", b"b", queue_id=0, properties=props))
+    assert_compiled_like_the_per_record_decode(tmp_path / "store", messages)
 
 
 def test_a_name_like_the_one_at_its_place_in_the_record_before_is_not_taken_for_it(tmp_path):
     """The decode reuses a name's kind when the record before had the same name at the same
     place: names one byte or one length apart from their predecessor must still be told apart."""
-    store = open_store(tmp_path / "store")
-    try:
-        variants = [(PROP_TAGS, PROP_UNIQ_KEY, PROP_KEYS), ("TAGZ", "UNIQ_KEX", "KEYSS"), ("TAG", "UNIQ_KE", PROP_KEYS),
-                    (PROP_TAGS, "UNIQ_KEYUNIQ_KEY", "KEY"), ("T", PROP_UNIQ_KEY, PROP_TRANSACTION_ID)]
-        messages = [Message("orders", b"b", queue_id=0,
-                            properties={name: f"v{i}-{j}" for j, name in enumerate(variants[i % len(variants)])})
-                    for i in range(50)]
-        store.append(messages)
-        batch = compiled(store)
-        assert batch is not None
-        assert batch.equals(build_pull_batch(store.read_queue("orders", 0, 0, 1000).messages))
-    finally:
-        store.close()
+    variants = [(PROP_TAGS, PROP_UNIQ_KEY, PROP_KEYS), ("TAGZ", "UNIQ_KEX", "KEYSS"), ("TAG", "UNIQ_KE", PROP_KEYS),
+                (PROP_TAGS, "UNIQ_KEYUNIQ_KEY", "KEY"), ("T", PROP_UNIQ_KEY, PROP_TRANSACTION_ID)]
+    messages = [Message("orders", b"b", queue_id=0,
+                        properties={name: f"v{i}-{j}" for j, name in enumerate(variants[i % len(variants)])})
+                for i in range(50)]
+    assert_compiled_like_the_per_record_decode(tmp_path / "store", messages)
 
 
 def test_records_with_more_keys_and_properties_than_first_planned_for_still_decode(tmp_path):
