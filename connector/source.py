@@ -95,8 +95,9 @@ def _freeze_heap_once() -> None:
     decoded a pull holds numba and its compiled code: ~160k objects, 44-52 ms a collection
     (against ~6 ms without them), a third of a reading worker's CPU in the Spark benchmark
     (py-spy). Frozen (gc.freeze), they are skipped by every later collection; they are the
-    process's modules and code, alive to its end anyway, and objects freed by reference
-    counting are freed as before.
+    process's modules and code, alive to its end anyway. Reference counting frees objects as
+    before; what the cyclic collector alone would have freed among the first task's objects
+    alive at that moment (its first batch, the pull in flight) stays: once per process.
     """
     global _heap_frozen
     if not _heap_frozen:
