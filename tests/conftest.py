@@ -23,17 +23,23 @@ def broker(tmp_path: Path):
         yield proc
 
 
+def _compiled_or_numpy(request, monkeypatch, module, threshold: str, available: bool) -> str:
+    """Point `module`'s size threshold for its compiled path at 1 (the compiled path for any
+    size) or past anything a test makes (the numpy path always), as request.param says."""
+    if request.param == "compiled" and not available:
+        pytest.skip("numba is not installed")
+    monkeypatch.setattr(module, threshold, 1 if request.param == "compiled" else 1 << 62)
+    return request.param
+
+
 @pytest.fixture(params=["compiled", "numpy"])
 def decode_path(request, monkeypatch):
     """Which decode builds this process's pulls (protocol/pull_kernel.py): the compiled one
     wherever it can, or the numpy one always. Use it as `usefixtures("decode_path")`."""
     from txmq.broker.protocol import pull_kernel
 
-    if request.param == "compiled" and not pull_kernel.compiled_available():
-        pytest.skip("numba is not installed")
-    monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 1 if request.param == "compiled" else 1 << 62)
-    return request.param
-
+    return _compiled_or_numpy(request, monkeypatch, pull_kernel, "COMPILED_MIN_ROWS",
+                              pull_kernel.compiled_available())
 
 
 @pytest.fixture(params=["compiled", "numpy"])
@@ -42,7 +48,5 @@ def block_encoder(request, monkeypatch):
     loop for any block, or the numpy steps always. Use it as `usefixtures("block_encoder")`."""
     from txmq.broker.store import record_block
 
-    if request.param == "compiled" and record_block._compiled() is None:
-        pytest.skip("numba is not installed")
-    monkeypatch.setattr(record_block, "COMPILED_MIN_RECORDS", 1 if request.param == "compiled" else 1 << 62)
-    return request.param
+    return _compiled_or_numpy(request, monkeypatch, record_block, "COMPILED_MIN_RECORDS",
+                              record_block._compiled() is not None)

@@ -512,16 +512,20 @@ def _entries_within(cq, offset: int, max_count: int, max_bytes: int | None) -> t
     whose sizes add up to at most max_bytes (but at least one) and to at most READ_BUFFER_MAX.
 
     A Spark partition asks for a whole queue range (max_count of hundreds of thousands) a
-    few thousand records at a time (max_bytes): the entries are read 1,024 first, then four
-    times as many until their sizes pass the byte limit, not up to max_count every time
-    (5.5 ms for a 16 MiB plan at the start of a 500k-entry range, against 0.16 at its end)."""
+    few thousand records at a time (max_bytes): the entries are read 1,024 first, then three
+    times as many again (four times the total) until their sizes pass the byte limit, not up
+    to max_count every time (5.5 ms for a 16 MiB plan at the start of a 500k-entry range,
+    against 0.16 at its end)."""
     limit = READ_BUFFER_MAX if max_bytes is None else min(max_bytes, READ_BUFFER_MAX)
-    want = min(max_count, _FIRST_ENTRIES)
-    while True:
-        entries = _read_entries(cq, offset, want)
-        if len(entries) < want or want >= max_count or int(entries["size"].sum(dtype=np.int64)) > limit:
-            break
-        want = min(max_count, want * 4)
+    asked = min(max_count, _FIRST_ENTRIES)
+    parts = [_read_entries(cq, offset, asked)]
+    read, total = len(parts[0]), int(parts[0]["size"].sum(dtype=np.int64))
+    while read == asked < max_count and total <= limit:  # all came back, and more may be wanted
+        asked = min(max_count, 4 * read)
+        more = _read_entries(cq, offset + read, asked - read)
+        parts.append(more)
+        read, total = read + len(more), total + int(more["size"].sum(dtype=np.int64))
+    entries = parts[0] if len(parts) == 1 else np.concatenate(parts)
     phys = entries["phys"].astype(np.int64)
     sizes = entries["size"].astype(np.int64)
     if max_bytes is not None and len(sizes):

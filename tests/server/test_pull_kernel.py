@@ -8,8 +8,6 @@ answered, and when it steps aside.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from txmq.broker.errors import StoreError
@@ -21,6 +19,7 @@ from txmq.broker.store.columnar_read import read_queue_bytes
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY
 
 pytestmark = pytest.mark.skipif(not pull_kernel.compiled_available(), reason="numba is not installed")
+IPV4_HOST = ("127.0.0.1", 10911)
 
 
 @pytest.fixture(autouse=True)
@@ -28,8 +27,18 @@ def compile_every_pull(monkeypatch):
     monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 1)
 
 
-def open_store(root: Path, store_host=("127.0.0.1", 10911)) -> MessageStore:
-    return MessageStore(StoreConfig(root, store_host=store_host))
+@pytest.fixture
+def open_store(tmp_path):
+    """open_store(store_host) -> a store on tmp_path, closed at the end of the test."""
+    opened: list[MessageStore] = []
+
+    def factory(store_host=IPV4_HOST) -> MessageStore:
+        opened.append(MessageStore(StoreConfig(tmp_path / "store", store_host=store_host)))
+        return opened[-1]
+
+    yield factory
+    for store in opened:
+        store.close()
 
 
 def compiled(store: MessageStore, topic: str = "orders", queue_id: int = 0):
@@ -37,18 +46,20 @@ def compiled(store: MessageStore, topic: str = "orders", queue_id: int = 0):
     return pull_batch_compiled(read.data, read.record_at, read.phys, read.sizes, topic)
 
 
-def assert_compiled_like_the_per_record_decode(root: Path, messages: list[Message],
-                                                store_host=("127.0.0.1", 10911)) -> None:
+def assert_compiled_like_the_per_record_decode(store: MessageStore, messages: list[Message]) -> None:
     """Append `messages` to orders:0; the compiled decode answers their pull, with the batch of
     the per-record decode."""
-    store = open_store(root, store_host)
-    try:
-        store.append(messages)
-        batch = compiled(store)
-        assert batch is not None
-        assert batch.equals(build_pull_batch(store.read_queue("orders", 0, 0, 1000).messages))
-    finally:
-        store.close()
+    store.append(messages)
+    batch = compiled(store)
+    assert batch is not None
+    assert batch.equals(build_pull_batch(store.read_queue("orders", 0, 0, 1000).messages))
+
+
+def assert_left_to_the_numpy_decode(store: MessageStore, error: str) -> None:
+    """The compiled decode steps aside, and the pull raises the numpy decode's StoreError."""
+    assert compiled(store) is None
+    with pytest.raises(StoreError, match=error):
+        pull_batch(store, "orders", 0, 0, 10)
 
 
 def varied_messages(n: int) -> list[Message]:
@@ -68,23 +79,23 @@ def varied_messages(n: int) -> list[Message]:
     return out
 
 
-@pytest.mark.parametrize("store_host", [("127.0.0.1", 10911), ("2001:db8::7", 10911)])
-def test_the_compiled_decode_answers_well_formed_records_like_the_per_record_decode(tmp_path, store_host):
-    assert_compiled_like_the_per_record_decode(tmp_path / "store", varied_messages(300), store_host)
+@pytest.mark.parametrize("store_host", [IPV4_HOST, ("2001:db8::7", 10911)])
+def test_the_compiled_decode_answers_well_formed_records_like_the_per_record_decode(open_store, store_host):
+    assert_compiled_like_the_per_record_decode(open_store(store_host), varied_messages(300))
 
 
-def test_the_compiled_decode_reads_nul_bytes_as_text_and_finds_separators_anywhere_in_a_word(tmp_path):
+def test_the_compiled_decode_reads_nul_bytes_as_text_and_finds_separators_anywhere_in_a_word(open_store):
     """Its separator search reads eight bytes a step: names and values of every length up to
-    a few words, so each separator falls at every place in a word, some with \x00 bytes
+    a few words, so each separator falls at every place in a word, some with \\x00 bytes
     (text, not separators) before or after it."""
     messages = []
     for i in range(40):
         props = {"n" * (1 + i % 17): "v" * (i % 19), "x\x00" * (i % 3) + "y": "\x00" * (i % 5) + "é" * (i % 4)}
         messages.append(Message("orders", b"b", queue_id=0, properties=props))
-    assert_compiled_like_the_per_record_decode(tmp_path / "store", messages)
+    assert_compiled_like_the_per_record_decode(open_store(), messages)
 
 
-def test_a_name_like_the_one_at_its_place_in_the_record_before_is_not_taken_for_it(tmp_path):
+def test_a_name_like_the_one_at_its_place_in_the_record_before_is_not_taken_for_it(open_store):
     """The decode reuses a name's kind when the record before had the same name at the same
     place: names one byte or one length apart from their predecessor must still be told apart."""
     variants = [(PROP_TAGS, PROP_UNIQ_KEY, PROP_KEYS), ("TAGZ", "UNIQ_KEX", "KEYSS"), ("TAG", "UNIQ_KE", PROP_KEYS),
@@ -92,54 +103,37 @@ def test_a_name_like_the_one_at_its_place_in_the_record_before_is_not_taken_for_
     messages = [Message("orders", b"b", queue_id=0,
                         properties={name: f"v{i}-{j}" for j, name in enumerate(variants[i % len(variants)])})
                 for i in range(50)]
-    assert_compiled_like_the_per_record_decode(tmp_path / "store", messages)
+    assert_compiled_like_the_per_record_decode(open_store(), messages)
 
 
-def test_records_with_more_keys_and_properties_than_first_planned_for_still_decode(tmp_path):
-    store = open_store(tmp_path / "store")
-    try:
-        props = {PROP_KEYS: " ".join(f"k{j}" for j in range(40)), **{f"p{j}": str(j) for j in range(40)}}
-        store.append([Message("orders", b"x", queue_id=0, properties=props)])
-        batch = compiled(store)
-        assert batch is not None
-        assert batch.column("keys").to_pylist() == [[f"k{j}" for j in range(40)]]
-        assert batch.column("properties").to_pylist() == [[(f"p{j}", str(j)) for j in range(40)]]
-    finally:
-        store.close()
+def test_records_with_more_keys_and_properties_than_first_planned_for_still_decode(open_store):
+    store = open_store()
+    props = {PROP_KEYS: " ".join(f"k{j}" for j in range(40)), **{f"p{j}": str(j) for j in range(40)}}
+    store.append([Message("orders", b"x", queue_id=0, properties=props)])
+    batch = compiled(store)
+    assert batch is not None
+    assert batch.column("keys").to_pylist() == [[f"k{j}" for j in range(40)]]
+    assert batch.column("properties").to_pylist() == [[(f"p{j}", str(j)) for j in range(40)]]
 
 
-def test_a_damaged_record_is_left_to_the_numpy_decode_which_names_it(tmp_path):
-    store = open_store(tmp_path / "store")
-    try:
-        store.append([Message("orders", b"hello", properties={"a": "b"})])
-        store.commitlog.segments[0].write_at(4, b"\0\0\0\0")  # the first record's magic code
-        assert compiled(store) is None
-        with pytest.raises(StoreError, match="does not match the CommitLog"):
-            pull_batch(store, "orders", 0, 0, 10)
-    finally:
-        store.close()
+def test_a_damaged_record_is_left_to_the_numpy_decode_which_names_it(open_store):
+    store = open_store()
+    store.append([Message("orders", b"hello", properties={"a": "b"})])
+    store.commitlog.segments[0].write_at(4, b"\0\0\0\0")  # the first record's magic code
+    assert_left_to_the_numpy_decode(store, "does not match the CommitLog")
 
 
-def test_a_property_text_that_is_not_utf8_is_left_to_the_numpy_decode_which_names_it(tmp_path):
-    store = open_store(tmp_path / "store")
-    try:
-        store.append([Message("orders", b"hello", properties={"colour": "red"})])
-        seg = store.commitlog.segments[0]
-        at = seg.read(0, seg.end).index(b"red")
-        seg.write_at(at, b"\xff")
-        assert compiled(store) is None
-        with pytest.raises(StoreError, match="UTF-8"):
-            pull_batch(store, "orders", 0, 0, 10)
-    finally:
-        store.close()
+def test_a_property_text_that_is_not_utf8_is_left_to_the_numpy_decode_which_names_it(open_store):
+    store = open_store()
+    store.append([Message("orders", b"hello", properties={"colour": "red"})])
+    seg = store.commitlog.segments[0]
+    seg.write_at(seg.read(0, seg.end).index(b"red"), b"\xff")
+    assert_left_to_the_numpy_decode(store, "UTF-8")
 
 
-def test_small_pulls_take_the_numpy_decode(tmp_path, monkeypatch):
+def test_small_pulls_take_the_numpy_decode(open_store, monkeypatch):
     monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 2)
-    store = open_store(tmp_path / "store")
-    try:
-        store.append([Message("orders", b"only one")])
-        assert compiled(store) is None
-        assert pull_batch(store, "orders", 0, 0, 10).batch.column("body").to_pylist() == [b"only one"]
-    finally:
-        store.close()
+    store = open_store()
+    store.append([Message("orders", b"only one")])
+    assert compiled(store) is None
+    assert pull_batch(store, "orders", 0, 0, 10).batch.column("body").to_pylist() == [b"only one"]
