@@ -17,6 +17,16 @@ from txmq.broker.store.preallocate import RESERVE_CHUNK_BYTES, reserve
 
 JOIN_PARTS_MAX = 1024  # pieces (4 per record) up to which append_parts joins them into one write
 IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 1024
+# At most this many bytes per write call. The page cache takes a write's pages as folios sized
+# after the write: an 8 MiB pwrite asks for 2 MiB folios, which the kernel serves from a free
+# 2 MiB block, while pages freed a moment ago (a COMMIT's copied halves, bytes the page-cache
+# window dropped: page_cache.py) mostly come back as smaller blocks and wait, until the host
+# takes them back. Capped writes ask for small folios and reuse those pages while the host still
+# backs them. Measured here (bench/page_cache.py --copy: 1.2 GiB written in 320 KiB calls, as the
+# broker appends, then copied with each copied part of it dropped behind the copy): 0.28 µs of
+# system CPU per KiB copied in 256 KiB steps against 0.79 in 8 MiB calls; a 1M-half COMMIT's I/O
+# thread, 0.26 µs per row against 1.5-1.9. With only cold memory free, both cost the same (2.4).
+WRITE_STEP_BYTES = 256 << 10
 
 
 def file_name(start: int) -> str:
@@ -65,7 +75,7 @@ class MappedFile:
         pos = self.size
         self._reserve_for(pos + view.nbytes)
         while view:
-            n = os.pwrite(self.fd, view, pos)
+            n = os.pwrite(self.fd, view[:WRITE_STEP_BYTES], pos)
             pos += n
             view = view[n:]
         self.size = pos
@@ -75,15 +85,27 @@ class MappedFile:
 
         A small batch's pieces are joined and written with one pwrite (the copy costs
         less than the kernel's walk over hundreds of small iovecs); a large one goes to the
-        kernel straight from the encoder's pieces, IOV_MAX buffers per pwritev call.
+        kernel straight from the encoder's pieces, pwritev calls of about WRITE_STEP_BYTES
+        (at most IOV_MAX pieces; the piece count adapts to the pieces' sizes as it goes).
         """
         if len(parts) <= JOIN_PARTS_MAX:
             self.append(b"".join(parts) if len(parts) > 1 else parts[0])
             return
         pos = self.size
-        for i in range(0, len(parts), IOV_MAX):
-            chunk = parts[i:i + IOV_MAX]
+        i, step = 0, IOV_MAX
+        while i < len(parts):
+            chunk = parts[i:i + step]
             want = sum(map(len, chunk))
+            # the piece count that would have made about one step of bytes
+            step = max(1, min(IOV_MAX, len(chunk) * WRITE_STEP_BYTES // max(1, want)))
+            if want > WRITE_STEP_BYTES and len(chunk) > 1:
+                continue  # more than a step: again with fewer pieces
+            i += len(chunk)
+            if want > WRITE_STEP_BYTES:  # one large piece: stepped by append
+                self.size = pos
+                self.append(chunk[0])
+                pos = self.size
+                continue
             self._reserve_for(pos + want)
             n = os.pwritev(self.fd, chunk, pos)
             if n != want:  # a short write (rare): finish this chunk the simple way

@@ -425,7 +425,7 @@ class MessageStore:
         return self._append(messages, allow_system=allow_system, group=True)
 
     def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
-                            wait_reserved: bool = True) -> Sequence[AppendResult]:
+                            wait_reserved: bool = True, sources_dead: bool = False) -> Sequence[AppendResult]:
         """Append, as one atomic group, copies of stored records followed by `messages`.
 
         Each copy keeps its source's body, flag, born time and host, reconsume times
@@ -439,15 +439,21 @@ class MessageStore:
         Copies of more than COPY_PART_BYTES of sources are built and written in parts
         (still one group, published at once): memory stays bounded by a part.
         `wait_reserved` as in append (a group written in parts always waits its turn).
+        `sources_dead`: no reader needs the sources once they are copied (a COMMIT's
+        halves). A group written in parts then drops each part's sources from the page
+        cache as soon as the part is written, and the parts after it are written into the
+        freed pages (PageCacheWindow.release_dead).
         """
         if not len(copies) and not messages:
             return []
         if len(copies) > 1 and sum(copies.sizes) > COPY_PART_BYTES:
-            parts = [partial(copy_columns, self, part) for part in copies.parts(COPY_PART_BYTES)]
+            copy_parts = copies.parts(COPY_PART_BYTES)
+            parts = [partial(copy_columns, self, part) for part in copy_parts]
             if messages:
                 checked = self._checked(messages, allow_system=True)
                 parts.append(lambda: checked)
-            return self._append_split_group(parts)
+            written = [partial(self._release_sources, part) for part in copy_parts] if sources_dead else []
+            return self._append_split_group(parts, written)
         batches = []
         if len(copies):
             batches.append(copy_columns(self, copies))
@@ -598,7 +604,12 @@ class MessageStore:
         phys.append(phys[-1] + pairs[-1][1])
         return phys, [s for _, s in pairs]
 
-    def _append_split_group(self, parts: Sequence[Callable[[], BatchColumns]]) -> AppendResults:
+    def _release_sources(self, copies: RecordCopies) -> None:
+        """Drop copied sources nobody reads again from the page cache (see append_group_copies)."""
+        self.page_cache.release_dead(copies.source_runs(), self.commitlog.flushed_end)
+
+    def _append_split_group(self, parts: Sequence[Callable[[], BatchColumns]],
+                            written: Sequence[Callable[[], None]] = ()) -> AppendResults:
         """Append one atomic group made of several batches, each built (`parts[i]()`) and written
         in turn, then dispatched and published together: a split group.
 
@@ -618,18 +629,28 @@ class MessageStore:
         Checkpoints stay at or before the group's start while it is written, so a
         recovery always scans it from its BEGIN. A part that fails to build or write
         leaves the parts before it in the log as dead records, never dispatched.
+
+        `written[i]()`, when given, runs once part i is in the log (its write settled),
+        outside the write lock; for a group that fails, only for parts before the failure.
         """
         with self._split_lock:  # one at a time: recovery pairs an END with the latest BEGIN
             now = int(time.time() * 1000)
             group = _SplitGroup(_QueueOffsets(self.dispatcher, None))
             built = _built_one_ahead(parts)
             try:
+                settled = 0  # parts whose `written` hook has run
                 for i, batch in enumerate(built):
                     if i:
                         self._let_waiting_writers_in()
                     write = partial(self._write_split_part, group, batch, now, begins=i == 0,
                                     ends=i == len(parts) - 1)
                     self._under_write_lock(write, durable=False)
+                    # part i may still be in flight on the I/O thread; writing it settled part i - 1
+                    # (the last part is written in place: then every part has settled)
+                    done = len(parts) if i == len(parts) - 1 else i
+                    for hook in written[settled:done]:
+                        hook()
+                    settled = max(settled, min(done, len(written)))
             finally:
                 built.close()  # a part being built ahead finishes before the group is abandoned
                 if not group.published:

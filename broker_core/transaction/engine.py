@@ -450,7 +450,8 @@ class TransactionEngine:
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
         with self._gate.shared():
-            results = self.store.append_group_copies(finals, [op], wait_reserved=wait_reserved)
+            # the halves are dead once copied: resolved, no check-back reads them again
+            results = self.store.append_group_copies(finals, [op], wait_reserved=wait_reserved, sources_dead=True)
             self._finish(tx, TxState.COMMITTED, now)
         count = len(finals)
         self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, count)

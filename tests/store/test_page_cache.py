@@ -252,3 +252,80 @@ def test_the_window_advises_whole_folios(two_segments):
     window = PageCacheWindow(UNIT // 2, lambda: two_segments, step_bytes=UNIT)
     assert window.release(3 * UNIT) == 2 * UNIT  # 2.5 units past the window: 2 whole units
     assert window.release(4 * UNIT) == UNIT
+
+
+# --- dead bytes: a large COMMIT's halves, once copied ------------------------------------------------
+
+
+def advised(seg: "Segment", advice: dict[int, list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    return advice.get(seg.fd, [])
+
+
+def test_dead_runs_leave_the_page_cache(two_segments, advice):
+    a, _ = two_segments
+    window = PageCacheWindow(8 * UNIT, lambda: two_segments)  # a window the log is within: it drops nothing
+    assert window.release_dead([(UNIT, 3 * UNIT)], flushed=8 * UNIT) == 2 * UNIT
+    assert units(a.path)[1:3] == [False, False] and left_alone(a, advice) == [True, False, False, True]
+    assert window.dead_released_bytes == 2 * UNIT
+
+
+def test_only_whole_pages_inside_a_dead_run_are_advised(two_segments, advice):
+    """A page a dead run shares with a neighbouring record (someone else's) stays."""
+    a, _ = two_segments
+    window = PageCacheWindow(8 * UNIT, lambda: two_segments)
+    assert window.release_dead([(UNIT + 100, 2 * UNIT + PAGE + 5)], flushed=8 * UNIT) == UNIT
+    assert advised(a, advice) == [(UNIT + PAGE, 2 * UNIT + PAGE)]
+    assert window.release_dead([(UNIT + 1, UNIT + PAGE + 1)], flushed=8 * UNIT) == 0  # no whole page inside
+
+
+def test_dead_bytes_not_yet_flushed_stay(two_segments, advice):
+    a, _ = two_segments
+    window = PageCacheWindow(8 * UNIT, lambda: two_segments)
+    assert window.release_dead([(0, 4 * UNIT)], flushed=UNIT + 10) == UNIT
+    assert advised(a, advice) == [(0, UNIT)]
+
+
+def test_a_dead_run_across_a_segment_boundary_is_advised_in_both_files(two_segments, advice):
+    a, b = two_segments
+    window = PageCacheWindow(8 * UNIT, lambda: two_segments)
+    assert window.release_dead([(3 * UNIT, 5 * UNIT)], flushed=8 * UNIT) == 2 * UNIT
+    assert advised(a, advice) == [(3 * UNIT, 4 * UNIT)] and advised(b, advice) == [(0, UNIT)]
+
+
+def test_a_window_turned_off_drops_nothing_dead(two_segments, advice):
+    a, _ = two_segments
+    window = PageCacheWindow(0, lambda: two_segments)
+    assert window.release_dead([(0, 4 * UNIT)], flushed=8 * UNIT) == 0
+    assert left_alone(a, advice) == [True] * 4
+
+
+def test_a_large_commit_drops_its_copied_halves_and_nothing_else(tmp_path, advice):
+    """A COMMIT written in parts drops each part's halves from the page cache once the part is
+    written; a record written between two prepare calls shares no advised page; the finals read
+    back whole."""
+    from txmq.broker.store.message_store import COPY_PART_BYTES
+    from txmq.broker.transaction import Resolution, TransactionConfig, TransactionEngine
+
+    store = MessageStore(StoreConfig(tmp_path / "s", flush_mode="async"))
+    try:
+        engine = TransactionEngine(store, TransactionConfig())
+        bodies = [os.urandom(1000) for _ in range(12_000)]  # ~14 MB of halves: a COMMIT of two parts
+        others = []
+        for i in range(0, len(bodies), 4000):
+            engine.prepare([Message("t", body, 0) for body in bodies[i:i + 4000]], transaction_id="tx")
+            others += store.append([Message("other", b"between the prepare calls", 0)])
+        store.commitlog.flush()
+        halves_end = store.commitlog.write_end
+        assert halves_end > COPY_PART_BYTES
+        engine.end("tx", Resolution.COMMIT)
+        seg = store.commitlog.segments[0]
+        ranges = advice.get(seg.fd, [])
+        assert store.page_cache.dead_released_bytes > 10 << 20 and ranges
+        assert all(hi <= halves_end for _, hi in ranges)  # halves only: never the finals
+        for other in others:
+            page = other.physical_offset // PAGE * PAGE
+            assert not any(lo < other.physical_offset + other.size and page < hi for lo, hi in ranges)
+        read = store.read_queue("t", 0, 0, len(bodies) + 1)
+        assert [m.body for m in read.messages] == bodies
+    finally:
+        store.close()

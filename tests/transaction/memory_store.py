@@ -62,9 +62,10 @@ class MemoryStore:
         return self._write(messages, allow_system)
 
     def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
-                            wait_reserved: bool = True) -> AppendResults:
+                            wait_reserved: bool = True, sources_dead: bool = False) -> AppendResults:
         """The record copies as Messages (the contract of MessageStore.append_group_copies), then
-        one append_group (which a test's subclass may intercept) like any other."""
+        one append_group (which a test's subclass may intercept) like any other. There is no
+        page cache here: `sources_dead` changes nothing."""
         with self._lock:
             missing = [p for p in copies.physical_offsets if p not in self._records]
             if missing:

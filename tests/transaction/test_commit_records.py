@@ -39,7 +39,7 @@ def committed_records(tmp_path: Path, name: str, *, reference: bool) -> tuple[li
     """Final records of one transaction of three prepare calls (two senders, a sender-restricted COMMIT)."""
     store = MessageStore(StoreConfig(data_dir=tmp_path / name, flush_mode="async"))
     if reference:
-        store.append_group_copies = lambda copies, messages=(), wait_reserved=True: store.append_group(
+        store.append_group_copies = lambda copies, messages=(), **_: store.append_group(
             [*decoded_copies(store, copies), *messages], allow_system=True)
     engine = TransactionEngine(store, TransactionConfig(), clock=FakeClock())
     engine.prepare([msg("orders", b"a%d" % i, i % 2, KEYS=f"k{i} j{i}", TAGS="t", UNIQ_KEY=f"u{i}")
