@@ -86,7 +86,8 @@ class MappedFile:
         A small batch's pieces are joined and written with one pwrite (the copy costs
         less than the kernel's walk over hundreds of small iovecs); a large one goes to the
         kernel straight from the encoder's pieces, pwritev calls of about WRITE_STEP_BYTES
-        (at most IOV_MAX pieces; the piece count adapts to the pieces' sizes as it goes).
+        (at most twice that, and IOV_MAX pieces; the piece count adapts to the pieces' sizes
+        as it goes, one sum of their lengths per call where the sizes stay alike).
         """
         if len(parts) <= JOIN_PARTS_MAX:
             self.append(b"".join(parts) if len(parts) > 1 else parts[0])
@@ -98,10 +99,10 @@ class MappedFile:
             want = sum(map(len, chunk))
             # the piece count that would have made about one step of bytes
             step = max(1, min(IOV_MAX, len(chunk) * WRITE_STEP_BYTES // max(1, want)))
-            if want > WRITE_STEP_BYTES and len(chunk) > 1:
-                continue  # more than a step: again with fewer pieces
+            if want > 2 * WRITE_STEP_BYTES and len(chunk) > 1:
+                continue  # far more than a step (large pieces): again with fewer pieces
             i += len(chunk)
-            if want > WRITE_STEP_BYTES:  # one large piece: stepped by append
+            if len(chunk) == 1 and want > WRITE_STEP_BYTES:  # one large piece: stepped by append
                 self.size = pos
                 self.append(chunk[0])
                 pos = self.size
