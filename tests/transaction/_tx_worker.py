@@ -2,8 +2,8 @@
 
     python -m tests.transaction._tx_worker DATA_DIR JOURNAL --flush sync|async --seed N [--drain]
 
-It runs random transactions (1–50 messages, random topics and queues, one or
-two senders) and writes a journal line, flushed, at each step a producer would
+It runs random transactions (1–50 messages, or TX_WORKER_MESSAGES; random topics and
+queues, one or two senders) and writes a journal line, flushed, at each step a producer would
 know about:
 
     {"ev": "begin", "tx": ID}                         before the first prepare
@@ -39,11 +39,13 @@ from txmq.broker.store import message_store
 from txmq.broker.store.config import StoreConfig
 from txmq.broker.store.message import Message
 from txmq.broker.store.message_store import MessageStore
+from txmq.broker.store.record_block import load_compiled
 from txmq.broker.transaction import CheckbackService, Resolution, TransactionConfig, TransactionEngine
 
 TOPICS = ("orders", "points", "audit")
 PART_BYTES_ENV = "TX_WORKER_COPY_PART_BYTES"  # set: the store's COPY_PART_BYTES in this worker
 PRODUCERS_ENV = "TX_WORKER_PRODUCERS"  # producer threads running transactions at once (default 1)
+MESSAGES_ENV = "TX_WORKER_MESSAGES"  # "LO-HI": messages per transaction (default 1-50)
 QUEUES = 4
 DECISIONS = ("COMMIT", "COMMIT", "ROLLBACK", "COMMIT_SILENT", "ROLLBACK_SILENT")
 
@@ -131,11 +133,12 @@ def replay_resolutions(engine: TransactionEngine, events: list[dict], journal: J
 def run_transactions(engine: TransactionEngine, journal: Journal, listener: JournalListener, seed: int,
                      pace_s: float, producer: int = 0) -> None:
     rng = random.Random(seed * 100 + producer)
+    lo, hi = map(int, os.environ.get(MESSAGES_ENV, "1-50").split("-"))
     serial = 0
     while True:
         serial += 1
         tx_id = f"w{seed}-{serial}" if not producer else f"w{seed}p{producer}-{serial}"
-        n = rng.randint(1, 50)
+        n = rng.randint(lo, hi)
         msgs = [(rng.choice(TOPICS), rng.randrange(QUEUES), f"{tx_id}:{k}") for k in range(n)]
         listener.in_progress.add(tx_id)
         journal.write(ev="begin", tx=tx_id)
@@ -177,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     part_bytes = os.environ.get(PART_BYTES_ENV)
     if part_bytes:  # COMMITs written in parts, as split groups (MessageStore._append_split_group)
         message_store.COPY_PART_BYTES = int(part_bytes)
+    load_compiled()  # as a broker does at start: large COMMIT parts take the compiled encoder
     events = read_journal(args.journal)
     decisions = {e["tx"]: e["decision"] for e in events if e.get("ev") == "decided"}
     journal = Journal(args.journal)
