@@ -23,19 +23,18 @@ gets the error at its next write.
 from __future__ import annotations
 
 import bisect
+import struct
 import threading
 import time
-import struct
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import NamedTuple
-from txmq.broker.store.checksum import crc32
 from itertools import accumulate, chain, repeat
 from operator import add
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from txmq.broker.errors import MessageBodyTooLarge, MessageNotFound
 from txmq.broker.store.batch import BatchColumns
+from txmq.broker.store.checksum import crc32
 from txmq.broker.store.durable import fsync_dir
 from txmq.broker.store.mapped_file import MappedFile, file_name
 from txmq.broker.store.record_block import MAX_BLOCK_BYTES, BlockLayout, encode_block
@@ -308,6 +307,16 @@ class CommitLog:
         with self._deferred_lock:
             self._deferred = _DeferredWrite(future, self.write_end)
             self.write_end = end
+
+    def after_writes(self, fn: Callable[[], object]) -> None:
+        """Run `fn` once the write in flight (if any) is done: on the I/O thread, behind it, so
+        that the caller does not wait; in place when no write ever went to the I/O thread.
+        For work that must not delay the writer and may fail harmlessly (page-cache advice):
+        an exception `fn` raises on the I/O thread is dropped."""
+        if self._io is None:
+            fn()
+        else:
+            self._io.submit(fn)
 
     def settle(self) -> BaseException | None:
         """Wait for the deferred write, if one is in flight (callers hold the store's write lock).

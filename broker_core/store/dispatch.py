@@ -170,32 +170,38 @@ def _queue_runs_packed_each(keys: Sequence, starts: dict, phys: Sequence[int], s
 _UNIQ_PREFIX_CRC = crc32(b"#U#")  # crc32(b"#U#" + id) == crc32(id, crc32(b"#U#"))
 
 
-def index_columns(uniq_keys: Sequence[str | bytes | None], keys: Sequence[str | None], topics: Sequence[str],
-                  phys: Sequence[int]) -> tuple[list[int], list[int]]:
-    """(index key hashes, physical offsets) for every UNIQ_KEY and KEYS of a batch
-    (BatchColumns.dispatch_columns: a UNIQ_KEY as str, or as the bytes stored).
+def index_hashes(uniq_keys: Sequence[str | bytes | None], keys: Sequence[str | None],
+                 topics: Sequence[str]) -> tuple[list[int], list[int] | None]:
+    """(index key hashes, the record each belongs to) for every UNIQ_KEY and KEYS of a batch
+    (BatchColumns.dispatch_columns: a UNIQ_KEY as str, or as the bytes stored). The records
+    are None in the common case, one UNIQ_KEY per record and no KEYS: hash i is record i's.
 
-    The hashes are left unmasked (crc32 values): IndexService masks them with
-    KEY_HASH_MASK when it writes them, one array operation for thousands of items.
+    Nothing here depends on where the records land (index_positions adds that), so a large
+    COMMIT's part computes it while the part is built, off the writing thread. The hashes are
+    left unmasked (crc32 values): IndexService masks them with KEY_HASH_MASK when it writes
+    them, one array operation for thousands of items.
     """
-    n = len(uniq_keys)
-    if all(uniq_keys):
-        positions = phys[:n]
-    else:
-        where = list(map(bool, uniq_keys))
-        uniq_keys = list(compress(uniq_keys, where))
-        positions = list(compress(phys, where))
+    rows: list[int] | None = None
+    if not all(uniq_keys):
+        rows = [i for i, u in enumerate(uniq_keys) if u]
+        uniq_keys = [uniq_keys[i] for i in rows]
     if uniq_keys and type(uniq_keys[0]) is str:
-        uniq_keys = map(str.encode, uniq_keys)
+        uniq_keys = list(map(str.encode, uniq_keys))
     hashes = list(map(crc32, uniq_keys, repeat(_UNIQ_PREFIX_CRC)))
     if any(keys):
-        for record_keys, topic, p in zip(keys, topics, phys):
+        rows = list(range(len(hashes))) if rows is None else rows
+        for i, (record_keys, topic) in enumerate(zip(keys, topics)):
             if record_keys:
                 for k in record_keys.split(" "):
                     if k:
                         hashes.append(key_hash(f"{topic}#{k}"))
-                        positions.append(p)
-    return hashes, positions
+                        rows.append(i)
+    return hashes, rows
+
+
+def index_positions(hashes: Sequence[int], rows: list[int] | None, phys: Sequence[int]) -> list[int]:
+    """The physical offset of each index_hashes entry, from the records' offsets."""
+    return list(phys[:len(hashes)]) if rows is None else list(map(phys.__getitem__, rows))
 
 
 class Dispatcher:

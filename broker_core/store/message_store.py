@@ -41,7 +41,8 @@ from txmq.broker.store.dispatch import (
     DispatchEntry,
     Dispatcher,
     goes_to_queue,
-    index_columns,
+    index_hashes,
+    index_positions,
     queue_runs,
     tag_hashes_of,
 )
@@ -265,8 +266,27 @@ class _Written(NamedTuple):
     sizes: list[int]
     tag_hashes: list[int]
     runs: dict  # queue_runs: queue key -> [first queue offset, packed entries]
-    hashes: list[int]  # index_columns
+    hashes: list[int]  # index_hashes
     positions: list[int]
+
+
+class _DispatchHashes(NamedTuple):
+    """A batch's dispatch inputs that do not depend on where it lands: a split group's part
+    derives them while it is built, off the thread that writes it."""
+
+    tags: list[int]  # tag_hashes_of
+    index: list[int]  # index_hashes
+    index_rows: list[int] | None
+
+
+def _dispatch_hashes(batch: BatchColumns) -> _DispatchHashes:
+    tags, uniq_keys, record_keys = batch.dispatch_columns()
+    return _DispatchHashes(tag_hashes_of(tags), *index_hashes(uniq_keys, record_keys, batch.topics))
+
+
+def _built_with_hashes(build: Callable[[], BatchColumns]) -> tuple[BatchColumns, _DispatchHashes]:
+    batch = build()
+    return batch, _dispatch_hashes(batch)
 
 
 def _dispatch_entries(topics, qids, queue_offsets, phys, sizes, tag_hashes, now, sys_flags,
@@ -573,17 +593,19 @@ class MessageStore:
         return results
 
     def _write_part(self, batch: BatchColumns, sys_flags: Sequence[int], keys: Sequence, offsets: "_QueueOffsets",
-                    now: int, group: bool, *, split: bool = False, defer: bool = False) -> "_Written":
+                    now: int, group: bool, *, split: bool = False, defer: bool = False,
+                    hashes: _DispatchHashes | None = None) -> "_Written":
         """Assign a batch its queue offsets, write its records, and derive (not yet write) its queue
-        and index entries. `split`/`defer`: a split group's part (CommitLog.write_columns)."""
+        and index entries. `split`/`defer`: a split group's part (CommitLog.write_columns);
+        `hashes`: its _dispatch_hashes, when derived already."""
         queued = _queued_mask(sys_flags, batch.topics)
         starts, queue_offsets = offsets.assign(keys, queued)
         phys, sizes = self._write_records(batch, sys_flags, queue_offsets, now, group, split=split, defer=defer)
-        tags, uniq_keys, record_keys = batch.dispatch_columns()
-        tag_hashes = tag_hashes_of(tags)
-        runs = queue_runs(keys, queued, starts, phys, sizes, tag_hashes)
-        hashes, positions = index_columns(uniq_keys, record_keys, batch.topics, phys)
-        return _Written(queued, queue_offsets, phys, sizes, tag_hashes, runs, hashes, positions)
+        if hashes is None:
+            hashes = _dispatch_hashes(batch)
+        runs = queue_runs(keys, queued, starts, phys, sizes, hashes.tags)
+        positions = index_positions(hashes.index, hashes.index_rows, phys)
+        return _Written(queued, queue_offsets, phys, sizes, hashes.tags, runs, hashes.index, positions)
 
     def _write_records(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
                        now: int, group: bool, *, split: bool = False, defer: bool = False
@@ -630,26 +652,27 @@ class MessageStore:
         recovery always scans it from its BEGIN. A part that fails to build or write
         leaves the parts before it in the log as dead records, never dispatched.
 
-        `written[i]()`, when given, runs once part i is in the log (its write settled),
-        outside the write lock; for a group that fails, only for parts before the failure.
+        `written[i]()`, when given, runs once part i is in the log (its write settled), on
+        the CommitLog's I/O thread (CommitLog.after_writes: the writer does not wait for
+        it); for a group that fails, only for parts before the failure.
         """
         with self._split_lock:  # one at a time: recovery pairs an END with the latest BEGIN
             now = int(time.time() * 1000)
             group = _SplitGroup(_QueueOffsets(self.dispatcher, None))
-            built = _built_one_ahead(parts)
+            built = _built_one_ahead([partial(_built_with_hashes, build) for build in parts])
             try:
                 settled = 0  # parts whose `written` hook has run
-                for i, batch in enumerate(built):
+                for i, (batch, hashes) in enumerate(built):
                     if i:
                         self._let_waiting_writers_in()
-                    write = partial(self._write_split_part, group, batch, now, begins=i == 0,
+                    write = partial(self._write_split_part, group, batch, hashes, now, begins=i == 0,
                                     ends=i == len(parts) - 1)
                     self._under_write_lock(write, durable=False)
                     # part i may still be in flight on the I/O thread; writing it settled part i - 1
                     # (the last part is written in place: then every part has settled)
                     done = len(parts) if i == len(parts) - 1 else i
                     for hook in written[settled:done]:
-                        hook()
+                        self.commitlog.after_writes(hook)
                     settled = max(settled, min(done, len(written)))
             finally:
                 built.close()  # a part being built ahead finishes before the group is abandoned
@@ -662,8 +685,8 @@ class MessageStore:
         return AppendResults(sum(len(w[0]) for w in written), partial(_split_group_results, written, now,
                                                                       self.commitlog.store_host[0]))
 
-    def _write_split_part(self, group: "_SplitGroup", batch: BatchColumns, now: int, *, begins: bool,
-                          ends: bool) -> None:
+    def _write_split_part(self, group: "_SplitGroup", batch: BatchColumns, hashes: _DispatchHashes, now: int, *,
+                          begins: bool, ends: bool) -> None:
         """Write one part of a split group (under the write lock); publish the group with its last."""
         if begins:
             group.start = self.dispatcher.hold = self.commitlog.write_end
@@ -673,7 +696,7 @@ class MessageStore:
         # every part but the last may be written on the CommitLog's I/O thread while the next one
         # is encoded; the last (the op record) is written after it, and only then published
         w = self._write_part(batch, sys_flags, list(zip(topics, qids)), group.offsets, now, False, split=True,
-                             defer=not ends)
+                             defer=not ends, hashes=hashes)
         self._reserved.update(w.runs)  # the queues it wrote (no other writer got in meanwhile: we hold the lock)
         for key, (first, *packed) in w.runs.items():
             group.runs.setdefault(key, [first]).extend(packed)

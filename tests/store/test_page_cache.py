@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -318,6 +319,9 @@ def test_a_large_commit_drops_its_copied_halves_and_nothing_else(tmp_path, advic
         halves_end = store.commitlog.write_end
         assert halves_end > COPY_PART_BYTES
         engine.end("tx", Resolution.COMMIT)
+        io_done = threading.Event()
+        store.commitlog.after_writes(io_done.set)  # the drops run on the I/O thread, behind the writes
+        assert io_done.wait(10)
         seg = store.commitlog.segments[0]
         ranges = advice.get(seg.fd, [])
         assert store.page_cache.dead_released_bytes > 10 << 20 and ranges
