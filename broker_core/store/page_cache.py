@@ -106,10 +106,10 @@ class PageCacheWindow:
         Without the drop, a COMMIT gets cheap pages only when the kernel happens to hold
         recently freed ones. Measured in a broker process, 1M halves committed right after the
         page cache was emptied (drop_caches): the CommitLog I/O thread's system CPU 0.26 µs per
-        row against 0.47-0.52, the COMMIT 2.75 s against 2.92-3.13 (alternating runs). Only
-        pages lying wholly inside a range go: the
-        caller's ranges hold nothing but dead records (RecordCopies.source_runs), and a page
-        shared with a neighbouring record stays.
+        row against 0.47-0.52, the COMMIT 2.75 s against 2.92-3.13 (alternating runs).
+
+        Only pages lying wholly inside a range go: the caller's ranges hold nothing but dead
+        records (RecordCopies.source_runs), and a page shared with a neighbouring record stays.
         """
         if not self.enabled:
             return 0

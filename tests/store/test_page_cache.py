@@ -324,7 +324,7 @@ def test_a_large_commit_drops_its_copied_halves_and_nothing_else(tmp_path, advic
         assert io_done.wait(10)
         seg = store.commitlog.segments[0]
         ranges = advice.get(seg.fd, [])
-        assert store.page_cache.dead_released_bytes > 10 << 20 and ranges
+        assert store.stats()["page_cache_dead_released_bytes"] > 10 << 20 and ranges
         assert all(hi <= halves_end for _, hi in ranges)  # halves only: never the finals
         for other in others:
             page = other.physical_offset // PAGE * PAGE
