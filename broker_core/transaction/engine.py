@@ -125,14 +125,14 @@ class TransactionEngine:
                              immunity_s, transaction_id, producer_group, sender)
 
     def prepare_bodies(self, topics: Sequence[str], bodies: Sequence[bytes], queue_ids: Sequence[int],
-                       unique_keys: Sequence[str], *, born_timestamp: int, transaction_id: str | None = None,
+                       unique_keys: Sequence[str] | None, *, born_timestamp: int, transaction_id: str | None = None,
                        producer_group: str = "", sender: str = "") -> PrepareResult:
-        """prepare() for messages that are a topic, a body, a queue and a message id, nothing
-        else (the Spark sink's rows), given as columns.
+        """prepare() for messages that are a topic, a body, a queue and a message id (or no id:
+        `unique_keys` None), nothing else (the Spark sink's rows), given as columns.
 
         The same halves as prepare() would store for Message(topic, body, queue_id,
-        {UNIQ_KEY: id}, born_timestamp=born_timestamp), encoded from one property template
-        per call instead of a Message and a property dict per message.
+        {UNIQ_KEY: id} or {}, born_timestamp=born_timestamp), encoded from one property
+        template per call instead of a Message and a property dict per message.
         """
         check_transactional_topics(topics)
 

@@ -127,11 +127,12 @@ def build_halves(messages: Sequence[Message], *, transaction_id: str, producer_g
 
 
 def build_half_columns(topics: Sequence[str], bodies: Sequence[bytes], queue_ids: Sequence[int],
-                       unique_keys: Sequence[str], *, born_timestamp: int, transaction_id: str,
+                       unique_keys: Sequence[str] | None, *, born_timestamp: int, transaction_id: str,
                        producer_group: str, sender: str, prepared_ms: int) -> BatchColumns:
-    """build_halves for messages that are a topic, a body, a queue and a UNIQ_KEY, as an encoded
-    batch (for MessageStore.append_group_encoded): the same records, with each half's property
-    string made from one %-template instead of a property dict per half."""
+    """build_halves for messages that are a topic, a body, a queue and a UNIQ_KEY (None: no
+    UNIQ_KEY, as a plain send's row over the native service has none), as an encoded batch (for
+    MessageStore.append_group_encoded): the same records, with each half's property string made
+    from one %-template instead of a property dict per half."""
     for what, value in (("producer group", producer_group), ("sender", sender)):
         if "\x01" in value or "\x02" in value:
             raise BadRequest(f"{what} {value[:100]!r} contains a property separator (\\x01 or \\x02)")
@@ -139,11 +140,15 @@ def build_half_columns(topics: Sequence[str], bodies: Sequence[bytes], queue_ids
     if sender:
         fixed[PROP_TX_SENDER] = sender
     tail = "".join(f"{k}\x01{v}\x02" for k, v in fixed.items()).replace("%", "%%")
-    template = f"{PROP_UNIQ_KEY}\x01%s\x02{PROP_REAL_TOPIC}\x01%s\x02{PROP_REAL_QUEUE_ID}\x01%d\x02{tail}"
+    template = f"{PROP_REAL_TOPIC}\x01%s\x02{PROP_REAL_QUEUE_ID}\x01%d\x02{tail}"
+    columns: list[Sequence] = [topics, queue_ids]
+    if unique_keys is not None:
+        template = f"{PROP_UNIQ_KEY}\x01%s\x02" + template
+        columns.insert(0, unique_keys)
     crc_name = PROP_CRC32 + "\x01"
-    props_crc = list(map(str.encode, map((template + crc_name).__mod__, zip(unique_keys, topics, queue_ids))))
+    props_crc = list(map(str.encode, map((template + crc_name).__mod__, zip(*columns))))
     # the first half of a call carries the prepare time (recovery meets it first: one group)
-    props_crc[0] = ((template % (unique_keys[0], topics[0], queue_ids[0]))
+    props_crc[0] = ((template % tuple(c[0] for c in columns))
                     + f"{PROP_PREPARED_MS}\x01{prepared_ms}\x02{crc_name}").encode()
     n = len(topics)
     half_flag = _with_tx_type(0, SYSFLAG_TRANSACTION_PREPARED)
@@ -151,7 +156,7 @@ def build_half_columns(topics: Sequence[str], bodies: Sequence[bytes], queue_ids
         topics=[HALF_TOPIC] * n, bodies=list(bodies), queue_ids=[0] * n, flags=[0] * n, sys_flags=[half_flag] * n,
         born_timestamps=[born_timestamp] * n, born_raws=[_DEFAULT_BORN_HOST_RAW] * n, reconsume_times=[0] * n,
         prepared_offsets=[0] * n, body_lens=[], body_crcs=None, props_crc=props_crc, tags=[None] * n,
-        uniq_keys=list(unique_keys), keys=[None] * n)
+        uniq_keys=list(unique_keys) if unique_keys is not None else [None] * n, keys=[None] * n)
 
 
 def half_ref_from_stored(stored: StoredMessage) -> HalfRef:

@@ -114,3 +114,23 @@ def test_prepare_ids_are_the_ids_readers_see_after_commit(client, topic):
     client.end_transaction(prep.transaction_id, "COMMIT")
     assert sorted(read_all(client, topic).column("messageId").to_pylist()) == sorted(prep.message_ids)
     assert client.get_message(prep.message_ids[0]).body == b"a"
+
+
+def test_arrow_prepare_ids_asked_for_are_the_ids_readers_see_after_commit(client, topic):
+    prep = client.prepare_arrow("", bodies_batch(5), topic=topic, producer_group="g", sender="s",
+                                return_message_ids=True)
+    assert len(set(prep.message_ids)) == 5
+    client.end_transaction(prep.transaction_id, "COMMIT")
+    assert sorted(read_all(client, topic).column("messageId").to_pylist()) == sorted(prep.message_ids)
+
+
+def test_arrow_prepare_without_ids_commits_messages_named_by_their_offset_ids(client, topic):
+    """Halves nobody asked ids for carry none (as plain sends' rows): their finals are named by
+    the broker's offset ids, distinct and each fetching its own message."""
+    prep = client.prepare_arrow("", bodies_batch(5), topic=topic, producer_group="g", sender="s")
+    assert prep.message_ids == []
+    client.end_transaction(prep.transaction_id, "COMMIT")
+    table = read_all(client, topic)
+    ids = table.column("messageId").to_pylist()
+    assert len(set(ids)) == 5 and all(ids)
+    assert [client.get_message(i).body for i in ids] == table.column("body").to_pylist()

@@ -28,17 +28,19 @@ def records(store: MessageStore, topic: str, queue_id: int) -> list[dict]:
             for m in store.read_queue(topic, queue_id, 0, 100).messages]
 
 
-def prepared_and_committed(tmp_path: Path, name: str, *, columns: bool) -> tuple[list[dict], list[dict]]:
+def prepared_and_committed(tmp_path: Path, name: str, *, columns: bool,
+                           ids: list[str] | None = IDS) -> tuple[list[dict], list[dict]]:
     store = MessageStore(StoreConfig(tmp_path / name, flush_mode="async"))
     try:
         engine = TransactionEngine(store, TransactionConfig(), clock=FakeClock())
         for sender in ("s1", "s2"):
             if columns:
-                engine.prepare_bodies(TOPICS, BODIES, QUEUES, IDS, born_timestamp=BORN, transaction_id="t",
+                engine.prepare_bodies(TOPICS, BODIES, QUEUES, ids, born_timestamp=BORN, transaction_id="t",
                                       producer_group="g", sender=sender)
             else:
-                engine.prepare([Message(t, b, q, {PROP_UNIQ_KEY: i}, born_timestamp=BORN)
-                                for t, b, q, i in zip(TOPICS, BODIES, QUEUES, IDS)],
+                props = [{PROP_UNIQ_KEY: i} for i in ids] if ids is not None else [{} for _ in TOPICS]
+                engine.prepare([Message(t, b, q, p, born_timestamp=BORN)
+                                for t, b, q, p in zip(TOPICS, BODIES, QUEUES, props)],
                                transaction_id="t", producer_group="g", sender=sender)
         halves = records(store, HALF_TOPIC, 0)
         engine.end("t", Resolution.COMMIT, include_senders=["s2"])
@@ -48,12 +50,14 @@ def prepared_and_committed(tmp_path: Path, name: str, *, columns: bool) -> tuple
         store.close()
 
 
-def test_prepare_bodies_stores_the_halves_and_finals_of_prepare(tmp_path):
-    halves, finals = prepared_and_committed(tmp_path, "columns", columns=True)
-    ref_halves, ref_finals = prepared_and_committed(tmp_path, "messages", columns=False)
+@pytest.mark.parametrize("ids", [IDS, None], ids=["with-message-ids", "without"])
+def test_prepare_bodies_stores_the_halves_and_finals_of_prepare(tmp_path, ids):
+    halves, finals = prepared_and_committed(tmp_path, "columns", columns=True, ids=ids)
+    ref_halves, ref_finals = prepared_and_committed(tmp_path, "messages", columns=False, ids=ids)
     assert len(halves) == 8 and len(finals) == 4
     assert halves == ref_halves
     assert finals == ref_finals
+    assert all((PROP_UNIQ_KEY in r["properties"]) == (ids is not None) for r in halves + finals)
 
 
 @pytest.fixture
