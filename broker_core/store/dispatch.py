@@ -104,6 +104,8 @@ _tag_hashes.update({None: 0, "": 0})  # no TAGS property: hash 0
 
 def tag_hashes_of(tags: Sequence[str | None]) -> list[int]:
     """Tag hash per message (0 without a tag), computed once per distinct tag."""
+    if tags.count(None) == len(tags):  # no tags at all (a COMMIT of untagged halves): no lookups
+        return [0] * len(tags)
     cache = _tag_hashes
     missing = set(tags).difference(cache)
     if missing:
@@ -148,6 +150,34 @@ def queue_runs(keys: Sequence, queued: Sequence[bool] | None, starts: dict, phys
     for (key, first), end in zip(starts.items(), ends):
         out[key] = [first, packed[begin * ENTRY_SIZE:end * ENTRY_SIZE]]
         begin = end
+    return out
+
+
+class QueueGroups(NamedTuple):
+    """The records of one write grouped by queue, as arrays (a large write of one topic): what
+    _QueueOffsets.assign_array found, for queue_runs_grouped."""
+
+    keys: list  # the queues written, in key order
+    firsts: list[int]  # the first queue offset assigned in each
+    counts: list[int]  # how many records each gets
+    order: np.ndarray  # record indices grouped by queue, each queue's in record order
+
+
+def queue_runs_grouped(groups: QueueGroups, phys: Sequence[int], sizes: Sequence[int],
+                       tag_hashes: Sequence[int]) -> dict:
+    """queue_runs for records grouped by queue already (QueueGroups): no key is looked up per
+    record, the entries are packed once and cut into one run per queue."""
+    n = len(groups.order)
+    entries = np.empty(n, dtype=ENTRY_DTYPE)
+    entries["phys"] = phys[:n]
+    entries["size"] = sizes
+    entries["tag_hash"] = tag_hashes
+    packed = entries[groups.order].tobytes() if len(groups.keys) > 1 else entries.tobytes()
+    out = {}
+    begin = 0
+    for key, first, count_ in zip(groups.keys, groups.firsts, groups.counts):
+        out[key] = [first, packed[begin * ENTRY_SIZE:(begin + count_) * ENTRY_SIZE]]
+        begin += count_
     return out
 
 

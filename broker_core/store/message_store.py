@@ -43,7 +43,9 @@ from txmq.broker.store.dispatch import (
     goes_to_queue,
     index_hashes,
     index_positions,
+    QueueGroups,
     queue_runs,
+    queue_runs_grouped,
     tag_hashes_of,
 )
 from txmq.broker.store.flush import FlushService, GroupCommit
@@ -131,13 +133,16 @@ def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
     return out
 
 
+_ARRAY_KEYS_FROM = 256  # from this many records of one topic, queue offsets are assigned with arrays
 _NUMPY_FLAGS_FROM = 256  # parts of split groups are thousands of records: one array operation
 
 
 def _split_sys_flags(flags: Sequence[int], *, begins: bool, ends: bool) -> list[int]:
     """SYSFLAG as stored for a part of a split group: SPLIT_GROUP on every record, GROUP_BEGIN
     on the group's first, GROUP_END on its last (see message.SYSFLAG_SPLIT_GROUP)."""
-    if len(flags) >= _NUMPY_FLAGS_FROM:
+    if flags.count(flags[0]) == len(flags):  # one flag for all (a COMMIT's finals): no per-record work
+        out = [flags[0] & ~SYSFLAG_GROUP_BITS | SYSFLAG_SPLIT_GROUP] * len(flags)
+    elif len(flags) >= _NUMPY_FLAGS_FROM:
         out = (np.asarray(flags, dtype=np.int64) & ~SYSFLAG_GROUP_BITS | SYSFLAG_SPLIT_GROUP).tolist()
     else:
         out = [f & ~SYSFLAG_GROUP_BITS | SYSFLAG_SPLIT_GROUP for f in flags]
@@ -223,6 +228,30 @@ class _QueueOffsets:
         for key, counter in counters.items():
             following[key] = next(counter)
         return starts, offsets
+
+    def assign_array(self, topic: str, qids: np.ndarray) -> tuple[np.ndarray, QueueGroups]:
+        """assign() for records all of `topic` (the offsets' own, if it has one), given their queue
+        ids as an array, with no queued mask: (each record's offset, the records grouped by
+        queue). Array operations only: a large COMMIT part does no dictionary work per record."""
+        distinct, inverse = np.unique(qids, return_inverse=True)
+        keys = distinct.tolist() if self._topic is not None else [(topic, q) for q in distinct.tolist()]
+        following = self._next
+        queues = self._dispatcher._queues
+        for key in keys:
+            if key not in following:
+                cq = queues.get(key if self._topic is None else (self._topic, key))
+                following[key] = cq.written_offset if cq is not None else 0
+        firsts = [following[key] for key in keys]
+        counts = np.bincount(inverse, minlength=len(keys))
+        order = np.argsort(inverse, kind="stable")
+        group_of = inverse[order]
+        begins = np.cumsum(counts) - counts  # where each queue's records start in `order`
+        offsets = np.empty(len(qids), dtype=np.int64)
+        offsets[order] = np.asarray(firsts, dtype=np.int64)[group_of] + np.arange(len(qids)) - begins[group_of]
+        counts_list = counts.tolist()
+        for key, first, n in zip(keys, firsts, counts_list):
+            following[key] = first + n
+        return offsets, QueueGroups(keys, firsts, counts_list, order)
 
     def named(self, runs: dict) -> dict:
         """queue_runs' result keyed by (topic, queue id)."""
@@ -599,11 +628,20 @@ class MessageStore:
         and index entries. `split`/`defer`: a split group's part (CommitLog.write_columns);
         `hashes`: its _dispatch_hashes, when derived already."""
         queued = _queued_mask(sys_flags, batch.topics)
-        starts, queue_offsets = offsets.assign(keys, queued)
+        topics = batch.topics
+        if queued is None and len(topics) >= _ARRAY_KEYS_FROM and topics.count(topics[0]) == len(topics):
+            offsets_array, groups = offsets.assign_array(topics[0], np.asarray(batch.queue_ids, dtype=np.int64))
+            queue_offsets = offsets_array.tolist()
+        else:
+            groups = None
+            starts, queue_offsets = offsets.assign(keys, queued)
         phys, sizes = self._write_records(batch, sys_flags, queue_offsets, now, group, split=split, defer=defer)
         if hashes is None:
             hashes = _dispatch_hashes(batch)
-        runs = queue_runs(keys, queued, starts, phys, sizes, hashes.tags)
+        if groups is not None:
+            runs = queue_runs_grouped(groups, phys, sizes, hashes.tags)
+        else:
+            runs = queue_runs(keys, queued, starts, phys, sizes, hashes.tags)
         positions = index_positions(hashes.index, hashes.index_rows, phys)
         return _Written(queued, queue_offsets, phys, sizes, hashes.tags, runs, hashes.index, positions)
 
