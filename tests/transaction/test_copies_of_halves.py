@@ -1,0 +1,39 @@
+"""The final records a COMMIT asks for: the halves' copies, in the order the halves were stored."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT
+from txmq.broker.transaction.engine import _copies_of, _count_topics
+from txmq.broker.transaction.state import HalfRef
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 500), st.sampled_from(["a", "b"]), st.integers(0, 3)), max_size=30),
+       st.randoms(use_true_random=False))
+def test_copies_follow_the_log_whatever_order_the_halves_were_added_in(rows, rnd):
+    halves, at = [], 0
+    for i, (size, topic, qid) in enumerate(rows):
+        halves.append(HalfRef(at, size, i, topic, qid, "s"))
+        at += size
+    added = list(halves)
+    rnd.shuffle(added)  # concurrent prepares land in any order
+    copies = _copies_of(added, None, None, SYSFLAG_TRANSACTION_COMMIT)
+    assert list(copies.physical_offsets) == [h.physical_offset for h in halves]
+    assert list(zip(copies.sizes, copies.topics, copies.queue_ids)) == [(h.size, h.real_topic, h.real_queue_id)
+                                                                        for h in halves]
+
+
+def test_copies_to_one_destination_take_its_topic_and_queue():
+    halves = [HalfRef(0, 10, 0, "a", 1, "s"), HalfRef(10, 10, 1, "b", 2, "s")]
+    copies = _copies_of(halves, "PARKED", 0, 0)
+    assert list(copies.topics) == ["PARKED", "PARKED"] and list(copies.queue_ids) == [0, 0]
+
+
+def test_topics_are_counted_alike_for_one_topic_and_many():
+    assert _count_topics(("t",) * 5) == {"t": 5}
+    assert _count_topics(["t", "u", "t"]) == {"t": 2, "u": 1}
+    assert _count_topics(iter(["t", "t"])) == {"t": 2}
+    assert _count_topics([]) == {}
