@@ -213,8 +213,11 @@ def index_hashes(uniq_keys: Sequence[str | bytes | None], keys: Sequence[str | N
     """
     rows: list[int] | None = None
     if not all(uniq_keys):
-        rows = [i for i, u in enumerate(uniq_keys) if u]
-        uniq_keys = [uniq_keys[i] for i in rows]
+        if any(uniq_keys):
+            rows = [i for i, u in enumerate(uniq_keys) if u]
+            uniq_keys = [uniq_keys[i] for i in rows]
+        else:  # no UNIQ_KEY at all (halves prepared without ids): nothing to walk
+            rows, uniq_keys = [], []
     if uniq_keys and type(uniq_keys[0]) is str:
         uniq_keys = list(map(str.encode, uniq_keys))
     hashes = list(map(crc32, uniq_keys, repeat(_UNIQ_PREFIX_CRC)))

@@ -621,7 +621,8 @@ class MessageStore:
         results.columns = (w.queue_offsets, w.phys, w.sizes)
         return results
 
-    def _write_part(self, batch: BatchColumns, sys_flags: Sequence[int], keys: Sequence, offsets: "_QueueOffsets",
+    def _write_part(self, batch: BatchColumns, sys_flags: Sequence[int], keys: Sequence | None,
+                    offsets: "_QueueOffsets",
                     now: int, group: bool, *, split: bool = False, defer: bool = False,
                     hashes: _DispatchHashes | None = None) -> "_Written":
         """Assign a batch its queue offsets, write its records, and derive (not yet write) its queue
@@ -634,6 +635,8 @@ class MessageStore:
             queue_offsets = offsets_array.tolist()
         else:
             groups = None
+            if keys is None:  # a split group's part: queues named by (topic, queue id)
+                keys = list(zip(topics, batch.queue_ids))
             starts, queue_offsets = offsets.assign(keys, queued)
         phys, sizes = self._write_records(batch, sys_flags, queue_offsets, now, group, split=split, defer=defer)
         if hashes is None:
@@ -733,7 +736,7 @@ class MessageStore:
         topics, qids = batch.topics, batch.queue_ids
         # every part but the last may be written on the CommitLog's I/O thread while the next one
         # is encoded; the last (the op record) is written after it, and only then published
-        w = self._write_part(batch, sys_flags, list(zip(topics, qids)), group.offsets, now, False, split=True,
+        w = self._write_part(batch, sys_flags, None, group.offsets, now, False, split=True,
                              defer=not ends, hashes=hashes)
         self._reserved.update(w.runs)  # the queues it wrote (no other writer got in meanwhile: we hold the lock)
         for key, (first, *packed) in w.runs.items():
