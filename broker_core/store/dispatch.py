@@ -134,28 +134,19 @@ def queue_runs(keys: Sequence, queued: Sequence[bool] | None, starts: dict, phys
         n = len(keys)
     if n <= _PACK_EACH_MAX:
         return _queue_runs_packed_each(keys, starts, phys, sizes, tag_hashes)
-    entries = np.empty(n, dtype=ENTRY_DTYPE)
-    entries["phys"] = phys
-    entries["size"] = sizes
-    entries["tag_hash"] = tag_hashes
     if len(starts) == 1:
-        ((key, first),) = starts.items()
-        return {key: [first, entries.tobytes()]}
-    code_of = {key: i for i, key in enumerate(starts)}
-    codes = np.fromiter(map(code_of.__getitem__, keys), dtype=np.intp, count=n)
-    packed = entries[np.argsort(codes, kind="stable")].tobytes()
-    ends = np.cumsum(np.bincount(codes, minlength=len(starts))).tolist()
-    out = {}
-    begin = 0
-    for (key, first), end in zip(starts.items(), ends):
-        out[key] = [first, packed[begin * ENTRY_SIZE:end * ENTRY_SIZE]]
-        begin = end
-    return out
+        order, counts = np.arange(n), [n]
+    else:
+        code_of = {key: i for i, key in enumerate(starts)}
+        codes = np.fromiter(map(code_of.__getitem__, keys), dtype=np.intp, count=n)
+        order, counts = np.argsort(codes, kind="stable"), np.bincount(codes, minlength=len(starts)).tolist()
+    return queue_runs_grouped(QueueGroups(list(starts), list(starts.values()), counts, order), phys, sizes,
+                              tag_hashes)
 
 
 class QueueGroups(NamedTuple):
-    """The records of one write grouped by queue, as arrays (a large write of one topic): what
-    _QueueOffsets.assign_array found, for queue_runs_grouped."""
+    """The records of one write grouped by queue (what _QueueOffsets.assign_array finds for a
+    large write of one topic, or queue_runs from the records' keys), for queue_runs_grouped."""
 
     keys: list  # the queues written, in key order
     firsts: list[int]  # the first queue offset assigned in each
@@ -212,12 +203,9 @@ def index_hashes(uniq_keys: Sequence[str | bytes | None], keys: Sequence[str | N
     them, one array operation for thousands of items.
     """
     rows: list[int] | None = None
-    if not all(uniq_keys):
-        if any(uniq_keys):
-            rows = [i for i, u in enumerate(uniq_keys) if u]
-            uniq_keys = [uniq_keys[i] for i in rows]
-        else:  # no UNIQ_KEY at all (halves prepared without ids): nothing to walk
-            rows, uniq_keys = [], []
+    if not all(uniq_keys):  # (none at all, as halves prepared without ids: no walk)
+        rows = [i for i, u in enumerate(uniq_keys) if u] if any(uniq_keys) else []
+        uniq_keys = [uniq_keys[i] for i in rows]
     if uniq_keys and type(uniq_keys[0]) is str:
         uniq_keys = list(map(str.encode, uniq_keys))
     hashes = list(map(crc32, uniq_keys, repeat(_UNIQ_PREFIX_CRC)))

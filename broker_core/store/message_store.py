@@ -215,10 +215,7 @@ class _QueueOffsets:
         """({key: first offset assigned here}, the offset of each record, 0 for one not queued)."""
         following = self._next
         wanted = set(keys) if queued is None else set(compress(keys, queued))
-        queues = self._dispatcher._queues  # now: other writers may have added queues between two parts
-        for key in wanted.difference(following):
-            cq = queues.get(key if self._topic is None else (self._topic, key))
-            following[key] = cq.written_offset if cq is not None else 0
+        self._note_new(wanted)
         starts = {key: following[key] for key in wanted}
         counters = {key: count(first) for key, first in starts.items()}
         if queued is None:
@@ -236,11 +233,7 @@ class _QueueOffsets:
         distinct, inverse = np.unique(qids, return_inverse=True)
         keys = distinct.tolist() if self._topic is not None else [(topic, q) for q in distinct.tolist()]
         following = self._next
-        queues = self._dispatcher._queues
-        for key in keys:
-            if key not in following:
-                cq = queues.get(key if self._topic is None else (self._topic, key))
-                following[key] = cq.written_offset if cq is not None else 0
+        self._note_new(keys)
         firsts = [following[key] for key in keys]
         counts = np.bincount(inverse, minlength=len(keys))
         order = np.argsort(inverse, kind="stable")
@@ -252,6 +245,15 @@ class _QueueOffsets:
         for key, first, n in zip(keys, firsts, counts_list):
             following[key] = first + n
         return offsets, QueueGroups(keys, firsts, counts_list, order)
+
+    def _note_new(self, keys) -> None:
+        """Start each queue this write meets for the first time where its written entries end
+        (read now: other writers may have added queues between two parts)."""
+        following = self._next
+        queues = self._dispatcher._queues
+        for key in set(keys).difference(following):
+            cq = queues.get(key if self._topic is None else (self._topic, key))
+            following[key] = cq.written_offset if cq is not None else 0
 
     def named(self, runs: dict) -> dict:
         """queue_runs' result keyed by (topic, queue id)."""
@@ -714,7 +716,7 @@ class MessageStore:
                     done = len(parts) if i == len(parts) - 1 else i
                     for hook in written[settled:done]:
                         self.commitlog.after_writes(hook)
-                    settled = max(settled, min(done, len(written)))
+                    settled = done
             finally:
                 built.close()  # a part being built ahead finishes before the group is abandoned
                 if not group.published:
