@@ -50,3 +50,16 @@ def block_encoder(request, monkeypatch):
 
     return _compiled_or_numpy(request, monkeypatch, record_block, "COMPILED_MIN_RECORDS",
                               record_block._compiled() is not None)
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def source_scan(request, monkeypatch):
+    """Which reader takes apart the sources of large copies (store/record_copy.py): the compiled
+    scan, or numpy (what a process without numba does). Use it as `usefixtures("source_scan")`."""
+    from txmq.broker.store import record_copy
+
+    if request.param == "compiled" and record_copy._compiled_scan() is None:
+        pytest.skip("numba is not installed")
+    if request.param == "numpy":
+        monkeypatch.setattr(record_copy, "_compiled_scan", lambda: None)
+    return request.param

@@ -49,6 +49,7 @@ from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.pull_shm import SharedMemoryLimits, SharedMemoryPayloads
 from txmq.broker.server.short_calls import short_call_pool
 from txmq.broker.store.record_block import load_compiled
+from txmq.broker.store.record_copy import load_compiled_scan
 
 log = logging.getLogger("txmq.broker")
 
@@ -57,10 +58,12 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 def _load_lazy_code() -> None:
     """Load what a COMMIT's parts need and Python loads on first use: the compiled record encoder
-    (numba, ~0.3 s) and pyarrow.compute (the columnar reads' take; it imports pandas, ~0.2 s)."""
+    and source scan (numba, ~0.3 s) and pyarrow.compute (the columnar reads' take; it imports
+    pandas, ~0.2 s)."""
     import pyarrow.compute  # noqa: F401
 
     load_compiled()
+    load_compiled_scan()
 
 
 class BrokerCore:

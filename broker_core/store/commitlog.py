@@ -32,6 +32,8 @@ from operator import add
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
+import numpy as np
+
 from txmq.broker.errors import MessageBodyTooLarge, MessageNotFound
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.checksum import crc32
@@ -227,8 +229,9 @@ class CommitLog:
                      store_timestamp: int, group: bool, split: bool, defer: bool
                      ) -> tuple[list[int], list[int]] | None:
         """write_columns for a batch given as a RecordBlock (record_block): encoded column-wise into
-        one buffer and written with one pwrite. None, writing nothing, when the block would cross
-        a segment end or is over MAX_BLOCK_BYTES (write_columns then goes record by record)."""
+        one buffer and written with one pwrite (one per segment when it crosses a segment end).
+        None, writing nothing, when it is over MAX_BLOCK_BYTES (write_columns then goes record
+        by record)."""
         block = batch.block
         layout = block.layout or BlockLayout(block, batch.topics, batch.queue_ids)
         sizes = layout.sizes
@@ -236,11 +239,10 @@ class CommitLog:
             return None
         size_list = sizes.tolist()
         seg, phys, rolls = self._placement(size_list, group)
-        if rolls:
-            return None
         data = encode_block(block, layout, sys_flags=sys_flags, queue_offsets=queue_offsets, phys=phys[:-1],
                             store_timestamp=store_timestamp, store_host=self.store_host[0])
-        self._write_records([data], phys, size_list, rolls, seg, split=split, defer=defer)
+        self._write_records([data], phys, size_list, rolls, seg, split=split, defer=defer,
+                            pieces=_block_pieces(data, size_list) if rolls else None)
         return phys, size_list
 
     @staticmethod
@@ -271,8 +273,11 @@ class CommitLog:
         return seg, phys, rolls
 
     def _write_records(self, parts: list, phys: list[int], sizes: list[int], rolls: list[int],
-                       seg: MappedFile, *, split: bool = False, defer: bool = False) -> None:
+                       seg: MappedFile, *, split: bool = False, defer: bool = False,
+                       pieces: Callable[[int, int], list] | None = None) -> None:
         """Write encoded records (4 parts each) where _placement put them; all or nothing.
+        `pieces(first, end)`: the bytes of records [first, end) when `parts` is not 4 per record
+        (a block encoded as one buffer), for a write that crosses segment ends.
 
         A split group's part was placed (and encoded) while its previous part may still be
         in flight: that write settles first, and if it failed, this placement is void and
@@ -290,7 +295,7 @@ class CommitLog:
         start = self.write_end
         try:
             if rolls:
-                self._write_across_segments(parts, phys, sizes, rolls, seg)
+                self._write_across_segments(pieces or _record_pieces(parts), phys, sizes, rolls, seg)
             else:
                 seg.append_parts(parts)
         except BaseException:
@@ -366,9 +371,10 @@ class CommitLog:
         phys.append(pos)
         return phys, rolls
 
-    def _write_across_segments(self, parts: list, phys: list[int], sizes: list[int], rolls: list[int],
-                               seg: MappedFile) -> None:
-        """Write the encoded records (4 parts each), a blank record closing each segment they leave."""
+    def _write_across_segments(self, pieces: Callable[[int, int], list], phys: list[int], sizes: list[int],
+                               rolls: list[int], seg: MappedFile) -> None:
+        """Write the encoded records (records [first, end) are `pieces(first, end)`), a blank
+        record closing each segment they leave."""
         opens = set(rolls)
         bounds = sorted({0, *rolls, len(sizes)})
         for first, end in zip(bounds, bounds[1:]):  # the records of one segment each
@@ -376,7 +382,7 @@ class CommitLog:
                 blank_at = phys[first - 1] + sizes[first - 1] if first else self.write_end
                 seg.append(encode_blank(seg.start + seg.capacity - blank_at))
                 seg = self._new_segment(seg.start + seg.capacity)
-            seg.append_parts(parts[4 * first:4 * end])
+            seg.append_parts(pieces(first, end))
 
     def _tail_heads(self, topic: str) -> "_TailHeads":
         """TOPICLEN + topic + PROPLEN for each length of a record's property string up to its CRC digits."""
@@ -491,3 +497,14 @@ class CommitLog:
 
     def disk_bytes(self) -> int:
         return sum(s.size for s in self._table[1])
+
+
+def _record_pieces(parts: list) -> Callable[[int, int], list]:
+    """The pieces of records [first, end) of records encoded as 4 parts each."""
+    return lambda first, end: parts[4 * first:4 * end]
+
+
+def _block_pieces(data: np.ndarray, sizes: list[int]) -> Callable[[int, int], list]:
+    """The bytes of records [first, end) of records encoded back to back into `data`."""
+    starts = list(accumulate(sizes, initial=0))
+    return lambda first, end: [data[starts[first]:starts[end]]]

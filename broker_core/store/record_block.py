@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -173,6 +173,16 @@ class TailHeads:
         self.rows = rows
 
 
+class _Pieces(NamedTuple):
+    buffers: list[np.ndarray]
+    body_buf: np.ndarray
+    body_at: np.ndarray
+    body_len: np.ndarray
+    props_buf: np.ndarray
+    props_at: np.ndarray
+    props_len: np.ndarray
+
+
 class BlockLayout:
     """Everything encoding a block takes that does not depend on where it is written: record
     sizes, the header fields the records keep, the tail heads and the binary views of the
@@ -198,15 +208,36 @@ class BlockLayout:
         self.header_rows = h.view(np.uint8).reshape(n, HEADER_V4_SIZE)
         self.header_rows[:, _BORN_HOST_AT:_BORN_HOST_AT + 8] = block.born_host
         self.unborn = np.flatnonzero(block.born_ts == 0)  # the store's time fills these in, as write_columns does
-        # pieces of the covered bytes (buffers: headers, heads, then the block's) and of the
-        # records (buffers: the covered bytes, then the block's); offsets into the covered
-        # bytes are known once they are gathered
-        self.header_views = _row_views(self.header_rows, 0, HEADER_V4_SIZE)
-        self.head_views = _row_views(heads.rows, 1, heads.lengths)
-        self.props_views = _piece_views([None, None, *block.buffers], block.props_buf + 2, block.props_at,
-                                        block.props_len)
-        self.body_views = _piece_views([None, *block.buffers], block.body_buf + 1, block.body_at, block.body_len)
-        self.tail_views = _row_views(heads.rows, 0, heads.lengths + block.props_len)
+        # the block's pieces, not the block: the block holds its layout, and a cycle would keep a
+        # part's buffers alive until the next collection
+        self._pieces = _Pieces(block.buffers, block.body_buf, block.body_at, block.body_len, block.props_buf,
+                               block.props_at, block.props_len)
+
+    # Pieces of the covered bytes (buffers: headers, heads, then the block's) and of the records
+    # (buffers: the covered bytes, then the block's); offsets into the covered bytes are known once
+    # they are gathered. Only the numpy encoder takes them: the compiled loop never asks.
+
+    @functools.cached_property
+    def header_views(self) -> np.ndarray:
+        return _row_views(self.header_rows, 0, HEADER_V4_SIZE)
+
+    @functools.cached_property
+    def head_views(self) -> np.ndarray:
+        return _row_views(self.heads.rows, 1, self.heads.lengths)
+
+    @functools.cached_property
+    def props_views(self) -> np.ndarray:
+        b = self._pieces
+        return _piece_views([None, None, *b.buffers], b.props_buf + 2, b.props_at, b.props_len)
+
+    @functools.cached_property
+    def body_views(self) -> np.ndarray:
+        b = self._pieces
+        return _piece_views([None, *b.buffers], b.body_buf + 1, b.body_at, b.body_len)
+
+    @functools.cached_property
+    def tail_views(self) -> np.ndarray:
+        return _row_views(self.heads.rows, 0, self.heads.lengths + self._pieces.props_len)
 
 
 def encode_block(block: RecordBlock, layout: BlockLayout, *, sys_flags: Sequence[int], queue_offsets: Sequence[int],

@@ -21,6 +21,7 @@ C-level searches; no property dict is built.
 
 from __future__ import annotations
 
+import functools
 import re
 import struct
 from bisect import bisect_right
@@ -36,6 +37,7 @@ from txmq.broker.store.columnar_read import (
     RecordColumns,
     byte_rows,
     decode_columns,
+    gather_binary,
     gather_records,
     read_spans,
     values_and_offsets,
@@ -145,17 +147,163 @@ def copy_columns(store, copies: RecordCopies) -> BatchColumns:
         return _copied_record_by_record(store, copies)
     phys = np.asarray(copies.physical_offsets, dtype=np.int64)
     sizes = np.asarray(copies.sizes, dtype=np.int64)
-    reads: list[RecordColumns] = []
+    spans: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     done = 0
     while done < len(phys):
         data, record_at, count = _read_sources(store, copies, phys[done:], sizes[done:])
-        reads.append(decode_columns(data, record_at[:count], phys[done:done + count], sizes[done:done + count],
-                                    copies.source_topic, copies.source_queue_id))
+        spans.append((data, record_at[:count], phys[done:done + count], sizes[done:done + count]))
         done += count
+    kernel = _compiled_scan()
+    if kernel is not None:
+        scans = [_scanned(kernel, *span, copies) for span in spans]
+        if all(scan is not None for scan in scans):
+            return _scanned_batch(scans, copies)
+    reads = [decode_columns(*span, copies.source_topic, copies.source_queue_id) for span in spans]
     if any((cols.sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)).any() for cols in reads):
         return _assemble([_Sources(cols, copies) for cols in reads], copies)
     return _block_batch(RecordBlock.concat([_block_of(cols) for cols in reads]),
                         np.concatenate([c.sys_flag for c in reads]), copies)
+
+
+@functools.cache
+def _compiled_scan():
+    """The compiled source scan's module (record_copy_numba), or None without numba."""
+    try:
+        from txmq.broker.store import record_copy_numba
+    except ImportError:
+        return None
+    return record_copy_numba
+
+
+def load_compiled_scan() -> bool:
+    """Load the compiled source scan now (numba's cached machine code), which would otherwise delay
+    the first large COMMIT. A broker calls it once at start, off its serving threads. False
+    without numba."""
+    kernel = _compiled_scan()
+    if kernel is None:
+        return False
+    nothing = np.zeros(0, dtype=np.int64)
+    kernel.scan_sources(_read_only(np.zeros(0, dtype=np.uint8)), nothing, nothing, nothing, _CRC_PREFIX_BYTES,
+                        np.zeros((1, 4), dtype=np.uint8), np.ones(1, dtype=np.int64),
+                        np.zeros((kernel.COLUMN_ROWS, 0), dtype=np.int64), np.zeros((0, 8), dtype=np.uint8),
+                        np.zeros((0, 1, 2), dtype=np.int64))
+    return True
+
+
+def _read_only(data: np.ndarray) -> np.ndarray:
+    """`data` as a read-only array: numba compiles one variant per argument type, and sources
+    come read-only (a segment's map) or not (bytes gathered across segments)."""
+    if not data.flags.writeable:
+        return data
+    view = data.view()
+    view.flags.writeable = False
+    return view
+
+
+_CRC_PREFIX_BYTES = np.frombuffer(CRC_PREFIX, dtype=np.uint8)
+_DISPATCH_NAMES = (b"TAGS", b"UNIQ_KEY", b"KEYS")
+_BAD_SOURCE = {1: "truncated record header", 2: "bad magic code", 3: "queue entry does not point at a record start",
+               4: "record size disagrees with its queue entry", 5: "body length does not fit the record size",
+               6: "topic does not fit the record",
+               7: "properties length or CRC property position disagree with the record size"}
+
+
+@dataclass
+class _Scan:
+    """One read's sources as the compiled scan found them (IPv4 hosts only)."""
+
+    block: RecordBlock
+    sys_flag: np.ndarray
+    found: np.ndarray  # (n, names, 2): start and end of each named property, -1 when absent
+    data: np.ndarray
+
+
+def _scanned(kernel, data: np.ndarray, record_at: np.ndarray, phys: np.ndarray, sizes: np.ndarray,
+             copies: RecordCopies) -> _Scan | None:
+    """The sources of one read scanned by the compiled loop (record_copy_numba): columns, hosts and
+    where the dispatch inputs and the properties to drop are. None when a source has an IPv6
+    host (the numpy path copies those); StoreError naming the first source that is not a record."""
+    n = len(record_at)
+    names = [*_DISPATCH_NAMES, *(name.encode() for name in copies.drop_properties)]
+    name_rows = np.zeros((len(names), max(map(len, names))), dtype=np.uint8)
+    for k, name in enumerate(names):
+        name_rows[k, :len(name)] = np.frombuffer(name, dtype=np.uint8)
+    columns = np.empty((kernel.COLUMN_ROWS, n), dtype=np.int64)
+    born_host = np.empty((n, 8), dtype=np.uint8)
+    found = np.empty((n, len(names), 2), dtype=np.int64)
+    bad, row = kernel.scan_sources(_read_only(data), record_at.astype(np.int64, copy=False), phys, sizes,
+                                   _CRC_PREFIX_BYTES, name_rows,
+                                   np.array(list(map(len, names)), dtype=np.int64), columns, born_host, found)
+    if bad == kernel.IPV6_HOST:
+        return None
+    if bad:
+        raise StoreError(f"queue {copies.source_topic}:{copies.source_queue_id} entry at physical offset "
+                         f"{int(phys[row])} does not match the CommitLog: {_BAD_SOURCE[bad]}")
+    k = kernel
+    block = RecordBlock(
+        buffers=[data], body_buf=np.zeros(n, dtype=np.int32), body_at=columns[k.BODY_AT],
+        body_len=columns[k.BODY_LEN], props_buf=np.zeros(n, dtype=np.int32), props_at=columns[k.PROPS_AT],
+        props_len=columns[k.PROPS_LEN], body_crc=columns[k.BODY_CRC].astype(np.uint32),
+        flag=columns[k.FLAG].astype(np.int32), born_ts=columns[k.BORN_TS], born_host=born_host,
+        reconsume=columns[k.RECONSUME].astype(np.int32), prepared=phys)
+    return _Scan(_without_found(block, found[:, len(_DISPATCH_NAMES):], data), columns[k.SYS_FLAG], found, data)
+
+
+def _without_found(block: RecordBlock, spans: np.ndarray, data: np.ndarray) -> RecordBlock:
+    """`block` with the properties at `spans` ((n, k, 2) start/end in `data`, -1: none) cut out of
+    their property strings. Few strings hold one (a half's prepare time: the first half of each
+    prepare call); the changed strings go to a buffer of their own."""
+    hit = (spans[:, :, 0] >= 0).any(axis=1) if spans.shape[1] else np.zeros(block.count, dtype=bool)
+    rows = np.flatnonzero(hit)
+    if not len(rows):
+        return block
+    changed = []
+    for row in rows.tolist():
+        start = int(block.props_at[row])
+        stop = start + int(block.props_len[row])
+        cuts = sorted((int(a), int(b)) for a, b in spans[row].tolist() if a >= 0)
+        kept, at = [], start
+        for a, b in cuts:
+            kept.append(data[at:a].tobytes())
+            at = b
+        kept.append(data[at:stop].tobytes())
+        changed.append(b"".join(kept))
+    side = np.frombuffer(b"".join(changed), dtype=np.uint8)
+    props_buf, props_at, props_len = block.props_buf.copy(), block.props_at.copy(), block.props_len.copy()
+    props_buf[rows] = len(block.buffers)
+    props_len[rows] = list(map(len, changed))
+    props_at[rows] = np.cumsum(props_len[rows]) - props_len[rows]
+    return replace(block, buffers=[*block.buffers, side], props_buf=props_buf, props_at=props_at,
+                   props_len=props_len)
+
+
+def _scanned_batch(scans: list[_Scan], copies: RecordCopies) -> BatchColumns:
+    """The copies as a batch from the compiled scans of their reads."""
+    block = RecordBlock.concat([scan.block for scan in scans])
+    sys_flags = np.concatenate([scan.sys_flag for scan in scans]) if len(scans) > 1 else scans[0].sys_flag
+    tags, uniq_keys, keys = ([*chain.from_iterable(_found_texts(scan, k) for scan in scans)]
+                             for k in range(len(_DISPATCH_NAMES)))
+    return BatchColumns.of_block(
+        block, topics=list(copies.topics), queue_ids=list(copies.queue_ids),
+        sys_flags=(sys_flags & ~_NOT_INHERITED | copies.transaction_type).tolist(),
+        tags=_decoded(tags), uniq_keys=uniq_keys, keys=_decoded(keys))
+
+
+def _found_texts(scan: _Scan, k: int) -> list[bytes | None]:
+    """The values of dispatch property k (_DISPATCH_NAMES) in a scan's sources, None where absent."""
+    n = scan.block.count
+    start, end = scan.found[:, k, 0], scan.found[:, k, 1]
+    rows = np.flatnonzero(start >= 0)
+    if not len(rows):
+        return [None] * n
+    value_at = start[rows] + len(_DISPATCH_NAMES[k]) + 1
+    values = gather_binary(scan.data, value_at, end[rows] - 1 - value_at).to_pylist()
+    if len(rows) == n:
+        return values
+    out: list[bytes | None] = [None] * n
+    for r, v in zip(rows.tolist(), values):
+        out[r] = v
+    return out
 
 
 def _block_of(cols: RecordColumns) -> RecordBlock:
@@ -524,4 +672,4 @@ def _decoded(values: list[bytes | None]) -> list[str | None]:
     return [v.decode() if v is not None else None for v in values]
 
 
-__all__ = ["RecordCopies", "copy_columns", "dispatch_properties"]
+__all__ = ["RecordCopies", "copy_columns", "dispatch_properties", "load_compiled_scan"]

@@ -68,3 +68,21 @@ def test_loading_the_encoder_ahead_compiles_the_signature_that_blocks_use(tmp_pa
     finally:
         store.close()
     assert len(record_block._compiled().encode_records.signatures) == 1
+
+
+def test_loading_the_source_scan_ahead_compiles_the_signature_that_copies_use(tmp_path, monkeypatch):
+    """The same for the scan of a large COMMIT's sources (record_copy_numba), whether the sources
+    are read from a segment's map or gathered into a buffer of their own."""
+    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 0)
+    assert record_copy.load_compiled_scan()
+    store = MessageStore(small_config(tmp_path / "s", commitlog_segment_bytes=64 << 10))
+    try:
+        placed = store.append([Message("SOURCE", b"m" * 1000, 0, {"UNIQ_KEY": "u%d" % i}) for i in range(100)])
+        assert len({store.commitlog.segment_for(r.physical_offset).start for r in placed}) > 1
+        store.append_group_copies(RecordCopies([r.physical_offset for r in placed], [r.size for r in placed],
+                                               ["FINAL"] * 100, [0] * 100, SYSFLAG_TRANSACTION_COMMIT,
+                                               source_topic="SOURCE"))
+        assert len(store.read_queue("FINAL", 0, 0, 200).messages) == 100
+    finally:
+        store.close()
+    assert len(record_copy._compiled_scan().scan_sources.signatures) == 1

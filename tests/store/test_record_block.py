@@ -74,7 +74,7 @@ def _log_bytes(store: MessageStore) -> bytes:
     return store.commitlog.read(0, store.commitlog.write_end)
 
 
-@pytest.mark.usefixtures("block_encoder")
+@pytest.mark.usefixtures("block_encoder", "source_scan")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=_messages, topic_choice=st.lists(_topics, min_size=1, max_size=3))
 def test_a_block_writes_the_bytes_the_record_by_record_encoder_writes(tmp_path_factory, monkeypatch, messages,
@@ -91,7 +91,7 @@ def test_a_block_writes_the_bytes_the_record_by_record_encoder_writes(tmp_path_f
                 s.close()
 
 
-@pytest.mark.usefixtures("block_encoder")
+@pytest.mark.usefixtures("block_encoder", "source_scan")
 def test_copies_written_as_a_block_read_back_with_their_properties_and_index_keys(tmp_path, monkeypatch):
     blocks_store, _ = stores = _two_stores(tmp_path, monkeypatch)
     try:
@@ -120,18 +120,31 @@ def test_copies_written_as_a_block_read_back_with_their_properties_and_index_key
             s.close()
 
 
-def test_a_block_that_would_cross_a_segment_end_is_written_record_by_record(tmp_path, monkeypatch):
-    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 0)
-    store = MessageStore(small_config(tmp_path / "s"))  # 16 KiB segments
+def _whole_log(store: MessageStore) -> bytes:
+    """Every byte of the CommitLog, segment after segment (a read stops at a segment end)."""
+    chunks, offset, end = [], 0, store.commitlog.write_end
+    while offset < end:
+        chunks.append(store.commitlog.read(offset, end - offset))
+        offset += len(chunks[-1])
+    return b"".join(chunks)
+
+
+@pytest.mark.usefixtures("block_encoder", "source_scan")
+def test_a_block_that_crosses_segment_ends_is_written_as_a_block_with_the_record_by_record_bytes(
+        tmp_path, monkeypatch):
+    stores = _two_stores(tmp_path, monkeypatch, segment_bytes=16 << 10)
     try:
-        placed = [(r.physical_offset, r.size) for r in store.append(
-            [Message(SOURCE, bytes([i]) * 500, 0, {"UNIQ_KEY": "u%d" % i}) for i in range(60)])]
-        copies = RecordCopies([p for p, _ in placed], [s for _, s in placed], ["FINAL"] * 60, [0] * 60,
-                              SYSFLAG_TRANSACTION_COMMIT, source_topic=SOURCE)
-        store.append_group_copies(copies)
-        assert [m.body for m in store.read_queue("FINAL", 0, 0, 100).messages] == [bytes([i]) * 500 for i in range(60)]
+        messages = [Message(SOURCE, bytes([i]) * 500, 0, {"UNIQ_KEY": "u%d" % i}) for i in range(60)]
+        blocks, lists = _commit_in_both(stores, messages, ["FINAL"] * 60, monkeypatch)
+        copies_in = {stores[0].commitlog.segment_for(r.physical_offset).start for r in blocks}
+        assert len(copies_in) > 1  # the block crossed segment ends (blank records close them)
+        assert _whole_log(stores[0]) == _whole_log(stores[1])
+        assert [tuple(r) for r in blocks] == [tuple(r) for r in lists]
+        assert [m.body for m in stores[0].read_queue("FINAL", 0, 0, 100).messages] == [
+            bytes([i]) * 500 for i in range(0, 60, 3)]
     finally:
-        store.close()
+        for s in stores:
+            s.close()
 
 
 _props = st.lists(st.dictionaries(_names, st.text(_text, max_size=12), max_size=5), min_size=1, max_size=8)
@@ -177,7 +190,7 @@ def test_copies_in_a_store_with_an_ipv6_host_are_written_record_by_record(tmp_pa
         store.close()
 
 
-@pytest.mark.usefixtures("block_encoder")
+@pytest.mark.usefixtures("block_encoder", "source_scan")
 def test_sources_in_two_segments_make_one_block_with_both_maps(tmp_path, monkeypatch):
     stores = _two_stores(tmp_path, monkeypatch, segment_bytes=64 << 10)
     try:

@@ -40,6 +40,7 @@ from txmq.broker.store.config import StoreConfig
 from txmq.broker.store.message import Message
 from txmq.broker.store.message_store import MessageStore
 from txmq.broker.store.record_block import load_compiled
+from txmq.broker.store.record_copy import load_compiled_scan
 from txmq.broker.transaction import CheckbackService, Resolution, TransactionConfig, TransactionEngine
 
 TOPICS = ("orders", "points", "audit")
@@ -180,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     part_bytes = os.environ.get(PART_BYTES_ENV)
     if part_bytes:  # COMMITs written in parts, as split groups (MessageStore._append_split_group)
         message_store.COPY_PART_BYTES = int(part_bytes)
-    load_compiled()  # as a broker does at start: large COMMIT parts take the compiled encoder
+    load_compiled()  # as a broker does at start: large COMMIT parts take the compiled encoder and scan
+    load_compiled_scan()
     events = read_journal(args.journal)
     decisions = {e["tx"]: e["decision"] for e in events if e.get("ev") == "decided"}
     journal = Journal(args.journal)

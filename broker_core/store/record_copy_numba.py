@@ -1,0 +1,148 @@
+"""The compiled loop of record_copy.py: the sources of many copies read in one pass (numba).
+
+A COMMIT of a Spark micro-batch copies a million halves. Read column-wise with
+numpy (columnar_read.decode_columns, then a property index over the gathered
+tails), each part of the copy costs a dozen array passes, and every pass takes
+the GIL back from the thread writing the previous part; the part builder ends up
+waiting for the GIL more than it computes. This loop reads each source once,
+checks it as decode_columns does, and finds the properties a copy needs
+(dispatch inputs, properties to drop) while it is there, all without the GIL.
+
+Imported by record_copy only for copies large enough to pay for loading it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# What scan_sources found wrong with a source (0: nothing). The caller names the source.
+BAD_NONE = 0
+BAD_TRUNCATED_HEADER = 1
+BAD_MAGIC = 2
+BAD_NOT_A_RECORD_START = 3
+BAD_SIZE = 4
+BAD_BODY_LENGTH = 5
+BAD_TOPIC = 6
+BAD_PROPERTIES = 7
+IPV6_HOST = 8  # not an error: a source with an IPv6 host, which the numpy path copies
+
+# Rows of the `columns` matrix scan_sources fills (int64, one column per source).
+BODY_AT, BODY_LEN, PROPS_AT, PROPS_LEN, BORN_TS, SYS_FLAG, FLAG, RECONSUME, BODY_CRC = range(9)
+COLUMN_ROWS = 9
+
+_HEADER = 88  # TOTALSIZE through BODYLEN with IPv4 hosts
+_MAGIC = 0xDAA320A7
+_HOST_V6 = (0x1 << 4) | (0x1 << 5)  # SYSFLAG bits of IPv6 born and store hosts
+_CRC_SUFFIX = 11  # 10 digits and \x02
+
+
+@njit(cache=True, inline="always")
+def _u32(data, at):
+    return (np.int64(data[at]) << 24) | (np.int64(data[at + 1]) << 16) | (np.int64(data[at + 2]) << 8) \
+        | np.int64(data[at + 3])
+
+
+@njit(cache=True, inline="always")
+def _i32(data, at):
+    value = _u32(data, at)
+    return value - (np.int64(1) << 32) if value >= (np.int64(1) << 31) else value
+
+
+@njit(cache=True, inline="always")
+def _i64(data, at):
+    return (_u32(data, at) << 32) | _u32(data, at + 4)
+
+
+@njit(cache=True, nogil=True)
+def scan_sources(data, record_at, phys, sizes, crc_prefix, names, name_len, columns, born_host, found):
+    """Read and check the sources at data[record_at[i]:], record i named by physical offset phys[i]
+    and size sizes[i]; return (0, 0) or (what is wrong, the first source it is wrong with).
+
+    Fills, per source i: columns[:, i] (the rows named above; PROPS_LEN runs through the
+    CRC property's name, as a copy re-uses it), born_host[i] (the 8 stored bytes) and
+    found[i, k] = (start, end) of the property named names[k][:name_len[k]] in the
+    property string ("name\\x01value\\x02", end past the \\x02), or (-1, -1).
+    A source with an IPv6 host stops the scan with IPV6_HOST.
+    """
+    size_of_data = data.shape[0]
+    tail_len = crc_prefix.shape[0] + _CRC_SUFFIX
+    for i in range(record_at.shape[0]):
+        at = record_at[i]
+        if at < 0 or at + _HEADER > size_of_data:
+            return BAD_TRUNCATED_HEADER, i
+        size = _u32(data, at)
+        if _u32(data, at + 4) != _MAGIC:
+            return BAD_MAGIC, i
+        if _i64(data, at + 28) != phys[i]:
+            return BAD_NOT_A_RECORD_START, i
+        sys_flag = _i32(data, at + 36)
+        if sys_flag & _HOST_V6:
+            return IPV6_HOST, i
+        end = at + size
+        if size != sizes[i] or end > size_of_data:
+            return BAD_SIZE, i
+        body_len = _i32(data, at + 84)
+        body_at = at + _HEADER
+        topic_at = body_at + body_len
+        if body_len < 0 or topic_at + 3 > end:
+            return BAD_BODY_LENGTH, i
+        props_at = topic_at + 3 + np.int64(data[topic_at])
+        if props_at > end:
+            return BAD_TOPIC, i
+        crc_name_at = end - tail_len
+        props_field = (np.int64(data[props_at - 2]) << 8) | np.int64(data[props_at - 1])
+        if props_field != end - props_at or crc_name_at < props_at:
+            return BAD_PROPERTIES, i
+        for j in range(crc_prefix.shape[0]):
+            if data[crc_name_at + j] != crc_prefix[j]:
+                return BAD_PROPERTIES, i
+        columns[BODY_AT, i] = body_at
+        columns[BODY_LEN, i] = body_len
+        columns[PROPS_AT, i] = props_at
+        columns[PROPS_LEN, i] = end - _CRC_SUFFIX - props_at
+        columns[BORN_TS, i] = _i64(data, at + 40)
+        columns[SYS_FLAG, i] = sys_flag
+        columns[FLAG, i] = _i32(data, at + 16)
+        columns[RECONSUME, i] = _i32(data, at + 72)
+        columns[BODY_CRC, i] = _u32(data, at + 8)
+        for j in range(8):
+            born_host[i, j] = data[at + 48 + j]
+        _find_properties(data, props_at, crc_name_at, names, name_len, found[i])
+    return BAD_NONE, 0
+
+
+@njit(cache=True, inline="always")
+def _find_properties(data, start, stop, names, name_len, found):
+    """found[k] = (start, end) of property k in data[start:stop] (properties "name\\x01value\\x02"
+    back to back), or (-1, -1). Names and values hold no \\x01 or \\x02 (validated when the
+    source was written); a string that breaks that ends the walk, never a read past `stop`."""
+    for k in range(names.shape[0]):
+        found[k, 0] = -1
+        found[k, 1] = -1
+    p = start
+    while p < stop:
+        q = p
+        while q < stop and data[q] != 1:
+            q += 1
+        r = q + 1
+        while r < stop and data[r] != 2:
+            r += 1
+        if r >= stop:
+            return
+        for k in range(names.shape[0]):
+            n = name_len[k]
+            if q - p != n or found[k, 0] >= 0:
+                continue
+            same = True
+            for j in range(n):
+                if data[p + j] != names[k, j]:
+                    same = False
+                    break
+            if same:
+                found[k, 0] = p
+                found[k, 1] = r + 1
+        p = r + 1
+
+
+__all__ = ["BAD_NONE", "COLUMN_ROWS", "IPV6_HOST", "scan_sources"]
