@@ -9,6 +9,8 @@ the work is large enough to pay for it (see record_block and protocol/pull_kerne
 - `crc32_update`: zlib's CRC32 (IEEE), slice-by-8, for the record CRC of records
   encoded in a compiled loop. Its tables are an argument (`CRC32_TABLES`), not a
   global: numba does not cache code that holds global arrays.
+- `crc32_combine`, `crc32_shift`: the CRC of two byte strings joined, from theirs (zlib's
+  crc32_combine, by multiplication modulo the polynomial; `X2N_TABLE` is an argument too).
 """
 
 from __future__ import annotations
@@ -100,4 +102,67 @@ def crc32_update(crc, data, start, end, tables):
     return c ^ ones
 
 
-__all__ = ["CRC32_TABLES", "crc32_update", "load_u64", "memcpy", "trailing_zeros"]
+_CRC_POLY = 0xEDB88320
+
+
+def _multmodp_py(a: int, b: int) -> int:
+    """a * b modulo the CRC polynomial (reflected bit order: bit 31 is x^0)."""
+    product = 0
+    for bit in range(31, -1, -1):
+        if a >> bit & 1:
+            product ^= b
+        b = (b >> 1) ^ _CRC_POLY if b & 1 else b >> 1
+    return product
+
+
+def _x2n_table() -> np.ndarray:
+    """x^(2^n) modulo the CRC polynomial, for n = 0..31: the squarings crc32_shift multiplies."""
+    table = np.zeros(32, dtype=np.uint32)
+    p = 1 << 30  # x^1
+    for n in range(32):
+        table[n] = p
+        p = _multmodp_py(p, p)
+    return table
+
+
+X2N_TABLE = _x2n_table()
+
+
+@njit(cache=True, nogil=True, inline="always")
+def multmodp(a, b):
+    """a * b modulo the CRC polynomial (numba; the operands are CRC-sized polynomials)."""
+    a = np.uint32(a)
+    b = np.uint32(b)
+    product = np.uint32(0)
+    poly = np.uint32(_CRC_POLY)
+    for bit in range(31, -1, -1):
+        if (a >> np.uint32(bit)) & np.uint32(1):
+            product ^= b
+        b = (b >> np.uint32(1)) ^ poly if b & np.uint32(1) else b >> np.uint32(1)
+    return product
+
+
+@njit(cache=True, nogil=True)
+def crc32_shift(length, x2n):
+    """x^(8 * length) modulo the CRC polynomial: what crc32_combine multiplies the first CRC by
+    (zlib's crc32_combine_gen). `x2n` is X2N_TABLE."""
+    p = np.uint32(1 << 31)  # x^0
+    n = length
+    k = 3  # a byte is 2^3 bits
+    while n:
+        if n & 1:
+            p = multmodp(x2n[k & 31], p)
+        n >>= 1
+        k += 1
+    return p
+
+
+@njit(cache=True, nogil=True, inline="always")
+def crc32_combine(crc_first, crc_second, shift):
+    """zlib.crc32(first + second) from the CRCs of the two and crc32_shift(len(second)): the CRC of
+    a record whose header changes, from the header's and the unchanged rest's."""
+    return multmodp(shift, crc_first) ^ np.uint32(crc_second)
+
+
+__all__ = ["CRC32_TABLES", "X2N_TABLE", "crc32_combine", "crc32_shift", "crc32_update", "load_u64", "memcpy",
+           "trailing_zeros"]

@@ -17,16 +17,21 @@ segment's map), and `encode_block` builds them with whole-column operations:
 5. the records (header, body, tail, digits) gathered the same way into the one
    buffer the CommitLog writes with one pwrite.
 
-Blocks of COMPILED_MIN_RECORDS records or more skip steps 2 to 5: a compiled loop
-(record_block_numba, numba, GIL released) writes each record's pieces into the buffer
-and takes its CRC in one pass, instead of two Arrow gathers and a crc32 call per record
-(a 1M-half COMMIT in a broker process: 3.18-3.30 s against 3.24-3.52 s). Smaller blocks
-(and every block without numba) take the steps above, so a process that never writes
-large blocks never loads numba (a broker loads it at start: `load_compiled`).
+Blocks of COMPILED_MIN_RECORDS records or more skip steps 2 to 5: compiled loops
+(record_block_numba, numba, GIL released) write the records instead of two Arrow gathers
+and a crc32 call per record, in two passes. `fill_records`, when the layout is built (a
+split group's part: on the thread that builds it), writes everything that does not
+depend on where the records land (the bodies above all) and takes the CRC of each
+record's tail; `finish_records`, under the log's lock, copies in the placed headers and
+combines each header's CRC with its tail's (compiled_primitives.crc32_combine): it
+touches a header and ten digits per record, nothing else.
+Smaller blocks (and every block without numba) take the steps above, so a process that
+never writes large blocks never loads numba (a broker loads it at start: `load_compiled`).
 
 The bytes equal write_columns' byte for byte (tests compare them, both ways). IPv4 hosts
 only: the header is then fixed-size; anything else goes through the list columns
-(`list_columns`), as does a block that would cross a segment end.
+(`list_columns`). A block that crosses a segment end is encoded as one buffer and
+written in one piece per segment.
 """
 
 from __future__ import annotations
@@ -68,8 +73,11 @@ def load_compiled() -> bool:
     if kernel is None:
         return False
     nothing = np.zeros(0, dtype=np.int64)
-    kernel.encode_records(np.zeros(0, dtype=np.uint8), np.zeros((0, HEADER_V4_SIZE), dtype=np.uint8),
-                          np.zeros((0, _DIGITS_WIDTH), dtype=np.uint8), nothing, nothing, nothing, nothing, nothing,
+    out = np.frombuffer(pa.allocate_buffer(0), dtype=np.uint8)  # as _filled allocates it
+    crcs = np.zeros(0, dtype=np.uint32)
+    kernel.fill_records(out, np.zeros((0, _DIGITS_WIDTH), dtype=np.uint8), nothing, nothing, nothing, nothing,
+                        nothing, crcs, crcs.copy(), kernel.CRC32_TABLES, kernel.X2N_TABLE)
+    kernel.finish_records(out, np.zeros((0, HEADER_V4_SIZE), dtype=np.uint8), nothing, crcs, crcs,
                           kernel.CRC32_TABLES)
     return True
 
@@ -208,6 +216,12 @@ class BlockLayout:
         self.header_rows = h.view(np.uint8).reshape(n, HEADER_V4_SIZE)
         self.header_rows[:, _BORN_HOST_AT:_BORN_HOST_AT + 8] = block.born_host
         self.unborn = np.flatnonzero(block.born_ts == 0)  # the store's time fills these in, as write_columns does
+        kernel = _compiled() if n >= COMPILED_MIN_RECORDS else None
+        # when the compiled loops encode the block: the records but their headers and CRC digits,
+        # and each record's tail CRC and the shift that combines it with its header's (encode_block)
+        self.filled = self.tail_crc = self.tail_shift = None
+        if kernel is not None:
+            self.filled, self.tail_crc, self.tail_shift = _filled(kernel, block, self)
         # the block's pieces, not the block: the block holds its layout, and a cycle would keep a
         # part's buffers alive until the next collection
         self._pieces = _Pieces(block.buffers, block.body_buf, block.body_at, block.body_len, block.props_buf,
@@ -252,7 +266,7 @@ def encode_block(block: RecordBlock, layout: BlockLayout, *, sys_flags: Sequence
     h["born_ts"][layout.unborn] = store_timestamp
     headers = layout.header_rows
     headers[:, _STORE_HOST_AT:_STORE_HOST_AT + 8] = np.frombuffer(store_host, dtype=np.uint8)
-    kernel = _compiled() if n >= COMPILED_MIN_RECORDS else None
+    kernel = _compiled() if layout.filled is not None else None
     if kernel is not None:
         return _encoded_compiled(kernel, block, layout)
     covered = _gather([headers.reshape(-1), layout.heads.rows.reshape(-1), *block.buffers],
@@ -277,9 +291,10 @@ def encode_block(block: RecordBlock, layout: BlockLayout, *, sys_flags: Sequence
     return data
 
 
-def _encoded_compiled(kernel, block: RecordBlock, layout: BlockLayout) -> np.ndarray:
-    """encode_block's records written by the compiled loop (record_block_numba) into a buffer
-    from Arrow's pool (reused from part to part, where fresh memory would cost page faults)."""
+def _filled(kernel, block: RecordBlock, layout: BlockLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The block's records with everything but their headers and CRC digits written by the compiled
+    loop (record_block_numba.fill_records), into a buffer from Arrow's pool (reused from part to
+    part, where fresh memory would cost page faults); each record's tail CRC and shift."""
     total = int(layout.sizes.sum())
     lengths = np.array([len(b) for b in block.buffers], dtype=np.int64)
     addresses = np.array([b.ctypes.data for b in block.buffers], dtype=np.int64)
@@ -291,10 +306,23 @@ def _encoded_compiled(kernel, block: RecordBlock, layout: BlockLayout) -> np.nda
     assert (block.props_at >= 0).all() and (block.props_at + props_len <= lengths[block.props_buf]).all(), \
         "a property string outside its buffer"
     out = np.frombuffer(pa.allocate_buffer(total), dtype=np.uint8)
-    written = kernel.encode_records(
-        out, layout.header_rows, layout.heads.rows, layout.heads.lengths, addresses[block.body_buf] + block.body_at,
-        body_len, addresses[block.props_buf] + block.props_at, props_len, kernel.CRC32_TABLES)
-    assert written == total, "encoded records disagree with their sizes"
+    tail_crc = np.empty(block.count, dtype=np.uint32)
+    tail_shift = np.empty(block.count, dtype=np.uint32)
+    written = kernel.fill_records(out, layout.heads.rows, layout.heads.lengths, addresses[block.body_buf] + block.body_at,
+                                  body_len, addresses[block.props_buf] + block.props_at, props_len, tail_crc,
+                                  tail_shift, kernel.CRC32_TABLES, kernel.X2N_TABLE)
+    assert written == total, "filled records disagree with their sizes"
+    return out, tail_crc, tail_shift
+
+
+def _encoded_compiled(kernel, block: RecordBlock, layout: BlockLayout) -> np.ndarray:
+    """encode_block's records finished by the compiled loop: the headers (placed) copied into the
+    records the layout filled, and the record CRCs taken."""
+    out = layout.filled
+    layout.filled = None  # a buffer is finished once: the block is written once
+    written = kernel.finish_records(out, layout.header_rows, layout.sizes.astype(np.int64, copy=False),
+                                    layout.tail_crc, layout.tail_shift, kernel.CRC32_TABLES)
+    assert written == len(out), "encoded records disagree with their sizes"
     return out
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from txmq.broker.store.compiled_primitives import load_u64, trailing_zeros
+
 # What scan_sources found wrong with a source (0: nothing). The caller names the source.
 BAD_NONE = 0
 BAD_TRUNCATED_HEADER = 1
@@ -113,22 +115,42 @@ def scan_sources(data, record_at, phys, sizes, crc_prefix, names, name_len, colu
 
 
 @njit(cache=True, inline="always")
+def _next_separator(base, p, stop):
+    """The position of the first \\x01 or \\x02 in the bytes [p, stop) at address `base`, or
+    `stop`: eight bytes a step (a word's bytes equal to 1 or 2 found by the zero-byte test on
+    it xor 0x01.. and xor 0x02..; the lowest hit of that test is exact). A step may read up to
+    7 bytes past `stop`: the callers' strings are followed by the CRC property (20 bytes)."""
+    ones = np.uint64(0x0101010101010101)
+    twos = np.uint64(0x0202020202020202)
+    highs = np.uint64(0x8080808080808080)
+    while p < stop:
+        word = load_u64(base + p)
+        a = word ^ ones
+        b = word ^ twos
+        hits = ((a - ones) & ~a | (b - ones) & ~b) & highs
+        if hits:
+            at = p + np.int64(trailing_zeros(hits) >> np.uint64(3))
+            return at if at < stop else stop
+        p += 8
+    return stop
+
+
+@njit(cache=True, inline="always")
 def _find_properties(data, start, stop, names, name_len, found):
     """found[k] = (start, end) of property k in data[start:stop] (properties "name\\x01value\\x02"
     back to back), or (-1, -1). Names and values hold no \\x01 or \\x02 (validated when the
-    source was written); a string that breaks that ends the walk, never a read past `stop`."""
+    source was written); a string that breaks that ends the walk, never a read past the record."""
     for k in range(names.shape[0]):
         found[k, 0] = -1
         found[k, 1] = -1
+    base = data.ctypes.data
     p = start
     while p < stop:
-        q = p
-        while q < stop and data[q] != 1:
-            q += 1
-        r = q + 1
-        while r < stop and data[r] != 2:
-            r += 1
-        if r >= stop:
+        q = _next_separator(base, p, stop)
+        if q >= stop or data[q] != 1:
+            return
+        r = _next_separator(base, q + 1, stop)
+        if r >= stop or data[r] != 2:
             return
         for k in range(names.shape[0]):
             n = name_len[k]

@@ -67,7 +67,8 @@ def test_loading_the_encoder_ahead_compiles_the_signature_that_blocks_use(tmp_pa
         assert [m.body for m in store.read_queue("FINAL", 0, 0, 10).messages] == [b"m%d" % i for i in range(8)]
     finally:
         store.close()
-    assert len(record_block._compiled().encode_records.signatures) == 1
+    kernel = record_block._compiled()
+    assert len(kernel.fill_records.signatures) == len(kernel.finish_records.signatures) == 1
 
 
 def test_loading_the_source_scan_ahead_compiles_the_signature_that_copies_use(tmp_path, monkeypatch):
@@ -86,3 +87,13 @@ def test_loading_the_source_scan_ahead_compiles_the_signature_that_copies_use(tm
     finally:
         store.close()
     assert len(record_copy._compiled_scan().scan_sources.signatures) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(first=st.binary(max_size=300), second=st.binary(max_size=300))
+def test_two_crcs_combine_into_the_crc_of_the_bytes_joined(first, second):
+    """What lets a record's tail CRC be taken before its header is placed (record_block_numba)."""
+    from txmq.broker.store.compiled_primitives import X2N_TABLE, crc32_combine, crc32_shift
+
+    shift = crc32_shift(len(second), X2N_TABLE)
+    assert int(crc32_combine(zlib.crc32(first), zlib.crc32(second), shift)) == zlib.crc32(first + second)
