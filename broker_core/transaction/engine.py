@@ -26,9 +26,8 @@ import threading
 import time
 import uuid
 from collections import Counter
-from functools import partial
-from itertools import islice, repeat
-from operator import attrgetter, itemgetter, lt
+from itertools import islice
+from operator import lt
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -69,7 +68,7 @@ from .snapshot import TableSnapshot, encode_tx, load_snapshots, write_snapshot
 from .state import (
     EndResult,
     FinalRecord,
-    HalfRef,
+    HalfRefs,
     PrepareResult,
     Resolution,
     Transaction,
@@ -248,7 +247,7 @@ class TransactionEngine:
                 self.store.append([op], allow_system=True)
                 with tx.cond:
                     tx.state, tx.checks, tx.last_check_ms, tx.resumed_ms = TxState.PENDING, 0, 0, now
-            self.metrics.halves_back_to_pending(_count_topics(h.real_topic for h in tx.halves))
+            self.metrics.halves_back_to_pending(_count_topics(tx.halves.real_topics()))
             self.metrics.count("resumes")
             self._schedule(tx, now + tx.immunity_ms)
 
@@ -270,7 +269,7 @@ class TransactionEngine:
                 self.store.append_group_copies(copies, [op])
                 with tx.cond:
                     tx.state = TxState.DISCARDED
-            self.metrics.halves_left_pending(_count_topics(h.real_topic for h in tx.halves))
+            self.metrics.halves_left_pending(_count_topics(tx.halves.real_topics()))
             self.metrics.resolved("DISCARD", (now - tx.created_ms) / 1000)
             log.info("transaction %s discarded (%s) after %d checks", transaction_id, reason, tx.checks)
             return True
@@ -419,11 +418,10 @@ class TransactionEngine:
             queue_offsets = [r.queue_offset for r in results]
             phys = [r.physical_offset for r in results]
             sizes = [r.size for r in results]
-        refs = list(map(_new_half_ref, zip(phys[:len(topics)], sizes, queue_offsets, topics, queue_ids,
-                                           repeat(sender))))
+        n = len(topics)
         with tx.cond:
             first = not tx.halves
-            tx.halves.extend(refs)
+            tx.halves.add(phys[:n], sizes, queue_offsets, topics, queue_ids, sender)
             if first:
                 tx.created_ms = now
             tx.immunity_ms = max(tx.immunity_ms, immunity)
@@ -443,7 +441,7 @@ class TransactionEngine:
         """Append the final records (copies of the selected halves, the engine's prepare time
         dropped) and the op record as one group, then mark the transaction committed."""
         wanted = None if include_senders is None else frozenset(include_senders)
-        selected = tx.halves if wanted is None else [h for h in tx.halves if h.sender in wanted]
+        selected = tx.halves if wanted is None else tx.halves.of_senders(wanted)
         finals = _copies_of(selected, None, None, SYSFLAG_TRANSACTION_COMMIT)
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
@@ -471,7 +469,7 @@ class TransactionEngine:
             self._table.pop(tx.transaction_id, None)
             self._finals[tx.transaction_id] = FinalRecord(state, now)
         self.metrics.halves_left_pending(topic_counts if topic_counts is not None
-                                         else _count_topics(map(_REAL_TOPIC, tx.halves)))
+                                         else _count_topics(tx.halves.real_topics()))
 
     def _schedule(self, tx: Transaction, due_ms: int) -> None:
         with self._table_lock:
@@ -523,30 +521,25 @@ class TransactionEngine:
             self._last_snapshot_s = time.monotonic()
 
 
-def _copies_of(halves: Sequence[HalfRef], topic: str | None, queue_id: int | None,
-               transaction_type: int) -> RecordCopies:
+def _copies_of(halves: HalfRefs, topic: str | None, queue_id: int | None, transaction_type: int) -> RecordCopies:
     """Copies of `halves` in the order they were stored (concurrent prepares add theirs in any
     order), to their real topic and queue when topic/queue_id are None. A Spark micro-batch
-    holds millions of halves: each column is taken with one C-level pass, and the halves are
-    sorted only when they are not in log order already (one comparison each)."""
+    holds millions of halves: their columns are joined in C, and sorted only when they are not
+    in log order already (one comparison each)."""
     n = len(halves)
-    phys = list(map(_HALF_PHYS, halves))
+    phys, sizes, topics, queue_ids = halves.columns()
     if n > 1 and not all(map(lt, phys, islice(phys, 1, None))):
-        halves = sorted(halves, key=_HALF_PHYS)
-        phys = list(map(_HALF_PHYS, halves))
+        order = sorted(range(n), key=phys.__getitem__)
+        phys, sizes, topics, queue_ids = ([column[i] for i in order] for column in (phys, sizes, topics, queue_ids))
     return RecordCopies(
-        physical_offsets=phys, sizes=list(map(_HALF_SIZE, halves)),
-        topics=list(map(_HALF_TOPIC, halves)) if topic is None else [topic] * n,
-        queue_ids=list(map(_HALF_QUEUE, halves)) if queue_id is None else [queue_id] * n,
+        physical_offsets=phys, sizes=sizes,
+        topics=topics if topic is None else [topic] * n,
+        queue_ids=queue_ids if queue_id is None else [queue_id] * n,
         transaction_type=transaction_type, source_topic=HALF_TOPIC, source_queue_id=0,
         # the prepare time is the engine's bookkeeping, not the message's: a final record drops it
         drop_properties=(PROP_PREPARED_MS,) if transaction_type == SYSFLAG_TRANSACTION_COMMIT else ())
 
 
-_HALF_PHYS, _HALF_SIZE, _HALF_TOPIC, _HALF_QUEUE = (
-    itemgetter(HalfRef._fields.index(name)) for name in ("physical_offset", "size", "real_topic", "real_queue_id"))
-_REAL_TOPIC = attrgetter("real_topic")
-_new_half_ref = partial(tuple.__new__, HalfRef)  # from a row tuple, in C
 
 
 def _count_topics(topics: Iterable[str]) -> dict[str, int]:

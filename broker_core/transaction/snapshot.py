@@ -23,7 +23,7 @@ from pathlib import Path
 
 from txmq.broker.store.durable import write_bytes_atomically
 
-from .state import FinalRecord, HalfRef, Transaction, TxState
+from .state import FinalRecord, HalfRef, HalfRefs, Transaction, TxState
 
 _PREFIX = "txtable-"
 _SUFFIX = ".json"
@@ -45,12 +45,12 @@ class TableSnapshot:
 
 def encode_tx(tx: Transaction) -> list:
     """A transaction as a plain row, captured while the table is held, so it must be cheap: its
-    halves are a copy of the list of HalfRef tuples (pointers copied in C, nothing per half),
-    which the JSON encoder writes as arrays in HalfRef's field order. A Spark micro-batch of a
-    million halves is captured in milliseconds; building a list per half took 0.75 s, during
-    which every prepare and EndTransaction waited."""
+    halves are captured as the chunks they are (HalfRefs.captured: nothing per half), and only
+    the writer, outside the lock, turns them into arrays in HalfRef's field order. A Spark
+    micro-batch of a million halves is captured in microseconds; building a list per half took
+    0.75 s, during which every prepare and EndTransaction waited."""
     return [tx.transaction_id, _STATE_CODES[tx.state], tx.producer_group, tx.created_ms, tx.immunity_ms,
-            tx.checks, tx.last_check_ms, tx.resumed_ms, list(tx.halves)]
+            tx.checks, tx.last_check_ms, tx.resumed_ms, tx.halves.captured()]
 
 
 def _decode_tx(row: list) -> Transaction:
@@ -58,7 +58,14 @@ def _decode_tx(row: list) -> Transaction:
     return Transaction(
         transaction_id=tx_id, producer_group=group, state=_CODE_STATES[code], created_ms=created,
         immunity_ms=immunity, checks=checks, last_check_ms=last_check, resumed_ms=resumed,
-        halves=[HalfRef(p, s, q, t, qid, snd) for p, s, q, t, qid, snd in halves])
+        halves=HalfRefs(HalfRef(p, s, q, t, qid, snd) for p, s, q, t, qid, snd in halves))
+
+
+def _halves_as_rows(obj: object) -> list:
+    """The JSON encoder's hook for what encode_tx captured: a transaction's halves as rows."""
+    if isinstance(obj, HalfRefs):
+        return list(obj)
+    raise TypeError(f"{type(obj).__name__} is not part of a snapshot")
 
 
 def write_snapshot(state_dir: Path, snap: TableSnapshot) -> Path:
@@ -72,7 +79,7 @@ def write_snapshot(state_dir: Path, snap: TableSnapshot) -> Path:
         "finals": {k: [_STATE_CODES[f.state], f.resolved_ms] for k, f in snap.finals.items()},
     }
     path = state_dir / f"{_PREFIX}{snap.seq:012d}{_SUFFIX}"
-    text = json.dumps(doc, separators=(",", ":"))  # the C encoder; json.dump would use the Python one
+    text = json.dumps(doc, separators=(",", ":"), default=_halves_as_rows)  # the C encoder (not json.dump's)
     write_bytes_atomically(path, text.encode("utf-8"))
     for old in _snapshot_paths(state_dir)[:-_KEEP]:
         old.unlink(missing_ok=True)

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT
 from txmq.broker.transaction.engine import _copies_of, _count_topics
-from txmq.broker.transaction.state import HalfRef
+from txmq.broker.transaction.state import HalfRef, HalfRefs
 
 
 @settings(max_examples=200, deadline=None)
@@ -20,7 +20,7 @@ def test_copies_follow_the_log_whatever_order_the_halves_were_added_in(rows, rnd
         at += size
     added = list(halves)
     rnd.shuffle(added)  # concurrent prepares land in any order
-    copies = _copies_of(added, None, None, SYSFLAG_TRANSACTION_COMMIT)
+    copies = _copies_of(HalfRefs(added), None, None, SYSFLAG_TRANSACTION_COMMIT)
     assert list(copies.physical_offsets) == [h.physical_offset for h in halves]
     assert list(zip(copies.sizes, copies.topics, copies.queue_ids)) == [(h.size, h.real_topic, h.real_queue_id)
                                                                         for h in halves]
@@ -28,7 +28,7 @@ def test_copies_follow_the_log_whatever_order_the_halves_were_added_in(rows, rnd
 
 def test_copies_to_one_destination_take_its_topic_and_queue():
     halves = [HalfRef(0, 10, 0, "a", 1, "s"), HalfRef(10, 10, 1, "b", 2, "s")]
-    copies = _copies_of(halves, "PARKED", 0, 0)
+    copies = _copies_of(HalfRefs(halves), "PARKED", 0, 0)
     assert list(copies.topics) == ["PARKED", "PARKED"] and list(copies.queue_ids) == [0, 0]
 
 
