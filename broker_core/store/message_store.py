@@ -124,6 +124,11 @@ def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
     the last is a GROUP_MEMBER and the last is the GROUP_END."""
     if not group and not any(flags):  # plain messages: nothing to clear or set
         return flags
+    if group and flags.count(flags[0]) == len(flags):  # one flag for all (a prepare call's halves)
+        one = flags[0] & ~SYSFLAG_GROUP_BITS
+        out = [one | SYSFLAG_GROUP_MEMBER] * len(flags)
+        out[-1] = one | SYSFLAG_GROUP_END
+        return out
     if reduce(or_, flags, 0) & SYSFLAG_GROUP_BITS:
         flags = [f & ~SYSFLAG_GROUP_BITS for f in flags]
     if not group:
@@ -187,8 +192,14 @@ def _with_on_disk_geometry(config: StoreConfig) -> StoreConfig:
 def _queued_mask(sys_flags: Sequence[int], topics: Sequence[str]) -> list[bool] | None:
     """Which records get a queue entry (transactional records: decided per (flag, topic));
     None when all do, the common case."""
-    if not any(sys_flags) or not reduce(or_, sys_flags, 0) & NOT_QUEUED_BIT:
+    if not any(sys_flags):
         return None
+    flags = set(sys_flags)  # a few distinct flags: no per-record tuple unless some record may be unqueued
+    if not reduce(or_, flags, 0) & NOT_QUEUED_BIT:
+        return None
+    if topics.count(topics[0]) == len(topics):
+        by_flag = {f: goes_to_queue(f, topics[0]) for f in flags}
+        return None if all(by_flag.values()) else list(map(by_flag.__getitem__, sys_flags))
     decided = {ft: goes_to_queue(*ft) for ft in set(zip(sys_flags, topics))}
     if all(decided.values()):
         return None

@@ -146,7 +146,11 @@ def build_half_columns(topics: Sequence[str], bodies: Sequence[bytes], queue_ids
         template = f"{PROP_UNIQ_KEY}\x01%s\x02" + template
         columns.insert(0, unique_keys)
     crc_name = PROP_CRC32 + "\x01"
-    props_crc = list(map(str.encode, map((template + crc_name).__mod__, zip(*columns))))
+    if unique_keys is None:
+        # a half's properties then depend on its (topic, queue) alone: one string per distinct pair
+        props_crc = _props_per_queue(template + crc_name, topics, queue_ids)
+    else:
+        props_crc = list(map(str.encode, map((template + crc_name).__mod__, zip(*columns))))
     # the first half of a call carries the prepare time (recovery meets it first: one group)
     props_crc[0] = ((template % tuple(c[0] for c in columns))
                     + f"{PROP_PREPARED_MS}\x01{prepared_ms}\x02{crc_name}").encode()
@@ -157,6 +161,19 @@ def build_half_columns(topics: Sequence[str], bodies: Sequence[bytes], queue_ids
         born_timestamps=[born_timestamp] * n, born_raws=[_DEFAULT_BORN_HOST_RAW] * n, reconsume_times=[0] * n,
         prepared_offsets=[0] * n, body_lens=[], body_crcs=None, props_crc=props_crc, tags=[None] * n,
         uniq_keys=list(unique_keys) if unique_keys is not None else [None] * n, keys=[None] * n)
+
+
+def _props_per_queue(template: str, topics: Sequence[str], queue_ids: Sequence[int]) -> list[bytes]:
+    """template % (topic, queue id) encoded, per half, made once per distinct (topic, queue): a
+    Spark task's rows go to one topic's few queues."""
+    n = len(topics)
+    if n and topics.count(topics[0]) == n:
+        topic = topics[0]
+        made = {q: (template % (topic, q)).encode() for q in set(queue_ids)}
+        return list(map(made.__getitem__, queue_ids))
+    pairs = list(zip(topics, queue_ids))
+    made = {pair: (template % pair).encode() for pair in set(pairs)}
+    return list(map(made.__getitem__, pairs))
 
 
 def half_ref_from_stored(stored: StoredMessage) -> HalfRef:
