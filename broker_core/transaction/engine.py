@@ -26,8 +26,6 @@ import threading
 import time
 import uuid
 from collections import Counter
-from itertools import islice
-from operator import lt
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -528,7 +526,7 @@ def _copies_of(halves: HalfRefs, topic: str | None, queue_id: int | None, transa
     in log order already (one comparison each)."""
     n = len(halves)
     phys, sizes, topics, queue_ids = halves.columns()
-    if n > 1 and not all(map(lt, phys, islice(phys, 1, None))):
+    if n > 1 and not halves.in_log_order():
         order = sorted(range(n), key=phys.__getitem__)
         phys, sizes, topics, queue_ids = ([column[i] for i in order] for column in (phys, sizes, topics, queue_ids))
     return RecordCopies(

@@ -15,7 +15,8 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
+from operator import lt
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
 from txmq.broker.store.message import AppendResult
@@ -65,7 +66,7 @@ class _HalfChunk:
     """The halves of one prepare call (or a run of one sender's, read back by recovery) as columns."""
 
     __slots__ = ("physical_offsets", "sizes", "half_queue_offsets", "real_topics", "real_queue_ids", "sender",
-                 "sealed")
+                 "sealed", "appended")
 
     def __init__(self, physical_offsets: list[int], sizes: list[int], half_queue_offsets: list[int],
                  real_topics: list[str], real_queue_ids: list[int], sender: str, sealed: bool) -> None:
@@ -76,6 +77,7 @@ class _HalfChunk:
         self.real_queue_ids = real_queue_ids
         self.sender = sender
         self.sealed = sealed  # its lists may be shared (a snapshot's capture): never appended to
+        self.appended = not sealed  # grown half by half: not known to be in log order
 
     def refs(self) -> Iterator[HalfRef]:
         return map(_new_half_ref, zip(self.physical_offsets, self.sizes, self.half_queue_offsets, self.real_topics,
@@ -173,6 +175,14 @@ class HalfRefs:
         return tuple(_joined([getattr(c, name) for c in chunks])  # type: ignore[return-value]
                      for name in ("physical_offsets", "sizes", "real_topics", "real_queue_ids"))
 
+    def in_log_order(self) -> bool:
+        """Whether the halves lie in the log in the order they were added. A prepare call's chunk
+        is in order itself (its halves are one store write), so only the chunks' ends are
+        compared, not every half; chunks grown half by half (recovery) are checked whole."""
+        ends = [(c.physical_offsets[0], c.physical_offsets[-1]) for c in self._chunks if c.physical_offsets]
+        return all(last < first for (_, last), (first, _) in zip(ends, ends[1:])) and all(
+            map(_ascending, (c.physical_offsets for c in self._chunks if c.appended)))
+
     def real_topics(self) -> Iterator[str]:
         return chain.from_iterable(c.real_topics for c in self._chunks)
 
@@ -188,6 +198,10 @@ class HalfRefs:
         out._chunks = list(self._chunks)
         out._count = self._count
         return out
+
+
+def _ascending(values: list[int]) -> bool:
+    return all(map(lt, values, islice(values, 1, None)))
 
 
 def _joined(lists: list[list]) -> list:

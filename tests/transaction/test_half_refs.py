@@ -79,3 +79,19 @@ def test_an_index_out_of_range_is_an_index_error():
 def test_columns_of_differing_lengths_are_refused():
     with pytest.raises(ValueError, match="differ in length"):
         HalfRefs().add([0, 10], [10], [0, 1], ["a", "a"], [0, 0], "")
+
+
+@settings(max_examples=200, deadline=None)
+@given(_steps, st.randoms(use_true_random=False))
+def test_halves_are_in_log_order_when_their_offsets_ascend(steps, rnd):
+    """Chunks added out of order (concurrent prepares) are found out by their ends alone."""
+    refs, expected = _build(steps)
+    chunks = list(refs._chunks)
+    rnd.shuffle(chunks)
+    shuffled = HalfRefs()
+    for chunk in chunks:
+        shuffled.add(chunk.physical_offsets, chunk.sizes, chunk.half_queue_offsets, chunk.real_topics,
+                     chunk.real_queue_ids, chunk.sender)
+    offsets = [h.physical_offset for h in shuffled]
+    assert refs.in_log_order()
+    assert shuffled.in_log_order() == (offsets == sorted(offsets))
