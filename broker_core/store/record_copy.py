@@ -10,13 +10,14 @@ its COMMIT, so the copy must cost far less than the original append.
 
 Decoding each half into a Message and encoding it again costs ~10 µs a record.
 A copy works on the stored bytes instead: the sources' header fields are read
-with struct per record for a few copies, column-wise (columnar_read) for many,
-the body is written from the bytes read (its CRC is
-taken from the source header, not computed again), the property string is
-reused as stored (it passed validation when the source was written, by this
-store), and only what changes is encoded: the header and the record CRC. The
-dispatch inputs (tags, UNIQ_KEY, KEYS) are cut out of the property strings with
-C-level searches; no property dict is built.
+with struct per record for a few copies, and for many by one compiled pass
+(record_copy_numba: the GIL released, the checks and the property search folded
+in) or, without numba, column-wise (columnar_read); the body is written from the
+bytes read (its CRC is taken from the source header, not computed again), the
+property string is reused as stored (it passed validation when the source was
+written, by this store), and only what changes is encoded: the header and the
+record CRC. The dispatch inputs (tags, UNIQ_KEY, KEYS) are cut out of the
+property strings where they were found; no property dict is built.
 """
 
 from __future__ import annotations
@@ -268,6 +269,12 @@ def _without_found(block: RecordBlock, spans: np.ndarray, data: np.ndarray) -> R
             at = b
         kept.append(data[at:stop].tobytes())
         changed.append(b"".join(kept))
+    return _with_changed_properties(block, rows, changed)
+
+
+def _with_changed_properties(block: RecordBlock, rows: np.ndarray, changed: list[bytes]) -> RecordBlock:
+    """`block` with the property strings of `rows` replaced by `changed`, which go to a buffer of
+    their own, back to back."""
     side = np.frombuffer(b"".join(changed), dtype=np.uint8)
     props_buf, props_at, props_len = block.props_buf.copy(), block.props_at.copy(), block.props_len.copy()
     props_buf[rows] = len(block.buffers)
@@ -345,14 +352,7 @@ def _block_without_properties(block: RecordBlock, index: "_PropertyIndex", raw: 
     if not len(hits):
         return block
     changed = [raw[a:b] for a, b in zip(bounds[hits].tolist(), bounds[hits + 1].tolist())]
-    changed = _without_properties(changed, names)
-    side = np.frombuffer(b"".join(changed), dtype=np.uint8)
-    props_buf, props_at, props_len = block.props_buf.copy(), block.props_at.copy(), block.props_len.copy()
-    props_buf[hits] = len(block.buffers)
-    props_len[hits] = list(map(len, changed))
-    props_at[hits] = np.cumsum(props_len[hits]) - props_len[hits]
-    return replace(block, buffers=[*block.buffers, side], props_buf=props_buf, props_at=props_at,
-                   props_len=props_len)
+    return _with_changed_properties(block, hits, _without_properties(changed, names))
 
 
 def _be_column(rows: np.ndarray, at: int, dtype: str) -> np.ndarray:
