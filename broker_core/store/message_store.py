@@ -508,7 +508,7 @@ class MessageStore:
         """
         if not len(copies) and not messages:
             return []
-        if len(copies) > 1 and sum(copies.sizes) > COPY_PART_BYTES:
+        if len(copies) > 1 and int(copies.sizes.sum()) > COPY_PART_BYTES:
             copy_parts = copies.parts(COPY_PART_BYTES)
             parts = [partial(copy_columns, self, part) for part in copy_parts]
             if messages:

@@ -78,18 +78,22 @@ class RecordCopies:
 
     `source_topic`/`source_queue_id` name the queue the sources were read from, for
     error messages (a source that is not a record start raises StoreError naming it).
+    The integer columns are kept as int64 arrays, whatever sequence they were given as:
+    a COMMIT of a million copies slices them into parts as views, and frees no int objects.
     """
 
-    physical_offsets: Sequence[int]
-    sizes: Sequence[int]
+    physical_offsets: np.ndarray
+    sizes: np.ndarray
     topics: Sequence[str]
-    queue_ids: Sequence[int]
+    queue_ids: np.ndarray
     transaction_type: int
     source_topic: str
     source_queue_id: int = 0
     drop_properties: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
+        for name in ("physical_offsets", "sizes", "queue_ids"):
+            object.__setattr__(self, name, np.asarray(getattr(self, name), dtype=np.int64))
         n = len(self.physical_offsets)
         if not (len(self.sizes) == len(self.topics) == len(self.queue_ids) == n):
             raise ValueError("RecordCopies columns differ in length: "
@@ -104,7 +108,7 @@ class RecordCopies:
     def parts(self, max_bytes: int) -> list["RecordCopies"]:
         """These copies split, in order, into runs of sources of at most `max_bytes` each
         (a run holds at least one copy)."""
-        ends = np.cumsum(np.asarray(self.sizes, dtype=np.int64))  # one search per part, not a step per copy
+        ends = np.cumsum(self.sizes)  # one search per part, not a step per copy
         bounds = [0]
         while bounds[-1] < len(self):
             start = bounds[-1]
@@ -121,8 +125,8 @@ class RecordCopies:
         cache once copied without touching anything another reader may still want."""
         if not len(self):
             return []
-        phys = np.asarray(self.physical_offsets, dtype=np.int64)
-        ends = phys + np.asarray(self.sizes, dtype=np.int64)
+        phys = self.physical_offsets
+        ends = phys + self.sizes
         if not bool((phys[1:] >= phys[:-1]).all()):  # a COMMIT's copies come in log order already
             order = np.argsort(phys, kind="stable")
             phys, ends = phys[order], ends[order]
@@ -146,8 +150,7 @@ def copy_columns(store, copies: RecordCopies) -> BatchColumns:
     """
     if len(copies) < COLUMNAR_MIN_COPIES:
         return _copied_record_by_record(store, copies)
-    phys = np.asarray(copies.physical_offsets, dtype=np.int64)
-    sizes = np.asarray(copies.sizes, dtype=np.int64)
+    phys, sizes = copies.physical_offsets, copies.sizes
     spans: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     done = 0
     while done < len(phys):
@@ -291,7 +294,7 @@ def _scanned_batch(scans: list[_Scan], copies: RecordCopies) -> BatchColumns:
     tags, uniq_keys, keys = ([*chain.from_iterable(_found_texts(scan, k) for scan in scans)]
                              for k in range(len(_DISPATCH_NAMES)))
     return BatchColumns.of_block(
-        block, topics=list(copies.topics), queue_ids=list(copies.queue_ids),
+        block, topics=list(copies.topics), queue_ids=copies.queue_ids.tolist(),
         sys_flags=(sys_flags & ~_NOT_INHERITED | copies.transaction_type).tolist(),
         tags=_decoded(tags), uniq_keys=uniq_keys, keys=_decoded(keys))
 
@@ -338,7 +341,7 @@ def _block_batch(block: RecordBlock, source_sys_flags: np.ndarray, copies: Recor
     n = block.count
     tags, uniq_keys, keys = (_found_values(raw, n, *index.spans(name)) for name in (b"TAGS", b"UNIQ_KEY", b"KEYS"))
     return BatchColumns.of_block(
-        block, topics=list(copies.topics), queue_ids=list(copies.queue_ids),
+        block, topics=list(copies.topics), queue_ids=copies.queue_ids.tolist(),
         sys_flags=(source_sys_flags & ~_NOT_INHERITED | copies.transaction_type).tolist(),
         tags=_decoded(tags), uniq_keys=uniq_keys, keys=_decoded(keys))
 
@@ -396,9 +399,9 @@ def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
         props_crc = _without_properties(props_crc, copies.drop_properties)
     tags, uniq_keys, keys = dispatch_properties(props_crc)
     return BatchColumns.of_columns(
-        topics=list(copies.topics), bodies=bodies, queue_ids=list(copies.queue_ids), flags=flags,
+        topics=list(copies.topics), bodies=bodies, queue_ids=copies.queue_ids.tolist(), flags=flags,
         sys_flags=sys_flags, born_timestamps=born_ts, born_raws=born_raws, reconsume_times=reconsume,
-        prepared_offsets=list(copies.physical_offsets), body_lens=body_lens, body_crcs=body_crcs,
+        prepared_offsets=copies.physical_offsets.tolist(), body_lens=body_lens, body_crcs=body_crcs,
         props_crc=props_crc, tags=tags, uniq_keys=uniq_keys, keys=keys)
 
 
@@ -410,7 +413,7 @@ def _source_spans(store, copies: RecordCopies):
     SPAN_GAP_MAX bytes, in the same segment, up to SPAN_MAX bytes.
     """
     commitlog = store.commitlog
-    phys, sizes = copies.physical_offsets, copies.sizes
+    phys, sizes = copies.physical_offsets.tolist(), copies.sizes.tolist()
     n, i = len(phys), 0
     while i < n:
         lo = hi = phys[i]
@@ -515,10 +518,10 @@ def _assemble(parts: list[_Sources], copies: RecordCopies) -> BatchColumns:
         props_crc = _without_properties(props_crc, copies.drop_properties)
     tags, uniq_keys, keys = dispatch_properties(props_crc)
     return BatchColumns.of_columns(
-        topics=list(copies.topics), bodies=joined("bodies"), queue_ids=list(copies.queue_ids),
+        topics=list(copies.topics), bodies=joined("bodies"), queue_ids=copies.queue_ids.tolist(),
         flags=joined("flags"), sys_flags=joined("sys_flags"),
         born_timestamps=joined("born_timestamps"), born_raws=joined("born_raws"),
-        reconsume_times=joined("reconsume_times"), prepared_offsets=list(copies.physical_offsets),
+        reconsume_times=joined("reconsume_times"), prepared_offsets=copies.physical_offsets.tolist(),
         body_lens=joined("body_lens"), body_crcs=joined("body_crcs"), props_crc=props_crc,
         tags=tags, uniq_keys=uniq_keys, keys=keys)
 

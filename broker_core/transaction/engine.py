@@ -29,6 +29,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
+
 from txmq.broker.errors import (
     TransactionAlreadyEnded,
     TransactionConflict,
@@ -527,8 +529,9 @@ def _copies_of(halves: HalfRefs, topic: str | None, queue_id: int | None, transa
     n = len(halves)
     phys, sizes, topics, queue_ids = halves.columns()
     if n > 1 and not halves.in_log_order():
-        order = sorted(range(n), key=phys.__getitem__)
-        phys, sizes, topics, queue_ids = ([column[i] for i in order] for column in (phys, sizes, topics, queue_ids))
+        order = np.argsort(phys, kind="stable")
+        phys, sizes, queue_ids = phys[order], sizes[order], queue_ids[order]
+        topics = list(map(topics.__getitem__, order.tolist()))
     return RecordCopies(
         physical_offsets=phys, sizes=sizes,
         topics=topics if topic is None else [topic] * n,

@@ -19,6 +19,8 @@ from itertools import chain, islice, repeat
 from operator import lt
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
+import numpy as np
+
 from txmq.broker.store.message import AppendResult
 
 
@@ -80,8 +82,8 @@ class _HalfChunk:
         self.appended = not sealed  # grown half by half: not known to be in log order
 
     def refs(self) -> Iterator[HalfRef]:
-        return map(_new_half_ref, zip(self.physical_offsets, self.sizes, self.half_queue_offsets, self.real_topics,
-                                      self.real_queue_ids, repeat(self.sender)))
+        return map(_new_half_ref, zip(_ints(self.physical_offsets), _ints(self.sizes), _ints(self.half_queue_offsets),
+                                      self.real_topics, _ints(self.real_queue_ids), repeat(self.sender)))
 
 
 class HalfRefs:
@@ -91,8 +93,9 @@ class HalfRefs:
     A Spark micro-batch is one transaction of a million halves. As tuples they cost a
     tuple and three int objects each to make at prepare, to take apart at COMMIT and
     to free after it (0.25 s of a 1M-half COMMIT, on its critical path); as columns a
-    prepare keeps the lists the store returned and a COMMIT joins them in C. Reads of
-    single halves (first half, recovery, admin) see HalfRef tuples, made on demand.
+    prepare keeps its integers as int64 arrays and a COMMIT concatenates them. Reads of
+    single halves (first half, recovery, admin) see HalfRef tuples of plain ints, made on
+    demand. Chunks grown half by half (recovery) hold lists.
     """
 
     __slots__ = ("_chunks", "_count")
@@ -105,14 +108,13 @@ class HalfRefs:
 
     def add(self, physical_offsets: list[int], sizes: list[int], half_queue_offsets: list[int],
             real_topics: Sequence[str], real_queue_ids: Sequence[int], sender: str) -> None:
-        """Add one prepare call's halves, given as columns (kept, not copied: the caller hands
-        them over)."""
+        """Add one prepare call's halves, given as columns (the integers kept as int64 arrays)."""
         n = len(physical_offsets)
         if not (len(sizes) == len(half_queue_offsets) == len(real_topics) == len(real_queue_ids) == n):
             raise ValueError("half columns differ in length")
         if n:
-            self._chunks.append(_HalfChunk(physical_offsets, sizes, half_queue_offsets, list(real_topics),
-                                           list(real_queue_ids), sender, sealed=True))
+            self._chunks.append(_HalfChunk(_int64(physical_offsets), _int64(sizes), _int64(half_queue_offsets),
+                                           list(real_topics), _int64(real_queue_ids), sender, sealed=True))
             self._count += n
 
     def append(self, ref: HalfRef) -> None:
@@ -145,8 +147,9 @@ class HalfRefs:
             raise IndexError("half index out of range")
         for chunk in self._chunks:
             if index < len(chunk.sizes):
-                return HalfRef(chunk.physical_offsets[index], chunk.sizes[index], chunk.half_queue_offsets[index],
-                               chunk.real_topics[index], chunk.real_queue_ids[index], chunk.sender)
+                return HalfRef(int(chunk.physical_offsets[index]), int(chunk.sizes[index]),
+                               int(chunk.half_queue_offsets[index]), chunk.real_topics[index],
+                               int(chunk.real_queue_ids[index]), chunk.sender)
             index -= len(chunk.sizes)
         raise AssertionError("HalfRefs count out of step with its chunks")
 
@@ -168,18 +171,19 @@ class HalfRefs:
                 out._count += len(chunk.sizes)
         return out
 
-    def columns(self) -> tuple[list[int], list[int], list[str], list[int]]:
-        """(physical offsets, sizes, real topics, real queue ids) of every half, in order: each
-        joined in C from the chunks' lists."""
+    def columns(self) -> tuple[np.ndarray, np.ndarray, list[str], np.ndarray]:
+        """(physical offsets, sizes, real topics, real queue ids) of every half, in order: the
+        integers as int64 arrays, the topics as a list, each joined from the chunks' columns."""
         chunks = self._chunks
-        return tuple(_joined([getattr(c, name) for c in chunks])  # type: ignore[return-value]
-                     for name in ("physical_offsets", "sizes", "real_topics", "real_queue_ids"))
+        phys, sizes, queue_ids = (_concatenated([getattr(c, name) for c in chunks])
+                                  for name in ("physical_offsets", "sizes", "real_queue_ids"))
+        return phys, sizes, [*chain.from_iterable(c.real_topics for c in chunks)], queue_ids
 
     def in_log_order(self) -> bool:
         """Whether the halves lie in the log in the order they were added. A prepare call's chunk
         is in order itself (its halves are one store write), so only the chunks' ends are
         compared, not every half; chunks grown half by half (recovery) are checked whole."""
-        ends = [(c.physical_offsets[0], c.physical_offsets[-1]) for c in self._chunks if c.physical_offsets]
+        ends = [(int(c.physical_offsets[0]), int(c.physical_offsets[-1])) for c in self._chunks if len(c.sizes)]
         return all(last < first for (_, last), (first, _) in zip(ends, ends[1:])) and all(
             map(_ascending, (c.physical_offsets for c in self._chunks if c.appended)))
 
@@ -204,8 +208,19 @@ def _ascending(values: list[int]) -> bool:
     return all(map(lt, values, islice(values, 1, None)))
 
 
-def _joined(lists: list[list]) -> list:
-    return list(lists[0]) if len(lists) == 1 else [*chain.from_iterable(lists)]
+def _int64(values: Sequence[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def _ints(values: Sequence[int]) -> list[int]:
+    """A column's values as Python ints (what HalfRefs hand out: they end up in JSON and protobuf)."""
+    return values.tolist() if isinstance(values, np.ndarray) else values
+
+
+def _concatenated(columns: list[Sequence[int]]) -> np.ndarray:
+    if not columns:
+        return np.zeros(0, dtype=np.int64)
+    return np.concatenate([_int64(c) for c in columns])
 
 
 @dataclass(slots=True)

@@ -44,8 +44,12 @@ def test_the_halves_read_back_in_the_order_they_were_added(steps):
 @given(_steps)
 def test_columns_are_the_fields_of_every_half_in_order(steps):
     refs, expected = _build(steps)
-    assert refs.columns() == ([h.physical_offset for h in expected], [h.size for h in expected],
-                              [h.real_topic for h in expected], [h.real_queue_id for h in expected])
+    phys, sizes, topics, queue_ids = refs.columns()
+    assert (phys.tolist(), sizes.tolist(), topics, queue_ids.tolist()) == (
+        [h.physical_offset for h in expected], [h.size for h in expected], [h.real_topic for h in expected],
+        [h.real_queue_id for h in expected])
+    assert all(type(v) is int for h in refs for v in (h.physical_offset, h.size, h.half_queue_offset,
+                                                      h.real_queue_id))  # plain ints: they go to JSON
 
 
 @settings(max_examples=200, deadline=None)
