@@ -266,9 +266,8 @@ def encode_block(block: RecordBlock, layout: BlockLayout, *, sys_flags: Sequence
     h["born_ts"][layout.unborn] = store_timestamp
     headers = layout.header_rows
     headers[:, _STORE_HOST_AT:_STORE_HOST_AT + 8] = np.frombuffer(store_host, dtype=np.uint8)
-    kernel = _compiled() if layout.filled is not None else None
-    if kernel is not None:
-        return _encoded_compiled(kernel, block, layout)
+    if layout.filled is not None:  # filled by the compiled loop when the layout was built
+        return _encoded_compiled(_compiled(), block, layout)
     covered = _gather([headers.reshape(-1), layout.heads.rows.reshape(-1), *block.buffers],
                       [layout.header_views, layout.head_views, layout.props_views])
     values, offsets = values_and_offsets(covered)

@@ -206,10 +206,6 @@ def _read_only(data: np.ndarray) -> np.ndarray:
 
 _CRC_PREFIX_BYTES = np.frombuffer(CRC_PREFIX, dtype=np.uint8)
 _DISPATCH_NAMES = (b"TAGS", b"UNIQ_KEY", b"KEYS")
-_BAD_SOURCE = {1: "truncated record header", 2: "bad magic code", 3: "queue entry does not point at a record start",
-               4: "record size disagrees with its queue entry", 5: "body length does not fit the record size",
-               6: "topic does not fit the record",
-               7: "properties length or CRC property position disagree with the record size"}
 
 
 @dataclass
@@ -242,7 +238,7 @@ def _scanned(kernel, data: np.ndarray, record_at: np.ndarray, phys: np.ndarray, 
         return None
     if bad:
         raise StoreError(f"queue {copies.source_topic}:{copies.source_queue_id} entry at physical offset "
-                         f"{int(phys[row])} does not match the CommitLog: {_BAD_SOURCE[bad]}")
+                         f"{int(phys[row])} does not match the CommitLog: {kernel.WHAT_IS_WRONG[bad]}")
     k = kernel
     block = RecordBlock(
         buffers=[data], body_buf=np.zeros(n, dtype=np.int32), body_at=columns[k.BODY_AT],

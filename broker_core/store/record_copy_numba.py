@@ -28,6 +28,13 @@ BAD_BODY_LENGTH = 5
 BAD_TOPIC = 6
 BAD_PROPERTIES = 7
 IPV6_HOST = 8  # not an error: a source with an IPv6 host, which the numpy path copies
+WHAT_IS_WRONG = {
+    BAD_TRUNCATED_HEADER: "truncated record header", BAD_MAGIC: "bad magic code",
+    BAD_NOT_A_RECORD_START: "queue entry does not point at a record start",
+    BAD_SIZE: "record size disagrees with its queue entry", BAD_BODY_LENGTH: "body length does not fit the record size",
+    BAD_TOPIC: "topic does not fit the record",
+    BAD_PROPERTIES: "properties length or CRC property position disagree with the record size",
+}
 
 # Rows of the `columns` matrix scan_sources fills (int64, one column per source).
 BODY_AT, BODY_LEN, PROPS_AT, PROPS_LEN, BORN_TS, SYS_FLAG, FLAG, RECONSUME, BODY_CRC = range(9)
@@ -167,4 +174,4 @@ def _find_properties(data, start, stop, names, name_len, found):
         p = r + 1
 
 
-__all__ = ["BAD_NONE", "COLUMN_ROWS", "IPV6_HOST", "scan_sources"]
+__all__ = ["BAD_NONE", "COLUMN_ROWS", "IPV6_HOST", "WHAT_IS_WRONG", "scan_sources"]

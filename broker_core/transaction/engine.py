@@ -524,8 +524,8 @@ class TransactionEngine:
 def _copies_of(halves: HalfRefs, topic: str | None, queue_id: int | None, transaction_type: int) -> RecordCopies:
     """Copies of `halves` in the order they were stored (concurrent prepares add theirs in any
     order), to their real topic and queue when topic/queue_id are None. A Spark micro-batch
-    holds millions of halves: their columns are joined in C, and sorted only when they are not
-    in log order already (one comparison each)."""
+    holds millions of halves: their columns are concatenated, and sorted only when they are not
+    in log order already (HalfRefs.in_log_order: one comparison per prepare call)."""
     n = len(halves)
     phys, sizes, topics, queue_ids = halves.columns()
     if n > 1 and not halves.in_log_order():
@@ -539,8 +539,6 @@ def _copies_of(halves: HalfRefs, topic: str | None, queue_id: int | None, transa
         transaction_type=transaction_type, source_topic=HALF_TOPIC, source_queue_id=0,
         # the prepare time is the engine's bookkeeping, not the message's: a final record drops it
         drop_properties=(PROP_PREPARED_MS,) if transaction_type == SYSFLAG_TRANSACTION_COMMIT else ())
-
-
 
 
 def _count_topics(topics: Iterable[str]) -> dict[str, int]:

@@ -68,10 +68,10 @@ class _HalfChunk:
     """The halves of one prepare call (or a run of one sender's, read back by recovery) as columns."""
 
     __slots__ = ("physical_offsets", "sizes", "half_queue_offsets", "real_topics", "real_queue_ids", "sender",
-                 "sealed", "appended")
+                 "sealed")
 
-    def __init__(self, physical_offsets: list[int], sizes: list[int], half_queue_offsets: list[int],
-                 real_topics: list[str], real_queue_ids: list[int], sender: str, sealed: bool) -> None:
+    def __init__(self, physical_offsets: Sequence[int], sizes: Sequence[int], half_queue_offsets: Sequence[int],
+                 real_topics: list[str], real_queue_ids: Sequence[int], sender: str, sealed: bool) -> None:
         self.physical_offsets = physical_offsets
         self.sizes = sizes
         self.half_queue_offsets = half_queue_offsets
@@ -79,7 +79,11 @@ class _HalfChunk:
         self.real_queue_ids = real_queue_ids
         self.sender = sender
         self.sealed = sealed  # its lists may be shared (a snapshot's capture): never appended to
-        self.appended = not sealed  # grown half by half: not known to be in log order
+
+    @property
+    def grown(self) -> bool:
+        """Grown half by half (recovery: lists), not added as one prepare call's columns (arrays)."""
+        return isinstance(self.physical_offsets, list)
 
     def refs(self) -> Iterator[HalfRef]:
         return map(_new_half_ref, zip(_ints(self.physical_offsets), _ints(self.sizes), _ints(self.half_queue_offsets),
@@ -87,8 +91,8 @@ class _HalfChunk:
 
 
 class HalfRefs:
-    """A transaction's halves, in the order they were added, kept as columns: one chunk of
-    lists per prepare call, not one HalfRef tuple per half.
+    """A transaction's halves, in the order they were added, kept as columns: one chunk per
+    prepare call, not one HalfRef tuple per half.
 
     A Spark micro-batch is one transaction of a million halves. As tuples they cost a
     tuple and three int objects each to make at prepare, to take apart at COMMIT and
@@ -185,7 +189,7 @@ class HalfRefs:
         compared, not every half; chunks grown half by half (recovery) are checked whole."""
         ends = [(int(c.physical_offsets[0]), int(c.physical_offsets[-1])) for c in self._chunks if len(c.sizes)]
         return all(last < first for (_, last), (first, _) in zip(ends, ends[1:])) and all(
-            map(_ascending, (c.physical_offsets for c in self._chunks if c.appended)))
+            map(_ascending, (c.physical_offsets for c in self._chunks if c.grown)))
 
     def real_topics(self) -> Iterator[str]:
         return chain.from_iterable(c.real_topics for c in self._chunks)
