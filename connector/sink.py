@@ -74,20 +74,24 @@ def send_halves(client, batches: Iterator[pa.RecordBatch], *, transaction_id: st
     earlier run: nothing is sent.
     """
     rows = 0
-    for batch in batches:
-        for start in range(0, batch.num_rows, max_batch_rows):
-            chunk = sink_arrow_batch(batch.slice(start, max_batch_rows))
-            try:
-                client.prepare_arrow(transaction_id, chunk, topic=topic, producer_group=producer_group,
-                                     sender=sender)
-            except TransactionAlreadyEnded as e:
-                if txn.state_name(e.state) == txn.COMMITTED:
-                    return rows, True
-                raise
-            except TopicNotFound as e:
-                raise TopicNotFound(f"txmq sink: {e} (topic option={topic!r}); create the topic first "
-                                    "or enable auto-creation on the broker") from e
-            rows += chunk.num_rows
+
+    def chunks() -> Iterator[pa.RecordBatch]:
+        nonlocal rows
+        for batch in batches:
+            for start in range(0, batch.num_rows, max_batch_rows):
+                chunk = sink_arrow_batch(batch.slice(start, max_batch_rows))
+                rows += chunk.num_rows
+                yield chunk
+
+    try:  # one Flight stream for the whole partition: the broker stores a chunk while the next is sent
+        client.prepare_stream(transaction_id, chunks(), topic=topic, producer_group=producer_group, sender=sender)
+    except TransactionAlreadyEnded as e:
+        if txn.state_name(e.state) == txn.COMMITTED:
+            return 0, True
+        raise
+    except TopicNotFound as e:
+        raise TopicNotFound(f"txmq sink: {e} (topic option={topic!r}); create the topic first "
+                            "or enable auto-creation on the broker") from e
     return rows, False
 
 

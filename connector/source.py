@@ -21,7 +21,6 @@ import logging
 import re
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator, Sequence
 
 import pyarrow as pa
@@ -39,7 +38,6 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from txmq.broker.client.types import PullResult
 from txmq.broker.errors import DataDeleted, TopicNotFound
 from txmq.broker.store.message import SYSTEM_TOPICS
 
@@ -51,15 +49,8 @@ log = logging.getLogger("txmq.spark.source")
 
 # --- executor side ------------------------------------------------------------------
 
-# Bytes per pull. Over gRPC (a client on another host), ~2 MiB responses move fastest on loopback (1.7x
-# faster than 8 MiB, 2.7x faster than 256 KiB): big enough to amortise the call, small enough to stay in
-# cache. Through shared memory (a client on the broker's host) the payload is written once and mapped, not
-# copied through gRPC, so larger pulls only save per-pull work: 8 MiB halves the client's CPU per row
-# against 2 MiB, and 16 MiB (~14k rows of 1 KiB) cuts the client's ~0.2 µs/row by another third and the
-# broker's fixed cost per pull (~300 numpy/Arrow calls) by half. The client reuses its payload files
-# (client/pull_shm.py), so a bigger pull costs no fresh shared memory per pull.
-PULL_MAX_BYTES = 2 << 20
-PULL_MAX_BYTES_SHARED_MEMORY = 16 << 20
+# Bytes of records per streamed batch: Spark converts one batch while the broker builds the next.
+PULL_BATCH_BYTES = 4 << 20
 
 _clients: dict[Connection, object] = {}
 _clients_lock = threading.Lock()
@@ -116,43 +107,22 @@ def read_in_worker(options: SourceOptions, part: TxmqInputPartition) -> Iterator
 
 def read_queue_range(conn: Connection, part: TxmqInputPartition, *, tags: str | None,
                      fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
-    """Pull one queue range as Arrow batches in exactly the source schema.
-
-    The next pull is in flight while Spark consumes the current batch: a pull
-    waits on the broker (building and sending the batch) with the GIL released,
-    so a prefetch thread overlaps the broker's work with this worker's, instead
-    of leaving one of them idle. At most one pull is ahead; the batches come out
-    in offset order, exactly as without prefetching.
-    """
+    """One queue range as Arrow batches in exactly the source schema, streamed from the broker's
+    Flight service: the broker builds the next batch while this worker converts the current one."""
     client = executor_client(conn)
     tag_expr = None if tags is None or parse_tags(tags) is None else tags
-
-    def pull(pos: int) -> PullResult:
-        shared = getattr(client, "pulls_through_shared_memory", False)  # a stand-in client pulls inline
-        max_bytes = PULL_MAX_BYTES_SHARED_MEMORY if shared else PULL_MAX_BYTES
-        return client.pull_arrow(part.topic, part.queue_id, pos, part.end, tags=tag_expr, max_bytes=max_bytes)
-
-    prefetch = ThreadPoolExecutor(max_workers=1, thread_name_prefix="txmq-prefetch")
-    try:
-        pos = part.start
-        pending: Future | None = prefetch.submit(pull, pos) if pos < part.end else None
-        while pending is not None:
-            try:
-                result = pending.result()
-            except DataDeleted as e:
-                pos = _after_data_loss(e, part, pos, fail_on_data_loss)
-                pending = prefetch.submit(pull, pos) if pos < part.end else None
-                continue
-            if result.next_offset <= pos:
-                raise RuntimeError(f"txmq source: pull of {part.topic}/{part.queue_id} at {pos} made no progress")
-            pos = result.next_offset
-            pending = prefetch.submit(pull, pos) if pos < part.end else None
-            batch = result.batch
-            if batch is not None and batch.num_rows:
-                yield conform_source_batch(batch)
-    finally:
-        # a task that stops early (a limit, a kill) does not wait for the pull in flight: it is dropped
-        prefetch.shutdown(wait=False, cancel_futures=True)
+    pos = part.start
+    while pos < part.end:
+        try:
+            for result in client.read_queue(part.topic, part.queue_id, pos, part.end, tags=tag_expr,
+                                            batch_bytes=PULL_BATCH_BYTES):
+                if result.next_offset <= pos:
+                    raise RuntimeError(f"txmq source: read of {part.topic}/{part.queue_id} at {pos} made no progress")
+                pos = result.next_offset
+                if result.batch.num_rows:
+                    yield conform_source_batch(result.batch)
+        except DataDeleted as e:
+            pos = _after_data_loss(e, part, pos, fail_on_data_loss)
 
 
 def _after_data_loss(e: DataDeleted, part: TxmqInputPartition, pos: int, fail_on_data_loss: bool) -> int:
@@ -305,13 +275,8 @@ class _Planner:
     def _transaction_ids(self, topic: str, queue_id: int, start: int, end: int) -> list[str | None]:
         """The transactionId of every message in [start, end) of one queue (None for plain messages)."""
         ids: list[str | None] = []
-        pos = start
-        while pos < end:
-            result = self.client.pull_arrow(topic, queue_id, pos, end)
+        for result in self.client.read_queue(topic, queue_id, start, end):
             ids.extend(result.batch.column("transactionId").to_pylist())
-            if result.next_offset <= pos:
-                break
-            pos = result.next_offset
         ids.extend([None] * (end - start - len(ids)))
         return ids
 

@@ -1,11 +1,13 @@
-"""NativeClient: the one RPC wrapper over txmq's native gRPC service.
+"""NativeClient: the one wrapper over txmq's native gRPC service and its Flight data plane.
 
 Everything else in the client library (Producer, TransactionProducer,
-PullConsumer, Admin), the CLI and the Spark connector builds on it. It
-connects lazily, retries calls that could not reach a broker (UNAVAILABLE)
-with exponential backoff across the configured endpoints until the call's
-deadline, and turns every non-OK answer into the `txmq.broker.errors` class
-the broker raised.
+PullConsumer, Admin), the CLI and the Spark connector builds on it. Control
+calls go over gRPC; bulk reads and writes (`read_queue`, `pull_arrow`,
+`send_arrow`, `prepare_arrow`, `prepare_stream`) over the broker's Arrow
+Flight service (client/data_plane.py). It connects lazily, retries calls that
+could not reach a broker (UNAVAILABLE) with exponential backoff across the
+configured endpoints until the call's deadline, and turns every non-OK answer
+into the `txmq.broker.errors` class the broker raised.
 """
 
 from __future__ import annotations
@@ -18,15 +20,14 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import grpc
 import pyarrow as pa
 
 from txmq.broker import errors
 from txmq.broker.client.batches import to_arrow_table
-from txmq.broker.client.local_read import LocalReadUnavailable, LocalSegments
-from txmq.broker.client.pull_shm import VERIFIED, SharedMemoryPulls, SharedMemoryUnreadable
+from txmq.broker.client.data_plane import DataPlane
 from txmq.broker.client.types import (
     CheckRequest,
     EndSummary,
@@ -42,10 +43,8 @@ from txmq.broker.client.types import (
     TransactionInfo,
 )
 from txmq.broker.protocol import native_pb2 as pb
-from txmq.broker.protocol.native_arrow import batch_from_ipc, to_ipc
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.protocol.native_status import raise_for
-from txmq.broker.protocol.shared_memory import shm_dir_from_env
 
 if TYPE_CHECKING:
     from txmq.broker.client.checkback import CheckbackSession
@@ -54,8 +53,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
 MAX_FRAME_BYTES = 256 << 20
-# A send/prepare larger than this is split into several RPCs (same transaction id).
-MAX_REQUEST_BYTES = 64 << 20
+# Writes go to the broker in batches of about this many bytes, streamed: the broker stores one
+# while the next is on the wire.
+PUT_BATCH_BYTES = 8 << 20
+# A whole read stream may take this many times the call timeout.
+STREAM_TIMEOUT_FACTOR = 20
 BACKOFF_START_S = 0.05
 BACKOFF_MAX_S = 2.0
 
@@ -123,13 +125,17 @@ def _topic_offsets(offsets: Mapping[str, Mapping[int, int]]) -> list[pb.TopicOff
     return [pb.TopicOffsets(topic=t, offsets={int(q): int(o) for q, o in qs.items()}) for t, qs in offsets.items()]
 
 
-def _split_rows(table: pa.Table, max_bytes: int) -> list[pa.Table]:
-    """Slices of `table` that each stay under about `max_bytes` (at least one row each)."""
-    total = table.nbytes
-    if total <= max_bytes or table.num_rows <= 1:
-        return [table]
-    per_chunk = max(1, int(table.num_rows * max_bytes / total))
-    return [table.slice(i, per_chunk) for i in range(0, table.num_rows, per_chunk)]
+def put_batches(data: Iterable[Any]) -> Iterator[pa.RecordBatch]:
+    """Record batches of about PUT_BATCH_BYTES at most from tables, batches or message lists:
+    a broker call each (a batch is stored whole or not at all), streamed one after another."""
+    for item in data:
+        table = _as_table(item)
+        if table.num_rows == 0:
+            continue
+        rows = max(1, int(table.num_rows * PUT_BATCH_BYTES / max(table.nbytes, 1)))
+        for batch in table.combine_chunks().to_batches(max_chunksize=rows):
+            if batch.num_rows:
+                yield batch
 
 
 class NativeClient:
@@ -137,8 +143,7 @@ class NativeClient:
 
     def __init__(self, endpoints: str = DEFAULT_ENDPOINT, *, access_key: str | None = None,
                  secret_key: str | None = None, tls: bool = False, ca_file: str | None = None,
-                 timeout_s: float = 30.0, retry_unavailable_s: float | None = None,
-                 local_reads: bool = True) -> None:
+                 timeout_s: float = 30.0, retry_unavailable_s: float | None = None) -> None:
         self.endpoints = parse_endpoints(endpoints)
         self.access_key = access_key
         self.secret_key = secret_key
@@ -153,10 +158,8 @@ class NativeClient:
         self._target_index = 0
         self._stubs: dict[str, Callable] = {}
         self._closed = False
-        self._pull_shm = SharedMemoryPulls(shm_dir_from_env())
-        # On the broker's host, decode pulled records from its CommitLog files (client/local_read.py);
-        # None once off (asked so, or a plan could not be read here).
-        self._local_segments: LocalSegments | None = LocalSegments() if local_reads else None
+        self._data = DataPlane(self._locate_data_plane, lambda: self.target.rpartition(":")[0].strip("[]"),
+                               self._metadata, ca_file=ca_file)
 
     # ---- connection ---------------------------------------------------------
     @property
@@ -195,6 +198,7 @@ class NativeClient:
             self._target_index += 1
         if old is not None:
             old.close()
+        self._data.reset()
 
     def close(self) -> None:
         with self._lock:
@@ -202,8 +206,7 @@ class NativeClient:
             channel, self._channel = self._channel, None
         if channel is not None:
             channel.close()
-        if self._pull_shm.files is not None:  # the payload files kept for reuse (live batches keep their maps)
-            self._pull_shm.files.remove_all()
+        self._data.close()
 
     def __enter__(self) -> "NativeClient":
         return self
@@ -291,60 +294,54 @@ class NativeClient:
         resp = self._call("WaitForOffsets", req, timeout_s=self.timeout_s + timeout_ms / 1000.0)
         return _offsets(resp.topics)
 
-    # ---- reads ----------------------------------------------------------------
-    @property
-    def pulls_through_shared_memory(self) -> bool:
-        """Whether pulls reach this client through shared memory (proven, see client/pull_shm.py)."""
-        return self._pull_shm.state == VERIFIED
+    # ---- reads: the data plane (Arrow Flight) ------------------------------------
+    def _locate_data_plane(self) -> tuple[str, int, bool]:
+        resp = self._call("DataPlane", pb.DataPlaneRequest())
+        return resp.flight_host, resp.flight_port, resp.tls
 
     @property
-    def reads_locally(self) -> bool:
-        """Whether pulls may be answered with read plans this client decodes itself (client/local_read.py)."""
-        return self._local_segments is not None
+    def data_plane_location(self) -> str | None:
+        """The Flight location bulk data moves through (None before the first bulk call)."""
+        return self._data.location
+
+    def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
+                   batch_bytes: int = 0, max_batches: int = 0) -> Iterator[PullResult]:
+        """Messages [start, end) of one queue, streamed as record batches in the Spark schema, in
+        offset order; `end` must not pass the queue's end (take it from a consistent cut).
+
+        Each PullResult says where the next batch starts. A broker that cannot be reached is
+        retried from the last batch received until `retry_unavailable_s` runs out. Raises
+        DataDeleted(min_offset=...) when a part of the range was removed by retention.
+        """
+        pos = start
+        retry_until = time.monotonic() + self.retry_unavailable_s
+        backoff = BACKOFF_START_S
+        sent = 0
+        while True:
+            request = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=pos, end_offset=end,
+                                     tags=tags or "", max_bytes=batch_bytes,
+                                     max_batches=max_batches - sent if max_batches else 0)
+            try:
+                for result in self._data.read(request, timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR):
+                    pos, sent = result.next_offset, sent + 1
+                    yield result
+                return
+            except errors.BrokerUnavailable:
+                if self._closed or time.monotonic() + backoff >= retry_until:
+                    raise
+                log.debug("data plane unavailable, reading %s/%d again from %d in %.2fs", topic, queue_id, pos,
+                          backoff)
+                self._fail_over()
+                time.sleep(backoff * (0.5 + random.random() / 2))
+                backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     def pull_arrow(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
-                   max_bytes: int = 2 << 20) -> PullResult:
-        """Messages [start, end) of one queue as one record batch in the Spark schema.
-
-        May stop early at `max_bytes`: call again from `next_offset`. Raises
-        DataDeleted(min_offset=...) when `start` was removed by retention.
-        """
-        req = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=start, end_offset=end,
-                             tags=tags or "", max_bytes=max_bytes)
-        offer, probe = self._pull_shm.offer()
-        local = self._local_segments
-        if offer is not None:
-            req.shared_memory.CopyFrom(offer)
-            req.local_read = local is not None  # the offer proves the host: the broker may answer with a plan
-        try:
-            resp = self._call("PullArrow", req)
-        finally:
-            if probe is not None:
-                probe.unlink(missing_ok=True)
-        planned = resp.HasField("local_read")
-        # an empty range is answered inline whatever the offer: it says nothing about shared memory
-        self._pull_shm.settle(offer if resp.count else None, probe, bool(resp.shared_memory_path) or planned)
-        self._pull_shm.reclaim(offer, resp.shared_memory_path)
-        if planned:
-            if local is None:
-                raise errors.TxmqError("the broker answered a pull with a read plan this client did not ask for")
-            try:
-                batch = local.batch(resp.local_read, topic, queue_id)
-            except LocalReadUnavailable as exc:
-                log.warning("local reads off for this client, pulling through the broker: %s", exc)
-                self._local_segments = None
-                return self.pull_arrow(topic, queue_id, start, end, tags=tags, max_bytes=max_bytes)
-        elif resp.shared_memory_path:
-            try:
-                batch = self._pull_shm.read(resp.shared_memory_path, resp.shared_memory_size)
-            except SharedMemoryUnreadable as exc:
-                log.warning("shared-memory pulls off for this client, pulling inline: %s", exc)
-                self._pull_shm.turn_off()
-                return self.pull_arrow(topic, queue_id, start, end, tags=tags, max_bytes=max_bytes)
-        else:
-            batch = batch_from_ipc(resp.arrow_ipc)
-        return PullResult(batch=batch, next_offset=resp.next_offset,
-                          min_offset=resp.min_offset, max_offset=resp.max_offset)
+                   max_bytes: int = 0) -> PullResult:
+        """The first batch of messages [start, end) of one queue (about `max_bytes` of records; 0:
+        the broker's default): call again from `next_offset` for more, or use `read_queue`."""
+        for result in self.read_queue(topic, queue_id, start, end, tags=tags, batch_bytes=max_bytes, max_batches=1):
+            return result
+        raise errors.TxmqError(f"the broker sent no batch for {topic}/{queue_id} [{start}, {end})")
 
     def get_message(self, message_id: str) -> ReceivedMessage:
         return received_message(self._call("GetMessage", pb.GetMessageRequest(message_id=message_id)).message)
@@ -358,16 +355,18 @@ class NativeClient:
     # ---- writes ---------------------------------------------------------------
     def send_arrow(self, batch: pa.RecordBatch | pa.Table, *, topic: str | None = None,
                    return_message_ids: bool = False) -> SendSummary:
-        """Send many normal messages in one RPC (split only above MAX_REQUEST_BYTES)."""
-        count, slices, ids = 0, [], []
-        for part in _split_rows(_as_table(batch), MAX_REQUEST_BYTES):
-            req = pb.SendRequest(batch=pb.MessageBatch(default_topic=topic or "", arrow_ipc=to_ipc(part)),
-                                 return_message_ids=return_message_ids)
-            resp = self._call("SendMessages", req)
-            count += resp.count
-            slices.extend(QueueSlice(s.topic, s.queue_id, s.first_offset, s.count) for s in resp.slices)
-            ids.extend(resp.message_ids)
-        return SendSummary(count=count, slices=slices, message_ids=ids)
+        """Send many normal messages in one Flight stream (columns: body, and optionally topic,
+        tag, keys, properties, shardingKey, messageId). Each streamed batch is stored whole or not
+        at all; a failure raises, and the batches before it stay sent."""
+        command = pb.PutCommand(kind=pb.PutCommand.SEND, default_topic=topic or "",
+                                return_message_ids=return_message_ids)
+        answers: list[pb.SendResponse] = []
+        self._data.put(lambda: command, put_batches([batch]), pb.SendResponse, answers.append,
+                       timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR)
+        return SendSummary(count=sum(a.count for a in answers),
+                           slices=[QueueSlice(s.topic, s.queue_id, s.first_offset, s.count)
+                                   for a in answers for s in a.slices],
+                           message_ids=[i for a in answers for i in a.message_ids])
 
     def send(self, messages: Sequence[Message], *, topic: str | None = None,
              return_message_ids: bool = True) -> SendSummary:
@@ -384,15 +383,29 @@ class NativeClient:
 
         Raises TransactionAlreadyEnded when the transaction was already resolved.
         """
+        return self.prepare_stream(transaction_id, [batch], topic=topic, producer_group=producer_group,
+                                   sender=sender, return_message_ids=return_message_ids)
+
+    def prepare_stream(self, transaction_id: str, batches: Iterable[pa.RecordBatch | pa.Table], *,
+                       topic: str | None = None, producer_group: str, sender: str,
+                       return_message_ids: bool = False) -> PrepareSummary:
+        """`prepare_arrow` for many batches in one Flight stream: each batch's halves are added
+        whole or not at all, in order; a failure raises (TransactionAlreadyEnded when the
+        transaction was resolved meanwhile)."""
         tx_id, count, ids = transaction_id, 0, []
-        for part in _split_rows(_as_table(batch), MAX_REQUEST_BYTES):
-            req = pb.PrepareRequest(transaction_id=tx_id, producer_group=producer_group, sender=sender,
-                                    batch=pb.MessageBatch(default_topic=topic or "", arrow_ipc=to_ipc(part)),
-                                    return_message_ids=return_message_ids)
-            resp = self._call("PrepareMessages", req)
-            tx_id = resp.transaction_id
-            count += resp.count
-            ids.extend(resp.message_ids)
+
+        def command() -> pb.PutCommand:
+            return pb.PutCommand(kind=pb.PutCommand.PREPARE, default_topic=topic or "", transaction_id=tx_id,
+                                 producer_group=producer_group, sender=sender, return_message_ids=return_message_ids)
+
+        def on_answer(answer: pb.PrepareResponse) -> None:
+            nonlocal tx_id, count
+            tx_id = answer.transaction_id
+            count += answer.count
+            ids.extend(answer.message_ids)
+
+        self._data.put(command, put_batches(batches), pb.PrepareResponse, on_answer,
+                       timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR)
         return PrepareSummary(transaction_id=tx_id, count=count, message_ids=ids)
 
     def prepare(self, transaction_id: str, messages: Sequence[Message], *, topic: str | None = None,

@@ -85,20 +85,17 @@ class PullConsumer:
         position = self.positions.setdefault(topic, {}).get(queue_id, 0)
         while position < end:
             try:
-                result = self.client.pull_arrow(topic, queue_id, position, end, tags=self.tags,
-                                                max_bytes=self.max_bytes)
+                for result in self.client.read_queue(topic, queue_id, position, end, tags=self.tags,
+                                                     batch_bytes=self.max_bytes):
+                    if result.batch.num_rows:
+                        out.append(result.batch)
+                    position = result.next_offset
             except errors.DataDeleted as exc:
-                if not self.skip_deleted:
+                if not self.skip_deleted or exc.min_offset <= position:
                     raise
                 log.warning("%s:%d offsets %d..%d were deleted by retention; skipping", topic, queue_id,
                             position, exc.min_offset)
                 position = exc.min_offset
-                continue
-            if result.batch.num_rows:
-                out.append(result.batch)
-            if result.next_offset <= position:
-                break
-            position = result.next_offset
         self.positions[topic][queue_id] = position
         return out
 

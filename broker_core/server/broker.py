@@ -3,7 +3,9 @@
 `BrokerCore` owns the pieces every service adapts (store, transaction engine,
 check-back service and its router, pop consumption, auth, metrics, config).
 `Broker` puts a thread-pool `grpc.server` in front with the RocketMQ 5 service
-and, when importable, txmq's native service. `run_broker(argv)` is what
+and txmq's native service, and an Arrow Flight server beside it for bulk data
+(server/flight_service.py; clients find it with the native DataPlane call, so
+users configure one address). `run_broker(argv)` is what
 `python -m txmq.broker.server` and `txmq broker start` run: it prints
 `txmq broker ready on HOST:PORT` once serving and stops cleanly on SIGTERM or
 SIGINT, closing the store so no abort marker is left.
@@ -41,12 +43,10 @@ from typing import Any
 import grpc
 
 from txmq.broker.errors import TopicNotFound
-from txmq.broker.protocol.shared_memory import shm_dir_from_env
 from txmq.broker.server.auth import Authenticator, AuthInterceptor
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
 from txmq.broker.server.metrics import ServerMetrics
-from txmq.broker.server.pull_shm import SharedMemoryLimits, SharedMemoryPayloads
 from txmq.broker.server.short_calls import short_call_pool
 from txmq.broker.store.record_block import load_compiled
 from txmq.broker.store.record_copy import load_compiled_scan
@@ -105,10 +105,6 @@ class BrokerCore:
             self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
                          else Authenticator.disabled())
             self.pop = PopService(self)
-            self.pull_payloads = SharedMemoryPayloads(shm_dir_from_env(), SharedMemoryLimits(
-                config.pull_shm_max_bytes, config.pull_shm_max_used_ratio))
-            # before serving: a pull of this process may write a file under the same pid
-            self.pull_payloads.remove_orphans()
         except BaseException:
             self.store.close()
             raise
@@ -175,11 +171,15 @@ class Broker:
         self.host, self.port = config.listen_host_port
         self._metrics_server: Any = None
         self._short_calls: futures.ThreadPoolExecutor | None = None
+        self.flight: Any = None  # the TxmqFlightServer once started
 
     def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port) (the real port when 0 was asked)."""
+        from txmq.broker.protocol import native_methods
         from txmq.broker.protocol.rocketmq_methods import SERVICE_NAME
+        from txmq.broker.server.flight_service import TxmqFlightServer
         from txmq.broker.server.messaging_service import rocketmq_method_handlers
+        from txmq.broker.server.native_service import NativeService, native_method_handlers
 
         cfg = self.config
         interceptors = []
@@ -200,9 +200,8 @@ class Broker:
         # Registered (not generic) handlers: the C core matches each call's method path itself.
         self._short_calls = short_call_pool(cfg.short_call_workers, cfg.flush)
         self.server.add_registered_method_handlers(SERVICE_NAME, rocketmq_method_handlers(self.core, self._short_calls))
-        native = _native_handlers(self.core)
-        if native is not None:
-            self.server.add_registered_method_handlers(*native)
+        native = NativeService(self.core)
+        self.server.add_registered_method_handlers(native_methods.SERVICE_NAME, native_method_handlers(native))
         address = f"{self.host}:{self.port}" if ":" not in self.host else f"[{self.host}]:{self.port}"
         if cfg.tls_cert:
             creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(), Path(cfg.tls_cert).read_bytes())])
@@ -212,6 +211,10 @@ class Broker:
         if self.port == 0:
             raise OSError(f"cannot listen on {address}")
         self.core.advertised = (self._advertised_host(), self.port)  # type: ignore[attr-defined]
+        flight_host, flight_port = cfg.flight_host_port
+        self.flight = TxmqFlightServer(native, flight_host, flight_port, authenticator=self.core.auth,
+                                       tls_cert=cfg.tls_cert, tls_key=cfg.tls_key)
+        native.data_plane = ("" if flight_host in WILDCARD_HOSTS else flight_host, self.flight.port, self.flight.tls)
         self.server.start()
         self.core.start()
         if cfg.metrics_listen:
@@ -229,6 +232,9 @@ class Broker:
             self.core.pop.wake_all()
             self.server.stop(grace_s).wait(grace_s + 5)
             self.server = None
+        if self.flight is not None:
+            self.flight.shutdown()
+            self.flight = None
         if self._short_calls is not None:
             self._short_calls.shutdown(wait=True, cancel_futures=True)
             self._short_calls = None
@@ -242,18 +248,6 @@ class Broker:
                         log.exception("metrics server stop failed")
                     break
         self.core.close()
-
-
-def _native_handlers(core: BrokerCore):
-    """(service name, method handlers) of the native service when its module is present."""
-    try:
-        from txmq.broker.protocol.native_methods import SERVICE_NAME
-        from txmq.broker.server.native_service import native_method_handlers
-    except ImportError as exc:
-        if "native_service" in str(exc):
-            return None
-        raise
-    return SERVICE_NAME, native_method_handlers(core)
 
 
 def _start_metrics(core: BrokerCore, listen: str):
@@ -295,14 +289,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--retention", help="delete CommitLog segments older than this (default 72h)")
     p.add_argument("--disk-max-used-ratio", type=float,
                    help="delete the oldest segments while the disk is fuller than this (default 0.75)")
-    p.add_argument("--pull-shm-max-bytes", type=int,
-                   help="bytes of same-host pull payloads in shared memory not yet picked up, "
-                        "beyond which pulls go inline (default 256 MiB; 0: always inline)")
-    p.add_argument("--pull-shm-max-used-ratio", type=float,
-                   help="pull inline rather than fill the shared-memory file system beyond this (default 0.9)")
-    p.add_argument("--local-reads", action=argparse.BooleanOptionalAction, default=None,
-                   help="let clients on this host that can open the CommitLog files read pulled records "
-                        "from them directly (default: on)")
+    p.add_argument("--flight-listen",
+                   help="HOST:PORT of the Arrow Flight data plane (default: the --listen host, any free port; "
+                        "clients learn it from the broker)")
     p.add_argument("--short-call-workers", type=int,
                    help="threads for the RocketMQ protocol's unary calls (default: 2 with async flush, "
                         "0 = the main pool with sync flush)")
@@ -318,9 +307,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("auth_file", "auth_file"), ("tls_cert", "tls_cert"), ("tls_key", "tls_key"),
                       ("metrics_listen", "metrics_listen"), ("segment_bytes", "segment_bytes"),
                       ("page_cache_keep_bytes", "page_cache_keep_bytes"),
-                      ("disk_max_used_ratio", "disk_max_used_ratio"), ("pull_shm_max_bytes", "pull_shm_max_bytes"),
-                      ("pull_shm_max_used_ratio", "pull_shm_max_used_ratio"),
-                      ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads")):
+                      ("disk_max_used_ratio", "disk_max_used_ratio"), ("flight_listen", "flight_listen"),
+                      ("short_call_workers", "short_call_workers")):
         value = getattr(args, flag)
         if value is not None:
             overrides[key] = value
@@ -358,7 +346,7 @@ def run_broker(argv: list[str] | None = None) -> int:
     except BaseException:
         broker.core.close()
         raise
-    print(f"txmq broker ready on {host}:{port}", flush=True)
+    print(f"txmq broker ready on {host}:{port} (data plane: Arrow Flight on port {broker.flight.port})", flush=True)
     try:
         while not stop.wait(0.5):
             pass

@@ -71,16 +71,9 @@ class BrokerConfig:
     # offsets; see server/short_calls.py). None: 2 with async flush, 0 with sync flush (group
     # commit needs many writers in flight); 0: those calls run on the main pool.
     short_call_workers: int | None = None
-    # Same-host pulls through shared memory (server/pull_shm.py): at most this many bytes of payload
-    # files not yet picked up by their clients (0: always inline), and never fill the directory's
-    # file system beyond the ratio; past either, pulls are answered inline.
-    pull_shm_max_bytes: int = 256 << 20
-    pull_shm_max_used_ratio: float = 0.9
-    # Same-host pulls of unfiltered queue ranges answered with where the records are, for a client
-    # that reads the CommitLog segment files itself (client/local_read.py). Only clients that
-    # proved they share this host's shared-memory directory are answered so, and only when they
-    # can open the files (the OS decides: the same user, or files made readable to them).
-    local_reads: bool = True
+    # The Arrow Flight data plane (pulls and bulk writes): HOST:PORT, or None for the listen host
+    # and a free port. Clients learn it from the DataPlane call, so only `listen` must be known.
+    flight_listen: str | None = None
     # Pop consumption (ReceiveMessage).
     default_invisible_s: float = 30.0
     max_invisible_s: float = 12 * 3600.0
@@ -121,16 +114,16 @@ class BrokerConfig:
             raise ValueError(f"page_cache_keep_bytes must not be negative, got {self.page_cache_keep_bytes}")
         if self.short_call_workers is not None and self.short_call_workers < 0:
             raise ValueError(f"short_call_workers must not be negative, got {self.short_call_workers}")
-        if self.pull_shm_max_bytes < 0:
-            raise ValueError(f"pull_shm_max_bytes must not be negative, got {self.pull_shm_max_bytes}")
-        if not 0 < self.pull_shm_max_used_ratio <= 1:
-            raise ValueError(f"pull_shm_max_used_ratio must be in (0, 1], got {self.pull_shm_max_used_ratio}")
-        if not isinstance(self.local_reads, bool):
-            raise ValueError(f"local_reads must be true or false, got {self.local_reads!r}")
+        if self.flight_listen:
+            parse_host_port(self.flight_listen)
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
         return parse_host_port(self.listen)
+
+    @property
+    def flight_host_port(self) -> tuple[str, int]:
+        return parse_host_port(self.flight_listen) if self.flight_listen else (self.listen_host_port[0], 0)
 
     @classmethod
     def from_mapping(cls, values: dict[str, Any]) -> "BrokerConfig":

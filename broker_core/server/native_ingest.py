@@ -1,4 +1,5 @@
-"""Turn a native `MessageBatch` (Arrow rows and/or MessageSpec rows) into store Messages.
+"""Turn written rows (an Arrow batch from a Flight put, or MessageSpecs from a small call) into
+store Messages.
 
 The native service accepts many messages per call. This module validates the
 payload's shape (columns, types, required body, a topic for every row) and
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import time
 import uuid
 import zlib
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import pyarrow as pa
 
@@ -28,7 +29,7 @@ from txmq.broker.errors import (
     MessageBodyEmpty,
 )
 from txmq.broker.protocol import native_pb2
-from txmq.broker.protocol.native_arrow import check_send_schema, table_from_ipc
+from txmq.broker.protocol.native_arrow import check_send_schema
 from txmq.broker.protocol.property_names import is_user_property
 from txmq.broker.store.message import (
     PROP_KEYS,
@@ -186,35 +187,21 @@ def _plain_rows(table: pa.Table, default_topic: str | None, born_ms: int, queue_
     return PlainRows(topics, bodies, queue_ids, born_ms)
 
 
-def decode_rows(batch: native_pb2.MessageBatch, queue_count: QueueCountFn,
-                selector: QueueSelector) -> PlainRows | list[Message]:
-    """decode_batch, except that Arrow rows with only topic/body columns come back as PlainRows."""
+def decode_rows(default_topic: str, table: pa.Table | None, specs: Sequence[native_pb2.MessageSpec],
+                queue_count: QueueCountFn, selector: QueueSelector) -> PlainRows | list[Message]:
+    """The messages of Arrow rows (`table`, first) and `specs`, queues assigned; rows with only
+    topic/body columns come back as PlainRows. BadRequest names a malformed payload."""
     born_ms = int(time.time() * 1000)
-    table = _arrow_table(batch)
-    if table is not None and not batch.messages and table.num_rows and PLAIN_COLUMNS.issuperset(table.column_names):
-        return _plain_rows(table, batch.default_topic or None, born_ms, queue_count, selector)
-    return _decode(batch, table, born_ms, queue_count, selector)
+    if table is not None:
+        check_send_schema(table.schema)
+        if not specs and table.num_rows and PLAIN_COLUMNS.issuperset(table.column_names):
+            return _plain_rows(table, default_topic or None, born_ms, queue_count, selector)
+    return _decode(default_topic or None, table, specs, born_ms, queue_count, selector)
 
 
-def _arrow_table(batch: native_pb2.MessageBatch) -> pa.Table | None:
-    if not batch.arrow_ipc:
-        return None
-    table = table_from_ipc(batch.arrow_ipc)
-    check_send_schema(table.schema)
-    return table
-
-
-def decode_batch(batch: native_pb2.MessageBatch, queue_count: QueueCountFn,
-                 selector: QueueSelector) -> list[Message]:
-    """All messages of a MessageBatch with queues assigned; BadRequest on a malformed payload."""
-    rows = decode_rows(batch, queue_count, selector)
-    return rows.messages() if isinstance(rows, PlainRows) else rows
-
-
-def _decode(batch: native_pb2.MessageBatch, table: pa.Table | None, born_ms: int, queue_count: QueueCountFn,
-            selector: QueueSelector) -> list[Message]:
+def _decode(default_topic: str | None, table: pa.Table | None, specs: Sequence[native_pb2.MessageSpec],
+            born_ms: int, queue_count: QueueCountFn, selector: QueueSelector) -> list[Message]:
     staged: list[tuple[Message, str | None]] = []
-    default_topic = batch.default_topic or None
     if table is not None:
         rows = table.num_rows
         columns = zip(
@@ -225,11 +212,11 @@ def _decode(batch: native_pb2.MessageBatch, table: pa.Table | None, born_ms: int
         for row, (topic, body, tag, keys, props, skey, mid) in enumerate(columns):
             staged.append(_build_message(topic or default_topic, body, tag, keys, props, skey, mid, born_ms, row))
     offset = len(staged)
-    for i, spec in enumerate(batch.messages):
+    for i, spec in enumerate(specs):
         staged.append(_build_message(spec.topic or default_topic, spec.body, spec.tag, spec.keys,
                                      spec.properties, spec.sharding_key, spec.message_id, born_ms, offset + i))
     if not staged:
-        raise BadRequest("the batch holds no messages (give arrow_ipc rows or messages)")
+        raise BadRequest("the batch holds no messages")
     counts: dict[str, int] = {}
     for message, sharding_key in staged:
         n = counts.get(message.topic)

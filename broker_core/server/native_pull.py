@@ -1,6 +1,5 @@
-"""Answer a native pull: the Arrow record batch of a queue range (the Spark source's schema),
-or, for a client on this host that can read the CommitLog files itself, a plan of where
-the records are.
+"""A queue range as the Arrow record batch of the Spark source's schema: what the Flight
+service's DoGet streams.
 
 This is the hot path of Spark reads. Two builders make the same batch:
 
@@ -14,9 +13,6 @@ This is the hot path of Spark reads. Two builders make the same batch:
 - `build_pull_batch(messages)` builds the batch from decoded StoredMessages (one
   comprehension per column). It is the reference the columnar path is tested
   against and serves the filtered pulls.
-
-`local_read_plan` answers a pull with the records' places instead (see
-client/local_read.py for why and for the client's checks).
 """
 
 from __future__ import annotations
@@ -26,12 +22,10 @@ from typing import Sequence
 
 import pyarrow as pa
 
-from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
 from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
 from txmq.broker.protocol.pull_columns import decode_pull_batch, empty_pull_batch
-from txmq.broker.server.pull_shm import SharedMemoryPayloads
-from txmq.broker.store.columnar_read import ReadPlan, plan_queue_read, read_queue_bytes, supports_columnar
+from txmq.broker.store.columnar_read import read_queue_bytes, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage
 from txmq.broker.store.tag_filter import TagFilter
 
@@ -117,54 +111,3 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
     read = read_queue_bytes(store, topic, queue_id, start, count, max_bytes=max_bytes)
     batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
-
-
-def local_read_plan(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int | None,
-                    tag_filter: TagFilter | None, offer: pb.SharedMemoryOffer | None,
-                    shared: SharedMemoryPayloads) -> ReadPlan | None:
-    """The plan answering a pull whose client asked to read the records itself, or None when the
-    pull is answered with a batch instead: the client did not prove it is on this host (its
-    shared-memory offer), the pull filters by tag (the filter is confirmed on decoded tags
-    here), the store has no segment files, or there is nothing to read at `start`."""
-    if offer is None or not offer.probe_token or not shared.accepts(offer.probe_path, offer.probe_token):
-        return None
-    if (tag_filter is not None and not tag_filter.matches_all) or not supports_columnar(store):
-        return None
-    return plan_queue_read(store, topic, queue_id, start, count, max_bytes=max_bytes)
-
-
-def plan_message(plan: ReadPlan) -> pb.LocalReadPlan:
-    """PullResponse.local_read for `plan`."""
-    seg = plan.segment
-    return pb.LocalReadPlan(
-        physical_offsets=plan.phys.astype("<i8").tobytes(), sizes=plan.sizes.astype("<i4").tobytes(),
-        segment=pb.CommitLogSegment(path=seg.path, start=seg.start, device=seg.device, inode=seg.inode))
-
-
-def pull_payload(batch: pa.RecordBatch) -> bytes:
-    """`batch` as one Arrow IPC stream (the same bytes as native_arrow.to_ipc).
-
-    A pull payload is tens of MiB: sizing the stream first (a writer over a mock
-    stream copies nothing) and writing it into one buffer of that size avoids
-    the growing output stream's reallocation copies, about a third of to_ipc's cost.
-    """
-    mock = pa.MockOutputStream()
-    with pa.ipc.new_stream(mock, batch.schema) as writer:
-        writer.write_batch(batch)
-    out = pa.allocate_buffer(mock.size())
-    with pa.ipc.new_stream(pa.FixedSizeBufferWriter(out), batch.schema) as writer:
-        writer.write_batch(batch)
-    return out.to_pybytes()
-
-
-def pull_response_payload(batch: pa.RecordBatch, offer: pb.SharedMemoryOffer | None,
-                          shared: SharedMemoryPayloads) -> dict[str, object]:
-    """The PullResponse fields carrying `batch`: a shared-memory file (the client's own, when it
-    offered one to reuse) when the client offered shared memory, proved it shares the
-    directory and the broker has room there (see pull_shm), else the IPC bytes inline."""
-    if offer is not None and offer.probe_token and shared.accepts(offer.probe_path, offer.probe_token):
-        written = shared.write(batch, offer.reuse_path)
-        if written is not None:
-            path, size = written
-            return {"shared_memory_path": path, "shared_memory_size": size}
-    return {"arrow_ipc": pull_payload(batch)}

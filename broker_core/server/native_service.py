@@ -2,9 +2,14 @@
 
 Each RPC converts protobuf to core calls on `core.store` / `core.engine` and
 back; the rules live in the store and the transaction engine. Every handler
-answers with a Status instead of raising, so a bad request (a broken Arrow
-payload, an unknown transaction id) gets a typed error and the broker keeps
+answers with a Status instead of raising, so a bad request (an unknown
+transaction id, a malformed message) gets a typed error and the broker keeps
 serving. The method table comes from `native_methods.py` (no generated stubs).
+
+The bulk calls (`send_rows`, `prepare_rows`, `pull_stream`) take the caller's
+Identity instead of a gRPC context: the Flight service (server/flight_service.py)
+adapts them too, so a write or a read has one implementation whichever
+transport carried it.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ import grpc
 
 from txmq.broker import errors
 from txmq.broker.protocol import native_pb2 as pb
-from txmq.broker.protocol.native_arrow import to_ipc
+import pyarrow as pa
+
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
-from txmq.broker.server.native_pull import (build_pull_batch, local_read_plan, plan_message, pull_batch,
-                                             pull_response_payload)
+from txmq.broker.protocol.pull_columns import empty_pull_batch
+from txmq.broker.server.native_pull import PullBatch, pull_batch
 from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
 from txmq.broker.protocol.property_names import user_properties
@@ -46,8 +52,10 @@ from txmq.broker.store.tag_filter import TagFilter
 log = logging.getLogger(__name__)
 
 _ANONYMOUS = ANONYMOUS
-MAX_PULL_COUNT = 100_000
-DEFAULT_PULL_BYTES = 64 << 20
+# Bytes of CommitLog records per pulled batch: a batch is decoded while the one before is on the
+# wire, and a reader holds one at a time.
+DEFAULT_PULL_BYTES = 4 << 20
+MAX_PULL_BYTES = 64 << 20
 MAX_WAIT_MS = 120_000
 SESSION_POLL_S = 0.5
 
@@ -155,6 +163,8 @@ class NativeService:
         self.ids = MessageIdGenerator()
         self.waiters = OffsetWaiters(self.store)
         self.metrics = metrics if metrics is not None else RpcMetrics.of(core)
+        # (host, port, tls) of the Flight service, set by the broker once it listens
+        self.data_plane: tuple[str, int, bool] | None = None
 
     # ---- access ------------------------------------------------------------
     def _identity(self, context):
@@ -195,9 +205,8 @@ class NativeService:
         """Queue count of a topic written to, auto-creating it when the broker allows."""
         return self.core.topic_queue_count(name)
 
-    def _writable_queue_count(self, context) -> Callable[[str], int]:
+    def _writable_queue_count(self, identity) -> Callable[[str], int]:
         """Queue count per topic for a writer, checking its publish right before any auto-creation."""
-        identity = self._identity(context)
 
         def queue_count(topic: str) -> int:
             identity.require_publish(topic)
@@ -234,8 +243,19 @@ class NativeService:
 
     # ---- writes ------------------------------------------------------------
     def SendMessages(self, request: pb.SendRequest, context) -> pb.SendResponse:
+        return self.send_rows(self._identity(context), request.batch.default_topic, None, request.batch.messages,
+                              return_message_ids=request.return_message_ids)
+
+    def PrepareMessages(self, request: pb.PrepareRequest, context) -> pb.PrepareResponse:
+        return self.prepare_rows(self._identity(context), _client_id(context), request.transaction_id,
+                                 request.producer_group, request.sender, request.batch.default_topic, None,
+                                 request.batch.messages, return_message_ids=request.return_message_ids)
+
+    def send_rows(self, identity, default_topic: str, table: pa.Table | None, specs,
+                  *, return_message_ids: bool) -> pb.SendResponse:
+        """Append Arrow rows and/or MessageSpecs as normal messages: all of them or, refused, none."""
         started = time.perf_counter()
-        rows = decode_rows(request.batch, self._writable_queue_count(context), self.selector)
+        rows = decode_rows(default_topic, table, specs, self._writable_queue_count(identity), self.selector)
         if isinstance(rows, PlainRows):  # topic and body only: appended as columns, no Message per row
             topics, queue_ids = rows.topics, rows.queue_ids
             results = self.store.append_columns(BatchColumns.of_bodies(topics, rows.bodies, queue_ids, rows.born_ms))
@@ -245,40 +265,37 @@ class NativeService:
         self.metrics.observe("send", len(results), time.perf_counter() - started)
         return pb.SendResponse(status=ok_status(), count=len(results),
                                slices=_slices(topics, queue_ids, results.columns[0]),
-                               message_ids=[r.msg_id for r in results] if request.return_message_ids else [])
+                               message_ids=[r.msg_id for r in results] if return_message_ids else [])
 
-    def PrepareMessages(self, request: pb.PrepareRequest, context) -> pb.PrepareResponse:
+    def prepare_rows(self, identity, client_id: str, transaction_id: str, producer_group: str, sender: str,
+                     default_topic: str, table: pa.Table | None, specs,
+                     *, return_message_ids: bool) -> pb.PrepareResponse:
+        """Add Arrow rows and/or MessageSpecs to a transaction as halves (a new one when
+        `transaction_id` is empty): all of them or, refused, none."""
         started = time.perf_counter()
-        self._identity(context).require_producer_group(request.producer_group)
-        rows = decode_rows(request.batch, self._writable_queue_count(context), self.selector)
+        identity.require_producer_group(producer_group)
+        rows = decode_rows(default_topic, table, specs, self._writable_queue_count(identity), self.selector)
         if isinstance(rows, PlainRows):  # topic and body only: halves encoded as columns
             topics = rows.topics
             # ids only when asked for: like a plain send's rows, halves nobody names need none (their
             # finals then carry the broker's offset ids), and a half without one costs a third less
-            message_ids = self.ids.next_ids(len(topics)) if request.return_message_ids else None
+            message_ids = self.ids.next_ids(len(topics)) if return_message_ids else None
             result = self.engine.prepare_bodies(topics, rows.bodies, rows.queue_ids, message_ids,
                                                 born_timestamp=rows.born_ms,
-                                                transaction_id=request.transaction_id or None,
-                                                producer_group=request.producer_group, sender=request.sender)
+                                                transaction_id=transaction_id or None,
+                                                producer_group=producer_group, sender=sender)
         else:
             topics = [m.topic for m in rows]
             message_ids = self.ids.assign(rows)
-            result = self.engine.prepare(rows, transaction_id=request.transaction_id or None,
-                                         producer_group=request.producer_group, sender=request.sender)
+            result = self.engine.prepare(rows, transaction_id=transaction_id or None,
+                                         producer_group=producer_group, sender=sender)
         self.metrics.observe("prepare", len(topics), time.perf_counter() - started)
-        self._note_senders(result.transaction_id, topics, context)
+        if client_id:  # check-backs of these halves go back to the client that sent them first
+            for topic in set(topics):
+                self.core.router.note_half(result.transaction_id, client_id, topic)
         return pb.PrepareResponse(status=ok_status(), transaction_id=result.transaction_id,
                                   count=len(result.results),
-                                  message_ids=(message_ids or []) if request.return_message_ids else [])
-
-    def _note_senders(self, transaction_id: str, topics: list[str], context) -> None:
-        """Tell the router which client sent these halves, so check-backs go back to it first."""
-        note = getattr(self.core.router, "note_half", None)
-        client_id = _client_id(context)
-        if note is None or not client_id:
-            return
-        for topic in set(topics):
-            note(transaction_id, client_id, topic)
+                                  message_ids=(message_ids or []) if return_message_ids else [])
 
     def EndTransaction(self, request: pb.EndTransactionRequest, context) -> pb.EndTransactionResponse:
         started = time.perf_counter()
@@ -355,37 +372,68 @@ class NativeService:
         return pb.WaitForOffsetsResponse(status=ok_status(), topics=_offsets_to_pb(cut), moved=moved)
 
     # ---- reads -------------------------------------------------------------
-    def PullArrow(self, request: pb.PullRequest, context) -> pb.PullResponse:
-        started = time.perf_counter()
-        topic, queue_id, start = request.topic, request.queue_id, request.start_offset
-        self._require_subscribe(context, [topic])
-        self._topic(topic)
-        end = request.end_offset if request.end_offset >= 0 else start + MAX_PULL_COUNT
-        count = max(0, min(end - start, MAX_PULL_COUNT))
-        max_bytes = request.max_bytes or DEFAULT_PULL_BYTES
-        if start < 0:
-            raise errors.IllegalOffset(f"start_offset must not be negative, got {start}")
-        if count == 0:
-            batch = build_pull_batch([])
-            return pb.PullResponse(status=ok_status(), arrow_ipc=to_ipc(batch), next_offset=start,
-                                   min_offset=self.store.min_offset(topic, queue_id),
-                                   max_offset=self.store.max_offset(topic, queue_id), count=0)
+    def DataPlane(self, request, context) -> pb.DataPlaneResponse:
+        if self.data_plane is None:
+            raise errors.BrokerUnavailable("this broker serves no Flight data plane")
+        host, port, tls = self.data_plane
+        return pb.DataPlaneResponse(status=ok_status(), flight_host=host, flight_port=port, tls=tls)
+
+    def pull_stream(self, identity, request: pb.PullRequest) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
+        """Queue range [start_offset, end_offset) as PULL_SCHEMA batches of about max_bytes of
+        records each, every one with where the next starts (at least one batch, maybe empty).
+        The request is checked before this returns; reading happens as the caller iterates."""
+        topic, queue_id, start, end = request.topic, request.queue_id, request.start_offset, request.end_offset
+        if not topic:
+            raise errors.BadRequest("the pull names no topic")
+        identity.require_subscribe(topic)
+        config = self._topic(topic)
+        if not 0 <= queue_id < config.queue_count and queue_id not in self.store.queue_ids(topic):
+            raise errors.BadRequest(f"topic {topic!r} has no queue {queue_id} (it has {config.queue_count})")
+        if start < 0 or end < start:
+            raise errors.IllegalOffset(f"pull range [{start}, {end}) of {topic}/{queue_id} is not a range "
+                                       "(0 <= start <= end)")
+        top = self.store.max_offset(topic, queue_id)
+        if end > top:
+            raise errors.IllegalOffset(f"pull end {end} is beyond {topic}/{queue_id}'s last offset {top} "
+                                       "(take ends from a consistent cut)")
+        low = self.store.min_offset(topic, queue_id)
+        if start < min(low, end):
+            raise errors.DataDeleted(f"offsets [{start}, {low}) of {topic}/{queue_id} were deleted by retention",
+                                     min_offset=low)
+        if not 0 <= request.max_bytes <= MAX_PULL_BYTES:
+            raise errors.BadRequest(f"max_bytes must be in [0, {MAX_PULL_BYTES}], got {request.max_bytes}")
+        if request.max_batches < 0:
+            raise errors.BadRequest(f"max_batches must not be negative, got {request.max_batches}")
         tag_filter = TagFilter.parse(request.tags)
-        offer = request.shared_memory if request.HasField("shared_memory") else None
-        if request.local_read and getattr(self.core.config, "local_reads", False):
-            plan = local_read_plan(self.store, topic, queue_id, start, count, max_bytes=max_bytes,
-                                   tag_filter=tag_filter, offer=offer, shared=self.core.pull_payloads)
-            if plan is not None:
-                rows = len(plan.phys)
-                self.metrics.observe("pull_plan", rows, time.perf_counter() - started)
-                return pb.PullResponse(status=ok_status(), local_read=plan_message(plan), next_offset=plan.next_offset,
-                                       min_offset=plan.min_offset, max_offset=plan.max_offset, count=rows)
-        read = pull_batch(self.store, topic, queue_id, start, count, max_bytes=max_bytes, tag_filter=tag_filter)
-        rows = read.batch.num_rows
-        payload = pull_response_payload(read.batch, offer, self.core.pull_payloads)
-        self.metrics.observe("pull", rows, time.perf_counter() - started)
-        return pb.PullResponse(status=ok_status(), **payload, next_offset=read.next_offset,
-                               min_offset=read.min_offset, max_offset=read.max_offset, count=rows)
+        return self._pull_batches(topic, queue_id, start, end, request.max_bytes or DEFAULT_PULL_BYTES,
+                                  request.max_batches, tag_filter)
+
+    def _pull_batches(self, topic: str, queue_id: int, start: int, end: int, max_bytes: int, max_batches: int,
+                      tag_filter: TagFilter) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
+        if start == end:
+            yield empty_pull_batch(), pb.PullProgress(next_offset=end, min_offset=self.store.min_offset(topic, queue_id),
+                                                      max_offset=self.store.max_offset(topic, queue_id))
+            return
+        pos, sent = start, 0
+        while True:
+            started = time.perf_counter()
+            read: PullBatch = pull_batch(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
+                                         tag_filter=tag_filter)
+            self.metrics.observe("pull", read.batch.num_rows, time.perf_counter() - started)
+            assert pos == end or read.next_offset > pos, f"a pull of {topic}/{queue_id} at {pos} made no progress"
+            assert read.next_offset <= end, f"a pull of {topic}/{queue_id} read past its end {end}"
+            pos, sent = read.next_offset, sent + 1
+            yield read.batch, pb.PullProgress(next_offset=pos, min_offset=read.min_offset, max_offset=read.max_offset)
+            if pos >= end or sent == max_batches:
+                return
+
+    def flight_endpoints(self, identity, topic: str) -> list[pb.PullRequest]:
+        """One ticket per queue of `topic`, from its first readable offset to a consistent cut:
+        what a plain Flight client reads to get the topic's committed messages."""
+        identity.require_subscribe(topic)
+        cut = self._cut([topic])[topic]
+        return [pb.PullRequest(topic=topic, queue_id=q, start_offset=min(self.store.min_offset(topic, q), end),
+                               end_offset=end) for q, end in sorted(cut.items())]
 
     def GetMessage(self, request, context) -> pb.GetMessageResponse:
         if not request.message_id:
@@ -526,14 +574,13 @@ def _stream(fn: Callable, response_class: type) -> Callable:
     return handle
 
 
-def build_native_handler(core: Any) -> grpc.GenericRpcHandler:
-    """The generic handler serving TxmqService over `core` (a BrokerCore)."""
-    return grpc.method_handlers_generic_handler(SERVICE_NAME, native_method_handlers(core))
+def build_native_handler(service: "NativeService") -> grpc.GenericRpcHandler:
+    """The generic handler serving TxmqService over `service`."""
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, native_method_handlers(service))
 
 
-def native_method_handlers(core: Any) -> dict[str, grpc.RpcMethodHandler]:
-    """{method name: handler} of TxmqService over `core`, for `add_registered_method_handlers`."""
-    service = NativeService(core)
+def native_method_handlers(service: "NativeService") -> dict[str, grpc.RpcMethodHandler]:
+    """{method name: handler} of TxmqService over `service`, for `add_registered_method_handlers`."""
     handlers = {}
     for method in NATIVE_METHODS:
         impl = getattr(service, method.name)

@@ -10,7 +10,7 @@ from txmq.broker.client.batches import to_arrow_table
 from txmq.broker.client.types import Message
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, batch_from_ipc, to_ipc
-from txmq.broker.server.native_ingest import QueueSelector, decode_batch
+from txmq.broker.server.native_ingest import PlainRows, QueueSelector, decode_rows
 from txmq.broker.server.native_pull import build_pull_batch
 from txmq.broker.store.message import StoredMessage
 
@@ -28,6 +28,11 @@ messages = st.lists(st.builds(
 ), min_size=1, max_size=20)
 
 
+def decode_batch(*args) -> list:
+    rows = decode_rows(*args)
+    return rows.messages() if isinstance(rows, PlainRows) else rows
+
+
 def _stored(decoded) -> list[StoredMessage]:
     return [StoredMessage(topic=m.topic, body=m.body, queue_id=m.queue_id, properties=dict(m.properties),
                           born_timestamp=m.born_timestamp, queue_offset=i, store_timestamp=m.born_timestamp + 1,
@@ -38,8 +43,7 @@ def _stored(decoded) -> list[StoredMessage]:
 @settings(max_examples=60, deadline=None)
 @given(messages)
 def test_send_batch_round_trips_through_a_pull_batch(msgs):
-    request = pb.MessageBatch(arrow_ipc=to_ipc(to_arrow_table(msgs)))
-    decoded = decode_batch(request, lambda topic: 4, QueueSelector())
+    decoded = decode_batch("", to_arrow_table(msgs), (), lambda topic: 4, QueueSelector())
     batch = batch_from_ipc(to_ipc(build_pull_batch(_stored(decoded))))
     assert batch.schema.equals(PULL_SCHEMA)
     rows = batch.to_pylist()
@@ -62,8 +66,6 @@ def test_same_sharding_key_always_picks_the_same_queue(keys):
 
 
 def test_protobuf_and_arrow_forms_decode_alike():
-    arrow = pb.MessageBatch(default_topic="t", arrow_ipc=to_ipc(pa.table({"body": [b"x"], "tag": ["g"]})))
-    proto = pb.MessageBatch(default_topic="t", messages=[pb.MessageSpec(body=b"x", tag="g")])
-    a, = decode_batch(arrow, lambda t: 1, QueueSelector())
-    p, = decode_batch(proto, lambda t: 1, QueueSelector())
+    a, = decode_batch("t", pa.table({"body": [b"x"], "tag": ["g"]}), (), lambda t: 1, QueueSelector())
+    p, = decode_batch("t", None, [pb.MessageSpec(body=b"x", tag="g")], lambda t: 1, QueueSelector())
     assert (a.topic, a.body, a.properties) == (p.topic, p.body, p.properties)

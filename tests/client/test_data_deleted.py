@@ -1,7 +1,7 @@
 """DataDeleted crosses the wire as DataDeleted(min_offset=...), not as a generic error.
 
-Retention is hard to trigger in a test broker, so the native handler runs
-in-process over a core whose store reports deleted offsets; the wire, the
+Retention is hard to trigger in a test broker, so the native and Flight services
+run in-process over a core whose store reports deleted offsets; the wire, the
 status mapping and the client are the real ones.
 """
 
@@ -15,7 +15,10 @@ import pytest
 
 from txmq.broker import errors
 from txmq.broker.client import NativeClient
-from txmq.broker.server.native_service import build_native_handler
+from txmq.broker.server.auth import Authenticator
+from txmq.broker.server.flight_service import TxmqFlightServer
+from txmq.broker.server.metrics import ServerMetrics
+from txmq.broker.server.native_service import NativeService, build_native_handler
 
 
 class _RetainedStore:
@@ -41,9 +44,13 @@ class _RetainedStore:
 
 @pytest.fixture
 def stub_client():
-    core = SimpleNamespace(store=_RetainedStore(), engine=SimpleNamespace(), router=None, config=None)
+    core = SimpleNamespace(store=_RetainedStore(), engine=SimpleNamespace(), router=None, config=None,
+                           metrics=ServerMetrics(), auth=Authenticator.disabled())
+    service = NativeService(core)
+    flight = TxmqFlightServer(service, "127.0.0.1", 0, authenticator=core.auth)
+    service.data_plane = ("127.0.0.1", flight.port, False)
     server = grpc.server(futures.ThreadPoolExecutor(4))
-    server.add_generic_rpc_handlers((build_native_handler(core),))
+    server.add_generic_rpc_handlers((build_native_handler(service),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
@@ -51,6 +58,7 @@ def stub_client():
             yield client
     finally:
         server.stop(0)
+        flight.shutdown()
 
 
 def test_deleted_offsets_raise_data_deleted_with_the_min_offset(stub_client):

@@ -26,7 +26,7 @@ def _one_queue(client, topic) -> None:
 
 def test_pull_batch_has_exactly_the_spark_schema(client, topic):
     client.send_arrow(bodies_batch(3), topic=topic)
-    result = client.pull_arrow(topic, 0, 0, 100)
+    result = client.pull_arrow(topic, 0, 0, 1)
     assert result.batch.schema.equals(SPARK_SCHEMA)
 
 
@@ -81,6 +81,23 @@ def test_max_bytes_stops_a_pull_early(client, topic):
     result = client.pull_arrow(topic, 0, 0, 20, max_bytes=5000)
     assert 0 < result.batch.num_rows < 20
     assert result.next_offset == result.batch.num_rows
+
+
+def test_a_range_is_read_as_one_stream_of_batches_in_offset_order(client, topic):
+    _one_queue(client, topic)
+    client.send_arrow(pa.table({"body": [b"x" * 1000] * 50}), topic=topic)
+    results = list(client.read_queue(topic, 0, 3, 50, batch_bytes=5000))
+    assert len(results) > 1 and all(r.batch.num_rows for r in results)
+    offsets = [o for r in results for o in r.batch.column("queueOffset").to_pylist()]
+    assert offsets == list(range(3, 50))
+    assert [r.next_offset for r in results][-1] == 50
+
+
+def test_a_pull_ending_beyond_the_queue_is_refused_naming_its_end(client, topic):
+    _one_queue(client, topic)
+    client.send_arrow(bodies_batch(3), topic=topic)
+    with pytest.raises(errors.IllegalOffset, match="beyond .*last offset 3"):
+        client.pull_arrow(topic, 0, 0, 4)
 
 
 def test_tag_filter_returns_matching_messages_only(client, topic):

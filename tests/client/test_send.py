@@ -70,13 +70,6 @@ def test_send_auto_creates_unknown_topic(client, unique):
     assert client.describe_topic(f"auto_{unique}").queue_count == 4
 
 
-def test_payload_that_is_not_arrow_is_a_bad_request(client, topic):
-    request = pb.SendRequest(batch=pb.MessageBatch(default_topic=topic, arrow_ipc=b"not arrow at all"))
-    with pytest.raises(errors.BadRequest, match="Arrow"):
-        client._call("SendMessages", request)
-    assert client.send_arrow(bodies_batch(1), topic=topic).count == 1  # still serving
-
-
 def test_batch_without_body_column_is_refused(client, topic):
     with pytest.raises(errors.BadRequest, match="'body'"):
         client.send_arrow(pa.table({"tag": ["a"]}), topic=topic)

@@ -44,34 +44,18 @@ def test_unknown_setting_is_refused():
         BrokerConfig.from_mapping({"colour": "blue"})
 
 
-def test_shared_memory_pull_limits_default_to_256_mib_and_nine_tenths_of_the_directory():
-    cfg = BrokerConfig()
-    assert (cfg.pull_shm_max_bytes, cfg.pull_shm_max_used_ratio) == (256 << 20, 0.9)
+def test_the_flight_data_plane_listens_on_the_listen_host_and_a_free_port_by_default():
+    assert BrokerConfig(listen="10.1.2.3:9000").flight_host_port == ("10.1.2.3", 0)
 
 
-def test_shared_memory_pull_limits_come_from_flags(tmp_path):
-    args = build_arg_parser().parse_args(["--data-dir", str(tmp_path), "--pull-shm-max-bytes", "1048576",
-                                          "--pull-shm-max-used-ratio", "0.5"])
-    cfg = config_from_args(args)
-    assert (cfg.pull_shm_max_bytes, cfg.pull_shm_max_used_ratio) == (1 << 20, 0.5)
+def test_the_flight_data_plane_address_comes_from_a_flag(tmp_path):
+    args = build_arg_parser().parse_args(["--data-dir", str(tmp_path), "--flight-listen", "0.0.0.0:9443"])
+    assert config_from_args(args).flight_host_port == ("0.0.0.0", 9443)
 
 
-@pytest.mark.parametrize("setting", [{"pull_shm_max_bytes": -1}, {"pull_shm_max_used_ratio": 0},
-                                     {"pull_shm_max_used_ratio": 1.5}])
-def test_out_of_range_shared_memory_pull_limits_are_refused(setting):
-    with pytest.raises(ValueError, match=next(iter(setting))):
-        BrokerConfig.from_mapping(setting)
-
-
-def test_local_reads_are_on_by_default_and_off_with_a_flag(tmp_path):
-    assert BrokerConfig().local_reads is True
-    args = build_arg_parser().parse_args(["--data-dir", str(tmp_path), "--no-local-reads"])
-    assert config_from_args(args).local_reads is False
-
-
-def test_a_local_reads_setting_that_is_not_a_boolean_is_refused():
-    with pytest.raises(ValueError, match="local_reads"):
-        BrokerConfig.from_mapping({"local_reads": "yes"})
+def test_a_flight_address_that_is_not_host_port_is_refused():
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        BrokerConfig.from_mapping({"flight_listen": "nowhere"})
 
 
 def test_the_page_cache_window_defaults_to_2_gib_and_comes_from_a_flag(tmp_path):

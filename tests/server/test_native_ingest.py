@@ -1,4 +1,4 @@
-"""Decoding a native MessageBatch: the plain-rows path (topic/body columns only) must behave exactly
+"""Decoding written rows (a Flight put's Arrow batch): the plain-rows path (topic/body columns only) must behave exactly
 like the general one: same queues, same refusals, unique message ids."""
 
 from __future__ import annotations
@@ -7,14 +7,17 @@ import pyarrow as pa
 import pytest
 
 from txmq.broker.errors import BadRequest, MessageBodyEmpty
-from txmq.broker.protocol import native_pb2 as pb
-from txmq.broker.protocol.native_arrow import to_ipc
-from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_batch, decode_rows
+from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
 from txmq.broker.store.message import PROP_UNIQ_KEY
 
 
-def arrow_batch(columns: dict, default_topic: str = "") -> pb.MessageBatch:
-    return pb.MessageBatch(arrow_ipc=to_ipc(pa.table(columns)), default_topic=default_topic)
+def arrow_batch(columns: dict, default_topic: str = "") -> tuple[str, pa.Table]:
+    return default_topic, pa.table(columns)
+
+
+def decode_batch(batch: tuple[str, pa.Table], queue_count, selector: QueueSelector) -> list:
+    rows = decode_rows(*batch, (), queue_count, selector)
+    return rows.messages() if isinstance(rows, PlainRows) else rows
 
 
 def test_plain_rows_take_the_queues_of_message_by_message_round_robin():
@@ -62,10 +65,10 @@ def test_message_ids_are_unique_across_batches_and_given_ids_are_kept():
 
 def test_topic_and_body_rows_are_decoded_as_columns_and_others_as_messages():
     plain = arrow_batch({"body": pa.array([b"x", b"y"], pa.binary())}, default_topic="t")
-    rows = decode_rows(plain, lambda topic: 4, QueueSelector())
+    rows = decode_rows(*plain, (), lambda topic: 4, QueueSelector())
     assert isinstance(rows, PlainRows)
     assert (rows.topics, rows.bodies, rows.queue_ids) == (["t", "t"], [b"x", b"y"], [0, 1])
     tagged = arrow_batch({"body": pa.array([b"x"], pa.binary()), "tag": pa.array(["a"], pa.string())},
                          default_topic="t")
-    messages = decode_rows(tagged, lambda topic: 4, QueueSelector())
+    messages = decode_rows(*tagged, (), lambda topic: 4, QueueSelector())
     assert [(m.topic, m.tags) for m in messages] == [("t", "a")]

@@ -232,20 +232,6 @@ def test_pull_without_memory_maps_reads_spans_and_equals_object_pull(tmp_path, m
         store.close()
 
 
-def test_pull_payload_is_the_ipc_stream_of_the_batch(tmp_path):
-    from txmq.broker.protocol.native_arrow import batch_from_ipc, to_ipc
-    from txmq.broker.server.native_pull import pull_payload
-
-    store = open_store(tmp_path / "store")
-    try:
-        store.append([Message("orders", b"body %d" % i, properties={"n": str(i)}) for i in range(5)])
-        batch = pull_batch(store, "orders", 0, 0, 10).batch
-        assert pull_payload(batch) == to_ipc(batch)
-        assert batch_from_ipc(pull_payload(batch)).equals(batch)
-    finally:
-        store.close()
-
-
 def test_byte_rows_copy_fixed_width_slices_and_read_zeros_past_the_end():
     data = np.arange(1, 11, dtype=np.uint8)
     rows = byte_rows(data, np.array([0, 3, 8, 9], dtype=np.int64), 4)

@@ -27,9 +27,6 @@ def topic_bodies(client, topic: str) -> list[bytes]:
     cut = client.snapshot_offsets([topic])[topic]
     out = []
     for q, end in sorted(cut.items()):
-        pos = 0
-        while pos < end:
-            r = client.pull_arrow(topic, q, pos, end)
+        for r in client.read_queue(topic, q, 0, end):
             out.extend(r.batch.column("body").to_pylist())
-            pos = r.next_offset
     return out

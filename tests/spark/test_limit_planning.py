@@ -37,13 +37,16 @@ class QueuesModel:
             for q in queues:
                 self.queues[q].append((ms, tx))
 
-    def pull_arrow(self, topic, queue_id, start, end, tags=None, max_bytes=None):
+    def pull_arrow(self, topic, queue_id, start, end, tags=None, max_bytes=0):
         rows = self.queues[queue_id][start:end]
         batch = pa.RecordBatch.from_pydict({
             "storeTimestamp": pa.array([ms * 1000 for ms, _ in rows], pa.timestamp("us", tz="UTC")),
             "transactionId": pa.array([tx for _, tx in rows], pa.string()),
         })
         return _Pull(batch, start + len(rows))
+
+    def read_queue(self, topic, queue_id, start, end, *, tags=None, batch_bytes=0):
+        yield self.pull_arrow(topic, queue_id, start, end)
 
     def offsets_for_timestamp(self, topics, ts):
         return {TOPIC: {q: next((i for i, (ms, _) in enumerate(rows) if ms >= ts), len(rows))

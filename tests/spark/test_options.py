@@ -22,11 +22,6 @@ def test_option_names_are_case_insensitive():
     assert o.topics == ("a", "b") and o.max_offsets_per_trigger == 10
 
 
-def test_local_reads_are_on_unless_turned_off():
-    assert parse().connection.local_reads is True
-    assert parse(localReads="false").connection.local_reads is False
-
-
 def test_several_broker_endpoints_are_accepted():
     assert parse(broker="a:1;b:2").connection.endpoints == "a:1;b:2"
 
@@ -43,7 +38,6 @@ def test_several_broker_endpoints_are_accepted():
     ({"minOffsetsPerTrigger": "20", "maxOffsetsPerTrigger": "10"}, "minOffsetsPerTrigger"),
     ({"maxTriggerDelay": "soon"}, "maxTriggerDelay"),
     ({"failOnDataLoss": "maybe"}, "failOnDataLoss"),
-    ({"localReads": "sometimes"}, "localReads"),
     ({"startingOffsets": "oldest"}, "startingOffsets"),
     ({"startingOffsets": '{"orders": {"x": 1}}'}, "startingOffsets"),
     ({"startingOffsets": '{"orders": {"0": -5}}'}, "startingOffsets"),

@@ -1,6 +1,6 @@
-"""The executor-side read of one partition: pulls ahead, yields in offset order, stops cleanly.
+"""The executor-side read of one partition: yields in offset order, stops cleanly.
 
-A stand-in client answers pulls of at most 3 rows, so a range takes several pulls.
+A stand-in client streams batches of at most 3 rows, so a range takes several batches.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from txmq.spark import source
 from txmq.spark.options import Connection
-from txmq.spark.source import PULL_MAX_BYTES, PULL_MAX_BYTES_SHARED_MEMORY, TxmqInputPartition, read_queue_range
+from txmq.spark.source import PULL_BATCH_BYTES, TxmqInputPartition, read_queue_range
 
 
 @dataclass
@@ -25,22 +25,24 @@ class _Pull:
 
 
 class ThreeRowPulls:
-    """Answers each pull with up to 3 rows and records which offsets were asked for, in order."""
+    """Streams each read as batches of up to 3 rows and records where each batch started, in order."""
 
-    def __init__(self, shared_memory: bool = False) -> None:
+    def __init__(self) -> None:
         self.starts: list[int] = []
-        self.max_bytes: list[int] = []
+        self.batch_bytes: list[int] = []
         self.pulled = threading.Condition()
-        self.pulls_through_shared_memory = shared_memory
 
-    def pull_arrow(self, topic, queue_id, start, end, tags=None, max_bytes=None):
-        stop = min(end, start + 3)
-        rows = [{"topic": topic, "queueId": queue_id, "queueOffset": o, "body": b"m%d" % o} for o in range(start, stop)]
-        with self.pulled:
-            self.starts.append(start)
-            self.max_bytes.append(max_bytes)
-            self.pulled.notify_all()
-        return _Pull(pa.RecordBatch.from_pylist(rows), stop)
+    def read_queue(self, topic, queue_id, start, end, *, tags=None, batch_bytes=0):
+        self.batch_bytes.append(batch_bytes)
+        while start < end:
+            stop = min(end, start + 3)
+            rows = [{"topic": topic, "queueId": queue_id, "queueOffset": o, "body": b"m%d" % o}
+                    for o in range(start, stop)]
+            with self.pulled:
+                self.starts.append(start)
+                self.pulled.notify_all()
+            yield _Pull(pa.RecordBatch.from_pylist(rows), stop)
+            start = stop
 
 
 def _connection(monkeypatch, client) -> Connection:
@@ -55,17 +57,6 @@ def test_a_partition_is_read_whole_and_in_offset_order(monkeypatch):
     assert [o for b in batches for o in b.column("queueOffset").to_pylist()] == list(range(2, 12))
 
 
-def test_the_next_pull_is_in_flight_while_the_current_batch_is_consumed(monkeypatch):
-    client = ThreeRowPulls()
-    rows = read_queue_range(_connection(monkeypatch, client), TxmqInputPartition("t", 0, 0, 9), tags=None,
-                            fail_on_data_loss=True)
-    first = next(rows)
-    with client.pulled:
-        assert client.pulled.wait_for(lambda: len(client.starts) >= 2, timeout=10)
-    assert first.column("queueOffset").to_pylist() == [0, 1, 2] and client.starts[:2] == [0, 3]
-    rows.close()
-
-
 def test_a_partition_abandoned_early_stops_pulling(monkeypatch):
     client = ThreeRowPulls()
     rows = read_queue_range(_connection(monkeypatch, client), TxmqInputPartition("t", 0, 0, 300), tags=None,
@@ -77,12 +68,11 @@ def test_a_partition_abandoned_early_stops_pulling(monkeypatch):
     assert len(client.starts) <= 3
 
 
-@pytest.mark.parametrize(("shared_memory", "expected"), [(False, PULL_MAX_BYTES), (True, PULL_MAX_BYTES_SHARED_MEMORY)])
-def test_pulls_are_larger_through_shared_memory(monkeypatch, shared_memory, expected):
-    client = ThreeRowPulls(shared_memory)
+def test_a_partition_is_read_as_one_stream_of_batches_of_the_source_size(monkeypatch):
+    client = ThreeRowPulls()
     list(read_queue_range(_connection(monkeypatch, client), TxmqInputPartition("t", 0, 0, 6), tags=None,
                           fail_on_data_loss=True))
-    assert set(client.max_bytes) == {expected}
+    assert client.batch_bytes == [PULL_BATCH_BYTES] and client.starts == [0, 3]
 
 
 _WORKER = """
@@ -100,12 +90,12 @@ from txmq.spark.options import Connection
 
 
 class Pulls:
-    pulls_through_shared_memory = False
-
-    def pull_arrow(self, topic, queue_id, start, end, tags=None, max_bytes=None):
-        stop = min(end, start + 3)
-        rows = [{"topic": topic, "queueId": queue_id, "queueOffset": o, "body": b"m"} for o in range(start, stop)]
-        return types.SimpleNamespace(batch=pa.RecordBatch.from_pylist(rows), next_offset=stop)
+    def read_queue(self, topic, queue_id, start, end, *, tags=None, batch_bytes=0):
+        while start < end:
+            stop = min(end, start + 3)
+            rows = [{"topic": topic, "queueId": queue_id, "queueOffset": o, "body": b"m"} for o in range(start, stop)]
+            yield types.SimpleNamespace(batch=pa.RecordBatch.from_pylist(rows), next_offset=stop)
+            start = stop
 
 
 conn = Connection("stand-in:1")

@@ -242,30 +242,3 @@ def test_max_trigger_delay_releases_a_batch_smaller_than_min_offsets(
         assert released_at - started >= delay_s and released_at - sent >= 1
     finally:
         query.stop()
-
-
-def _messages_pulled(client) -> dict[str, int]:
-    rpc = client.stats()["rpc"]
-    return {op: rpc.get(op, {}).get("messages", 0) for op in ("pull", "pull_plan")}
-
-
-def test_executors_on_the_broker_host_read_the_same_rows_from_its_files(spark, client, source_options, topic):
-    from txmq.broker.protocol.shared_memory import shm_dir_from_env
-
-    if shm_dir_from_env() is None:
-        pytest.skip("no shared-memory directory: local reads need the host proven")
-    send_plain(client, topic, [b"row-%d" % i for i in range(40)], tag=["A", "B"] * 20)
-    send_transaction(client, topic, [b"tx-%d" % i for i in range(30)])
-    before = _messages_pulled(client)
-    local_rows = spark.read.format("txmq").options(**source_options, topic=topic).load().collect()
-    between = _messages_pulled(client)
-    built_rows = spark.read.format("txmq").options(**source_options, topic=topic, localReads="false").load().collect()
-    after = _messages_pulled(client)
-
-    def in_order(rows):  # (maps cannot be sorted by Spark)
-        return sorted(rows, key=lambda r: (r.queueId, r.queueOffset))
-
-    assert in_order(local_rows) == in_order(built_rows)
-    assert len(local_rows) == 70
-    assert between["pull_plan"] - before["pull_plan"] == 70 and between["pull"] == before["pull"]
-    assert after["pull"] - between["pull"] == 70 and after["pull_plan"] == between["pull_plan"]

@@ -1,0 +1,167 @@
+"""The client half of the broker's Arrow Flight data plane (server/flight_service.py).
+
+Bulk reads are DoGet streams of record batches, bulk writes DoPut streams of
+batches answered batch by batch; the bytes go through Flight's C++ transport,
+not Python. The Flight endpoint is not configured by the user: the broker
+announces it (the native DataPlane call), and it is asked again whenever the
+connection fails, because a restarted broker may listen on another port.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Iterable, Iterator, TypeVar
+
+import pyarrow as pa
+import pyarrow.flight as flight
+from google.protobuf.message import DecodeError
+
+from txmq.broker import errors
+from txmq.broker.client.types import PullResult
+from txmq.broker.protocol import native_pb2 as pb
+from txmq.broker.protocol.native_status import error_from
+
+Response = TypeVar("Response", pb.SendResponse, pb.PrepareResponse)
+
+# (host, port, tls) of a broker's Flight service; host "" means the host the client dialled.
+Locate = Callable[[], tuple[str, int, bool]]
+
+
+def typed_error(exc: Exception, what: str) -> errors.TxmqError:
+    """The txmq error a Flight failure stands for: the broker's own (its Status rides in
+    extra_info), else one for the transport's failure."""
+    extra = exc.extra_info if isinstance(exc, flight.FlightError) else b""
+    if extra:
+        try:
+            status = pb.Status.FromString(extra)
+        except DecodeError:
+            status = None
+        if status is not None and status.error_class:
+            return error_from(status)  # type: ignore[return-value]
+    if isinstance(exc, flight.FlightUnauthenticatedError):
+        return errors.Unauthorized(f"{what}: {exc}")
+    if isinstance(exc, flight.FlightTimedOutError):
+        return errors.RequestTimeout(f"{what}: {exc}")
+    if isinstance(exc, (flight.FlightUnavailableError, flight.FlightCancelledError)):
+        return errors.BrokerUnavailable(f"{what}: {exc}")
+    return errors.TxmqError(f"{what} failed: {exc}")
+
+
+class DataPlane:
+    """One Flight connection to a broker's data plane, opened on first use."""
+
+    def __init__(self, locate: Locate, dialled_host: Callable[[], str], headers: Callable[[], list],
+                 *, ca_file: str | None = None) -> None:
+        self._locate = locate
+        self._dialled_host = dialled_host
+        self._headers = headers
+        self._ca_file = ca_file
+        self._lock = threading.Lock()
+        self._client: flight.FlightClient | None = None
+        self.location: str | None = None
+
+    def _connect(self) -> flight.FlightClient:
+        with self._lock:
+            if self._client is None:
+                host, port, tls = self._locate()
+                host = host or self._dialled_host()
+                where = f"[{host}]" if ":" in host and not host.startswith("[") else host
+                self.location = f"{'grpc+tls' if tls else 'grpc+tcp'}://{where}:{port}"
+                kwargs = {}
+                if tls and self._ca_file:
+                    with open(self._ca_file, "rb") as fh:
+                        kwargs["tls_root_certs"] = fh.read()
+                self._client = flight.FlightClient(self.location, **kwargs)
+            return self._client
+
+    def reset(self) -> None:
+        """Forget the connection: the next call asks the broker where its data plane is."""
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    close = reset
+
+    def _options(self, timeout_s: float | None) -> flight.FlightCallOptions:
+        headers = [(k.encode(), v.encode()) for k, v in self._headers()]
+        return flight.FlightCallOptions(timeout=timeout_s, headers=headers)
+
+    def read(self, request: pb.PullRequest, *, timeout_s: float | None) -> Iterator[PullResult]:
+        """The DoGet stream of `request` as PullResults, one per batch, in offset order."""
+        what = f"reading {request.topic}/{request.queue_id} [{request.start_offset}, {request.end_offset})"
+        try:
+            reader = self._connect().do_get(flight.Ticket(request.SerializeToString()), self._options(timeout_s))
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    return
+                metadata = chunk.app_metadata  # None when every field is zero (an empty range at 0)
+                progress = pb.PullProgress.FromString(metadata.to_pybytes()) if metadata else pb.PullProgress()
+                yield PullResult(batch=chunk.data, next_offset=progress.next_offset,
+                                 min_offset=progress.min_offset, max_offset=progress.max_offset)
+        except (flight.FlightError, pa.ArrowException) as exc:
+            if isinstance(exc, (flight.FlightUnavailableError, flight.FlightCancelledError)):
+                self.reset()
+            raise typed_error(exc, what) from None
+
+    def put(self, command_for: Callable[[], pb.PutCommand], batches: Iterable[pa.RecordBatch],
+            response_class: type[Response], on_answer: Callable[[Response], None], *,
+            timeout_s: float | None) -> None:
+        """Stream `batches` to the broker with DoPut, taken from the iterable as they are sent;
+        `on_answer` gets the broker's answer to each, in order. A batch whose schema differs
+        from the stream's starts a new stream, with a command from `command_for()` made then
+        (a transaction's later streams carry the id its first answer gave).
+
+        A failure is raised as the broker's error; the batches it answered before stay
+        written (each batch is one call), and a write is never re-sent here: whether the
+        batch in flight was stored is for the caller's recovery to find out."""
+        pending = iter(batches)
+        batch = next(pending, None)
+        while batch is not None:
+            batch = self._put_stream(command_for(), batch, pending, response_class, on_answer, timeout_s)
+
+    def _put_stream(self, command: pb.PutCommand, first: pa.RecordBatch, pending: Iterator[pa.RecordBatch],
+                    response_class: type[Response], on_answer: Callable[[Response], None],
+                    timeout_s: float | None) -> pa.RecordBatch | None:
+        """One DoPut from `first` on while the schema stays the same; the batch that changed it."""
+        schema = first.schema
+        what = "sending" if command.kind == pb.PutCommand.SEND else "preparing"
+        descriptor = flight.FlightDescriptor.for_command(command.SerializeToString())
+        try:
+            writer, metadata = self._connect().do_put(descriptor, schema, self._options(timeout_s))
+        except (flight.FlightError, pa.ArrowException) as exc:
+            self.reset()
+            raise typed_error(exc, what) from None
+        written, answered, rest = 0, 0, None
+        failure: Exception | None = None
+        try:
+            batch: pa.RecordBatch | None = first
+            while batch is not None:
+                if not batch.schema.equals(schema):
+                    rest = batch
+                    break
+                writer.write_batch(batch)
+                written += 1
+                batch = next(pending, None)
+            writer.done_writing()
+            while answered < written:
+                buffer = metadata.read()
+                if buffer is None:
+                    break
+                on_answer(response_class.FromString(buffer.to_pybytes()))
+                answered += 1
+        except (flight.FlightError, pa.ArrowException, OSError) as exc:
+            failure = exc
+        try:
+            writer.close()  # raises the broker's error when the stream ended with one
+        except (flight.FlightError, pa.ArrowException, OSError) as exc:
+            failure = exc
+        if failure is not None:
+            if isinstance(failure, (flight.FlightUnavailableError, flight.FlightCancelledError)):
+                self.reset()
+            raise typed_error(failure, what) from None
+        if answered != written:
+            raise errors.TxmqError(f"{what}: the broker answered {answered} of {written} batches")
+        return rest
