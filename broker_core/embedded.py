@@ -7,6 +7,11 @@ The broker is started with `python -m txmq.broker.server`; it prints
 `txmq broker ready on HOST:PORT` once it serves. `kill()` sends SIGKILL (a
 crash: no clean shutdown, abort marker left); `stop()` sends SIGTERM (a clean
 stop). `restart()` starts a new process on the same data directory and port.
+
+`hidden=True` runs the broker as from another host: in a mount namespace of its
+own (`unshare -m`, root only) with its data directory and /dev/shm on private
+tmpfs mounts, so no other process can read its files. Its data lives as long as
+the process does.
 """
 
 from __future__ import annotations
@@ -28,12 +33,13 @@ class EmbeddedBroker:
     """A broker subprocess bound to one data directory."""
 
     def __init__(self, data_dir: Path, *, flush: str = "sync", extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None, start_timeout_s: float = 60.0) -> None:
+                 env: dict[str, str] | None = None, start_timeout_s: float = 60.0, hidden: bool = False) -> None:
         self.data_dir = Path(data_dir)
         self.flush = flush
         self.extra_args = list(extra_args or [])
         self.env = env
         self.start_timeout_s = start_timeout_s
+        self.hidden = hidden
         self.proc: subprocess.Popen[str] | None = None
         self.host = "127.0.0.1"
         self.port = 0
@@ -47,6 +53,11 @@ class EmbeddedBroker:
         """Start the broker and wait until it prints its ready line."""
         cmd = [sys.executable, "-m", "txmq.broker.server", "--data-dir", str(self.data_dir),
                "--listen", f"{self.host}:{self.port}", "--flush", self.flush, *self.extra_args]
+        if self.hidden:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                   'mount -t tmpfs txmq-data "$0" && mount -t tmpfs txmq-shm /dev/shm && exec "$@"',
+                   str(self.data_dir), *cmd]
         env = dict(os.environ)
         env.update(self.env or {})
         env.setdefault("PYTHONUNBUFFERED", "1")

@@ -58,7 +58,7 @@ class DataPlane:
         self._ca_file = ca_file
         self._lock = threading.Lock()
         self._client: flight.FlightClient | None = None
-        self.location: str | None = None
+        self._location: str | None = None
 
     def _connect(self) -> flight.FlightClient:
         with self._lock:
@@ -66,13 +66,19 @@ class DataPlane:
                 host, port, tls = self._locate()
                 host = host or self._dialled_host()
                 where = f"[{host}]" if ":" in host and not host.startswith("[") else host
-                self.location = f"{'grpc+tls' if tls else 'grpc+tcp'}://{where}:{port}"
+                self._location = f"{'grpc+tls' if tls else 'grpc+tcp'}://{where}:{port}"
                 kwargs = {}
                 if tls and self._ca_file:
                     with open(self._ca_file, "rb") as fh:
                         kwargs["tls_root_certs"] = fh.read()
-                self._client = flight.FlightClient(self.location, **kwargs)
+                self._client = flight.FlightClient(self._location, **kwargs)
             return self._client
+
+    def location(self) -> str:
+        """Where the broker's Flight service is (connecting first if need be)."""
+        self._connect()
+        assert self._location is not None
+        return self._location
 
     def reset(self) -> None:
         """Forget the connection: the next call asks the broker where its data plane is."""

@@ -299,10 +299,10 @@ class NativeClient:
         resp = self._call("DataPlane", pb.DataPlaneRequest())
         return resp.flight_host, resp.flight_port, resp.tls
 
-    @property
-    def data_plane_location(self) -> str | None:
-        """The Flight location bulk data moves through (None before the first bulk call)."""
-        return self._data.location
+    def data_plane(self) -> str:
+        """The Flight location bulk data moves through (`grpc+tcp://HOST:PORT`), asked of the broker
+        on first use: give it to any Arrow Flight client to read topics (see the README)."""
+        return self._data.location()
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
                    batch_bytes: int = 0, max_batches: int = 0) -> Iterator[PullResult]:

@@ -213,7 +213,8 @@ class Broker:
         self.core.advertised = (self._advertised_host(), self.port)  # type: ignore[attr-defined]
         flight_host, flight_port = cfg.flight_host_port
         self.flight = TxmqFlightServer(native, flight_host, flight_port, authenticator=self.core.auth,
-                                       tls_cert=cfg.tls_cert, tls_key=cfg.tls_key)
+                                       tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
+                                       max_batch_bytes=cfg.max_message_bytes)
         native.data_plane = ("" if flight_host in WILDCARD_HOSTS else flight_host, self.flight.port, self.flight.tls)
         self.server.start()
         self.core.start()

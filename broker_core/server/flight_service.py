@@ -34,8 +34,6 @@ from txmq.broker.server.native_service import NativeService
 
 log = logging.getLogger(__name__)
 
-# A put's batch larger than this is refused: the whole batch is held in memory while it is written.
-MAX_PUT_BATCH_BYTES = 256 << 20
 _CALLER = "txmq-caller"
 
 
@@ -103,7 +101,7 @@ class TxmqFlightServer(flight.FlightServerBase):
     """Flight over a NativeService; listens from construction until `shutdown()`."""
 
     def __init__(self, service: NativeService, host: str, port: int, *, authenticator: Authenticator,
-                 tls_cert: Path | None = None, tls_key: Path | None = None) -> None:
+                 tls_cert: Path | None = None, tls_key: Path | None = None, max_batch_bytes: int = 256 << 20) -> None:
         scheme = "grpc+tls" if tls_cert else "grpc+tcp"
         where = f"[{host}]" if ":" in host else host
         certificates = [flight.CertKeyPair(Path(tls_cert).read_bytes(), Path(tls_key).read_bytes())] if tls_cert else []
@@ -111,6 +109,8 @@ class TxmqFlightServer(flight.FlightServerBase):
                          middleware={_CALLER: _CallerFactory(authenticator)})
         self.service = service
         self.tls = bool(tls_cert)
+        # a put's batch is held in memory whole while it is written: larger ones are refused
+        self.max_batch_bytes = max_batch_bytes
 
     def _caller(self, context) -> _Caller:
         caller = context.get_middleware(_CALLER)
@@ -162,9 +162,9 @@ class TxmqFlightServer(flight.FlightServerBase):
         transaction_id = command.transaction_id
         for chunk in _chunks(reader):
             batch = chunk.data
-            if batch.nbytes > MAX_PUT_BATCH_BYTES:
-                raise errors.BadRequest(f"a put batch of {batch.nbytes} bytes is over the limit of "
-                                        f"{MAX_PUT_BATCH_BYTES}: send smaller batches")
+            if batch.nbytes > self.max_batch_bytes:
+                raise errors.BadRequest(f"a put batch of {batch.nbytes} bytes is over the broker's limit of "
+                                        f"{self.max_batch_bytes} (max_message_bytes): send smaller batches")
             table = pa.Table.from_batches([batch])
             if command.kind == pb.PutCommand.SEND:
                 response = self.service.send_rows(caller.identity, command.default_topic, table, (),

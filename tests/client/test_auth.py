@@ -73,3 +73,35 @@ def test_foreign_producer_group_and_admin_calls_are_forbidden(auth_broker):
         with pytest.raises(errors.Forbidden):
             client.create_topic("mine", 1)
         assert [t.name for t in client.list_topics()] == ["orders"]
+
+
+def test_the_flight_data_plane_refuses_unsigned_and_wrongly_signed_calls(auth_broker):
+    import pyarrow.flight as flight
+
+    with NativeClient(auth_broker.endpoint, access_key="orders-app", secret_key="s3cret") as client:
+        client.send_arrow(BATCH, topic="orders")
+        location = client.data_plane()
+    raw = flight.connect(location)
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        raw.get_flight_info(flight.FlightDescriptor.for_path("orders"))
+    forged = flight.FlightCallOptions(headers=[
+        (b"x-mq-date-time", b"20260101T000000Z"),
+        (b"authorization", b"MQv2-HMAC-SHA1 Credential=orders-app, SignedHeaders=x-mq-date-time, Signature=00")])
+    with pytest.raises(flight.FlightUnauthenticatedError):
+        raw.get_flight_info(flight.FlightDescriptor.for_path("orders"), forged)
+    raw.close()
+
+
+def test_a_signed_plain_flight_client_reads_within_its_account(auth_broker):
+    import pyarrow.flight as flight
+
+    with NativeClient(auth_broker.endpoint, access_key="orders-app", secret_key="s3cret") as client:
+        client.send_arrow(BATCH, topic="orders")
+        location, headers = client.data_plane(), client._metadata()
+    raw = flight.connect(location)
+    options = flight.FlightCallOptions(headers=[(k.encode(), v.encode()) for k, v in headers])
+    info = raw.get_flight_info(flight.FlightDescriptor.for_path("orders"), options)
+    assert sum(raw.do_get(e.ticket, options).read_all().num_rows for e in info.endpoints) == info.total_records > 0
+    with pytest.raises(flight.FlightServerError, match="payroll"):
+        raw.get_flight_info(flight.FlightDescriptor.for_path("payroll"), options)
+    raw.close()

@@ -49,6 +49,13 @@ def test_demo_ends_with_exactly_once_verified(tmp_path: Path) -> None:
     assert resolved and int(resolved.group(1)) > 0, "the demo must exercise check-back"
 
 
+def test_arrow_tools_read_only_the_committed_messages_of_a_topic() -> None:
+    result = run_example(["examples/arrow_tools/read_topic.py"], timeout_s=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "8 committed messages in 'orders'" in result.stdout
+    assert "DuckDB: [('paid', 6), ('refund', 2)]" in result.stdout
+
+
 @pytest.mark.slow
 def test_outbox_pipeline_survives_driver_kills(tmp_path: Path) -> None:
     result = run_example(["examples/outbox_pipeline/run.py", "--payments", "1500", "--kills", "2",

@@ -87,3 +87,26 @@ def test_tls_broker_serves_tls_clients_and_refuses_plaintext(tmp_path):
         plain = Wire(proc.endpoint)
         with pytest.raises(grpc.RpcError):
             plain.call("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=topic())), timeout=3)
+
+
+def test_tls_broker_serves_its_flight_data_plane_over_tls(tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not available")
+    import pyarrow as pa
+    import pyarrow.flight as flight
+
+    from txmq.broker.client import NativeClient
+
+    cert, key = _self_signed(tmp_path)
+    with BrokerProcess(tmp_path / "store", flush="async",
+                       extra_args=["--tls-cert", str(cert), "--tls-key", str(key)]) as proc:
+        with NativeClient(proc.endpoint, tls=True, ca_file=str(cert)) as client:
+            assert client.send_arrow(pa.table({"body": [b"over flight tls"]}), topic="secure").count == 1
+            assert client.data_plane().startswith("grpc+tls://")
+            end = client.snapshot_offsets(["secure"])["secure"]
+            rows = [r for q, e in end.items() if e for r in client.pull_arrow("secure", q, 0, e).batch.to_pylist()]
+            assert [r["body"] for r in rows] == [b"over flight tls"]
+            plain = flight.connect(client.data_plane().replace("grpc+tls", "grpc+tcp"))
+            with pytest.raises(flight.FlightError):
+                plain.get_flight_info(flight.FlightDescriptor.for_path("secure"), flight.FlightCallOptions(timeout=3))
+            plain.close()

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
 
-from tests.spark.support import send_plain, send_transaction
+from tests.spark.support import send_plain, send_transaction, topic_bodies
 
 pytestmark = pytest.mark.spark
 
@@ -242,3 +242,20 @@ def test_max_trigger_delay_releases_a_batch_smaller_than_min_offsets(
         assert released_at - started >= delay_s and released_at - sent >= 1
     finally:
         query.stop()
+
+
+def test_spark_reads_and_writes_a_broker_whose_files_it_cannot_see(spark, spark_broker, client, source_options,
+                                                                    topic, checkpoint):
+    if not spark_broker.hidden:
+        pytest.skip("hiding the broker's files needs root (unshare)")
+    send_plain(client, topic, [b"seen-%d" % i for i in range(20)])
+    assert list(spark_broker.data_dir.iterdir()) == []  # the broker's CommitLog is not visible here
+    rows = spark.read.format("txmq").options(**source_options, topic=topic).load().collect()
+    assert sorted(r.body for r in rows) == sorted(b"seen-%d" % i for i in range(20))
+    copy = f"{topic}-copy"
+    client.create_topic(copy, 2)
+    query = (spark.readStream.format("txmq").options(**source_options, topic=topic, startingOffsets="earliest")
+             .load().selectExpr("body").writeStream.format("txmq").options(**source_options, topic=copy)
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert sorted(topic_bodies(client, copy)) == sorted(b"seen-%d" % i for i in range(20))
