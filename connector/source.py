@@ -50,7 +50,7 @@ log = logging.getLogger("txmq.spark.source")
 # --- executor side ------------------------------------------------------------------
 
 # Bytes of records per streamed batch: Spark converts one batch while the broker builds the next.
-PULL_BATCH_BYTES = 4 << 20
+PULL_BATCH_BYTES = 8 << 20
 
 _clients: dict[Connection, object] = {}
 _clients_lock = threading.Lock()

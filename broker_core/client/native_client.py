@@ -358,10 +358,15 @@ class NativeClient:
         """Send many normal messages in one Flight stream (columns: body, and optionally topic,
         tag, keys, properties, shardingKey, messageId). Each streamed batch is stored whole or not
         at all; a failure raises, and the batches before it stay sent."""
+        return self.send_stream([batch], topic=topic, return_message_ids=return_message_ids)
+
+    def send_stream(self, batches: Iterable[pa.RecordBatch | pa.Table], *, topic: str | None = None,
+                    return_message_ids: bool = False) -> SendSummary:
+        """`send_arrow` for many batches in one Flight stream, taken from the iterable as they go."""
         command = pb.PutCommand(kind=pb.PutCommand.SEND, default_topic=topic or "",
                                 return_message_ids=return_message_ids)
         answers: list[pb.SendResponse] = []
-        self._data.put(lambda: command, put_batches([batch]), pb.SendResponse, answers.append,
+        self._data.put(lambda: command, put_batches(batches), pb.SendResponse, answers.append,
                        timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR)
         return SendSummary(count=sum(a.count for a in answers),
                            slices=[QueueSlice(s.topic, s.queue_id, s.first_offset, s.count)
