@@ -157,14 +157,15 @@ def cmd_send(args) -> None:
     messages = [Message(topic=args.topic, body=b, tag=args.tag, keys=args.key or (), properties=props,
                         sharding_key=args.sharding_key) for b in bodies]
     with _client(args) as c:
-        if args.transaction:
-            prep = c.prepare("", messages, producer_group=args.producer_group, sender="cli")
+        if args.transaction:  # the messages go over the Flight data plane, as one batch of halves
+            prep = c.prepare_arrow("", messages, producer_group=args.producer_group, sender="cli",
+                                   return_message_ids=True)
             end = c.end_transaction(prep.transaction_id, "COMMIT", producer_group=args.producer_group)
             data = {"transaction_id": prep.transaction_id, "state": end.state, "count": prep.count,
                     "message_ids": prep.message_ids}
             text = f"committed transaction {prep.transaction_id} with {prep.count} message(s)"
         else:
-            summary = c.send(messages)
+            summary = c.send_arrow(messages, return_message_ids=True)
             data = {"count": summary.count, "message_ids": summary.message_ids,
                     "queues": [{"topic": s.topic, "queue": s.queue_id, "first_offset": s.first_offset,
                                 "count": s.count} for s in summary.slices]}

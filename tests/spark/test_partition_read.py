@@ -11,7 +11,6 @@ import threading
 from dataclasses import dataclass
 
 import pyarrow as pa
-import pytest
 
 from txmq.spark import source
 from txmq.spark.options import Connection
