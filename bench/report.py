@@ -27,8 +27,8 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 SUMMARY = BENCH / "results" / "summary.json"
 
 # Report order (summary.json is written with sorted keys): storage up to Spark, as run_all runs them.
-ORDER = ("store", "tx", "grpc_server_models", "rocketmq_send", "broker", "pull_columnar", "scaling", "spark_source",
-         "spark_sink")
+ORDER = ("store", "tx", "grpc_server_models", "rocketmq_send", "broker", "pull_columnar", "flight_pull", "scaling",
+         "spark_source", "spark_sink")
 PEER_WORDS = ("rabbitmq", "redis")
 LIMIT_WORDS = ("raw", "bare", "ceiling", "limit", "pread", "fsync_loop", "ideal", "pyarrow", "spark",
                "vs_plain", "target", "direct", "file", "memory", "parquet")
@@ -37,7 +37,7 @@ SCALING_WORDS = ("_vs_1", "vs_smallest", "aio_vs_sync", "per_tx_")
 KEY_RATIOS = ("broker:a_tx100_msgs_vs", "broker:b_tx1_p1_tps_vs", "broker:b_tx1_p8_tps_vs", "store:append_vs_raw_loop",
               "store:read_vs_raw", "store:recovery_largest", "tx:tx_cost_vs_plain_append", "rocketmq_send:send_vs",
               "rocketmq_send:transaction_vs", "spark_source:", "spark_sink:", "scaling:producers_8_vs_1",
-              "scaling:pull_4q", "scaling:checkback_per_tx", "pull_columnar:")
+              "scaling:pull_4q", "scaling:checkback_per_tx", "pull_columnar:", "flight_pull:")
 
 
 @dataclass(frozen=True)

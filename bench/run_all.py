@@ -92,6 +92,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               what="sends to another topic while a large COMMIT is written: latency vs the COMMIT's duration"),
     Benchmark("page_cache", full_args=QUICK, full_runs=2, timeout_s=300,
               what="CommitLog writes with and without the page-cache window (CPU per message)"),
+    Benchmark("flight_pull", full_runs=2, timeout_s=600,
+              what="the broker's Flight DoGet vs a Flight server streaming the same batches from memory"),
     Benchmark("scaling", full_runs=1, self_repeating=True, timeout_s=1200,
               what="producers, queues, batch size, check-back scan vs pending (full: up to 1M)"),
     Benchmark("spark_source", full_args=(*QUICK, "--repeat", "2"), full_runs=2, timeout_s=900, rerun_rank=2,

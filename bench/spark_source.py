@@ -1,6 +1,6 @@
 """Spark source benchmark: reading committed messages through `format("txmq")`, in rows/s.
 
-    .venv/bin/python bench/spark_source.py [--quick] [--rows N] [--repeat K]
+    .venv/bin/python bench/spark_source.py [--quick] [--rows N] [--repeat K] [--same-host]
 
 Loads N committed 1 KiB messages (transactions of 10,000 messages) into a
 4-queue topic of a broker process (default 2,000,000; --quick: 200,000), then
@@ -15,6 +15,9 @@ taking turns, best of --repeat rounds each. The broker runs as from another host
 in a mount namespace of its own with its data directory and /dev/shm on private
 tmpfs mounts (EmbeddedBroker(hidden=True)), so the executors reach its data only
 over the network path. The broker's resident memory is sampled during (c).
+--same-host measures the one exception as well: the broker's files visible, and
+(d) txmq with `localReads` (executors decode the broker's CommitLog files themselves,
+client/local_read.py; off by default).
 Target: (c) ≥ 0.8 of (a), at the default size: with --quick every source spends
 most of its time on fixed per-job overhead, so a --quick ratio flatters txmq; use it
 to see that things run, not to judge the target. Prints one JSON line, writes
@@ -162,13 +165,14 @@ class RssSampler:
 
 
 def main() -> None:
-    args, rows = parse_size_args(200_000, 2_000_000, repeat=5)
+    args, rows = parse_size_args(200_000, 2_000_000, repeat=5, extra=lambda p: p.add_argument(
+        "--same-host", action="store_true", help="also read with localReads (the broker's files visible)"))
     rows -= rows % QUEUES
     spark = spark_session()
     from txmq.broker.client import NativeClient
 
     with tempfile.TemporaryDirectory() as tmp, \
-            BrokerProcess(Path(tmp) / "broker", flush="async", hidden=True) as broker:
+            BrokerProcess(Path(tmp) / "broker", flush="async", hidden=not args.same_host) as broker:
         client = NativeClient(broker.endpoint)
         topic = "bench-source"
         client.create_topic(topic, QUEUES)
@@ -185,6 +189,9 @@ def main() -> None:
 
         expected = (rows, rows * len(BODY))
         frames = {"memory": memory_df, "parquet": parquet_df, "txmq": txmq_df}
+        if args.same_host:
+            frames["txmq_same_host"] = spark.read.format("txmq").option("broker", broker.endpoint) \
+                .option("topic", topic).option("localReads", "true").load()
         for name, df in frames.items():
             assert count_and_sum(df) == expected, f"{name} read the wrong rows"
         sampler = RssSampler(broker.proc.pid)
@@ -194,13 +201,17 @@ def main() -> None:
         transport = client.data_plane()
         client.close()
     spark.stop()
-    emit("spark_source", {
+    ratios = {"txmq_vs_python_memory_source": round(rates["txmq"] / rates["memory"], 3),
+              "txmq_vs_parquet": round(rates["txmq"] / rates["parquet"], 3)}
+    if args.same_host:
+        ratios["same_host_reads_vs_python_memory_source"] = round(rates["txmq_same_host"] / rates["memory"], 3)
+        ratios["same_host_reads_vs_flight"] = round(rates["txmq_same_host"] / rates["txmq"], 3)
+    emit("spark_source_same_host" if args.same_host else "spark_source", {
         "rows": rows, "body_bytes": len(BODY), "queues": QUEUES, "load_s": round(load_s, 2),
-        "pull_transport": f"arrow flight ({transport}), broker files hidden",
+        "pull_transport": f"arrow flight ({transport})" + ("" if args.same_host else ", broker files hidden"),
         "broker_rss_mib": {"before_reads": round(rss_before / 2**20), "peak_during_reads": round(sampler.peak / 2**20)},
         "rows_per_s": {k: round(v) for k, v in rates.items()},
-        "ratios": {"txmq_vs_python_memory_source": round(rates["txmq"] / rates["memory"], 3),
-                   "txmq_vs_parquet": round(rates["txmq"] / rates["parquet"], 3)},
+        "ratios": ratios,
         "target": {"txmq_vs_python_memory_source": 0.8},
     })
 

@@ -131,6 +131,7 @@ class Connection:
     tls: bool = False
     ca_file: str | None = None
     timeout_s: float = 30.0
+    local_reads: bool = False  # same host only: decode the broker's CommitLog files (client/local_read.py)
 
     @staticmethod
     def parse(opts: dict[str, str]) -> "Connection":
@@ -140,15 +141,17 @@ class Connection:
         ca_file = _get(opts, "tlsCaFile")
         tls = parse_bool("tls", _get(opts, "tls"), default=ca_file is not None)
         timeout = parse_positive_int("requestTimeoutMs", _get(opts, "requestTimeoutMs"))
+        local_reads = parse_bool("localReads", _get(opts, "localReads"), default=False)
         return Connection(parse_endpoints(_get(opts, "broker")), access, secret, tls, ca_file,
-                          timeout / 1000 if timeout else 30.0)
+                          timeout / 1000 if timeout else 30.0, local_reads)
 
     def client(self):
         """A new NativeClient (imported late: executors open clients lazily)."""
         from txmq.broker.client import NativeClient
 
         return NativeClient(self.endpoints, access_key=self.access_key, secret_key=self.secret_key,
-                            tls=self.tls, ca_file=self.ca_file, timeout_s=self.timeout_s)
+                            tls=self.tls, ca_file=self.ca_file, timeout_s=self.timeout_s,
+                            local_reads=self.local_reads)
 
 
 _SOURCE_OPTIONS = {
@@ -156,7 +159,7 @@ _SOURCE_OPTIONS = {
     "topic", "topicpattern", "tags", "startingoffsets", "startingtimestamp", "endingoffsets",
     "endingtimestamp", "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
     "failondataloss", "consumergroup", "pollintervalms", "maxrowsperpartition", "topicrefreshms",
-    "path",
+    "path", "localreads",
 }
 
 

@@ -17,6 +17,7 @@ import pyarrow.flight as flight
 from google.protobuf.message import DecodeError
 
 from txmq.broker import errors
+from txmq.broker.client.local_read import LocalSegments
 from txmq.broker.client.types import PullResult
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_status import error_from
@@ -93,8 +94,11 @@ class DataPlane:
         headers = [(k.encode(), v.encode()) for k, v in self._headers()]
         return flight.FlightCallOptions(timeout=timeout_s, headers=headers)
 
-    def read(self, request: pb.PullRequest, *, timeout_s: float | None) -> Iterator[PullResult]:
-        """The DoGet stream of `request` as PullResults, one per batch, in offset order."""
+    def read(self, request: pb.PullRequest, *, timeout_s: float | None,
+             local: LocalSegments | None = None) -> Iterator[PullResult]:
+        """The DoGet stream of `request` as PullResults, one per batch, in offset order; batches the
+        broker answered with a read plan are decoded from `local` (LocalReadUnavailable if they
+        cannot be here)."""
         what = f"reading {request.topic}/{request.queue_id} [{request.start_offset}, {request.end_offset})"
         try:
             reader = self._connect().do_get(flight.Ticket(request.SerializeToString()), self._options(timeout_s))
@@ -105,7 +109,12 @@ class DataPlane:
                     return
                 metadata = chunk.app_metadata  # None when every field is zero (an empty range at 0)
                 progress = pb.PullProgress.FromString(metadata.to_pybytes()) if metadata else pb.PullProgress()
-                yield PullResult(batch=chunk.data, next_offset=progress.next_offset,
+                batch = chunk.data
+                if progress.HasField("plan"):
+                    if local is None:
+                        raise errors.TxmqError(f"{what}: the broker sent a read plan this client did not ask for")
+                    batch = local.batch(progress.plan, request.topic, request.queue_id)
+                yield PullResult(batch=batch, next_offset=progress.next_offset,
                                  min_offset=progress.min_offset, max_offset=progress.max_offset)
         except (flight.FlightError, pa.ArrowException) as exc:
             if isinstance(exc, (flight.FlightUnavailableError, flight.FlightCancelledError)):

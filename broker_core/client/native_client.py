@@ -28,6 +28,7 @@ import pyarrow as pa
 from txmq.broker import errors
 from txmq.broker.client.batches import to_arrow_table
 from txmq.broker.client.data_plane import DataPlane
+from txmq.broker.client.local_read import LocalReadUnavailable, LocalSegments
 from txmq.broker.client.types import (
     CheckRequest,
     EndSummary,
@@ -143,7 +144,8 @@ class NativeClient:
 
     def __init__(self, endpoints: str = DEFAULT_ENDPOINT, *, access_key: str | None = None,
                  secret_key: str | None = None, tls: bool = False, ca_file: str | None = None,
-                 timeout_s: float = 30.0, retry_unavailable_s: float | None = None) -> None:
+                 timeout_s: float = 30.0, retry_unavailable_s: float | None = None,
+                 local_reads: bool = False) -> None:
         self.endpoints = parse_endpoints(endpoints)
         self.access_key = access_key
         self.secret_key = secret_key
@@ -158,6 +160,8 @@ class NativeClient:
         self._target_index = 0
         self._stubs: dict[str, Callable] = {}
         self._closed = False
+        # Same-host reads, opt-in (client/local_read.py): None once off (not asked, or a plan was unreadable).
+        self._local: LocalSegments | None = LocalSegments() if local_reads else None
         self._data = DataPlane(self._locate_data_plane, lambda: self.target.rpartition(":")[0].strip("[]"),
                                self._metadata, ca_file=ca_file)
 
@@ -299,6 +303,11 @@ class NativeClient:
         resp = self._call("DataPlane", pb.DataPlaneRequest())
         return resp.flight_host, resp.flight_port, resp.tls
 
+    @property
+    def reads_locally(self) -> bool:
+        """Whether reads may be answered with plans this client decodes itself (client/local_read.py)."""
+        return self._local is not None
+
     def data_plane(self) -> str:
         """The Flight location bulk data moves through (`grpc+tcp://HOST:PORT`), asked of the broker
         on first use: give it to any Arrow Flight client to read topics (see the README)."""
@@ -318,14 +327,19 @@ class NativeClient:
         backoff = BACKOFF_START_S
         sent = 0
         while True:
+            local = self._local
             request = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=pos, end_offset=end,
-                                     tags=tags or "", max_bytes=batch_bytes,
+                                     tags=tags or "", max_bytes=batch_bytes, read_plans=local is not None,
                                      max_batches=max_batches - sent if max_batches else 0)
             try:
-                for result in self._data.read(request, timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR):
+                for result in self._data.read(request, timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR,
+                                              local=local):
                     pos, sent = result.next_offset, sent + 1
                     yield result
                 return
+            except LocalReadUnavailable as exc:
+                log.warning("same-host reads off for this client, reading through the broker: %s", exc)
+                self._local = None
             except errors.BrokerUnavailable:
                 if self._closed or time.monotonic() + backoff >= retry_until:
                     raise

@@ -290,6 +290,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--retention", help="delete CommitLog segments older than this (default 72h)")
     p.add_argument("--disk-max-used-ratio", type=float,
                    help="delete the oldest segments while the disk is fuller than this (default 0.75)")
+    p.add_argument("--local-reads", action=argparse.BooleanOptionalAction, default=None,
+                   help="answer clients on this host that ask for it with where the records are, so they "
+                        "decode the CommitLog files themselves (default: on; clients opt in)")
     p.add_argument("--flight-listen",
                    help="HOST:PORT of the Arrow Flight data plane (default: the --listen host, any free port; "
                         "clients learn it from the broker)")
@@ -309,7 +312,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("metrics_listen", "metrics_listen"), ("segment_bytes", "segment_bytes"),
                       ("page_cache_keep_bytes", "page_cache_keep_bytes"),
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("flight_listen", "flight_listen"),
-                      ("short_call_workers", "short_call_workers")):
+                      ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads")):
         value = getattr(args, flag)
         if value is not None:
             overrides[key] = value

@@ -74,6 +74,9 @@ class BrokerConfig:
     # The Arrow Flight data plane (pulls and bulk writes): HOST:PORT, or None for the listen host
     # and a free port. Clients learn it from the DataPlane call, so only `listen` must be known.
     flight_listen: str | None = None
+    # Answer a client that asks (same host only, opt-in: client/local_read.py) with where the records
+    # are instead of batches; the OS decides whether it may open the files.
+    local_reads: bool = True
     # Pop consumption (ReceiveMessage).
     default_invisible_s: float = 30.0
     max_invisible_s: float = 12 * 3600.0
@@ -116,6 +119,8 @@ class BrokerConfig:
             raise ValueError(f"short_call_workers must not be negative, got {self.short_call_workers}")
         if self.flight_listen:
             parse_host_port(self.flight_listen)
+        if not isinstance(self.local_reads, bool):
+            raise ValueError(f"local_reads must be true or false, got {self.local_reads!r}")
 
     @property
     def listen_host_port(self) -> tuple[str, int]:

@@ -1,5 +1,6 @@
 """A queue range as the Arrow record batch of the Spark source's schema: what the Flight
-service's DoGet streams.
+service's DoGet streams; or, for a same-host client that asked, where its records are
+(`read_plan`, see client/local_read.py).
 
 This is the hot path of Spark reads. Two builders make the same batch:
 
@@ -25,7 +26,8 @@ import pyarrow as pa
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
 from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
 from txmq.broker.protocol.pull_columns import decode_pull_batch, empty_pull_batch
-from txmq.broker.store.columnar_read import read_queue_bytes, supports_columnar
+from txmq.broker.protocol import native_pb2 as pb
+from txmq.broker.store.columnar_read import ReadPlan, plan_queue_read, read_queue_bytes, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage
 from txmq.broker.store.tag_filter import TagFilter
 
@@ -111,3 +113,21 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
     read = read_queue_bytes(store, topic, queue_id, start, count, max_bytes=max_bytes)
     batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
+
+
+def read_plan(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int,
+              tag_filter: TagFilter | None) -> ReadPlan | None:
+    """Where the next records of a read are, for a client decoding the CommitLog itself; None when
+    the step is answered with a batch instead (a tag filter is confirmed on decoded tags here, the
+    store has no segment files, or the segment cannot be named)."""
+    if (tag_filter is not None and not tag_filter.matches_all) or not supports_columnar(store):
+        return None
+    return plan_queue_read(store, topic, queue_id, start, count, max_bytes=max_bytes)
+
+
+def plan_message(plan: ReadPlan) -> pb.LocalReadPlan:
+    """PullProgress.plan for `plan`."""
+    seg = plan.segment
+    return pb.LocalReadPlan(
+        physical_offsets=plan.phys.astype("<i8").tobytes(), sizes=plan.sizes.astype("<i4").tobytes(),
+        segment=pb.CommitLogSegment(path=seg.path, start=seg.start, device=seg.device, inode=seg.inode))

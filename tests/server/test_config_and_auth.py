@@ -108,3 +108,14 @@ def test_bad_credentials_are_refused(auth, metadata, reason):
 def test_auth_off_accepts_the_empty_credential():
     ident = Authenticator.disabled().authenticate(meta("", ""))
     assert not ident.authenticated and ident.may_publish("anything")
+
+
+def test_answering_same_host_reads_is_on_by_default_and_off_with_a_flag(tmp_path):
+    assert BrokerConfig().local_reads is True
+    args = build_arg_parser().parse_args(["--data-dir", str(tmp_path), "--no-local-reads"])
+    assert config_from_args(args).local_reads is False
+
+
+def test_a_local_reads_setting_that_is_not_a_boolean_is_refused():
+    with pytest.raises(ValueError, match="local_reads"):
+        BrokerConfig.from_mapping({"local_reads": "yes"})

@@ -26,7 +26,13 @@ def test_several_broker_endpoints_are_accepted():
     assert parse(broker="a:1;b:2").connection.endpoints == "a:1;b:2"
 
 
+def test_same_host_reads_are_off_unless_asked_for():
+    assert parse().connection.local_reads is False
+    assert parse(localReads="true").connection.local_reads is True
+
+
 @pytest.mark.parametrize("options, named", [
+    ({"localReads": "sometimes"}, "localReads"),
     ({"broker": None}, "broker"),
     ({"broker": "nohostport"}, "broker"),
     ({"broker": "h:99999"}, "broker"),
