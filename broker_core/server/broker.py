@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import threading
@@ -172,6 +173,9 @@ class Broker:
         self._metrics_server: Any = None
         self._short_calls: futures.ThreadPoolExecutor | None = None
         self.flight: Any = None  # the TxmqFlightServer once started
+        self.native: Any = None  # the NativeService both servers adapt
+        # Flight calls a client kept open past the stop's grace (the process must then exit without them)
+        self.abandoned_calls = False
 
     def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port) (the real port when 0 was asked)."""
@@ -200,7 +204,7 @@ class Broker:
         # Registered (not generic) handlers: the C core matches each call's method path itself.
         self._short_calls = short_call_pool(cfg.short_call_workers, cfg.flush)
         self.server.add_registered_method_handlers(SERVICE_NAME, rocketmq_method_handlers(self.core, self._short_calls))
-        native = NativeService(self.core)
+        native = self.native = NativeService(self.core)
         self.server.add_registered_method_handlers(native_methods.SERVICE_NAME, native_method_handlers(native))
         address = f"{self.host}:{self.port}" if ":" not in self.host else f"[{self.host}]:{self.port}"
         if cfg.tls_cert:
@@ -234,7 +238,15 @@ class Broker:
             self.server.stop(grace_s).wait(grace_s + 5)
             self.server = None
         if self.flight is not None:
-            self.flight.shutdown()
+            self.native.closing = True  # open streams end at their next batch
+            # Flight's shutdown waits for every call, and a client that neither reads nor ends its
+            # stream would hold it forever: wait for the grace, then close the store without them.
+            ending = threading.Thread(target=self.flight.shutdown, name="txmq-flight-stop", daemon=True)
+            ending.start()
+            ending.join(grace_s + 1)
+            self.abandoned_calls = ending.is_alive()
+            if self.abandoned_calls:
+                log.warning("Flight calls still open %.0f s after the stop: closing without them", grace_s + 1)
             self.flight = None
         if self._short_calls is not None:
             self._short_calls.shutdown(wait=True, cancel_futures=True)
@@ -357,4 +369,7 @@ def run_broker(argv: list[str] | None = None) -> int:
     finally:
         broker.stop()
         print("txmq broker stopped", flush=True)
+    if broker.abandoned_calls:  # the store is closed; Flight's threads would keep the process alive
+        sys.stdout.flush()
+        os._exit(0)
     return 0

@@ -165,6 +165,7 @@ class NativeService:
         self.metrics = metrics if metrics is not None else RpcMetrics.of(core)
         # (host, port, tls) of the Flight service, set by the broker once it listens
         self.data_plane: tuple[str, int, bool] | None = None
+        self.closing = False  # set by the broker's stop: bulk calls in progress end at their next step
 
     # ---- access ------------------------------------------------------------
     def _identity(self, context):
@@ -254,6 +255,7 @@ class NativeService:
     def send_rows(self, identity, default_topic: str, table: pa.Table | None, specs,
                   *, return_message_ids: bool) -> pb.SendResponse:
         """Append Arrow rows and/or MessageSpecs as normal messages: all of them or, refused, none."""
+        self._check_open()
         started = time.perf_counter()
         rows = decode_rows(default_topic, table, specs, self._writable_queue_count(identity), self.selector)
         if isinstance(rows, PlainRows):  # topic and body only: appended as columns, no Message per row
@@ -272,6 +274,7 @@ class NativeService:
                      *, return_message_ids: bool) -> pb.PrepareResponse:
         """Add Arrow rows and/or MessageSpecs to a transaction as halves (a new one when
         `transaction_id` is empty): all of them or, refused, none."""
+        self._check_open()
         started = time.perf_counter()
         identity.require_producer_group(producer_group)
         rows = decode_rows(default_topic, table, specs, self._writable_queue_count(identity), self.selector)
@@ -417,6 +420,7 @@ class NativeService:
             return
         pos, sent = start, 0
         while True:
+            self._check_open()
             started = time.perf_counter()
             plan = read_plan(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
                              tag_filter=tag_filter) if plans else None
@@ -438,6 +442,10 @@ class NativeService:
             yield read.batch, pb.PullProgress(next_offset=pos, min_offset=read.min_offset, max_offset=read.max_offset)
             if pos >= end or sent == max_batches:
                 return
+
+    def _check_open(self) -> None:
+        if self.closing:
+            raise errors.BrokerUnavailable("the broker is shutting down")
 
     def flight_endpoints(self, identity, topic: str) -> list[pb.PullRequest]:
         """One ticket per queue of `topic`, from its first readable offset to a consistent cut:
