@@ -54,13 +54,24 @@ from numpy.lib.stride_tricks import sliding_window_view
 from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
 from txmq.broker.store.consume_queue import ENTRY_DTYPE, ENTRY_SIZE
 from txmq.broker.store.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
-from txmq.broker.store.record import CRC_PREFIX, CRC_SUFFIX_LEN, MAGIC_CODE
+from txmq.broker.store.record_layout import (
+    BODY_LEN_AT,
+    CRC_PREFIX,
+    CRC_TAIL_LEN,
+    FIXED_HEAD_DTYPE,
+    HEADER_MAX_SIZE,
+    HOST_V4_SIZE,
+    HOST_V6_EXTRA,
+    MAGIC_CODE,
+    PHYS_AT,
+    STORE_HOST_AT,
+    STORE_TS_AT,
+)
 
 SPAN_MAX = 4 << 20  # one CommitLog read covers neighbouring records up to this many bytes
 GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
 READ_BUFFER_MAX = 1 << 30  # bytes read per call; a longer range is returned short (offsets stay int32)
 
-_CRC_TAIL = len(CRC_PREFIX) + CRC_SUFFIX_LEN  # "__CRC32#\x01" + 10 digits + "\x02"
 _CRC_PREFIX = np.frombuffer(CRC_PREFIX, dtype=np.uint8)
 # byte -> its two uppercase hex digits, as two bytes in memory order (a uint16 per byte value)
 _HEX_PAIRS = np.frombuffer(b"".join(b"%02X" % b for b in range(256)), dtype=np.uint16)
@@ -69,13 +80,6 @@ _INLINE = 12  # Arrow binary views keep values of up to 12 bytes inline
 # cast copies them ~20% faster than a take of every other piece (measured with 1 KiB
 # bodies); short values (topics, property texts) are faster with the take.
 _VIEWS_FROM_MEAN_BYTES = 256
-
-# The fields before BORNHOST sit at fixed offsets whatever the host families are.
-_FIXED_HEAD = np.dtype([
-    ("size", ">u4"), ("magic", ">u4"), ("body_crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8")])
-_PHYS_AT = 28
-_HEAD_MAX = 84 + 12 + 12 + 4  # TOTALSIZE through BODYLEN with IPv6 born and store hosts
 
 
 # --- store access (the only place that reaches into MessageStore's parts) ------------
@@ -229,7 +233,7 @@ class RecordColumns:
         cols = np.arange(width)
         # host bytes then the 8 PHYSICALOFFSET bytes; columns past a row's width are junk, cut below
         in_host = cols < host_len[:, None]
-        src = np.where(in_host, host_at[:, None] + cols, at[:, None] + _PHYS_AT + cols - host_len[:, None])
+        src = np.where(in_host, host_at[:, None] + cols, at[:, None] + PHYS_AT + cols - host_len[:, None])
         hexed = _hex(self.data[np.minimum(src, len(self.data) - 1)])
         lengths = 2 * (host_len + 8)
         if k and (lengths == 2 * width).all():
@@ -646,17 +650,17 @@ def decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np
     if n == 0:
         return _no_records()
     bad = None
-    if int(at.max()) + _FIXED_HEAD.itemsize > len(data):
+    if int(at.max()) + FIXED_HEAD_DTYPE.itemsize > len(data):
         bad = "truncated record header"
     else:
-        block = byte_rows(data, at, _HEAD_MAX)  # one pass over the records' headers, whatever their hosts
-        head = np.ascontiguousarray(block[:, :_FIXED_HEAD.itemsize]).view(_FIXED_HEAD)[:, 0]
+        block = byte_rows(data, at, HEADER_MAX_SIZE)  # one pass over the records' headers, whatever their hosts
+        head = np.ascontiguousarray(block[:, :FIXED_HEAD_DTYPE.itemsize]).view(FIXED_HEAD_DTYPE)[:, 0]
         size = head["size"].astype(np.int64)
         sys_flag = head["sys_flag"].astype(np.int32)
-        born_extra = np.where(sys_flag & SYSFLAG_BORNHOST_V6, 12, 0).astype(np.int64)
-        store_extra = np.where(sys_flag & SYSFLAG_STOREHOST_V6, 12, 0).astype(np.int64)
+        born_extra = np.where(sys_flag & SYSFLAG_BORNHOST_V6, HOST_V6_EXTRA, 0).astype(np.int64)
+        store_extra = np.where(sys_flag & SYSFLAG_STOREHOST_V6, HOST_V6_EXTRA, 0).astype(np.int64)
         end = at + size
-        body_len_at = at + 84 + born_extra + store_extra
+        body_len_at = at + BODY_LEN_AT + born_extra + store_extra
         if (head["magic"] != MAGIC_CODE).any():
             bad = "bad magic code"
         elif (head["phys"] != phys).any():
@@ -664,7 +668,7 @@ def decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np
         elif (size != sizes).any() or int(end.max()) > len(data) or (body_len_at + 4 > end).any():
             bad = "record size disagrees with its queue entry"
     if bad is None:
-        store_ts_at = at + 56 + born_extra
+        store_ts_at = at + STORE_TS_AT + born_extra
         store_ts = _be_column(block, store_ts_at - at, 8)
         body_len = _be_column(block, body_len_at - at, 4)
         body_at = body_len_at + 4
@@ -681,7 +685,7 @@ def decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np
             bad = "topic does not fit the record"
     if bad is None:
         props_field_len = _be_int(tail, props_at - 2, 2)
-        crc_name_at = end - _CRC_TAIL
+        crc_name_at = end - CRC_TAIL_LEN
         if ((props_field_len != end - props_at).any() or (crc_name_at < props_at).any()
                 or (byte_rows(tail, crc_name_at, len(_CRC_PREFIX)) != _CRC_PREFIX).any()):
             bad = "properties length or CRC property position disagree with the record size"
@@ -691,7 +695,7 @@ def decode_columns(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np
     return RecordColumns(
         data=data, queue_id=head["queue_id"].astype(np.int32), queue_offset=head["queue_offset"].astype(np.int64),
         phys=phys, sys_flag=sys_flag, born_ts=head["born_ts"].astype(np.int64), store_ts=store_ts, size=size,
-        record_at=at, store_host_at=at + 64 + born_extra, store_host_len=8 + store_extra,
+        record_at=at, store_host_at=at + STORE_HOST_AT + born_extra, store_host_len=HOST_V4_SIZE + store_extra,
         body_at=body_at, body_len=body_len, tail=tail, topic_at=tail_at + 1, topic_len=topic_len,
         props_at=props_at, props_len=np.maximum(crc_name_at - 1 - props_at, 0))
 

@@ -41,14 +41,16 @@ from txmq.broker.store.durable import fsync_dir
 from txmq.broker.store.mapped_file import MappedFile, file_name
 from txmq.broker.store.record_block import MAX_BLOCK_BYTES, BlockLayout, encode_block
 from txmq.broker.store.message import Message, StoredMessage
-from txmq.broker.store.record import (
-    _host_cache as _HOST_CACHE,
+from txmq.broker.store.record_layout import (
     BLANK_MIN_BYTES,
-    CRC_PREFIX,
     CRC_SUFFIX_LEN,
+    CRC_TAIL_LEN,
     HEADER_V4,
     HEADER_V4_SIZE,
     MAGIC_CODE,
+)
+from txmq.broker.store.record import (
+    _host_cache as _HOST_CACHE,
     RecordCorrupted,
     decode_record,
     encode_blank,
@@ -58,7 +60,7 @@ from txmq.broker.store.record import (
 )
 
 
-PROPS_EXTRA = len(CRC_PREFIX) + CRC_SUFFIX_LEN
+PROPS_EXTRA = CRC_TAIL_LEN
 _U16 = struct.Struct(">H")
 _CRC_FORMAT = b"%010d\x02"  # the record CRC as the CRC property's 10 digits
 _RECORD_FIXED = HEADER_V4_SIZE + CRC_SUFFIX_LEN  # + body + tail (TOPICLEN through the CRC name)

@@ -45,10 +45,16 @@ import pyarrow as pa
 
 from txmq.broker.store.checksum import crc32
 from txmq.broker.store.columnar_read import binary_views, values_and_offsets
-from txmq.broker.store.record import CRC_SUFFIX_LEN, HEADER_V4_DTYPE, HEADER_V4_SIZE, MAGIC_CODE
+from txmq.broker.store.record_layout import (
+    BORN_HOST_AT,
+    CRC_SUFFIX_LEN,
+    HEADER_V4_DTYPE,
+    HEADER_V4_SIZE,
+    HOST_V4_SIZE,
+    MAGIC_CODE,
+    STORE_HOST_AT,
+)
 
-_BORN_HOST_AT = 48  # IPv4 BORNHOST: 4 address bytes and a 4-byte port
-_STORE_HOST_AT = 64
 _DIGITS_WIDTH = 12  # the 10 CRC digits and "\x02", zero-padded to an inline binary view
 _POWERS_OF_TEN = 10 ** np.arange(9, -1, -1, dtype=np.uint64)
 MAX_BLOCK_BYTES = 1 << 30  # Arrow binary offsets are int32: a block encodes at most this much
@@ -214,7 +220,7 @@ class BlockLayout:
         h["prepared"] = block.prepared
         h["body_len"] = block.body_len
         self.header_rows = h.view(np.uint8).reshape(n, HEADER_V4_SIZE)
-        self.header_rows[:, _BORN_HOST_AT:_BORN_HOST_AT + 8] = block.born_host
+        self.header_rows[:, BORN_HOST_AT:BORN_HOST_AT + HOST_V4_SIZE] = block.born_host
         self.unborn = np.flatnonzero(block.born_ts == 0)  # the store's time fills these in, as write_columns does
         kernel = _compiled() if n >= COMPILED_MIN_RECORDS else None
         # when the compiled loops encode the block: the records but their headers and CRC digits,
@@ -265,7 +271,7 @@ def encode_block(block: RecordBlock, layout: BlockLayout, *, sys_flags: Sequence
     h["store_ts"] = store_timestamp
     h["born_ts"][layout.unborn] = store_timestamp
     headers = layout.header_rows
-    headers[:, _STORE_HOST_AT:_STORE_HOST_AT + 8] = np.frombuffer(store_host, dtype=np.uint8)
+    headers[:, STORE_HOST_AT:STORE_HOST_AT + HOST_V4_SIZE] = np.frombuffer(store_host, dtype=np.uint8)
     if layout.filled is not None:  # filled by the compiled loop when the layout was built
         return _encoded_compiled(_compiled(), block, layout)
     covered = _gather([headers.reshape(-1), layout.heads.rows.reshape(-1), *block.buffers],

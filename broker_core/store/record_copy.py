@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import functools
 import re
-import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, chain, pairwise, repeat
@@ -49,7 +48,22 @@ from txmq.broker.store.message import (
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TRANSACTION_MASK,
 )
-from txmq.broker.store.record import CRC_PREFIX, CRC_SUFFIX_LEN, MAGIC_CODE
+from txmq.broker.store.record_layout import (
+    BODY_CRC_AT,
+    BORN_HOST_AT,
+    CRC_PREFIX,
+    CRC_SUFFIX_LEN,
+    CRC_TAIL_LEN,
+    FIXED_HEAD,
+    FLAG_AT,
+    HEADER_V4_SIZE,
+    HOST_V4_SIZE,
+    HOST_V6_EXTRA,
+    HOST_V6_SIZE,
+    MAGIC_CODE,
+    RECONSUME_AT,
+    REST,
+)
 from txmq.broker.store.record_block import RecordBlock
 
 # Bits a copy never inherits: its transaction type is the request's, its group bits
@@ -57,18 +71,10 @@ from txmq.broker.store.record_block import RecordBlock
 # encoded with.
 _NOT_INHERITED = SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_BITS | SYSFLAG_BORNHOST_V6 \
     | SYSFLAG_STOREHOST_V6
-_FLAG_AT = 16
-_BODY_CRC_AT = 8
-_BORN_HOST_AT = 48
-_RECONSUME_AT_V4 = 72  # + 12 per IPv6 host before it
-_HEADER_V4_SIZE = 88
 # Below this many copies, sources are cut record by record (see _copied_record_by_record).
 COLUMNAR_MIN_COPIES = 2048
 SPAN_MAX = 4 << 20  # bytes of neighbouring sources read with one pread
 SPAN_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other records between two
-_FIXED = struct.Struct(">IIIiiqqiq")  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTS
-_REST = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLEN
-_CRC_TAIL = len(CRC_PREFIX) + CRC_SUFFIX_LEN
 
 
 @dataclass(frozen=True)
@@ -189,7 +195,7 @@ def load_compiled_scan() -> bool:
     nothing = np.zeros(0, dtype=np.int64)
     kernel.scan_sources(_read_only(np.zeros(0, dtype=np.uint8)), nothing, nothing, nothing, _CRC_PREFIX_BYTES,
                         np.zeros((1, 4), dtype=np.uint8), np.ones(1, dtype=np.int64),
-                        np.zeros((kernel.COLUMN_ROWS, 0), dtype=np.int64), np.zeros((0, 8), dtype=np.uint8),
+                        np.zeros((kernel.COLUMN_ROWS, 0), dtype=np.int64), np.zeros((0, HOST_V4_SIZE), dtype=np.uint8),
                         np.zeros((0, 1, 2), dtype=np.int64))
     return True
 
@@ -229,7 +235,7 @@ def _scanned(kernel, data: np.ndarray, record_at: np.ndarray, phys: np.ndarray, 
     for k, name in enumerate(names):
         name_rows[k, :len(name)] = np.frombuffer(name, dtype=np.uint8)
     columns = np.empty((kernel.COLUMN_ROWS, n), dtype=np.int64)
-    born_host = np.empty((n, 8), dtype=np.uint8)
+    born_host = np.empty((n, HOST_V4_SIZE), dtype=np.uint8)
     found = np.empty((n, len(names), 2), dtype=np.int64)
     bad, row = kernel.scan_sources(_read_only(data), record_at.astype(np.int64, copy=False), phys, sizes,
                                    _CRC_PREFIX_BYTES, name_rows,
@@ -315,16 +321,16 @@ def _found_texts(scan: _Scan, k: int) -> list[bytes | None]:
 def _block_of(cols: RecordColumns) -> RecordBlock:
     """The sources of one read (IPv4 hosts) as a RecordBlock: bodies from the read's bytes,
     property strings from its gathered tails."""
-    head = byte_rows(cols.data, cols.record_at, _HEADER_V4_SIZE)
+    head = byte_rows(cols.data, cols.record_at, HEADER_V4_SIZE)
     n = cols.count
     tail_end = np.append(cols.topic_at[1:] - 1, len(cols.tail))  # tails lie back to back
     return RecordBlock(
         buffers=[cols.data, cols.tail], body_buf=np.zeros(n, dtype=np.int32), body_at=cols.body_at,
         body_len=cols.body_len, props_buf=np.ones(n, dtype=np.int32), props_at=cols.props_at,
         props_len=tail_end - CRC_SUFFIX_LEN - cols.props_at,  # through the CRC property's name
-        body_crc=_be_column(head, _BODY_CRC_AT, ">u4"), flag=_be_column(head, _FLAG_AT, ">i4"),
-        born_ts=cols.born_ts, born_host=np.ascontiguousarray(head[:, _BORN_HOST_AT:_BORN_HOST_AT + 8]),
-        reconsume=_be_column(head, _RECONSUME_AT_V4, ">i4"), prepared=cols.phys)
+        body_crc=_be_column(head, BODY_CRC_AT, ">u4"), flag=_be_column(head, FLAG_AT, ">i4"),
+        born_ts=cols.born_ts, born_host=np.ascontiguousarray(head[:, BORN_HOST_AT:BORN_HOST_AT + HOST_V4_SIZE]),
+        reconsume=_be_column(head, RECONSUME_AT, ">i4"), prepared=cols.phys)
 
 
 def _block_batch(block: RecordBlock, source_sys_flags: np.ndarray, copies: RecordCopies) -> BatchColumns:
@@ -368,24 +374,24 @@ def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
         [], [], [], [], [], [], [], [], [])
     tx_type = copies.transaction_type
     for buf, start, phys, size in _source_spans(store, copies):
-        total, magic, body_crc, _, flag, _, at, sys_flag, born = _FIXED.unpack_from(buf, start)
-        born_len = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
-        store_len = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
-        rest = start + _BORN_HOST_AT + born_len + 8 + store_len  # RECONSUMETIMES: after STORETIMESTAMP, STOREHOST
-        times, _, body_len = _REST.unpack_from(buf, rest)
-        body_at = rest + _REST.size
+        total, magic, body_crc, _, flag, _, at, sys_flag, born = FIXED_HEAD.unpack_from(buf, start)
+        born_len = HOST_V6_SIZE if sys_flag & SYSFLAG_BORNHOST_V6 else HOST_V4_SIZE
+        store_extra = HOST_V6_EXTRA if sys_flag & SYSFLAG_STOREHOST_V6 else 0
+        rest = start + RECONSUME_AT + born_len - HOST_V4_SIZE + store_extra
+        times, _, body_len = REST.unpack_from(buf, rest)
+        body_at = rest + REST.size
         tail_at = body_at + body_len
         end = start + size
         props_at = tail_at + 3 + (buf[tail_at] if tail_at < end else 0)
         props = buf[props_at:end - CRC_SUFFIX_LEN]
-        if (magic != MAGIC_CODE or total != size or at != phys or body_len < 0 or props_at > end - _CRC_TAIL
+        if (magic != MAGIC_CODE or total != size or at != phys or body_len < 0 or props_at > end - CRC_TAIL_LEN
                 or not props.endswith(CRC_PREFIX)):
             raise StoreError(f"queue {copies.source_topic}:{copies.source_queue_id} entry at physical offset "
                              f"{phys} does not match the CommitLog: not the record it names")
         flags.append(flag)
         sys_flags.append((sys_flag & ~_NOT_INHERITED) | tx_type)
         born_ts.append(born)
-        born_raws.append(buf[start + _BORN_HOST_AT:start + _BORN_HOST_AT + born_len])
+        born_raws.append(buf[start + BORN_HOST_AT:start + BORN_HOST_AT + born_len])
         reconsume.append(times)
         body_crcs.append(body_crc)
         bodies.append(buf[body_at:tail_at])
@@ -421,7 +427,7 @@ def _source_spans(store, copies: RecordCopies):
             j += 1
         buf = commitlog.read(lo, hi - lo)  # MessageNotFound when retention removed the segment
         for k in range(i, j):
-            if phys[k] + sizes[k] - lo > len(buf) or sizes[k] < _FIXED.size + _REST.size:
+            if phys[k] + sizes[k] - lo > len(buf) or sizes[k] < FIXED_HEAD.size + REST.size:
                 raise StoreError(f"queue {copies.source_topic}:{copies.source_queue_id} entry at physical "
                                  f"offset {phys[k]} does not match the CommitLog: the log ends before the record")
             yield buf, phys[k] - lo, phys[k], sizes[k]
@@ -456,11 +462,11 @@ class _Sources:
         data, at = cols.data, cols.record_at
         self.count = cols.count
         self.sys_flags = (cols.sys_flag & ~_NOT_INHERITED | copies.transaction_type).tolist()
-        extra = (np.where(cols.sys_flag & SYSFLAG_BORNHOST_V6, 12, 0)
-                 + np.where(cols.sys_flag & SYSFLAG_STOREHOST_V6, 12, 0)).astype(np.int64)
-        self.flags = _be_int(byte_rows(data, at + _FLAG_AT, 4), 0, ">i4")
-        self.body_crcs = _be_int(byte_rows(data, at + _BODY_CRC_AT, 4), 0, ">u4")
-        self.reconsume_times = _be_int(byte_rows(data, at + _RECONSUME_AT_V4 + extra, 4), 0, ">i4")
+        extra = (np.where(cols.sys_flag & SYSFLAG_BORNHOST_V6, HOST_V6_EXTRA, 0)
+                 + np.where(cols.sys_flag & SYSFLAG_STOREHOST_V6, HOST_V6_EXTRA, 0)).astype(np.int64)
+        self.flags = _be_int(byte_rows(data, at + FLAG_AT, 4), 0, ">i4")
+        self.body_crcs = _be_int(byte_rows(data, at + BODY_CRC_AT, 4), 0, ">u4")
+        self.reconsume_times = _be_int(byte_rows(data, at + RECONSUME_AT + extra, 4), 0, ">i4")
         self.born_raws = _born_hosts(data, at, cols.sys_flag)
         self.born_timestamps = cols.born_ts.tolist()
         view = memoryview(data)
@@ -492,10 +498,10 @@ def _born_hosts(data: np.ndarray, at: np.ndarray, sys_flag: np.ndarray) -> list[
     per distinct host (a transaction's halves come from a few producers)."""
     v6 = (sys_flag & SYSFLAG_BORNHOST_V6) != 0
     out: list[bytes] = [b""] * len(at)
-    for width, rows in ((8, np.flatnonzero(~v6)), (20, np.flatnonzero(v6))):
+    for width, rows in ((HOST_V4_SIZE, np.flatnonzero(~v6)), (HOST_V6_SIZE, np.flatnonzero(v6))):
         if len(rows) == 0:
             continue
-        found = _distinct_bytes(np.ascontiguousarray(byte_rows(data, at[rows] + _BORN_HOST_AT, width)))
+        found = _distinct_bytes(np.ascontiguousarray(byte_rows(data, at[rows] + BORN_HOST_AT, width)))
         if len(rows) == len(at):
             return found
         for row, host in zip(rows.tolist(), found):

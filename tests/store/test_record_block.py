@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from txmq.broker.store import Message, MessageStore, message_store, record_copy
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.message import PROP_CRC32, SYSFLAG_TRANSACTION_COMMIT
-from txmq.broker.store.record import CRC_PREFIX, encode_properties
+from txmq.broker.store.record import encode_properties
+from txmq.broker.store.record_layout import CRC_PREFIX
 from txmq.broker.store.record_copy import RecordCopies, _PropertyIndex
 
 from ._helpers import small_config

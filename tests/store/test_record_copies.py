@@ -18,7 +18,8 @@ from txmq.broker.store.message import (
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_PREPARED,
 )
-from txmq.broker.store.record import CRC_PREFIX, encode_properties
+from txmq.broker.store.record import encode_properties
+from txmq.broker.store.record_layout import CRC_PREFIX
 from txmq.broker.store.record_copy import RecordCopies, dispatch_properties
 
 from ._helpers import crash, msg, queue_contents, small_config
