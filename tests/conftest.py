@@ -34,9 +34,9 @@ def _compiled_or_numpy(request, monkeypatch, module, threshold: str, available: 
 
 @pytest.fixture(params=["compiled", "numpy"])
 def decode_path(request, monkeypatch):
-    """Which decode builds this process's pulls (protocol/pull_kernel.py): the compiled one
+    """Which decode builds this process's pulls (store/pull_decode_kernel.py): the compiled one
     wherever it can, or the numpy one always. Use it as `usefixtures("decode_path")`."""
-    from txmq.broker.protocol import pull_kernel
+    from txmq.broker.store import pull_decode_kernel as pull_kernel
 
     return _compiled_or_numpy(request, monkeypatch, pull_kernel, "COMPILED_MIN_ROWS",
                               pull_kernel.compiled_available())

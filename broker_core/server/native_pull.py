@@ -28,8 +28,8 @@ import pyarrow as pa
 
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
-from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
-from txmq.broker.protocol.pull_columns import decode_pull_batch, empty_pull_batch
+from txmq.broker.store.property_names import SYSTEM_PROPERTIES
+from txmq.broker.store.pull_decode import decode_pull_batch, empty_pull_batch
 from txmq.broker.server.pull_shm import SharedMemoryPayloads
 from txmq.broker.store.columnar_read import ReadPlan, plan_queue_read, read_queue_bytes, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage

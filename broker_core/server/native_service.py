@@ -28,7 +28,7 @@ from txmq.broker.server.native_pull import (build_pull_batch, local_read_plan, p
                                              pull_response_payload)
 from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
-from txmq.broker.protocol.property_names import user_properties
+from txmq.broker.store.property_names import user_properties
 from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.message import (

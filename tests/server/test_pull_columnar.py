@@ -3,7 +3,7 @@
 `native_pull.pull_batch` (CommitLog bytes → numpy/Arrow columns) must equal
 `build_pull_batch(store.read_queue(...).messages)` — same schema, values, nulls,
 order, and the same next/min/max offsets — for any mix of messages a store can hold.
-Every test runs twice: with the compiled decode (protocol/pull_kernel.py) taking
+Every test runs twice: with the compiled decode (store/pull_decode_kernel.py) taking
 every pull it can, and with the numpy decode taking all of them.
 """
 

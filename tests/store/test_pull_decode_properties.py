@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.server.test_pull_columnar import assert_same_pull, open_store
-from txmq.broker.protocol import pull_properties
+from txmq.broker.store import pull_decode_properties as pull_properties
 from txmq.broker.errors import StoreError
 from txmq.broker.server.native_pull import pull_batch
-from txmq.broker.protocol.pull_properties import split_properties
+from txmq.broker.store.pull_decode_properties import split_properties
 from txmq.broker.store import Message
 from txmq.broker.store.columnar_read import read_queue_columns
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY

@@ -1,4 +1,4 @@
-"""The compiled pull decode (protocol/pull_kernel.py) takes well-formed records and leaves
+"""The compiled pull decode (store/pull_decode_kernel.py) takes well-formed records and leaves
 everything else to the numpy decode, which names the problem.
 
 Its output is checked against the per-record decode in test_pull_columnar.py (every
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from txmq.broker.errors import StoreError
-from txmq.broker.protocol import pull_kernel
-from txmq.broker.protocol.pull_kernel import pull_batch_compiled
+from txmq.broker.store import pull_decode_kernel as pull_kernel
+from txmq.broker.store.pull_decode_kernel import pull_batch_compiled
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch
 from txmq.broker.store import Message, MessageStore, StoreConfig
 from txmq.broker.store.columnar_read import read_queue_bytes

@@ -1,13 +1,13 @@
-"""The compiled loops of pull_kernel.py (numba, nopython, GIL released, cached on disk).
+"""The compiled loops of pull_decode_kernel.py (numba, nopython, GIL released, cached on disk).
 
-Importing this module imports numba; pull_kernel.py imports it only for pulls
+Importing this module imports numba; pull_decode_kernel.py imports it only for pulls
 large enough to pay for that. Bodies are copied with LLVM's memcpy on addresses
 (store/compiled_primitives.py). The compiled functions work on flat numpy arrays
 only; the tables they read (system property names, the CRC property's name, hex
 digits) are passed in as arguments by `scan_records` and `message_ids_of`, since
 numba does not cache code that holds global arrays. `scan` returns a status
 instead of raising: any record it would have to reject is left to the numpy
-path, which names the problem (pull_kernel.py).
+path, which names the problem (pull_decode_kernel.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from txmq.broker.protocol.pull_kernel import (
+from txmq.broker.store.pull_decode_kernel import (
     _FALLBACK,
     _MORE,
     _OK,
@@ -26,7 +26,7 @@ from txmq.broker.protocol.pull_kernel import (
     UNIQ_KEY,
     USER,
 )
-from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
+from txmq.broker.store.property_names import SYSTEM_PROPERTIES
 from txmq.broker.store.message import (
     PROP_KEYS,
     PROP_TAGS,
@@ -163,7 +163,7 @@ def _same_bytes(a, b, length):
 
 @njit(cache=True, nogil=True, inline="always")
 def _kind(data, at, length, names, name_at, first, last, kinds):
-    """What the property name data[at:at+length] is: a kind of pull_kernel.py's. Names are
+    """What the property name data[at:at+length] is: a kind of pull_decode_kernel.py's. Names are
     compared eight bytes a step: the text's name is followed by its value and the CRC
     property, the table by padding."""
     if length == 0:

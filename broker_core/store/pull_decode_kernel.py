@@ -1,12 +1,12 @@
 """Decode a pull's CommitLog records straight into its Arrow batch, in compiled passes.
 
-The numpy path (`columnar_read.decode_columns`, then `pull_columns`) builds a
+The numpy path (`columnar_read.decode_columns`, then `pull_decode`) builds a
 pull batch with a dozen array passes, gathers and Arrow takes per column; on a
 Spark executor reading through local reads that costs more CPU per row than
 Spark spends moving the row into the JVM. This module does the same work in
 numba-compiled loops that look at each record once:
 
-1. `scan` (pull_kernel_numba.py) walks every record: checks its header against
+1. `scan` (pull_decode_numba.py) walks every record: checks its header against
    its queue entry (as decode_columns does), reads the fixed fields, copies the
    body into the body column's buffer, checks the property text is UTF-8 and made
    of `name \x01 value \x02` pairs, and notes where the tag, keys, message id,
@@ -38,7 +38,7 @@ from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICRO
 
 COMPILED_MIN_ROWS = 256  # pulls of fewer records take the numpy path (see the module doc)
 
-# what a property name is to a pull (pull_kernel_numba classifies names into these)
+# what a property name is to a pull (pull_decode_numba classifies names into these)
 USER, TAG, KEYS, UNIQ_KEY, TRANSACTION_ID, SYSTEM = range(6)
 
 # what the compiled scan says
@@ -51,10 +51,10 @@ _MORE = 2  # more KEYS tokens or user properties than the scan was given room fo
 def _compiled():
     """The compiled kernels' module, or None without numba (compiled once, cached on disk)."""
     try:
-        from txmq.broker.protocol import pull_kernel_numba
+        from txmq.broker.store import pull_decode_numba
     except ImportError:
         return None
-    return pull_kernel_numba
+    return pull_decode_numba
 
 
 def compiled_available() -> bool:
