@@ -8,11 +8,12 @@ halves to TRANS_CHECK_MAX_TIME_TOPIC the same way.) A Spark micro-batch is one
 transaction of up to millions of halves, and every writer of the batch waits for
 its COMMIT, so the copy must cost far less than the original append.
 
-Decoding each half into a Message and encoding it again costs ~10 µs a record.
-A copy works on the stored bytes instead: the sources' header fields are read
-with struct per record for a few copies, and for many by one compiled pass
-(record_copy_numba: the GIL released, the checks and the property search folded
-in) or, without numba, column-wise (columnar_read); the body is written from the
+Decoding each half into a Message and encoding it again would cost far more than
+the append. A copy works on the stored bytes instead: the sources' header fields
+are read by one compiled pass (record_copy_numba: the GIL released, the checks
+and the property search folded in), or with struct per record (the per-record
+implementation: sources with IPv6 hosts, and the oracle tests compare the
+compiled pass with); the body is written from the
 bytes read (its CRC is taken from the source header, not computed again), the
 property string is reused as stored (it passed validation when the source was
 written, by this store), and only what changes is encoded: the header and the
@@ -34,13 +35,10 @@ import numpy as np
 from txmq.broker.errors import StoreError
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.columnar_read import (
-    RecordColumns,
     byte_rows,
-    decode_columns,
     gather_binary,
     gather_records,
     read_spans,
-    values_and_offsets,
 )
 from txmq.broker.store.message import (
     SYSFLAG_BORNHOST_V6,
@@ -49,14 +47,11 @@ from txmq.broker.store.message import (
     SYSFLAG_TRANSACTION_MASK,
 )
 from txmq.broker.store.record_layout import (
-    BODY_CRC_AT,
     BORN_HOST_AT,
     CRC_PREFIX,
     CRC_SUFFIX_LEN,
     CRC_TAIL_LEN,
     FIXED_HEAD,
-    FLAG_AT,
-    HEADER_V4_SIZE,
     HOST_V4_SIZE,
     HOST_V6_EXTRA,
     HOST_V6_SIZE,
@@ -164,34 +159,25 @@ def copy_columns(store, copies: RecordCopies) -> BatchColumns:
         spans.append((data, record_at[:count], phys[done:done + count], sizes[done:done + count]))
         done += count
     kernel = _compiled_scan()
-    if kernel is not None:
-        scans = [_scanned(kernel, *span, copies) for span in spans]
-        if all(scan is not None for scan in scans):
-            return _scanned_batch(scans, copies)
-    reads = [decode_columns(*span, copies.source_topic, copies.source_queue_id) for span in spans]
-    if any((cols.sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)).any() for cols in reads):
-        return _assemble([_Sources(cols, copies) for cols in reads], copies)
-    return _block_batch(RecordBlock.concat([_block_of(cols) for cols in reads]),
-                        np.concatenate([c.sys_flag for c in reads]), copies)
+    scans = [_scanned(kernel, *span, copies) for span in spans]
+    if any(scan is None for scan in scans):  # a source with an IPv6 host (rare): the per-record path copies it
+        return _copied_record_by_record(store, copies)
+    return _scanned_batch(scans, copies)
 
 
 @functools.cache
 def _compiled_scan():
-    """The compiled source scan's module (record_copy_numba), or None without numba."""
-    try:
-        from txmq.broker.store import record_copy_numba
-    except ImportError:
-        return None
+    """The compiled source scan's module (record_copy_numba), imported on first use so processes
+    that never copy records never import numba."""
+    from txmq.broker.store import record_copy_numba
+
     return record_copy_numba
 
 
 def load_compiled_scan() -> bool:
     """Load the compiled source scan now (numba's cached machine code), which would otherwise delay
-    the first large COMMIT. A broker calls it once at start, off its serving threads. False
-    without numba."""
+    the first large COMMIT. A broker calls it once at start, off its serving threads."""
     kernel = _compiled_scan()
-    if kernel is None:
-        return False
     nothing = np.zeros(0, dtype=np.int64)
     kernel.scan_sources(_read_only(np.zeros(0, dtype=np.uint8)), nothing, nothing, nothing, _CRC_PREFIX_BYTES,
                         np.zeros((1, 4), dtype=np.uint8), np.ones(1, dtype=np.int64),
@@ -228,7 +214,7 @@ def _scanned(kernel, data: np.ndarray, record_at: np.ndarray, phys: np.ndarray, 
              copies: RecordCopies) -> _Scan | None:
     """The sources of one read scanned by the compiled loop (record_copy_numba): columns, hosts and
     where the dispatch inputs and the properties to drop are. None when a source has an IPv6
-    host (the numpy path copies those); StoreError naming the first source that is not a record."""
+    host (the per-record path copies those); StoreError naming the first source that is not a record."""
     n = len(record_at)
     names = [*_DISPATCH_NAMES, *(name.encode() for name in copies.drop_properties)]
     name_rows = np.zeros((len(names), max(map(len, names))), dtype=np.uint8)
@@ -318,53 +304,6 @@ def _found_texts(scan: _Scan, k: int) -> list[bytes | None]:
     return out
 
 
-def _block_of(cols: RecordColumns) -> RecordBlock:
-    """The sources of one read (IPv4 hosts) as a RecordBlock: bodies from the read's bytes,
-    property strings from its gathered tails."""
-    head = byte_rows(cols.data, cols.record_at, HEADER_V4_SIZE)
-    n = cols.count
-    tail_end = np.append(cols.topic_at[1:] - 1, len(cols.tail))  # tails lie back to back
-    return RecordBlock(
-        buffers=[cols.data, cols.tail], body_buf=np.zeros(n, dtype=np.int32), body_at=cols.body_at,
-        body_len=cols.body_len, props_buf=np.ones(n, dtype=np.int32), props_at=cols.props_at,
-        props_len=tail_end - CRC_SUFFIX_LEN - cols.props_at,  # through the CRC property's name
-        body_crc=_be_column(head, BODY_CRC_AT, ">u4"), flag=_be_column(head, FLAG_AT, ">i4"),
-        born_ts=cols.born_ts, born_host=np.ascontiguousarray(head[:, BORN_HOST_AT:BORN_HOST_AT + HOST_V4_SIZE]),
-        reconsume=_be_column(head, RECONSUME_AT, ">i4"), prepared=cols.phys)
-
-
-def _block_batch(block: RecordBlock, source_sys_flags: np.ndarray, copies: RecordCopies) -> BatchColumns:
-    """The copies as a batch given as a RecordBlock: properties dropped, dispatch inputs found."""
-    values, bounds = values_and_offsets(block.properties())
-    index = _PropertyIndex(values, bounds)
-    raw = values.tobytes()
-    if copies.drop_properties:
-        block = _block_without_properties(block, index, raw, bounds, copies.drop_properties)
-    n = block.count
-    tags, uniq_keys, keys = (_found_values(raw, n, *index.spans(name)) for name in (b"TAGS", b"UNIQ_KEY", b"KEYS"))
-    return BatchColumns.of_block(
-        block, topics=list(copies.topics), queue_ids=copies.queue_ids.tolist(),
-        sys_flags=(source_sys_flags & ~_NOT_INHERITED | copies.transaction_type).tolist(),
-        tags=_decoded(tags), uniq_keys=uniq_keys, keys=_decoded(keys))
-
-
-def _block_without_properties(block: RecordBlock, index: "_PropertyIndex", raw: bytes, bounds: np.ndarray,
-                              names: tuple[str, ...]) -> RecordBlock:
-    """`block` with the named properties removed from the property strings holding them (few:
-    a half's prepare time is on the first half of each prepare call). `raw` is the strings
-    back to back (the index's values as bytes). The changed strings go to a buffer of their own."""
-    hits = np.unique(np.concatenate([index.spans(name.encode())[0] for name in names]))
-    if not len(hits):
-        return block
-    changed = [raw[a:b] for a, b in zip(bounds[hits].tolist(), bounds[hits + 1].tolist())]
-    return _with_changed_properties(block, hits, _without_properties(changed, names))
-
-
-def _be_column(rows: np.ndarray, at: int, dtype: str) -> np.ndarray:
-    """The 4-byte big-endian integer at byte `at` of every row of a byte matrix, native-endian."""
-    return np.ascontiguousarray(rows[:, at:at + 4]).view(dtype)[:, 0].astype(dtype[1:])
-
-
 def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
     """copy_columns for fewer than COLUMNAR_MIN_COPIES copies: the same columns, cut out of each
     source's bytes with struct and slices. The column-wise path costs ~1 ms of array set-up
@@ -385,6 +324,7 @@ def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
         props_at = tail_at + 3 + (buf[tail_at] if tail_at < end else 0)
         props = buf[props_at:end - CRC_SUFFIX_LEN]
         if (magic != MAGIC_CODE or total != size or at != phys or body_len < 0 or props_at > end - CRC_TAIL_LEN
+                or int.from_bytes(buf[props_at - 2:props_at], "big") != end - props_at
                 or not props.endswith(CRC_PREFIX)):
             raise StoreError(f"queue {copies.source_topic}:{copies.source_queue_id} entry at physical offset "
                              f"{phys} does not match the CommitLog: not the record it names")
@@ -452,80 +392,6 @@ def _read_sources(store, copies: RecordCopies, phys: np.ndarray, sizes: np.ndarr
             if mapped is not None:
                 return mapped
     return read_spans(store, copies.source_topic, copies.source_queue_id, phys, sizes)
-
-
-class _Sources:
-    """One read's source records (some with IPv6 hosts), decoded column-wise, as the list columns
-    a copy of them takes (record_block covers the IPv4 case)."""
-
-    def __init__(self, cols: RecordColumns, copies: RecordCopies) -> None:
-        data, at = cols.data, cols.record_at
-        self.count = cols.count
-        self.sys_flags = (cols.sys_flag & ~_NOT_INHERITED | copies.transaction_type).tolist()
-        extra = (np.where(cols.sys_flag & SYSFLAG_BORNHOST_V6, HOST_V6_EXTRA, 0)
-                 + np.where(cols.sys_flag & SYSFLAG_STOREHOST_V6, HOST_V6_EXTRA, 0)).astype(np.int64)
-        self.flags = _be_int(byte_rows(data, at + FLAG_AT, 4), 0, ">i4")
-        self.body_crcs = _be_int(byte_rows(data, at + BODY_CRC_AT, 4), 0, ">u4")
-        self.reconsume_times = _be_int(byte_rows(data, at + RECONSUME_AT + extra, 4), 0, ">i4")
-        self.born_raws = _born_hosts(data, at, cols.sys_flag)
-        self.born_timestamps = cols.born_ts.tolist()
-        view = memoryview(data)
-        body_at = cols.body_at.tolist()
-        body_end = (cols.body_at + cols.body_len).tolist()
-        self.bodies = list(map(view.__getitem__, map(slice, body_at, body_end)))
-        self.body_lens = cols.body_len.tolist()
-        tail = cols.tail.tobytes()
-        tail_end = np.append(cols.topic_at[1:] - 1, len(tail))  # tails lie back to back
-        # the stored property string up to the CRC digits: "name\x01value\x02...__CRC32#\x01"
-        self.props_crc = list(map(tail.__getitem__, map(slice, cols.props_at.tolist(),
-                                                           (tail_end - CRC_SUFFIX_LEN).tolist())))
-
-
-def _be_int(rows: np.ndarray, at: int, dtype: str) -> list[int]:
-    """_be_column as a list."""
-    return _be_column(rows, at, dtype).tolist()
-
-
-def _distinct_bytes(rows: np.ndarray) -> list[bytes]:
-    """Each row of a byte matrix as bytes, one object per distinct row (few distinct hosts)."""
-    width = rows.shape[1]
-    distinct, which = np.unique(rows.view(f"V{width}")[:, 0], return_inverse=True)
-    return list(map(list(map(bytes, distinct)).__getitem__, which.reshape(-1).tolist()))
-
-
-def _born_hosts(data: np.ndarray, at: np.ndarray, sys_flag: np.ndarray) -> list[bytes]:
-    """Each source's BORNHOST bytes (address + port: 8 bytes, 20 for IPv6), one bytes object
-    per distinct host (a transaction's halves come from a few producers)."""
-    v6 = (sys_flag & SYSFLAG_BORNHOST_V6) != 0
-    out: list[bytes] = [b""] * len(at)
-    for width, rows in ((HOST_V4_SIZE, np.flatnonzero(~v6)), (HOST_V6_SIZE, np.flatnonzero(v6))):
-        if len(rows) == 0:
-            continue
-        found = _distinct_bytes(np.ascontiguousarray(byte_rows(data, at[rows] + BORN_HOST_AT, width)))
-        if len(rows) == len(at):
-            return found
-        for row, host in zip(rows.tolist(), found):
-            out[row] = host
-    return out
-
-
-def _assemble(parts: list[_Sources], copies: RecordCopies) -> BatchColumns:
-    def joined(name: str) -> list:
-        if len(parts) == 1:
-            return getattr(parts[0], name)
-        return list(chain.from_iterable(getattr(p, name) for p in parts))
-
-    props_crc = joined("props_crc")
-    if copies.drop_properties:
-        props_crc = _without_properties(props_crc, copies.drop_properties)
-    tags, uniq_keys, keys = dispatch_properties(props_crc)
-    return BatchColumns.of_columns(
-        topics=list(copies.topics), bodies=joined("bodies"), queue_ids=copies.queue_ids.tolist(),
-        flags=joined("flags"), sys_flags=joined("sys_flags"),
-        born_timestamps=joined("born_timestamps"), born_raws=joined("born_raws"),
-        reconsume_times=joined("reconsume_times"), prepared_offsets=copies.physical_offsets.tolist(),
-        body_lens=joined("body_lens"), body_crcs=joined("body_crcs"), props_crc=props_crc,
-        tags=tags, uniq_keys=uniq_keys, keys=keys)
 
 
 def _without_properties(props_crc: list[bytes], names: tuple[str, ...]) -> list[bytes]:

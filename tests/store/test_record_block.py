@@ -75,7 +75,6 @@ def _log_bytes(store: MessageStore) -> bytes:
     return store.commitlog.read(0, store.commitlog.write_end)
 
 
-@pytest.mark.usefixtures("block_encoder", "source_scan")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=_messages, topic_choice=st.lists(_topics, min_size=1, max_size=3))
 def test_a_block_writes_the_bytes_the_record_by_record_encoder_writes(tmp_path_factory, monkeypatch, messages,
@@ -92,7 +91,6 @@ def test_a_block_writes_the_bytes_the_record_by_record_encoder_writes(tmp_path_f
                 s.close()
 
 
-@pytest.mark.usefixtures("block_encoder", "source_scan")
 def test_copies_written_as_a_block_read_back_with_their_properties_and_index_keys(tmp_path, monkeypatch):
     blocks_store, _ = stores = _two_stores(tmp_path, monkeypatch)
     try:
@@ -130,7 +128,6 @@ def _whole_log(store: MessageStore) -> bytes:
     return b"".join(chunks)
 
 
-@pytest.mark.usefixtures("block_encoder", "source_scan")
 def test_a_block_that_crosses_segment_ends_is_written_as_a_block_with_the_record_by_record_bytes(
         tmp_path, monkeypatch):
     stores = _two_stores(tmp_path, monkeypatch, segment_bytes=16 << 10)
@@ -191,7 +188,6 @@ def test_copies_in_a_store_with_an_ipv6_host_are_written_record_by_record(tmp_pa
         store.close()
 
 
-@pytest.mark.usefixtures("block_encoder", "source_scan")
 def test_sources_in_two_segments_make_one_block_with_both_maps(tmp_path, monkeypatch):
     stores = _two_stores(tmp_path, monkeypatch, segment_bytes=64 << 10)
     try:
