@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
 from txmq.broker.store.pull_decode_kernel import pull_batch_compiled
 from txmq.broker.store.pull_decode_properties import PropertyPairs, split_properties
-from txmq.broker.store.columnar_read import RecordColumns, decode_columns
+from txmq.broker.store.record_columns import RecordColumns, decode_columns
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY
 
 

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from txmq.broker.store.columnar_read import binary_views, values_and_offsets
+from txmq.broker.store.record_columns import binary_views, values_and_offsets
 from txmq.broker.store.record_layout import (
     BORN_HOST_AT,
     CRC_SUFFIX_LEN,

@@ -34,12 +34,7 @@ import numpy as np
 
 from txmq.broker.errors import StoreError
 from txmq.broker.store.batch import BatchColumns
-from txmq.broker.store.columnar_read import (
-    byte_rows,
-    gather_binary,
-    gather_records,
-    read_spans,
-)
+from txmq.broker.store.columnar_read import gather_records, read_spans
 from txmq.broker.store.message import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_GROUP_BITS,
@@ -60,6 +55,7 @@ from txmq.broker.store.record_layout import (
     REST,
 )
 from txmq.broker.store.record_block import RecordBlock
+from txmq.broker.store.record_columns import byte_rows, gather_binary
 
 # Bits a copy never inherits: its transaction type is the request's, its group bits
 # are the group it is written in, and the host-family bits follow the hosts it is
@@ -321,7 +317,7 @@ def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
         body_at = rest + REST.size
         tail_at = body_at + body_len
         end = start + size
-        props_at = tail_at + 3 + (buf[tail_at] if tail_at < end else 0)
+        props_at = tail_at + 3 + buf[tail_at] if 0 <= body_len and tail_at < end else end  # refused below
         props = buf[props_at:end - CRC_SUFFIX_LEN]
         if (magic != MAGIC_CODE or total != size or at != phys or body_len < 0 or props_at > end - CRC_TAIL_LEN
                 or int.from_bytes(buf[props_at - 2:props_at], "big") != end - props_at

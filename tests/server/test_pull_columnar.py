@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch
 from txmq.broker.store import Message, MessageStore, StoreConfig, columnar_read
-from txmq.broker.store.columnar_read import byte_rows, gather_binary, read_queue_columns
+from txmq.broker.store.columnar_read import read_queue_columns
+from txmq.broker.store.record_columns import byte_rows, gather_binary
 from txmq.broker.store.message import (
     PROP_CRC32,
     PROP_KEYS,
