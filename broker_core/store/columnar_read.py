@@ -31,7 +31,7 @@ from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.consume_queue import ENTRY_DTYPE, ENTRY_SIZE
 from txmq.broker.store.dispatch import Dispatcher
-from txmq.broker.store.record_columns import RecordColumns, decode_columns, gather_binary
+from txmq.broker.store.record_columns import gather_binary
 
 SPAN_MAX = 4 << 20  # one CommitLog read covers neighbouring records up to this many bytes
 GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
@@ -147,35 +147,14 @@ class RecordBytes:
     max_offset: int
 
 
-@dataclass
-class ColumnarRead:
-    """What `read_queue_columns` returns; offsets mean the same as in `QueueRead`."""
-
-    records: RecordColumns
-    next_offset: int
-    min_offset: int
-    max_offset: int
-
-
 # --- the read ----------------------------------------------------------------------------
-
-
-def read_queue_columns(store, topic: str, queue_id: int, offset: int, max_count: int, *,
-                       max_bytes: int | None = None) -> ColumnarRead:
-    """Records of a queue from `offset`, like `MessageStore.read_queue` without a tag filter.
-
-    Same bounds and errors (IllegalOffset, DataDeleted, StoreError when an entry does
-    not match the CommitLog) and the same `max_bytes` rule: records are returned
-    while their sizes add up to at most max_bytes, but always at least one.
-    """
-    read = read_queue_bytes(store, topic, queue_id, offset, max_count, max_bytes=max_bytes)
-    records = decode_columns(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
-    return ColumnarRead(records, read.next_offset, read.min_offset, read.max_offset)
 
 
 def read_queue_bytes(store, topic: str, queue_id: int, offset: int, max_count: int, *,
                      max_bytes: int | None = None) -> "RecordBytes":
-    """The undecoded records of `read_queue_columns` (same bounds, errors and `max_bytes` rule)."""
+    """The records of a queue from `offset`, undecoded, with `MessageStore.read_queue`'s bounds and
+    errors (IllegalOffset, DataDeleted) and its `max_bytes` rule: records are returned while
+    their sizes add up to at most max_bytes, but always at least one."""
     cq, lo, hi = _bounded_queue(store, topic, queue_id, offset)
     if cq is None or max_count <= 0 or offset >= hi:
         e64 = np.zeros(0, dtype=np.int64)
@@ -219,7 +198,7 @@ def plan_queue_read(store, topic: str, queue_id: int, offset: int, max_count: in
     """Where the records of a queue from `offset` are, for a reader that decodes them itself
     (a client on this host reading the segment file; see client/local_read.py).
 
-    Same bounds, errors and `max_bytes` rule as read_queue_columns, and the plan
+    Same bounds, errors and `max_bytes` rule as read_queue_bytes, and the plan
     stops at the end of the first record's segment (the next plan starts in the
     next one). None when there is nothing to read from `offset` (the caller answers
     as it would without a plan) or the segment cannot be named (it was closed).

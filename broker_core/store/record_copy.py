@@ -27,7 +27,7 @@ import functools
 import re
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, pairwise, repeat
+from itertools import accumulate, chain, pairwise
 from typing import Sequence
 
 import numpy as np
@@ -55,7 +55,7 @@ from txmq.broker.store.record_layout import (
     REST,
 )
 from txmq.broker.store.record_block import RecordBlock
-from txmq.broker.store.record_columns import byte_rows, gather_binary
+from txmq.broker.store.record_columns import gather_binary
 
 # Bits a copy never inherits: its transaction type is the request's, its group bits
 # are the group it is written in, and the host-family bits follow the hosts it is
@@ -422,18 +422,6 @@ def dispatch_properties(props_crc: Sequence[bytes]) -> tuple[list[str | None], l
                                                              list[str | None]]:
     """(TAGS, UNIQ_KEY as bytes, KEYS) of each property string, None where absent: what the
     dispatch of a record needs from its properties, without parsing them into a dict."""
-    if len(props_crc) < _ARRAY_SEARCH_MIN:
-        return _dispatch_properties_one_by_one(props_crc)
-    joined = b"".join(props_crc)
-    tags = _decoded(_values_of(props_crc, b"TAGS", joined))
-    keys = _decoded(_values_of(props_crc, b"KEYS", joined))
-    return tags, _values_of(props_crc, b"UNIQ_KEY", joined), keys
-
-
-_ARRAY_SEARCH_MIN = 256  # strings below which array set-up costs more than a search per string
-
-
-def _dispatch_properties_one_by_one(props_crc: Sequence[bytes]) -> tuple[list, list, list]:
     joined = b"".join(props_crc)
     uniq_keys = _values_each(props_crc, b"UNIQ_KEY", joined)
     return (_decoded(_values_each(props_crc, b"TAGS", joined)), uniq_keys,
@@ -441,7 +429,7 @@ def _dispatch_properties_one_by_one(props_crc: Sequence[bytes]) -> tuple[list, l
 
 
 def _values_each(props_crc: Sequence[bytes], name: bytes, joined: bytes) -> list[bytes | None]:
-    """_values_of, one search per string (no array set-up: for a few strings)."""
+    """The value of property `name` in each property string (None where it has none)."""
     head = name + b"\x01"
     if head not in joined:
         return [None] * len(props_crc)
@@ -456,82 +444,6 @@ def _value_in(props: bytes, head: bytes) -> bytes | None:
         return None
     start = at + len(head)
     return props[start:props.find(b"\x02", start)]
-
-
-def _values_of(props_crc: Sequence[bytes], name: bytes, joined: bytes) -> list[bytes | None]:
-    """The value of property `name` in each property string (None where it has none).
-
-    A property starts its string or follows a \\x02, and names and values never hold
-    \\x01 or \\x02 (validated when the record was first written), so the name is
-    found in the strings joined back to back with array operations: candidates where
-    the name's bytes are, kept where a property starts; the value runs to the next
-    \\x02. Per string there is only the slice of its value.
-    """
-    n = len(props_crc)
-    head = name + b"\x01"
-    if head not in joined:
-        return [None] * n
-    if joined.startswith(head) and all(map(bytes.startswith, props_crc, repeat(head))):
-        # every string starts with the property (a half's UNIQ_KEY, as prepare writes it): its
-        # value runs to the string's first separator
-        ends = map(bytes.index, props_crc, repeat(b"\x02"))
-        return list(map(bytes.__getitem__, props_crc, map(slice, repeat(len(head)), ends)))
-    starts = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, props_crc), dtype=np.int64, count=n), out=starts[1:])
-    return _found_values(joined, n, *_PropertyIndex(np.frombuffer(joined, dtype=np.uint8), starts).spans(name))
-
-
-class _PropertyIndex:
-    """Where named properties are in property strings lying back to back in `values` (string
-    i is values[bounds[i]:bounds[i + 1]]), found with array operations.
-
-    A property starts its string or follows a \\x02, and names and values never hold
-    \\x01 or \\x02 (validated when the record was first written); a value runs to the
-    next \\x02 (every string ends "...\\x02__CRC32#\\x01" or is that CRC name alone).
-    The first 8 bytes of every property are read once, as one integer each, in two
-    arrays: those that start a string and those after a \\x02. A lookup compares them
-    and sorts only its hits (a few, or one per string), never all property starts.
-    """
-
-    def __init__(self, values: np.ndarray, bounds: np.ndarray) -> None:
-        self.values = values
-        self.bounds = bounds
-        self.separators = np.flatnonzero(values == 2)
-        self.leading = bounds[np.flatnonzero(bounds[1:] > bounds[:-1])]
-        self.following = self.separators + 1
-        # 8 bytes from any property start are inside `values`: every string ends with the
-        # 9-byte CRC name, itself a property start after a \x02 (or the whole string)
-        words = np.ndarray((max(len(values) - 7, 0),), dtype="<u8", buffer=values, strides=(1,))
-        self.leading_heads = words[self.leading]
-        self.following_heads = words[self.following]
-
-    def spans(self, name: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(the strings holding property `name`, its value's start, its value's end), in string order."""
-        head = name + b"\x01"
-        first = head[:8]
-        mask = np.uint64(int.from_bytes(b"\xff" * len(first), "little"))
-        want = np.uint64(int.from_bytes(first, "little"))
-        starts = np.sort(np.concatenate([self.leading[(self.leading_heads & mask) == want],
-                                         self.following[(self.following_heads & mask) == want]]))
-        if len(head) > 8 and len(starts):  # the rest of a longer name, checked where the start matched
-            rest = byte_rows(self.values, starts + 8, len(head) - 8)
-            starts = starts[(rest == np.frombuffer(head[8:], dtype=np.uint8)).all(axis=1)]
-        value_at = starts + len(head)
-        rows = np.searchsorted(self.bounds, starts, side="right") - 1
-        return rows, value_at, self.separators[np.searchsorted(self.separators, value_at)]
-
-
-def _found_values(raw: bytes, n: int, rows: np.ndarray, value_at: np.ndarray,
-                  value_end: np.ndarray) -> list[bytes | None]:
-    """The values _PropertyIndex.spans found, as bytes cut out of `raw`, one per string (None where
-    a string has none)."""
-    values = list(map(raw.__getitem__, map(slice, value_at.tolist(), value_end.tolist())))
-    if len(rows) == n:  # one hit per string (a name occurs once in a property string)
-        return values
-    out: list[bytes | None] = [None] * n
-    for r, v in zip(rows.tolist(), values):
-        out[r] = v
-    return out
 
 
 def _decoded(values: list[bytes | None]) -> list[str | None]:

@@ -6,17 +6,13 @@ import time
 from dataclasses import replace
 from types import SimpleNamespace
 
-import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txmq.broker.store import Message, MessageStore, message_store, record_copy
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.message import PROP_CRC32, SYSFLAG_TRANSACTION_COMMIT
-from txmq.broker.store.record import encode_properties
-from txmq.broker.store.record_layout import CRC_PREFIX
-from txmq.broker.store.record_copy import RecordCopies, _PropertyIndex
+from txmq.broker.store.record_copy import RecordCopies
 
 from ._helpers import small_config
 
@@ -143,34 +139,6 @@ def test_a_block_that_crosses_segment_ends_is_written_as_a_block_with_the_record
     finally:
         for s in stores:
             s.close()
-
-
-_props = st.lists(st.dictionaries(_names, st.text(_text, max_size=12), max_size=5), min_size=1, max_size=8)
-
-
-def _found_by_index(props: list[dict], name: str) -> dict[int, str]:
-    encoded = [encode_properties(p) + CRC_PREFIX for p in props]
-    joined = b"".join(encoded)
-    bounds = np.cumsum([0] + [len(e) for e in encoded])
-    rows, value_at, value_end = _PropertyIndex(np.frombuffer(joined, dtype=np.uint8), bounds).spans(name.encode())
-    return {int(r): joined[a:b].decode() for r, a, b in zip(rows, value_at, value_end)}
-
-
-@settings(max_examples=200, deadline=None)
-@given(_props, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "XTAGS", DROPPED, "a", "zz"]))
-def test_the_property_index_finds_a_name_where_the_dicts_have_it(props, name):
-    assert _found_by_index(props, name) == {i: p[name] for i, p in enumerate(props) if name in p}
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.text(_text, max_size=40), st.dictionaries(_names, st.text(_text, max_size=12), max_size=4)),
-                min_size=1, max_size=12),
-       st.sampled_from(["UNIQ_KEY", "TAGS", "a"]))
-def test_the_property_index_finds_a_name_that_leads_every_string(rows, name):
-    """A half's UNIQ_KEY, as prepare writes it: first in every property string (other
-    properties, some of a name ending with it, may follow)."""
-    props = [{name: value, **{k: v for k, v in rest.items() if k != name}} for value, rest in rows]
-    assert _found_by_index(props, name) == {i: p[name] for i, p in enumerate(props)}
 
 
 def test_copies_in_a_store_with_an_ipv6_host_are_written_record_by_record(tmp_path, monkeypatch):

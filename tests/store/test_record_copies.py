@@ -35,7 +35,6 @@ def copy_path(request, monkeypatch):
     from txmq.broker.store import message_store, record_copy
 
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 10**9 if request.param == "record_by_record" else 0)
-    monkeypatch.setattr(record_copy, "_ARRAY_SEARCH_MIN", 10**9 if request.param == "record_by_record" else 0)
     if request.param == "columnar_in_parts":
         monkeypatch.setattr(message_store, "COPY_PART_BYTES", 1)
     return request.param
