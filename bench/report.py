@@ -575,7 +575,7 @@ PRODUCERS_WHY_1 = (
     "`_write_lock`; on 2 cores the producer processes compete with the broker for CPU, so extra producers "
     "add queueing (latency) rather than throughput.")
 PRODUCERS_WHY_100 = (
-    "With 100-message batches the per-RPC cost is amortised and the single writer (`MessageStore._write_lock` "
+    "With 100-message batches the per-RPC cost is amortised and the single writer (`WriteLock` "
     "around the CommitLog append and dispatch, plus Arrow decode under the GIL) is the limit; more producers "
     "only add contention for that lock, for the GIL and for the two cores (their own processes included).")
 PULL_WHY = (

@@ -188,7 +188,7 @@ class TooManyRequests(TxmqError):
 
 class QueueReserved(TooManyRequests):
     """A write that may not wait found its queue reserved by a large COMMIT being written
-    (a split group, see MessageStore._append_split_group); nothing was written. Retry shortly."""
+    (a split group, see store/split_group.py); nothing was written. Retry shortly."""
 
 
 class RequestTimeout(TxmqError):

@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from txmq.broker.errors import StoreError
 from txmq.broker.protocol import native_pb2 as pb
-from txmq.broker.protocol.pull_columns import decode_pull_batch
+from txmq.broker.store.pull_decode import decode_pull_batch
 
 MAPS_KEPT = 8  # segment maps kept per client (address space only: the pages are the page cache's)
 

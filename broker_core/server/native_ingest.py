@@ -30,7 +30,7 @@ from txmq.broker.errors import (
 )
 from txmq.broker.protocol import native_pb2
 from txmq.broker.protocol.native_arrow import check_send_schema
-from txmq.broker.protocol.property_names import is_user_property
+from txmq.broker.store.property_names import is_user_property
 from txmq.broker.store.message import (
     PROP_KEYS,
     PROP_SHARDING_KEY,

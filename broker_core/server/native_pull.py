@@ -4,9 +4,9 @@ service's DoGet streams; or, for a same-host client that asked, where its record
 
 This is the hot path of Spark reads. Two builders make the same batch:
 
-- `pull_batch` (what the PullArrow RPC uses) reads the queue range as columns
+- `pull_batch` (what DoGet streams) reads the queue range as columns
   (`store.columnar_read`) and derives every column at once
-  (`protocol.pull_columns`, shared with the client's local reads). Tag-filtered
+  (`store.pull_decode`, shared with the client's same-host reads). Tag-filtered
   pulls take the object path below (the filter is confirmed on decoded tags by
   `MessageStore.read_queue`; filtered reads are the rare case and are bounded by
   the filter's scan limit), and so does a store that only implements the
@@ -24,8 +24,8 @@ from typing import Sequence
 import pyarrow as pa
 
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
-from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
-from txmq.broker.protocol.pull_columns import decode_pull_batch, empty_pull_batch
+from txmq.broker.store.property_names import SYSTEM_PROPERTIES
+from txmq.broker.store.pull_decode import decode_pull_batch, empty_pull_batch
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.store.columnar_read import ReadPlan, plan_queue_read, read_queue_bytes, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage

@@ -30,11 +30,11 @@ import pyarrow as pa
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
-from txmq.broker.protocol.pull_columns import empty_pull_batch
+from txmq.broker.store.pull_decode import empty_pull_batch
 from txmq.broker.server.native_pull import PullBatch, plan_message, pull_batch, read_plan
 from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
-from txmq.broker.protocol.property_names import user_properties
+from txmq.broker.store.property_names import user_properties
 from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.message import (

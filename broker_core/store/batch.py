@@ -14,7 +14,8 @@ from typing import Sequence
 
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Message
 from txmq.broker.store.checksum import crc32
-from txmq.broker.store.record import CRC_PREFIX, decode_host, encode_host
+from txmq.broker.store.record import decode_host, encode_host
+from txmq.broker.store.record_layout import CRC_PREFIX
 from txmq.broker.store.record_block import BlockLayout, RecordBlock
 
 

@@ -1,8 +1,8 @@
 """CRC32 (IEEE, zlib's) for record and body checksums.
 
 Every appended byte is checksummed once, so the CRC is a large part of the
-append cost: zlib-ng's SIMD implementation gives the same values as zlib's and
-is several times faster on 1 KiB bodies. zlib is the fallback when the wheel is
+append cost: zlib-ng's SIMD implementation gives the same values as zlib's, faster.
+zlib is the fallback when the wheel is
 not installed; the on-disk format is identical either way.
 """
 

@@ -9,11 +9,10 @@ written with one pwrite each: no per-message syscalls.
 The segment table is replaced (copy-on-write), never mutated, so readers use a
 snapshot without taking the writer's lock.
 
-A part of a split group (a large COMMIT written in parts, see
-MessageStore._append_split_group) may be written on the CommitLog's I/O thread
-(`defer`): its writer places and encodes the next part while the kernel copies
-this one into the page cache, which on this project's machines is the larger
-cost. At most one such write is in flight and it is always the last write in
+A part of a split group (a large COMMIT written in parts, see split_group.py)
+may be written on the CommitLog's I/O thread (WritePlan.SPLIT_PART_DEFERRED):
+its writer places and encodes the next part while the kernel copies this one
+into the page cache, the larger cost of a part. At most one such write is in flight and it is always the last write in
 the log: every other write, truncation and close settles it first, and a flush
 never counts its bytes as durable before it has landed. If it fails, the log is
 cut back to where it began before anything else is written, and the split group
@@ -23,6 +22,7 @@ gets the error at its next write.
 from __future__ import annotations
 
 import bisect
+import enum
 import struct
 import threading
 import time
@@ -41,14 +41,16 @@ from txmq.broker.store.durable import fsync_dir
 from txmq.broker.store.mapped_file import MappedFile, file_name
 from txmq.broker.store.record_block import MAX_BLOCK_BYTES, BlockLayout, encode_block
 from txmq.broker.store.message import Message, StoredMessage
-from txmq.broker.store.record import (
-    _host_cache as _HOST_CACHE,
+from txmq.broker.store.record_layout import (
     BLANK_MIN_BYTES,
-    CRC_PREFIX,
     CRC_SUFFIX_LEN,
+    CRC_TAIL_LEN,
     HEADER_V4,
     HEADER_V4_SIZE,
     MAGIC_CODE,
+)
+from txmq.broker.store.record import (
+    _host_cache as _HOST_CACHE,
     RecordCorrupted,
     decode_record,
     encode_blank,
@@ -58,10 +60,24 @@ from txmq.broker.store.record import (
 )
 
 
-PROPS_EXTRA = len(CRC_PREFIX) + CRC_SUFFIX_LEN
+PROPS_EXTRA = CRC_TAIL_LEN
 _U16 = struct.Struct(">H")
 _CRC_FORMAT = b"%010d\x02"  # the record CRC as the CRC property's 10 digits
 _RECORD_FIXED = HEADER_V4_SIZE + CRC_SUFFIX_LEN  # + body + tail (TOPICLEN through the CRC name)
+
+
+class WritePlan(enum.Enum):
+    """How a write is placed and made (one value in place of group/split/defer flags)."""
+
+    RECORDS = (False, False, False)  # independent records: a batch may cross a segment end
+    GROUP = (True, False, False)  # an atomic group: kept in one segment when it fits one
+    SPLIT_PART = (False, True, False)  # a split group's part, written in place (its last part)
+    SPLIT_PART_DEFERRED = (False, True, True)  # a split group's part that may go to the I/O thread
+
+    def __init__(self, group: bool, split: bool, defer: bool) -> None:
+        self.group = group
+        self.split = split  # placed while the group's previous part may still be in flight
+        self.defer = defer
 
 
 class _TailHeads(dict):
@@ -147,8 +163,8 @@ class CommitLog:
     # --- writes ------------------------------------------------------------------
 
     def write_batch(self, messages: Sequence[Message], props: Sequence[bytes], sys_flags: Sequence[int],
-                    queue_offsets: Sequence[int], store_timestamp: int, *,
-                    group: bool = False, split: bool = False) -> list[tuple[int, int]]:
+                    queue_offsets: Sequence[int], store_timestamp: int,
+                    plan: WritePlan = WritePlan.RECORDS) -> list[tuple[int, int]]:
         """Encode and write records one by one with record.encode_record; returns (physical
         offset, size) per message.
 
@@ -161,37 +177,37 @@ class CommitLog:
         sizes = [record_size(len(m.body), len(topics[m.topic]), len(p), encode_host(m.born_host)[1], host[1])
                  for m, p in zip(messages, props)]
         max_record = self.segment_bytes - BLANK_MIN_BYTES
-        if not split:
+        if not plan.split:
             self.settle()
         if max(sizes) > max_record:
             raise MessageBodyTooLarge(f"record of {max(sizes)} bytes does not fit a CommitLog segment of "
                                       f"{self.segment_bytes} bytes (at most {max_record} bytes per record)")
-        seg, phys, rolls = self._placement(sizes, group)
+        seg, phys, rolls = self._placement(sizes, plan.group)
         parts: list = []
         for m, p, size, flag, qoff, pos in zip(messages, props, sizes, sys_flags, queue_offsets, phys):
             encode_record(parts, m, topics[m.topic], p, size, flag, qoff, pos, store_timestamp, host)
-        self._write_records(parts, phys, sizes, rolls, seg, split=split)
+        # the general encoder's rare writes (IPv6 hosts) are never handed to the I/O thread
+        self._write_records(parts, phys, sizes, rolls, seg, WritePlan.SPLIT_PART if plan.defer else plan)
         return list(zip(phys, sizes))
 
     def write_columns(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
-                      store_timestamp: int, *, group: bool = False, split: bool = False,
-                      defer: bool = False) -> tuple[list[int], list[int]] | None:
+                      store_timestamp: int, plan: WritePlan = WritePlan.RECORDS
+                      ) -> tuple[list[int], list[int]] | None:
         """The append hot path: encode and write a batch column by column.
 
         Returns (physical offsets, sizes); the offsets list has one extra item, the
         end of the batch. Handles IPv4 hosts (the encoded header is then fixed-size);
         otherwise, or for a record larger than a segment, it writes nothing and returns
         None and the caller uses write_batch. Segments roll as in write_batch: a
-        group that fits in one segment is kept in one segment. `split`: the write is
-        a split group's part; `defer`: it may be written on the I/O thread (module doc).
+        group that fits in one segment is kept in one segment; `plan` says how (module doc).
         """
         store_raw, store_v6 = self.store_host
         if store_v6:
             return None
-        if not split:
+        if not plan.split:
             self.settle()
         if batch.block is not None:
-            placed = self._write_block(batch, sys_flags, queue_offsets, store_timestamp, group, split, defer)
+            placed = self._write_block(batch, sys_flags, queue_offsets, store_timestamp, plan)
             if placed is not None:
                 return placed
             batch.fill_lists()  # crosses a segment end, or too large: record by record
@@ -210,7 +226,7 @@ class CommitLog:
         sizes = list(map(_RECORD_FIXED.__add__, map(add, batch.body_lens, map(len, tails))))
         if max(sizes) > self.segment_bytes - BLANK_MIN_BYTES:
             return None  # write_batch raises the error that names the record
-        seg, phys, rolls = self._placement(sizes, group)
+        seg, phys, rolls = self._placement(sizes, plan.group)
         bodies = batch.bodies
         born_ts = batch.born_timestamps
         if 0 in born_ts:  # a producer that gave no born time: the store's (all of them, usually)
@@ -222,12 +238,11 @@ class CommitLog:
                            repeat(store_raw), batch.reconsume_times, batch.prepared_offsets, batch.body_lens))
         crcs = map(_CRC_FORMAT.__mod__, map(crc32, tails, map(crc32, headers)))
         parts = list(chain.from_iterable(zip(headers, bodies, tails, crcs)))
-        self._write_records(parts, phys, sizes, rolls, seg, split=split, defer=defer)
+        self._write_records(parts, phys, sizes, rolls, seg, plan)
         return phys, sizes
 
     def _write_block(self, batch: BatchColumns, sys_flags: Sequence[int], queue_offsets: Sequence[int],
-                     store_timestamp: int, group: bool, split: bool, defer: bool
-                     ) -> tuple[list[int], list[int]] | None:
+                     store_timestamp: int, plan: WritePlan) -> tuple[list[int], list[int]] | None:
         """write_columns for a batch given as a RecordBlock (record_block): encoded column-wise into
         one buffer and written with one pwrite (one per segment when it crosses a segment end).
         None, writing nothing, when it is over MAX_BLOCK_BYTES (write_columns then goes record
@@ -238,10 +253,10 @@ class CommitLog:
         if int(sizes.sum()) > MAX_BLOCK_BYTES or int(sizes.max()) > self.segment_bytes - BLANK_MIN_BYTES:
             return None
         size_list = sizes.tolist()
-        seg, phys, rolls = self._placement(size_list, group)
+        seg, phys, rolls = self._placement(size_list, plan.group)
         data = encode_block(block, layout, sys_flags=sys_flags, queue_offsets=queue_offsets, phys=phys[:-1],
                             store_timestamp=store_timestamp, store_host=self.store_host[0])
-        self._write_records([data], phys, size_list, rolls, seg, split=split, defer=defer,
+        self._write_records([data], phys, size_list, rolls, seg, plan,
                             pieces=_block_pieces(data, size_list) if rolls else None)
         return phys, size_list
 
@@ -273,7 +288,7 @@ class CommitLog:
         return seg, phys, rolls
 
     def _write_records(self, parts: list, phys: list[int], sizes: list[int], rolls: list[int],
-                       seg: MappedFile, *, split: bool = False, defer: bool = False,
+                       seg: MappedFile, plan: WritePlan, *,
                        pieces: Callable[[int, int], list] | None = None) -> None:
         """Write encoded records (4 parts each) where _placement put them; all or nothing.
         `pieces(first, end)`: the bytes of records [first, end) when `parts` is not 4 per record
@@ -281,17 +296,19 @@ class CommitLog:
 
         A split group's part was placed (and encoded) while its previous part may still be
         in flight: that write settles first, and if it failed, this placement is void and
-        the group gets the error. With `defer` (no segment roll) the write goes to the I/O thread.
+        the group gets the error. A deferred part (no segment roll) goes to the I/O thread.
         """
-        if split:
+        if plan.split:
             failure = self.settle() or self.deferred_failure
             self.deferred_failure = None
             if failure is not None:
                 raise failure
-            if defer and not rolls:
-                self.writes += 1
-                self._defer(parts, phys[-1], seg)
-                return
+        # every write settles the one in flight first: at most one deferred write, and it is the last
+        assert self._deferred is None, "a write placed behind a deferred one"
+        if plan.defer and not rolls:
+            self.writes += 1
+            self._defer(parts, phys[-1], seg)
+            return
         start = self.write_end
         try:
             if rolls:

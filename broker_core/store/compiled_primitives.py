@@ -1,7 +1,7 @@
 """Building blocks for the store's and the protocol's compiled loops (numba, nopython).
 
 Importing this module imports numba: only the `*_numba` modules do, and only when
-the work is large enough to pay for it (see record_block and protocol/pull_kernel).
+the work is large enough to pay for it (see record_block and store/pull_decode_kernel).
 
 - `memcpy`: LLVM's memcpy on raw addresses. numba's slice assignment costs several
   times more for kilobyte bodies, and a ctypes call cannot be cached on disk.

@@ -145,7 +145,7 @@ def queue_runs(keys: Sequence, queued: Sequence[bool] | None, starts: dict, phys
 
 
 class QueueGroups(NamedTuple):
-    """The records of one write grouped by queue (what _QueueOffsets.assign_array finds for a
+    """The records of one write grouped by queue (what QueueOffsets.assign_array finds for a
     large write of one topic, or queue_runs from the records' keys), for queue_runs_grouped."""
 
     keys: list  # the queues written, in key order

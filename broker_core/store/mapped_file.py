@@ -22,10 +22,7 @@ IOV_MAX = min(1024, os.sysconf("SC_IOV_MAX")) if hasattr(os, "sysconf") else 102
 # 2 MiB block, while pages freed a moment ago (a COMMIT's copied halves, bytes the page-cache
 # window dropped: page_cache.py) mostly come back as smaller blocks and wait, until the host
 # takes them back. Capped writes ask for small folios and reuse those pages while the host still
-# backs them. Measured here (bench/page_cache.py --copy: 1.2 GiB written in 320 KiB calls, as the
-# broker appends, then copied with each copied part of it dropped behind the copy): 0.28 µs of
-# system CPU per KiB copied in 256 KiB steps against 0.79 in 8 MiB calls; a 1M-half COMMIT's I/O
-# thread, 0.26 µs per row against 1.5-1.9. With only cold memory free, both cost the same (2.4).
+# backs them.
 WRITE_STEP_BYTES = 256 << 10
 
 

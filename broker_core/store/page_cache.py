@@ -4,13 +4,11 @@ Why. Every byte the broker appends goes into a page-cache page first. The kernel
 keeps those pages after they are written back, so a broker that writes gigabytes
 makes the page cache grow by gigabytes, and each write needs a page nobody used
 recently. On a virtual machine whose host backs guest memory lazily (memory
-ballooning, free page reporting: the usual cloud set-up, and this project's
-test machine), a page the guest has not touched for a while costs a host fault
-on its first write. Measured here (bench/page_cache.py): writing 6 GB into a
-file took 16-18 s of system CPU; the same writes, with flushed bytes more than
-1 GiB behind dropped from the cache, took 1.8-2.2 s. Dropped pages go back to
-the kernel's free lists, and the next writes reuse them while they are still
-backed.
+ballooning, free page reporting: the usual cloud set-up), a page the guest has
+not touched for a while costs a host fault on its first write, so flushed bytes
+far behind the head are dropped: their pages go back to the kernel's free lists,
+and the next writes reuse them while they are still backed (figures:
+docs/benchmarks.md, "Figures behind the store's choices").
 
 What stays cached: the newest `keep_bytes` of the log (what the readers of a
 broker read almost always: consumers at the head), and back to the lowest offset
@@ -104,9 +102,7 @@ class PageCacheWindow:
         back to the free lists and the COMMIT's next parts are written into them while the
         host still backs them (the writes take small folios: mapped_file.WRITE_STEP_BYTES).
         Without the drop, a COMMIT gets cheap pages only when the kernel happens to hold
-        recently freed ones. Measured in a broker process, 1M halves committed right after the
-        page cache was emptied (drop_caches): the CommitLog I/O thread's system CPU 0.26 µs per
-        row against 0.47-0.52, the COMMIT 2.75 s against 2.92-3.13 (alternating runs).
+        recently freed ones.
 
         Only pages lying wholly inside a range go: the caller's ranges hold nothing but dead
         records (RecordCopies.source_runs), and a page shared with a neighbouring record stays.

@@ -1,9 +1,8 @@
 """Reserving a data file's disk blocks ahead of its writes (fallocate with KEEP_SIZE).
 
 Appending to a file whose blocks are not allocated yet makes every write pay for
-block allocation in the file system (ext4's delayed allocation and its journal):
-measured here, a 1.2 KiB record costs ~2x the CPU and ~2x the wall time of the
-same write into reserved blocks. RocketMQ avoids it by creating and warming each
+block allocation in the file system (ext4's delayed allocation and its journal),
+which costs more than the write itself. RocketMQ avoids it by creating and warming each
 CommitLog file ahead of use. txmq reserves blocks a chunk ahead of the write
 position instead, with FALLOC_FL_KEEP_SIZE: the file's length stays the number
 of bytes written, which is what recovery reads as the end of a segment (a torn

@@ -1,36 +1,6 @@
-"""The CommitLog record codec: RocketMQ's v1 message layout plus a whole-record CRC.
-
-Layout (big-endian), offsets for IPv4 hosts::
-
-    0  TOTALSIZE        4   whole record, these 4 bytes included
-    4  MAGICCODE        4   0xDAA320A7
-    8  BODYCRC          4   CRC32 of the body
-   12  QUEUEID          4
-   16  FLAG             4
-   20  QUEUEOFFSET      8
-   28  PHYSICALOFFSET   8
-   36  SYSFLAG          4
-   40  BORNTIMESTAMP    8
-   48  BORNHOST         4+4  (16+4 when SYSFLAG_BORNHOST_V6)
-   56  STORETIMESTAMP   8
-   64  STOREHOST        4+4  (16+4 when SYSFLAG_STOREHOST_V6)
-   72  RECONSUMETIMES   4
-   76  PREPAREDTRANSACTIONOFFSET 8
-   84  BODYLEN          4, then the body
-       TOPICLEN         1, then the topic (UTF-8)
-       PROPLEN          2, then the properties: name \\x01 value \\x02 ...
-
-txmq addition: the last property is always ``__CRC32#`` (PROP_CRC32) whose value
-is the record CRC as exactly 10 decimal digits, so a record always ends with
-``__CRC32#\\x01DDDDDDDDDD\\x02``. The record CRC is CRC32 over every byte of the
-record except the body and the last 11 bytes (the 10 digits and the final
-``\\x02``): the header from TOTALSIZE through BODYLEN, then TOPICLEN through the
-``__CRC32#\\x01`` prefix. The body is covered through BODYCRC, which is inside
-the covered header, so a flipped bit anywhere in a record is detected while the
-body is only checksummed once on the hot path.
-
-A *blank* record (RocketMQ's end-of-segment filler) is TOTALSIZE + BLANK_MAGIC_CODE
-and pads a segment to its end when the next record does not fit.
+"""The CommitLog record codec, one record at a time: the per-record Python implementation that
+the compiled and column-wise paths are tested against and that names what is wrong with a record.
+The byte layout itself is record_layout.py's.
 """
 
 from __future__ import annotations
@@ -45,45 +15,32 @@ import numpy as np
 
 from txmq.broker.errors import StoreError
 from txmq.broker.store.checksum import crc32
-from txmq.broker.store.message import (
-    PROP_CRC32,
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6,
-    Message,
-    StoredMessage,
+from txmq.broker.store.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, Message, StoredMessage
+from txmq.broker.store.record_layout import (
+    BLANK_MAGIC_CODE,
+    BLANK_MIN_BYTES,
+    CRC_PREFIX,
+    CRC_SUFFIX_LEN,
+    CRC_TAIL_LEN,
+    HEADER_V4,
+    HEADER_V4_DTYPE,
+    HEADER_V4_SIZE,
+    HEADERS,
+    HOST_V6_BITS,
+    HOST_V6_EXTRA,
+    MAGIC_CODE,
+    MIN_RECORD_SIZE,
+    PREFIX,
+    PROP_NAME_SEP,
+    PROP_SEP,
+    STORE_TS_AT,
+    SYSFLAG_AT,
 )
-
-MAGIC_CODE = 0xDAA320A7
-BLANK_MAGIC_CODE = 0xCBD43194
-BLANK_MIN_BYTES = 8  # a segment always keeps room for a blank record's TOTALSIZE + MAGIC
-
-PROP_NAME_SEP = "\x01"
-PROP_SEP = "\x02"
-CRC_PREFIX = (PROP_CRC32 + PROP_NAME_SEP).encode()
-CRC_SUFFIX_LEN = 11  # 10 digits + "\x02"
-MAX_TOPIC_BYTES = 127
 
 
 class RecordCorrupted(StoreError):
     """Bytes at a CommitLog position are not a valid record (torn, damaged or not a record start)."""
 
-
-def _header_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
-    born = "20s" if born_v6 else "8s"
-    store = "20s" if store_v6 else "8s"
-    # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QOFF POFF SYSFLAG BORNTS BORNHOST STORETS STOREHOST
-    # RECONSUME PREPARED BODYLEN
-    return struct.Struct(f">IIIiiqqiq{born}q{store}iqi")
-
-
-HEADERS = {(b, s): _header_struct(b, s) for b in (False, True) for s in (False, True)}
-HEADER_V4 = HEADERS[(False, False)]
-HEADER_V4_SIZE = HEADER_V4.size  # 88
-PREFIX = struct.Struct(">II")  # TOTALSIZE, MAGIC
-SYSFLAG_AT = 36
-PHYS_AT = 28
-STORE_TS_AT_V4 = 56
-BLANK_HEAD = struct.Struct(">II")
 
 _host_cache: dict[tuple[str, int], tuple[bytes, bool]] = {}
 _host_str_cache: dict[bytes, tuple[str, int]] = {}
@@ -165,8 +122,8 @@ def parse_message_id(msg_id: str) -> tuple[bytes, int] | None:
 
 def record_size(body_len: int, topic_len: int, props_len: int, born_v6: bool = False, store_v6: bool = False) -> int:
     """TOTALSIZE of a record; props_len excludes the CRC property."""
-    header = HEADER_V4_SIZE + (12 if born_v6 else 0) + (12 if store_v6 else 0)
-    return header + body_len + 1 + topic_len + 2 + props_len + len(CRC_PREFIX) + CRC_SUFFIX_LEN
+    header = HEADER_V4_SIZE + (HOST_V6_EXTRA if born_v6 else 0) + (HOST_V6_EXTRA if store_v6 else 0)
+    return header + body_len + 3 + topic_len + props_len + CRC_TAIL_LEN
 
 
 def encode_record(out: list, msg: Message, topic_raw: bytes, props_raw: bytes, size: int, sys_flag: int,
@@ -185,21 +142,21 @@ def encode_record(out: list, msg: Message, topic_raw: bytes, props_raw: bytes, s
         msg.born_timestamp or store_timestamp, born_raw, store_timestamp, store_raw, msg.reconsume_times,
         msg.prepared_transaction_offset, len(body))
     tail = b"".join((len(topic_raw).to_bytes(1, "big"), topic_raw,
-                     (len(props_raw) + len(CRC_PREFIX) + CRC_SUFFIX_LEN).to_bytes(2, "big"), props_raw, CRC_PREFIX))
+                     (len(props_raw) + CRC_TAIL_LEN).to_bytes(2, "big"), props_raw, CRC_PREFIX))
     crc = crc32(tail, crc32(header))
     out += (header, body, tail, b"%010d\x02" % crc)
 
 
 def encode_blank(size: int) -> bytes:
     """An end-of-segment filler of exactly `size` bytes."""
-    return BLANK_HEAD.pack(size, BLANK_MAGIC_CODE) + bytes(size - BLANK_MIN_BYTES)
+    return PREFIX.pack(size, BLANK_MAGIC_CODE) + bytes(size - BLANK_MIN_BYTES)
 
 
 def is_blank(buf: bytes | memoryview, off: int) -> int:
     """Size of the blank record at `off`, or 0 if there is none."""
     if len(buf) - off < BLANK_MIN_BYTES:
         return 0
-    size, magic = BLANK_HEAD.unpack_from(buf, off)
+    size, magic = PREFIX.unpack_from(buf, off)
     return size if magic == BLANK_MAGIC_CODE and size >= BLANK_MIN_BYTES else 0
 
 
@@ -214,11 +171,11 @@ def verify_record(buf: bytes | memoryview, off: int, end: int | None = None) -> 
     size, magic = PREFIX.unpack_from(buf, off)
     if magic != MAGIC_CODE:
         raise RecordCorrupted(f"bad magic code 0x{magic:08X}")
-    if size < HEADER_V4_SIZE + 3 + len(CRC_PREFIX) + CRC_SUFFIX_LEN or off + size > end:
+    if size < MIN_RECORD_SIZE or off + size > end:
         raise RecordCorrupted(f"record size {size} out of range")
     sys_flag = int.from_bytes(buf[off + SYSFLAG_AT:off + SYSFLAG_AT + 4], "big", signed=True)
     hdr = HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
-    if size < hdr.size + 3 + len(CRC_PREFIX) + CRC_SUFFIX_LEN:
+    if size < hdr.size + 3 + CRC_TAIL_LEN:
         raise RecordCorrupted(f"record size {size} out of range")
     fields = hdr.unpack_from(buf, off)
     body_crc, phys, body_len = fields[2], fields[6], fields[14]
@@ -231,7 +188,7 @@ def verify_record(buf: bytes | memoryview, off: int, end: int | None = None) -> 
     if props_at > off + size:
         raise RecordCorrupted("topic does not fit the record")
     props_len = int.from_bytes(buf[props_at - 2:props_at], "big")
-    if props_at + props_len != off + size or props_len < len(CRC_PREFIX) + CRC_SUFFIX_LEN:
+    if props_at + props_len != off + size or props_len < CRC_TAIL_LEN:
         raise RecordCorrupted("properties length disagrees with the record size")
     crc_at = off + size - CRC_SUFFIX_LEN
     if bytes(buf[crc_at - len(CRC_PREFIX):crc_at]) != CRC_PREFIX or buf[off + size - 1] != 2:
@@ -248,8 +205,6 @@ def verify_record(buf: bytes | memoryview, off: int, end: int | None = None) -> 
 
 
 _id_prefixes: dict[bytes, str] = {}
-_V6_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
-_CRC_TAIL = len(CRC_PREFIX) + CRC_SUFFIX_LEN
 
 
 def decode_record(buf: bytes | memoryview, off: int = 0, *, verify: bool = False) -> StoredMessage:
@@ -266,7 +221,7 @@ def decode_record(buf: bytes | memoryview, off: int = 0, *, verify: bool = False
         raise RecordCorrupted("truncated record header")
     hdr = HEADER_V4
     fields = hdr.unpack_from(buf, off)
-    if fields[7] & _V6_BITS:
+    if fields[7] & HOST_V6_BITS:
         hdr = HEADERS[(bool(fields[7] & SYSFLAG_BORNHOST_V6), bool(fields[7] & SYSFLAG_STOREHOST_V6))]
         fields = hdr.unpack_from(buf, off)
     (size, magic, body_crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_raw, store_ts,
@@ -282,12 +237,12 @@ def decode_record(buf: bytes | memoryview, off: int = 0, *, verify: bool = False
     props_at = tail_at + 3 + topic_len
     if props_at > end or int.from_bytes(buf[props_at - 2:props_at], "big") != end - props_at:
         raise RecordCorrupted("properties length disagrees with the record size")
-    if buf[end - _CRC_TAIL:end - CRC_SUFFIX_LEN] != CRC_PREFIX:
+    if buf[end - CRC_TAIL_LEN:end - CRC_SUFFIX_LEN] != CRC_PREFIX:
         raise RecordCorrupted("record does not end with its CRC property")
     properties: dict[str, str] = {}
-    if props_at < end - _CRC_TAIL:
+    if props_at < end - CRC_TAIL_LEN:
         try:
-            for item in buf[props_at:end - _CRC_TAIL - 1].decode().split(PROP_SEP):
+            for item in buf[props_at:end - CRC_TAIL_LEN - 1].decode().split(PROP_SEP):
                 name, value = item.split(PROP_NAME_SEP, 1)
                 properties[name] = value
         except (ValueError, UnicodeDecodeError) as exc:
@@ -303,13 +258,6 @@ def decode_record(buf: bytes | memoryview, off: int = 0, *, verify: bool = False
                          store_ts, store, body_crc, size, prefix + "%016X" % phys)
 
 
-# HEADER_V4 as a numpy record: the read path decodes the headers of a whole span at once
-HEADER_V4_DTYPE = np.dtype([
-    ("size", ">u4"), ("magic", ">u4"), ("body_crc", ">u4"), ("queue_id", ">i4"), ("flag", ">i4"),
-    ("queue_offset", ">i8"), ("phys", ">i8"), ("sys_flag", ">i4"), ("born_ts", ">i8"), ("born_ip", ">u4"),
-    ("born_port", ">u4"), ("store_ts", ">i8"), ("store_ip", ">u4"), ("store_port", ">u4"),
-    ("reconsume", ">i4"), ("prepared", ">i8"), ("body_len", ">i4")])
-assert HEADER_V4_DTYPE.itemsize == HEADER_V4_SIZE
 _HEADER_COLUMNS = np.arange(HEADER_V4_SIZE)
 _CRC_PREFIX_ARRAY = np.frombuffer(CRC_PREFIX, dtype=np.uint8)
 _CRC_PREFIX_COLUMNS = np.arange(len(CRC_PREFIX))
@@ -349,7 +297,7 @@ def decode_records(buf: bytes, offsets: Sequence[int]) -> list[StoredMessage]:
         raise RecordCorrupted("truncated record header")
     h = raw[at[:, None] + _HEADER_COLUMNS].view(HEADER_V4_DTYPE)[:, 0]
     sys_flag = h["sys_flag"]
-    if (sys_flag & _V6_BITS).any():
+    if (sys_flag & HOST_V6_BITS).any():
         return _decode_one_by_one(buf, offsets)
     if (h["magic"] != MAGIC_CODE).any():
         raise RecordCorrupted("bad magic code")
@@ -365,7 +313,7 @@ def decode_records(buf: bytes, offsets: Sequence[int]) -> list[StoredMessage]:
     if (props_at > end).any():
         raise RecordCorrupted("topic does not fit the record")
     props_len = raw[props_at - 2].astype(np.int64) * 256 + raw[props_at - 1]
-    crc_name_at = end - _CRC_TAIL
+    crc_name_at = end - CRC_TAIL_LEN
     if ((props_len != end - props_at).any() or (crc_name_at < props_at).any()
             or (raw[crc_name_at[:, None] + _CRC_PREFIX_COLUMNS] != _CRC_PREFIX_ARRAY).any()):
         raise RecordCorrupted("properties length or CRC property position disagree with the record size")
@@ -409,7 +357,7 @@ def decode_records(buf: bytes, offsets: Sequence[int]) -> list[StoredMessage]:
 def store_timestamp_of(buf: bytes | memoryview, off: int = 0) -> int:
     """STORETIMESTAMP of the record at `off` without decoding the rest."""
     sys_flag = int.from_bytes(buf[off + SYSFLAG_AT:off + SYSFLAG_AT + 4], "big", signed=True)
-    at = STORE_TS_AT_V4 + (12 if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
+    at = STORE_TS_AT + (HOST_V6_EXTRA if sys_flag & SYSFLAG_BORNHOST_V6 else 0)
     return int.from_bytes(buf[off + at:off + at + 8], "big", signed=True)
 
 

@@ -1,81 +1,65 @@
 """A run of records encoded column by column into one buffer: how large copies are written.
 
-A COMMIT of a Spark micro-batch copies millions of halves (record_copy). Encoded
-record by record (CommitLog.write_columns), a record costs about fifteen
-Python-level steps: its header pack, its tail, two CRC calls, the CRC digits,
-four write pieces, and the lists that feed them. A RecordBlock holds the same
-records as numpy columns over the bytes they are copied from (a CommitLog
-segment's map), and `encode_block` builds them with whole-column operations:
+A COMMIT of a Spark micro-batch copies millions of halves (record_copy). A
+RecordBlock holds those records as numpy columns over the bytes they are copied
+from (a CommitLog segment's map); two compiled passes (record_block_numba, GIL
+released) encode them. `fill_records`, when the layout is built (a split group's
+part: on the thread that builds it), writes everything that does not depend on
+where the records land (the bodies above all) and takes the CRC of each record's
+tail; `finish_records`, under the log's lock, copies in the placed headers
+(HEADER_V4_DTYPE rows) and combines each header's CRC with its tail's
+(compiled_primitives.crc32_combine), so the writer holding the lock touches a
+header and ten digits per record.
 
-1. the headers: one numpy record array (HEADER_V4_DTYPE) for all records;
-2. what the record CRC covers (the header, then TOPICLEN through the CRC
-   property's name) back to back, gathered by Arrow: a cast of binary views to
-   binary, one view per piece, copies the pieces in C++;
-3. one crc32 call per record over its slice of that buffer: the only step per
-   record in Python;
-4. the CRC digits by integer arithmetic on the whole column;
-5. the records (header, body, tail, digits) gathered the same way into the one
-   buffer the CommitLog writes with one pwrite.
-
-Blocks of COMPILED_MIN_RECORDS records or more skip steps 2 to 5: compiled loops
-(record_block_numba, numba, GIL released) write the records instead of two Arrow gathers
-and a crc32 call per record, in two passes. `fill_records`, when the layout is built (a
-split group's part: on the thread that builds it), writes everything that does not
-depend on where the records land (the bodies above all) and takes the CRC of each
-record's tail; `finish_records`, under the log's lock, copies in the placed headers and
-combines each header's CRC with its tail's (compiled_primitives.crc32_combine): it
-touches a header and ten digits per record, nothing else.
-Smaller blocks (and every block without numba) take the steps above, so a process that
-never writes large blocks never loads numba (a broker loads it at start: `load_compiled`).
-
-The bytes equal write_columns' byte for byte (tests compare them, both ways). IPv4 hosts
-only: the header is then fixed-size; anything else goes through the list columns
-(`list_columns`). A block that crosses a segment end is encoded as one buffer and
-written in one piece per segment.
+The bytes equal CommitLog.write_columns' (the per-record encoder, which tests use
+as the oracle) byte for byte. IPv4 hosts only: the header is then fixed-size;
+anything else goes through the list columns (`list_columns`). A block that
+crosses a segment end is encoded as one buffer and written in one piece per
+segment.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from txmq.broker.store.checksum import crc32
-from txmq.broker.store.columnar_read import binary_views, values_and_offsets
-from txmq.broker.store.record import CRC_SUFFIX_LEN, HEADER_V4_DTYPE, HEADER_V4_SIZE, MAGIC_CODE
+from txmq.broker.store.record_columns import binary_views, values_and_offsets
+from txmq.broker.store.record_layout import (
+    BORN_HOST_AT,
+    CRC_SUFFIX_LEN,
+    HEADER_V4_DTYPE,
+    HEADER_V4_SIZE,
+    HOST_V4_SIZE,
+    MAGIC_CODE,
+    STORE_HOST_AT,
+)
 
-_BORN_HOST_AT = 48  # IPv4 BORNHOST: 4 address bytes and a 4-byte port
-_STORE_HOST_AT = 64
-_DIGITS_WIDTH = 12  # the 10 CRC digits and "\x02", zero-padded to an inline binary view
-_POWERS_OF_TEN = 10 ** np.arange(9, -1, -1, dtype=np.uint64)
+_HEAD_WIDTH_MIN = 12  # TailHeads rows hold at least the CRC digits' width
 MAX_BLOCK_BYTES = 1 << 30  # Arrow binary offsets are int32: a block encodes at most this much
-COMPILED_MIN_RECORDS = 64  # blocks of fewer records take the numpy steps (see the module doc)
 
 
 @functools.cache
 def _compiled():
-    """The compiled encoder's module, or None without numba (compiled once, cached on disk)."""
-    try:
-        from txmq.broker.store import record_block_numba
-    except ImportError:
-        return None
+    """The compiled encoder's module, imported on first use so processes that never write a block
+    never import numba (compiled once, cached on disk)."""
+    from txmq.broker.store import record_block_numba
+
     return record_block_numba
 
 
 def load_compiled() -> bool:
-    """Load the compiled encoder now: numba's import and the cached machine code (~0.3 s), which
-    would otherwise delay the first large block written (a COMMIT's first part). A broker calls
-    it once at start, off its serving threads. False without numba."""
+    """Load the compiled encoder now: numba's import and the cached machine code, which would
+    otherwise delay the first block written (a COMMIT's first part). A broker calls it once at
+    start, off its serving threads."""
     kernel = _compiled()
-    if kernel is None:
-        return False
     nothing = np.zeros(0, dtype=np.int64)
     out = np.frombuffer(pa.allocate_buffer(0), dtype=np.uint8)  # as _filled allocates it
     crcs = np.zeros(0, dtype=np.uint32)
-    kernel.fill_records(out, np.zeros((0, _DIGITS_WIDTH), dtype=np.uint8), nothing, nothing, nothing, nothing,
+    kernel.fill_records(out, np.zeros((0, _HEAD_WIDTH_MIN), dtype=np.uint8), nothing, nothing, nothing, nothing,
                         nothing, crcs, crcs.copy(), kernel.CRC32_TABLES, kernel.X2N_TABLE)
     kernel.finish_records(out, np.zeros((0, HEADER_V4_SIZE), dtype=np.uint8), nothing, crcs, crcs,
                           kernel.CRC32_TABLES)
@@ -156,12 +140,12 @@ def _cut(view: memoryview, start: int, end: int) -> memoryview:
 class TailHeads:
     """TOPICLEN, topic and PROPLEN of every record of a block (the bytes before its property
     string), as rows of one byte matrix: row i holds record i's head in its first
-    `lengths[i]` bytes (rows are at least 12 bytes wide: inline binary views read 12)."""
+    `lengths[i]` bytes."""
 
     def __init__(self, topics: Sequence[str], props_len: np.ndarray) -> None:
         n = len(topics)
         raws = {t: t.encode() for t in set(topics)}
-        width = max(3 + max(map(len, raws.values())), _DIGITS_WIDTH)
+        width = max(3 + max(map(len, raws.values())), _HEAD_WIDTH_MIN)
         rows = np.zeros((n, width), dtype=np.uint8)
         self.lengths = np.empty(n, dtype=np.int64)
         field_len = props_len + CRC_SUFFIX_LEN  # PROPLEN counts the CRC digits and their separator
@@ -181,23 +165,12 @@ class TailHeads:
         self.rows = rows
 
 
-class _Pieces(NamedTuple):
-    buffers: list[np.ndarray]
-    body_buf: np.ndarray
-    body_at: np.ndarray
-    body_len: np.ndarray
-    props_buf: np.ndarray
-    props_at: np.ndarray
-    props_len: np.ndarray
-
-
 class BlockLayout:
     """Everything encoding a block takes that does not depend on where it is written: record
-    sizes, the header fields the records keep, the tail heads and the binary views of the
-    pieces read from the block's buffers. Built ahead of the write (a split group's parts: on
-    the thread that builds them), so the writer holding the log's lock only fills in the
-    placement (queue offsets, physical offsets, SYSFLAG, store time and host), takes the
-    CRCs and gathers."""
+    sizes, the header fields the records keep, the tail heads and the records filled but for
+    their headers and CRC digits. Built ahead of the write (a split group's parts: on the
+    thread that builds them), so the writer holding the log's lock only fills in the
+    placement (queue offsets, physical offsets, SYSFLAG, store time and host) and the CRCs."""
 
     def __init__(self, block: RecordBlock, topics: Sequence[str], queue_ids: Sequence[int]) -> None:
         n = block.count
@@ -214,50 +187,16 @@ class BlockLayout:
         h["prepared"] = block.prepared
         h["body_len"] = block.body_len
         self.header_rows = h.view(np.uint8).reshape(n, HEADER_V4_SIZE)
-        self.header_rows[:, _BORN_HOST_AT:_BORN_HOST_AT + 8] = block.born_host
+        self.header_rows[:, BORN_HOST_AT:BORN_HOST_AT + HOST_V4_SIZE] = block.born_host
         self.unborn = np.flatnonzero(block.born_ts == 0)  # the store's time fills these in, as write_columns does
-        kernel = _compiled() if n >= COMPILED_MIN_RECORDS else None
-        # when the compiled loops encode the block: the records but their headers and CRC digits,
-        # and each record's tail CRC and the shift that combines it with its header's (encode_block)
-        self.filled = self.tail_crc = self.tail_shift = None
-        if kernel is not None:
-            self.filled, self.tail_crc, self.tail_shift = _filled(kernel, block, self)
-        # the block's pieces, not the block: the block holds its layout, and a cycle would keep a
-        # part's buffers alive until the next collection
-        self._pieces = _Pieces(block.buffers, block.body_buf, block.body_at, block.body_len, block.props_buf,
-                               block.props_at, block.props_len)
-
-    # Pieces of the covered bytes (buffers: headers, heads, then the block's) and of the records
-    # (buffers: the covered bytes, then the block's); offsets into the covered bytes are known once
-    # they are gathered. Only the numpy encoder takes them: the compiled loop never asks.
-
-    @functools.cached_property
-    def header_views(self) -> np.ndarray:
-        return _row_views(self.header_rows, 0, HEADER_V4_SIZE)
-
-    @functools.cached_property
-    def head_views(self) -> np.ndarray:
-        return _row_views(self.heads.rows, 1, self.heads.lengths)
-
-    @functools.cached_property
-    def props_views(self) -> np.ndarray:
-        b = self._pieces
-        return _piece_views([None, None, *b.buffers], b.props_buf + 2, b.props_at, b.props_len)
-
-    @functools.cached_property
-    def body_views(self) -> np.ndarray:
-        b = self._pieces
-        return _piece_views([None, *b.buffers], b.body_buf + 1, b.body_at, b.body_len)
-
-    @functools.cached_property
-    def tail_views(self) -> np.ndarray:
-        return _row_views(self.heads.rows, 0, self.heads.lengths + self._pieces.props_len)
+        # the records but their headers and CRC digits, and each record's tail CRC and the shift
+        # that combines it with its header's (encode_block)
+        self.filled, self.tail_crc, self.tail_shift = _filled(_compiled(), block, self)
 
 
 def encode_block(block: RecordBlock, layout: BlockLayout, *, sys_flags: Sequence[int], queue_offsets: Sequence[int],
                  phys: Sequence[int], store_timestamp: int, store_host: bytes) -> np.ndarray:
     """The block's records back to back (uint8), as written at physical offsets `phys` (see module doc)."""
-    n = block.count
     h = layout.headers
     h["queue_offset"] = queue_offsets
     h["phys"] = phys
@@ -265,29 +204,11 @@ def encode_block(block: RecordBlock, layout: BlockLayout, *, sys_flags: Sequence
     h["store_ts"] = store_timestamp
     h["born_ts"][layout.unborn] = store_timestamp
     headers = layout.header_rows
-    headers[:, _STORE_HOST_AT:_STORE_HOST_AT + 8] = np.frombuffer(store_host, dtype=np.uint8)
-    if layout.filled is not None:  # filled by the compiled loop when the layout was built
-        return _encoded_compiled(_compiled(), block, layout)
-    covered = _gather([headers.reshape(-1), layout.heads.rows.reshape(-1), *block.buffers],
-                      [layout.header_views, layout.head_views, layout.props_views])
-    values, offsets = values_and_offsets(covered)
-    starts = offsets[0::3]  # record i's covered bytes: its three pieces
-    view = memoryview(values)
-    crcs = np.fromiter(map(crc32, map(view.__getitem__, map(slice, starts[:-1].tolist(), starts[1:].tolist()))),
-                       dtype=np.uint64, count=n)
-    digits = np.zeros((n, _DIGITS_WIDTH), dtype=np.uint8)
-    digits[:, :10] = crcs[:, None] // _POWERS_OF_TEN % 10 + ord("0")
-    digits[:, 10] = 2
-    record_start = starts[:-1]
-    header_views = layout.header_views.copy()
-    header_views[:, 3] = record_start
-    tail_views = layout.tail_views
-    tail_views[:, 3] = record_start + HEADER_V4_SIZE
-    records = _gather([values, *block.buffers],
-                      [header_views, layout.body_views, tail_views, _row_views(digits, 0, CRC_SUFFIX_LEN)])
-    data = values_and_offsets(records)[0]
-    assert len(data) == int(layout.sizes.sum()), "encoded records disagree with their sizes"
-    return data
+    headers[:, STORE_HOST_AT:STORE_HOST_AT + HOST_V4_SIZE] = np.frombuffer(store_host, dtype=np.uint8)
+    kernel = _compiled()
+    if layout.filled is None:  # a layout is filled once ahead; encoding it again fills it again
+        layout.filled, layout.tail_crc, layout.tail_shift = _filled(kernel, block, layout)
+    return _encoded_compiled(kernel, block, layout)
 
 
 def _filled(kernel, block: RecordBlock, layout: BlockLayout) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -348,24 +269,4 @@ def _piece_views(buffers: list[np.ndarray], which: np.ndarray, starts: np.ndarra
     return views
 
 
-def _row_views(rows: np.ndarray, buffer_index: int, lengths) -> np.ndarray:
-    """Binary views of pieces whose bytes are the first `lengths[i]` bytes of row i of the byte
-    matrix `rows`, itself buffer `buffer_index` (callers pointing a view elsewhere set its
-    offset): prefixes and inline values come from the matrix, with no gather."""
-    n, width = rows.shape
-    assert width >= 12, "rows narrower than an inline view"
-    lengths = np.broadcast_to(np.asarray(lengths, dtype=np.int32), (n,))
-    views = np.empty((n, 4), dtype="<i4")
-    views[:, 0] = lengths
-    views[:, 1] = np.ascontiguousarray(rows[:, :4]).view("<i4")[:, 0]
-    views[:, 2] = buffer_index
-    views[:, 3] = np.arange(n, dtype=np.int64) * width
-    short = np.flatnonzero(lengths <= 12)  # Arrow keeps values of up to 12 bytes inline
-    if len(short):
-        inline = np.ascontiguousarray(rows[short, :12])
-        inline[np.arange(12)[None, :] >= lengths[short, None]] = 0
-        views[short, 1:] = inline.view("<i4")
-    return views
-
-
-__all__ = ["COMPILED_MIN_RECORDS", "MAX_BLOCK_BYTES", "BlockLayout", "RecordBlock", "encode_block", "load_compiled"]
+__all__ = ["MAX_BLOCK_BYTES", "BlockLayout", "RecordBlock", "encode_block", "load_compiled"]

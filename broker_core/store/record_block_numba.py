@@ -16,9 +16,9 @@ from txmq.broker.store.compiled_primitives import (
     crc32_update,
     memcpy,
 )
+from txmq.broker.store.record_layout import CRC_SUFFIX_LEN, HEADER_V4_SIZE
 
-_HEADER = 88  # an IPv4 header: the only kind a RecordBlock holds
-_DIGITS = 10  # the record CRC's decimal digits, then "\x02"
+_DIGITS = CRC_SUFFIX_LEN - 1  # the record CRC's decimal digits, then "\x02"
 
 
 @njit(cache=True, nogil=True)
@@ -28,7 +28,7 @@ def fill_records(out, heads, head_len, body_addr, body_len, props_addr, props_le
     (finish_records adds those once the records are placed), and take the CRC of each
     record's tail; return the bytes the records take.
 
-    Record i is an 88-byte header, its body (body_len[i] bytes at address
+    Record i is an IPv4 header (HEADER_V4_SIZE bytes), its body (body_len[i] bytes at address
     body_addr[i]), its tail: heads[i][:head_len[i]] (TOPICLEN, topic, PROPLEN) and its
     property string through the CRC property's name (props_len[i] bytes at
     props_addr[i]), then the record CRC: 10 digits and \x02. The record CRC covers the
@@ -43,7 +43,7 @@ def fill_records(out, heads, head_len, body_addr, body_len, props_addr, props_le
     shift_of = -1
     shift = np.uint32(0)
     for i in range(head_len.shape[0]):
-        at += _HEADER
+        at += HEADER_V4_SIZE
         memcpy(base + at, body_addr[i], body_len[i])
         at += body_len[i]
         tail = at
@@ -71,8 +71,8 @@ def finish_records(out, headers, sizes, tail_crc, tail_shift, crc_tables):
     flat = headers.reshape(-1)
     at = 0
     for i in range(headers.shape[0]):
-        memcpy(base + at, header_base + i * _HEADER, _HEADER)
-        header_crc = crc32_update(np.uint32(0), flat, i * _HEADER, (i + 1) * _HEADER, crc_tables)
+        memcpy(base + at, header_base + i * HEADER_V4_SIZE, HEADER_V4_SIZE)
+        header_crc = crc32_update(np.uint32(0), flat, i * HEADER_V4_SIZE, (i + 1) * HEADER_V4_SIZE, crc_tables)
         crc = np.int64(crc32_combine(header_crc, tail_crc[i], tail_shift[i]))
         digits = at + sizes[i] - _DIGITS - 1
         for j in range(_DIGITS - 1, -1, -1):

@@ -8,11 +8,12 @@ halves to TRANS_CHECK_MAX_TIME_TOPIC the same way.) A Spark micro-batch is one
 transaction of up to millions of halves, and every writer of the batch waits for
 its COMMIT, so the copy must cost far less than the original append.
 
-Decoding each half into a Message and encoding it again costs ~10 µs a record.
-A copy works on the stored bytes instead: the sources' header fields are read
-with struct per record for a few copies, and for many by one compiled pass
-(record_copy_numba: the GIL released, the checks and the property search folded
-in) or, without numba, column-wise (columnar_read); the body is written from the
+Decoding each half into a Message and encoding it again would cost far more than
+the append. A copy works on the stored bytes instead: the sources' header fields
+are read by one compiled pass (record_copy_numba: the GIL released, the checks
+and the property search folded in), or with struct per record (the per-record
+implementation: sources with IPv6 hosts, and the oracle tests compare the
+compiled pass with); the body is written from the
 bytes read (its CRC is taken from the source header, not computed again), the
 property string is reused as stored (it passed validation when the source was
 written, by this store), and only what changes is encoded: the header and the
@@ -24,51 +25,47 @@ from __future__ import annotations
 
 import functools
 import re
-import struct
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
-from itertools import accumulate, chain, pairwise, repeat
+from itertools import accumulate, chain, pairwise
 from typing import Sequence
 
 import numpy as np
 
 from txmq.broker.errors import StoreError
 from txmq.broker.store.batch import BatchColumns
-from txmq.broker.store.columnar_read import (
-    RecordColumns,
-    byte_rows,
-    decode_columns,
-    gather_binary,
-    gather_records,
-    read_spans,
-    values_and_offsets,
-)
+from txmq.broker.store.columnar_read import gather_records, read_spans
 from txmq.broker.store.message import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_GROUP_BITS,
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TRANSACTION_MASK,
 )
-from txmq.broker.store.record import CRC_PREFIX, CRC_SUFFIX_LEN, MAGIC_CODE
+from txmq.broker.store.record_layout import (
+    BORN_HOST_AT,
+    CRC_PREFIX,
+    CRC_SUFFIX_LEN,
+    CRC_TAIL_LEN,
+    FIXED_HEAD,
+    HOST_V4_SIZE,
+    HOST_V6_EXTRA,
+    HOST_V6_SIZE,
+    MAGIC_CODE,
+    RECONSUME_AT,
+    REST,
+)
 from txmq.broker.store.record_block import RecordBlock
+from txmq.broker.store.record_columns import gather_binary
 
 # Bits a copy never inherits: its transaction type is the request's, its group bits
 # are the group it is written in, and the host-family bits follow the hosts it is
 # encoded with.
 _NOT_INHERITED = SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_BITS | SYSFLAG_BORNHOST_V6 \
     | SYSFLAG_STOREHOST_V6
-_FLAG_AT = 16
-_BODY_CRC_AT = 8
-_BORN_HOST_AT = 48
-_RECONSUME_AT_V4 = 72  # + 12 per IPv6 host before it
-_HEADER_V4_SIZE = 88
 # Below this many copies, sources are cut record by record (see _copied_record_by_record).
-COLUMNAR_MIN_COPIES = 2048
+COLUMNAR_MIN_COPIES = 2048  # fewer copies take the per-record path (see _copied_record_by_record)
 SPAN_MAX = 4 << 20  # bytes of neighbouring sources read with one pread
 SPAN_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other records between two
-_FIXED = struct.Struct(">IIIiiqqiq")  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG QUEUEOFFSET PHYSICALOFFSET SYSFLAG BORNTS
-_REST = struct.Struct(">iqi")  # RECONSUMETIMES PREPAREDTRANSACTIONOFFSET BODYLEN
-_CRC_TAIL = len(CRC_PREFIX) + CRC_SUFFIX_LEN
 
 
 @dataclass(frozen=True)
@@ -158,38 +155,29 @@ def copy_columns(store, copies: RecordCopies) -> BatchColumns:
         spans.append((data, record_at[:count], phys[done:done + count], sizes[done:done + count]))
         done += count
     kernel = _compiled_scan()
-    if kernel is not None:
-        scans = [_scanned(kernel, *span, copies) for span in spans]
-        if all(scan is not None for scan in scans):
-            return _scanned_batch(scans, copies)
-    reads = [decode_columns(*span, copies.source_topic, copies.source_queue_id) for span in spans]
-    if any((cols.sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)).any() for cols in reads):
-        return _assemble([_Sources(cols, copies) for cols in reads], copies)
-    return _block_batch(RecordBlock.concat([_block_of(cols) for cols in reads]),
-                        np.concatenate([c.sys_flag for c in reads]), copies)
+    scans = [_scanned(kernel, *span, copies) for span in spans]
+    if any(scan is None for scan in scans):  # a source with an IPv6 host (rare): the per-record path copies it
+        return _copied_record_by_record(store, copies)
+    return _scanned_batch(scans, copies)
 
 
 @functools.cache
 def _compiled_scan():
-    """The compiled source scan's module (record_copy_numba), or None without numba."""
-    try:
-        from txmq.broker.store import record_copy_numba
-    except ImportError:
-        return None
+    """The compiled source scan's module (record_copy_numba), imported on first use so processes
+    that never copy records never import numba."""
+    from txmq.broker.store import record_copy_numba
+
     return record_copy_numba
 
 
 def load_compiled_scan() -> bool:
     """Load the compiled source scan now (numba's cached machine code), which would otherwise delay
-    the first large COMMIT. A broker calls it once at start, off its serving threads. False
-    without numba."""
+    the first large COMMIT. A broker calls it once at start, off its serving threads."""
     kernel = _compiled_scan()
-    if kernel is None:
-        return False
     nothing = np.zeros(0, dtype=np.int64)
     kernel.scan_sources(_read_only(np.zeros(0, dtype=np.uint8)), nothing, nothing, nothing, _CRC_PREFIX_BYTES,
                         np.zeros((1, 4), dtype=np.uint8), np.ones(1, dtype=np.int64),
-                        np.zeros((kernel.COLUMN_ROWS, 0), dtype=np.int64), np.zeros((0, 8), dtype=np.uint8),
+                        np.zeros((kernel.COLUMN_ROWS, 0), dtype=np.int64), np.zeros((0, HOST_V4_SIZE), dtype=np.uint8),
                         np.zeros((0, 1, 2), dtype=np.int64))
     return True
 
@@ -222,14 +210,14 @@ def _scanned(kernel, data: np.ndarray, record_at: np.ndarray, phys: np.ndarray, 
              copies: RecordCopies) -> _Scan | None:
     """The sources of one read scanned by the compiled loop (record_copy_numba): columns, hosts and
     where the dispatch inputs and the properties to drop are. None when a source has an IPv6
-    host (the numpy path copies those); StoreError naming the first source that is not a record."""
+    host (the per-record path copies those); StoreError naming the first source that is not a record."""
     n = len(record_at)
     names = [*_DISPATCH_NAMES, *(name.encode() for name in copies.drop_properties)]
     name_rows = np.zeros((len(names), max(map(len, names))), dtype=np.uint8)
     for k, name in enumerate(names):
         name_rows[k, :len(name)] = np.frombuffer(name, dtype=np.uint8)
     columns = np.empty((kernel.COLUMN_ROWS, n), dtype=np.int64)
-    born_host = np.empty((n, 8), dtype=np.uint8)
+    born_host = np.empty((n, HOST_V4_SIZE), dtype=np.uint8)
     found = np.empty((n, len(names), 2), dtype=np.int64)
     bad, row = kernel.scan_sources(_read_only(data), record_at.astype(np.int64, copy=False), phys, sizes,
                                    _CRC_PREFIX_BYTES, name_rows,
@@ -312,80 +300,35 @@ def _found_texts(scan: _Scan, k: int) -> list[bytes | None]:
     return out
 
 
-def _block_of(cols: RecordColumns) -> RecordBlock:
-    """The sources of one read (IPv4 hosts) as a RecordBlock: bodies from the read's bytes,
-    property strings from its gathered tails."""
-    head = byte_rows(cols.data, cols.record_at, _HEADER_V4_SIZE)
-    n = cols.count
-    tail_end = np.append(cols.topic_at[1:] - 1, len(cols.tail))  # tails lie back to back
-    return RecordBlock(
-        buffers=[cols.data, cols.tail], body_buf=np.zeros(n, dtype=np.int32), body_at=cols.body_at,
-        body_len=cols.body_len, props_buf=np.ones(n, dtype=np.int32), props_at=cols.props_at,
-        props_len=tail_end - CRC_SUFFIX_LEN - cols.props_at,  # through the CRC property's name
-        body_crc=_be_column(head, _BODY_CRC_AT, ">u4"), flag=_be_column(head, _FLAG_AT, ">i4"),
-        born_ts=cols.born_ts, born_host=np.ascontiguousarray(head[:, _BORN_HOST_AT:_BORN_HOST_AT + 8]),
-        reconsume=_be_column(head, _RECONSUME_AT_V4, ">i4"), prepared=cols.phys)
-
-
-def _block_batch(block: RecordBlock, source_sys_flags: np.ndarray, copies: RecordCopies) -> BatchColumns:
-    """The copies as a batch given as a RecordBlock: properties dropped, dispatch inputs found."""
-    values, bounds = values_and_offsets(block.properties())
-    index = _PropertyIndex(values, bounds)
-    raw = values.tobytes()
-    if copies.drop_properties:
-        block = _block_without_properties(block, index, raw, bounds, copies.drop_properties)
-    n = block.count
-    tags, uniq_keys, keys = (_found_values(raw, n, *index.spans(name)) for name in (b"TAGS", b"UNIQ_KEY", b"KEYS"))
-    return BatchColumns.of_block(
-        block, topics=list(copies.topics), queue_ids=copies.queue_ids.tolist(),
-        sys_flags=(source_sys_flags & ~_NOT_INHERITED | copies.transaction_type).tolist(),
-        tags=_decoded(tags), uniq_keys=uniq_keys, keys=_decoded(keys))
-
-
-def _block_without_properties(block: RecordBlock, index: "_PropertyIndex", raw: bytes, bounds: np.ndarray,
-                              names: tuple[str, ...]) -> RecordBlock:
-    """`block` with the named properties removed from the property strings holding them (few:
-    a half's prepare time is on the first half of each prepare call). `raw` is the strings
-    back to back (the index's values as bytes). The changed strings go to a buffer of their own."""
-    hits = np.unique(np.concatenate([index.spans(name.encode())[0] for name in names]))
-    if not len(hits):
-        return block
-    changed = [raw[a:b] for a, b in zip(bounds[hits].tolist(), bounds[hits + 1].tolist())]
-    return _with_changed_properties(block, hits, _without_properties(changed, names))
-
-
-def _be_column(rows: np.ndarray, at: int, dtype: str) -> np.ndarray:
-    """The 4-byte big-endian integer at byte `at` of every row of a byte matrix, native-endian."""
-    return np.ascontiguousarray(rows[:, at:at + 4]).view(dtype)[:, 0].astype(dtype[1:])
-
-
 def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
-    """copy_columns for fewer than COLUMNAR_MIN_COPIES copies: the same columns, cut out of each
-    source's bytes with struct and slices. The column-wise path costs ~1 ms of array set-up
-    per call, which only pays off across thousands of records; this one costs a few µs a
-    record and nothing per call (a RocketMQ client's one-message transaction)."""
+    """copy_columns record by record: the same columns, cut out of each source's bytes with
+    struct and slices. The per-record implementation: the oracle tests compare the compiled
+    scan with, the path of sources with IPv6 hosts, and of fewer than COLUMNAR_MIN_COPIES
+    copies, since it costs nothing per call where the compiled path sets up arrays and a
+    block (a RocketMQ client's one-message transaction)."""
     flags, sys_flags, born_ts, born_raws, reconsume, body_crcs, bodies, body_lens, props_crc = (
         [], [], [], [], [], [], [], [], [])
     tx_type = copies.transaction_type
     for buf, start, phys, size in _source_spans(store, copies):
-        total, magic, body_crc, _, flag, _, at, sys_flag, born = _FIXED.unpack_from(buf, start)
-        born_len = 20 if sys_flag & SYSFLAG_BORNHOST_V6 else 8
-        store_len = 20 if sys_flag & SYSFLAG_STOREHOST_V6 else 8
-        rest = start + _BORN_HOST_AT + born_len + 8 + store_len  # RECONSUMETIMES: after STORETIMESTAMP, STOREHOST
-        times, _, body_len = _REST.unpack_from(buf, rest)
-        body_at = rest + _REST.size
+        total, magic, body_crc, _, flag, _, at, sys_flag, born = FIXED_HEAD.unpack_from(buf, start)
+        born_len = HOST_V6_SIZE if sys_flag & SYSFLAG_BORNHOST_V6 else HOST_V4_SIZE
+        store_extra = HOST_V6_EXTRA if sys_flag & SYSFLAG_STOREHOST_V6 else 0
+        rest = start + RECONSUME_AT + born_len - HOST_V4_SIZE + store_extra
+        times, _, body_len = REST.unpack_from(buf, rest)
+        body_at = rest + REST.size
         tail_at = body_at + body_len
         end = start + size
-        props_at = tail_at + 3 + (buf[tail_at] if tail_at < end else 0)
+        props_at = tail_at + 3 + buf[tail_at] if 0 <= body_len and tail_at < end else end  # refused below
         props = buf[props_at:end - CRC_SUFFIX_LEN]
-        if (magic != MAGIC_CODE or total != size or at != phys or body_len < 0 or props_at > end - _CRC_TAIL
+        if (magic != MAGIC_CODE or total != size or at != phys or body_len < 0 or props_at > end - CRC_TAIL_LEN
+                or int.from_bytes(buf[props_at - 2:props_at], "big") != end - props_at
                 or not props.endswith(CRC_PREFIX)):
             raise StoreError(f"queue {copies.source_topic}:{copies.source_queue_id} entry at physical offset "
                              f"{phys} does not match the CommitLog: not the record it names")
         flags.append(flag)
         sys_flags.append((sys_flag & ~_NOT_INHERITED) | tx_type)
         born_ts.append(born)
-        born_raws.append(buf[start + _BORN_HOST_AT:start + _BORN_HOST_AT + born_len])
+        born_raws.append(buf[start + BORN_HOST_AT:start + BORN_HOST_AT + born_len])
         reconsume.append(times)
         body_crcs.append(body_crc)
         bodies.append(buf[body_at:tail_at])
@@ -421,7 +364,7 @@ def _source_spans(store, copies: RecordCopies):
             j += 1
         buf = commitlog.read(lo, hi - lo)  # MessageNotFound when retention removed the segment
         for k in range(i, j):
-            if phys[k] + sizes[k] - lo > len(buf) or sizes[k] < _FIXED.size + _REST.size:
+            if phys[k] + sizes[k] - lo > len(buf) or sizes[k] < FIXED_HEAD.size + REST.size:
                 raise StoreError(f"queue {copies.source_topic}:{copies.source_queue_id} entry at physical "
                                  f"offset {phys[k]} does not match the CommitLog: the log ends before the record")
             yield buf, phys[k] - lo, phys[k], sizes[k]
@@ -446,80 +389,6 @@ def _read_sources(store, copies: RecordCopies, phys: np.ndarray, sizes: np.ndarr
             if mapped is not None:
                 return mapped
     return read_spans(store, copies.source_topic, copies.source_queue_id, phys, sizes)
-
-
-class _Sources:
-    """One read's source records (some with IPv6 hosts), decoded column-wise, as the list columns
-    a copy of them takes (record_block covers the IPv4 case)."""
-
-    def __init__(self, cols: RecordColumns, copies: RecordCopies) -> None:
-        data, at = cols.data, cols.record_at
-        self.count = cols.count
-        self.sys_flags = (cols.sys_flag & ~_NOT_INHERITED | copies.transaction_type).tolist()
-        extra = (np.where(cols.sys_flag & SYSFLAG_BORNHOST_V6, 12, 0)
-                 + np.where(cols.sys_flag & SYSFLAG_STOREHOST_V6, 12, 0)).astype(np.int64)
-        self.flags = _be_int(byte_rows(data, at + _FLAG_AT, 4), 0, ">i4")
-        self.body_crcs = _be_int(byte_rows(data, at + _BODY_CRC_AT, 4), 0, ">u4")
-        self.reconsume_times = _be_int(byte_rows(data, at + _RECONSUME_AT_V4 + extra, 4), 0, ">i4")
-        self.born_raws = _born_hosts(data, at, cols.sys_flag)
-        self.born_timestamps = cols.born_ts.tolist()
-        view = memoryview(data)
-        body_at = cols.body_at.tolist()
-        body_end = (cols.body_at + cols.body_len).tolist()
-        self.bodies = list(map(view.__getitem__, map(slice, body_at, body_end)))
-        self.body_lens = cols.body_len.tolist()
-        tail = cols.tail.tobytes()
-        tail_end = np.append(cols.topic_at[1:] - 1, len(tail))  # tails lie back to back
-        # the stored property string up to the CRC digits: "name\x01value\x02...__CRC32#\x01"
-        self.props_crc = list(map(tail.__getitem__, map(slice, cols.props_at.tolist(),
-                                                           (tail_end - CRC_SUFFIX_LEN).tolist())))
-
-
-def _be_int(rows: np.ndarray, at: int, dtype: str) -> list[int]:
-    """_be_column as a list."""
-    return _be_column(rows, at, dtype).tolist()
-
-
-def _distinct_bytes(rows: np.ndarray) -> list[bytes]:
-    """Each row of a byte matrix as bytes, one object per distinct row (few distinct hosts)."""
-    width = rows.shape[1]
-    distinct, which = np.unique(rows.view(f"V{width}")[:, 0], return_inverse=True)
-    return list(map(list(map(bytes, distinct)).__getitem__, which.reshape(-1).tolist()))
-
-
-def _born_hosts(data: np.ndarray, at: np.ndarray, sys_flag: np.ndarray) -> list[bytes]:
-    """Each source's BORNHOST bytes (address + port: 8 bytes, 20 for IPv6), one bytes object
-    per distinct host (a transaction's halves come from a few producers)."""
-    v6 = (sys_flag & SYSFLAG_BORNHOST_V6) != 0
-    out: list[bytes] = [b""] * len(at)
-    for width, rows in ((8, np.flatnonzero(~v6)), (20, np.flatnonzero(v6))):
-        if len(rows) == 0:
-            continue
-        found = _distinct_bytes(np.ascontiguousarray(byte_rows(data, at[rows] + _BORN_HOST_AT, width)))
-        if len(rows) == len(at):
-            return found
-        for row, host in zip(rows.tolist(), found):
-            out[row] = host
-    return out
-
-
-def _assemble(parts: list[_Sources], copies: RecordCopies) -> BatchColumns:
-    def joined(name: str) -> list:
-        if len(parts) == 1:
-            return getattr(parts[0], name)
-        return list(chain.from_iterable(getattr(p, name) for p in parts))
-
-    props_crc = joined("props_crc")
-    if copies.drop_properties:
-        props_crc = _without_properties(props_crc, copies.drop_properties)
-    tags, uniq_keys, keys = dispatch_properties(props_crc)
-    return BatchColumns.of_columns(
-        topics=list(copies.topics), bodies=joined("bodies"), queue_ids=copies.queue_ids.tolist(),
-        flags=joined("flags"), sys_flags=joined("sys_flags"),
-        born_timestamps=joined("born_timestamps"), born_raws=joined("born_raws"),
-        reconsume_times=joined("reconsume_times"), prepared_offsets=copies.physical_offsets.tolist(),
-        body_lens=joined("body_lens"), body_crcs=joined("body_crcs"), props_crc=props_crc,
-        tags=tags, uniq_keys=uniq_keys, keys=keys)
 
 
 def _without_properties(props_crc: list[bytes], names: tuple[str, ...]) -> list[bytes]:
@@ -553,18 +422,6 @@ def dispatch_properties(props_crc: Sequence[bytes]) -> tuple[list[str | None], l
                                                              list[str | None]]:
     """(TAGS, UNIQ_KEY as bytes, KEYS) of each property string, None where absent: what the
     dispatch of a record needs from its properties, without parsing them into a dict."""
-    if len(props_crc) < _ARRAY_SEARCH_MIN:
-        return _dispatch_properties_one_by_one(props_crc)
-    joined = b"".join(props_crc)
-    tags = _decoded(_values_of(props_crc, b"TAGS", joined))
-    keys = _decoded(_values_of(props_crc, b"KEYS", joined))
-    return tags, _values_of(props_crc, b"UNIQ_KEY", joined), keys
-
-
-_ARRAY_SEARCH_MIN = 256  # strings below which array set-up costs more than a search per string
-
-
-def _dispatch_properties_one_by_one(props_crc: Sequence[bytes]) -> tuple[list, list, list]:
     joined = b"".join(props_crc)
     uniq_keys = _values_each(props_crc, b"UNIQ_KEY", joined)
     return (_decoded(_values_each(props_crc, b"TAGS", joined)), uniq_keys,
@@ -572,7 +429,7 @@ def _dispatch_properties_one_by_one(props_crc: Sequence[bytes]) -> tuple[list, l
 
 
 def _values_each(props_crc: Sequence[bytes], name: bytes, joined: bytes) -> list[bytes | None]:
-    """_values_of, one search per string (no array set-up: for a few strings)."""
+    """The value of property `name` in each property string (None where it has none)."""
     head = name + b"\x01"
     if head not in joined:
         return [None] * len(props_crc)
@@ -587,82 +444,6 @@ def _value_in(props: bytes, head: bytes) -> bytes | None:
         return None
     start = at + len(head)
     return props[start:props.find(b"\x02", start)]
-
-
-def _values_of(props_crc: Sequence[bytes], name: bytes, joined: bytes) -> list[bytes | None]:
-    """The value of property `name` in each property string (None where it has none).
-
-    A property starts its string or follows a \\x02, and names and values never hold
-    \\x01 or \\x02 (validated when the record was first written), so the name is
-    found in the strings joined back to back with array operations: candidates where
-    the name's bytes are, kept where a property starts; the value runs to the next
-    \\x02. Per string there is only the slice of its value.
-    """
-    n = len(props_crc)
-    head = name + b"\x01"
-    if head not in joined:
-        return [None] * n
-    if joined.startswith(head) and all(map(bytes.startswith, props_crc, repeat(head))):
-        # every string starts with the property (a half's UNIQ_KEY, as prepare writes it): its
-        # value runs to the string's first separator
-        ends = map(bytes.index, props_crc, repeat(b"\x02"))
-        return list(map(bytes.__getitem__, props_crc, map(slice, repeat(len(head)), ends)))
-    starts = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, props_crc), dtype=np.int64, count=n), out=starts[1:])
-    return _found_values(joined, n, *_PropertyIndex(np.frombuffer(joined, dtype=np.uint8), starts).spans(name))
-
-
-class _PropertyIndex:
-    """Where named properties are in property strings lying back to back in `values` (string
-    i is values[bounds[i]:bounds[i + 1]]), found with array operations.
-
-    A property starts its string or follows a \\x02, and names and values never hold
-    \\x01 or \\x02 (validated when the record was first written); a value runs to the
-    next \\x02 (every string ends "...\\x02__CRC32#\\x01" or is that CRC name alone).
-    The first 8 bytes of every property are read once, as one integer each, in two
-    arrays: those that start a string and those after a \\x02. A lookup compares them
-    and sorts only its hits (a few, or one per string), never all property starts.
-    """
-
-    def __init__(self, values: np.ndarray, bounds: np.ndarray) -> None:
-        self.values = values
-        self.bounds = bounds
-        self.separators = np.flatnonzero(values == 2)
-        self.leading = bounds[np.flatnonzero(bounds[1:] > bounds[:-1])]
-        self.following = self.separators + 1
-        # 8 bytes from any property start are inside `values`: every string ends with the
-        # 9-byte CRC name, itself a property start after a \x02 (or the whole string)
-        words = np.ndarray((max(len(values) - 7, 0),), dtype="<u8", buffer=values, strides=(1,))
-        self.leading_heads = words[self.leading]
-        self.following_heads = words[self.following]
-
-    def spans(self, name: bytes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(the strings holding property `name`, its value's start, its value's end), in string order."""
-        head = name + b"\x01"
-        first = head[:8]
-        mask = np.uint64(int.from_bytes(b"\xff" * len(first), "little"))
-        want = np.uint64(int.from_bytes(first, "little"))
-        starts = np.sort(np.concatenate([self.leading[(self.leading_heads & mask) == want],
-                                         self.following[(self.following_heads & mask) == want]]))
-        if len(head) > 8 and len(starts):  # the rest of a longer name, checked where the start matched
-            rest = byte_rows(self.values, starts + 8, len(head) - 8)
-            starts = starts[(rest == np.frombuffer(head[8:], dtype=np.uint8)).all(axis=1)]
-        value_at = starts + len(head)
-        rows = np.searchsorted(self.bounds, starts, side="right") - 1
-        return rows, value_at, self.separators[np.searchsorted(self.separators, value_at)]
-
-
-def _found_values(raw: bytes, n: int, rows: np.ndarray, value_at: np.ndarray,
-                  value_end: np.ndarray) -> list[bytes | None]:
-    """The values _PropertyIndex.spans found, as bytes cut out of `raw`, one per string (None where
-    a string has none)."""
-    values = list(map(raw.__getitem__, map(slice, value_at.tolist(), value_end.tolist())))
-    if len(rows) == n:  # one hit per string (a name occurs once in a property string)
-        return values
-    out: list[bytes | None] = [None] * n
-    for r, v in zip(rows.tolist(), values):
-        out[r] = v
-    return out
 
 
 def _decoded(values: list[bytes | None]) -> list[str | None]:

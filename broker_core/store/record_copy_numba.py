@@ -17,6 +17,22 @@ import numpy as np
 from numba import njit
 
 from txmq.broker.store.compiled_primitives import load_u64, trailing_zeros
+from txmq.broker.store.record_layout import (
+    BODY_CRC_AT,
+    BODY_LEN_AT,
+    BORN_HOST_AT,
+    BORN_TS_AT,
+    CRC_SUFFIX_LEN,
+    FLAG_AT,
+    HEADER_V4_SIZE,
+    HOST_V4_SIZE,
+    HOST_V6_BITS,
+    MAGIC_AT,
+    MAGIC_CODE,
+    PHYS_AT,
+    RECONSUME_AT,
+    SYSFLAG_AT,
+)
 
 # What scan_sources found wrong with a source (0: nothing). The caller names the source.
 BAD_NONE = 0
@@ -39,11 +55,6 @@ WHAT_IS_WRONG = {
 # Rows of the `columns` matrix scan_sources fills (int64, one column per source).
 BODY_AT, BODY_LEN, PROPS_AT, PROPS_LEN, BORN_TS, SYS_FLAG, FLAG, RECONSUME, BODY_CRC = range(9)
 COLUMN_ROWS = 9
-
-_HEADER = 88  # TOTALSIZE through BODYLEN with IPv4 hosts
-_MAGIC = 0xDAA320A7
-_HOST_V6 = (0x1 << 4) | (0x1 << 5)  # SYSFLAG bits of IPv6 born and store hosts
-_CRC_SUFFIX = 11  # 10 digits and \x02
 
 
 @njit(cache=True, inline="always")
@@ -75,24 +86,24 @@ def scan_sources(data, record_at, phys, sizes, crc_prefix, names, name_len, colu
     A source with an IPv6 host stops the scan with IPV6_HOST.
     """
     size_of_data = data.shape[0]
-    tail_len = crc_prefix.shape[0] + _CRC_SUFFIX
+    tail_len = crc_prefix.shape[0] + CRC_SUFFIX_LEN
     for i in range(record_at.shape[0]):
         at = record_at[i]
-        if at < 0 or at + _HEADER > size_of_data:
+        if at < 0 or at + HEADER_V4_SIZE > size_of_data:
             return BAD_TRUNCATED_HEADER, i
         size = _u32(data, at)
-        if _u32(data, at + 4) != _MAGIC:
+        if _u32(data, at + MAGIC_AT) != MAGIC_CODE:
             return BAD_MAGIC, i
-        if _i64(data, at + 28) != phys[i]:
+        if _i64(data, at + PHYS_AT) != phys[i]:
             return BAD_NOT_A_RECORD_START, i
-        sys_flag = _i32(data, at + 36)
-        if sys_flag & _HOST_V6:
+        sys_flag = _i32(data, at + SYSFLAG_AT)
+        if sys_flag & HOST_V6_BITS:
             return IPV6_HOST, i
         end = at + size
         if size != sizes[i] or end > size_of_data:
             return BAD_SIZE, i
-        body_len = _i32(data, at + 84)
-        body_at = at + _HEADER
+        body_len = _i32(data, at + BODY_LEN_AT)
+        body_at = at + HEADER_V4_SIZE
         topic_at = body_at + body_len
         if body_len < 0 or topic_at + 3 > end:
             return BAD_BODY_LENGTH, i
@@ -109,14 +120,14 @@ def scan_sources(data, record_at, phys, sizes, crc_prefix, names, name_len, colu
         columns[BODY_AT, i] = body_at
         columns[BODY_LEN, i] = body_len
         columns[PROPS_AT, i] = props_at
-        columns[PROPS_LEN, i] = end - _CRC_SUFFIX - props_at
-        columns[BORN_TS, i] = _i64(data, at + 40)
+        columns[PROPS_LEN, i] = end - CRC_SUFFIX_LEN - props_at
+        columns[BORN_TS, i] = _i64(data, at + BORN_TS_AT)
         columns[SYS_FLAG, i] = sys_flag
-        columns[FLAG, i] = _i32(data, at + 16)
-        columns[RECONSUME, i] = _i32(data, at + 72)
-        columns[BODY_CRC, i] = _u32(data, at + 8)
-        for j in range(8):
-            born_host[i, j] = data[at + 48 + j]
+        columns[FLAG, i] = _i32(data, at + FLAG_AT)
+        columns[RECONSUME, i] = _i32(data, at + RECONSUME_AT)
+        columns[BODY_CRC, i] = _u32(data, at + BODY_CRC_AT)
+        for j in range(HOST_V4_SIZE):
+            born_host[i, j] = data[at + BORN_HOST_AT + j]
         _find_properties(data, props_at, crc_name_at, names, name_len, found[i])
     return BAD_NONE, 0
 

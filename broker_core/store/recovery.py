@@ -41,7 +41,8 @@ from txmq.broker.store.message import (
     SYSFLAG_SPLIT_GROUP,
     StoredMessage,
 )
-from txmq.broker.store.record import BLANK_MIN_BYTES, RecordCorrupted, decode_record, is_blank, verify_record
+from txmq.broker.store.record import RecordCorrupted, decode_record, is_blank, verify_record
+from txmq.broker.store.record_layout import BLANK_MIN_BYTES
 
 READ_CHUNK = 8 << 20
 REDISPATCH_BATCH = 4096

@@ -23,7 +23,8 @@ from txmq.broker.errors import (
 )
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.message import PROP_CRC32, SYSTEM_TOPICS, Message
-from txmq.broker.store.record import PROP_NAME_SEP, PROP_SEP, encode_properties
+from txmq.broker.store.record import encode_properties
+from txmq.broker.store.record_layout import PROP_NAME_SEP, PROP_SEP
 
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 MAX_TOPIC_LENGTH = 127

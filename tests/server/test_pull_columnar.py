@@ -3,7 +3,7 @@
 `native_pull.pull_batch` (CommitLog bytes → numpy/Arrow columns) must equal
 `build_pull_batch(store.read_queue(...).messages)` — same schema, values, nulls,
 order, and the same next/min/max offsets — for any mix of messages a store can hold.
-Every test runs twice: with the compiled decode (protocol/pull_kernel.py) taking
+Every test runs twice: with the compiled decode (store/pull_decode_kernel.py) taking
 every pull it can, and with the numpy decode taking all of them.
 """
 
@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch
 from txmq.broker.store import Message, MessageStore, StoreConfig, columnar_read
-from txmq.broker.store.columnar_read import byte_rows, gather_binary, read_queue_columns
+from txmq.broker.store.columnar_read import read_queue_bytes
+from txmq.broker.store.record_columns import byte_rows, decode_columns, gather_binary
 from txmq.broker.store.message import (
     PROP_CRC32,
     PROP_KEYS,
@@ -42,6 +43,11 @@ name = st.one_of(text.filter(lambda k: k and k != PROP_CRC32),
                  st.sampled_from(["__hidden", "REAL_TOPIC", "PGROUP", "color", "ключ"]))
 keys = st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02 "),
                         max_size=6), max_size=4).map(" ".join)
+
+
+def read_queue_columns(store, topic: str, queue_id: int, offset: int, max_count: int):
+    read = read_queue_bytes(store, topic, queue_id, offset, max_count)
+    return decode_columns(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
 
 
 @st.composite
@@ -172,7 +178,7 @@ def test_pull_beyond_the_queue_end_is_an_illegal_offset(tmp_path):
             read_queue_columns(store, "orders", 0, 2, 10)
         with pytest.raises(IllegalOffset):
             read_queue_columns(store, "orders", 0, -1, 10)
-        assert read_queue_columns(store, "orders", 0, 1, 10).records.count == 0
+        assert read_queue_columns(store, "orders", 0, 1, 10).count == 0
     finally:
         store.close()
 

@@ -6,7 +6,7 @@ import os
 import threading
 from pathlib import Path
 
-from txmq.broker.store import Message, MessageStore, StoreConfig, message_store
+from txmq.broker.store import Message, MessageStore, StoreConfig, message_store, split_group
 from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT
 from txmq.broker.store.record_copy import RecordCopies
 
@@ -27,7 +27,7 @@ def msg(topic: str = "T", body: bytes = b"hello", queue_id: int = 0, **props: st
 def crash(store: MessageStore) -> None:
     """Abandon a store the way a killed process would: no flush, no checkpoint, abort marker left."""
     store._flusher.stop()
-    store._closed = True
+    store.write_lock.closed = True
     store.dispatcher.close()
     store.index.close()
     store.commitlog.close()
@@ -88,13 +88,13 @@ class PausedCommit:
 
         monkeypatch.setattr(message_store, "copy_columns", copy_columns)
         written = threading.Semaphore(0)
-        real_write_part = message_store.MessageStore._write_split_part
+        real_write_part = split_group.SplitGroupWriter.write_part
 
         def write_split_part(store_, *args, **kwargs):
             real_write_part(store_, *args, **kwargs)
             written.release()
 
-        monkeypatch.setattr(message_store.MessageStore, "_write_split_part", write_split_part)
+        monkeypatch.setattr(split_group.SplitGroupWriter, "write_part", write_split_part)
 
         def commit() -> None:
             try:

@@ -56,7 +56,6 @@ def test_loading_the_encoder_ahead_compiles_the_signature_that_blocks_use(tmp_pa
     """A broker loads the encoder at start: the first COMMIT must find its code ready, not
     compile another variant (numba compiles one per argument types)."""
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 0)
-    monkeypatch.setattr(record_block, "COMPILED_MIN_RECORDS", 1)
     assert record_block.load_compiled()
     store = MessageStore(small_config(tmp_path / "s", commitlog_segment_bytes=4 << 20))
     try:

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txmq.broker.store.message import PROP_CRC32, SYSFLAG_BORNHOST_V6, Message
+from txmq.broker.store.record_layout import MAGIC_CODE
 from txmq.broker.store.record import (
-    MAGIC_CODE,
     RecordCorrupted,
     decode_record,
     encode_messages_standalone,

@@ -6,16 +6,13 @@ import time
 from dataclasses import replace
 from types import SimpleNamespace
 
-import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from txmq.broker.store import Message, MessageStore, message_store, record_copy
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.message import PROP_CRC32, SYSFLAG_TRANSACTION_COMMIT
-from txmq.broker.store.record import CRC_PREFIX, encode_properties
-from txmq.broker.store.record_copy import RecordCopies, _PropertyIndex
+from txmq.broker.store.record_copy import RecordCopies
 
 from ._helpers import small_config
 
@@ -74,7 +71,6 @@ def _log_bytes(store: MessageStore) -> bytes:
     return store.commitlog.read(0, store.commitlog.write_end)
 
 
-@pytest.mark.usefixtures("block_encoder", "source_scan")
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=_messages, topic_choice=st.lists(_topics, min_size=1, max_size=3))
 def test_a_block_writes_the_bytes_the_record_by_record_encoder_writes(tmp_path_factory, monkeypatch, messages,
@@ -91,7 +87,6 @@ def test_a_block_writes_the_bytes_the_record_by_record_encoder_writes(tmp_path_f
                 s.close()
 
 
-@pytest.mark.usefixtures("block_encoder", "source_scan")
 def test_copies_written_as_a_block_read_back_with_their_properties_and_index_keys(tmp_path, monkeypatch):
     blocks_store, _ = stores = _two_stores(tmp_path, monkeypatch)
     try:
@@ -129,7 +124,6 @@ def _whole_log(store: MessageStore) -> bytes:
     return b"".join(chunks)
 
 
-@pytest.mark.usefixtures("block_encoder", "source_scan")
 def test_a_block_that_crosses_segment_ends_is_written_as_a_block_with_the_record_by_record_bytes(
         tmp_path, monkeypatch):
     stores = _two_stores(tmp_path, monkeypatch, segment_bytes=16 << 10)
@@ -147,34 +141,6 @@ def test_a_block_that_crosses_segment_ends_is_written_as_a_block_with_the_record
             s.close()
 
 
-_props = st.lists(st.dictionaries(_names, st.text(_text, max_size=12), max_size=5), min_size=1, max_size=8)
-
-
-def _found_by_index(props: list[dict], name: str) -> dict[int, str]:
-    encoded = [encode_properties(p) + CRC_PREFIX for p in props]
-    joined = b"".join(encoded)
-    bounds = np.cumsum([0] + [len(e) for e in encoded])
-    rows, value_at, value_end = _PropertyIndex(np.frombuffer(joined, dtype=np.uint8), bounds).spans(name.encode())
-    return {int(r): joined[a:b].decode() for r, a, b in zip(rows, value_at, value_end)}
-
-
-@settings(max_examples=200, deadline=None)
-@given(_props, st.sampled_from(["TAGS", "KEYS", "UNIQ_KEY", "XTAGS", DROPPED, "a", "zz"]))
-def test_the_property_index_finds_a_name_where_the_dicts_have_it(props, name):
-    assert _found_by_index(props, name) == {i: p[name] for i, p in enumerate(props) if name in p}
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.text(_text, max_size=40), st.dictionaries(_names, st.text(_text, max_size=12), max_size=4)),
-                min_size=1, max_size=12),
-       st.sampled_from(["UNIQ_KEY", "TAGS", "a"]))
-def test_the_property_index_finds_a_name_that_leads_every_string(rows, name):
-    """A half's UNIQ_KEY, as prepare writes it: first in every property string (other
-    properties, some of a name ending with it, may follow)."""
-    props = [{name: value, **{k: v for k, v in rest.items() if k != name}} for value, rest in rows]
-    assert _found_by_index(props, name) == {i: p[name] for i, p in enumerate(props)}
-
-
 def test_copies_in_a_store_with_an_ipv6_host_are_written_record_by_record(tmp_path, monkeypatch):
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 0)
     store = MessageStore(small_config(tmp_path / "s", commitlog_segment_bytes=4 << 20, store_host=("::1", 10911)))
@@ -190,7 +156,6 @@ def test_copies_in_a_store_with_an_ipv6_host_are_written_record_by_record(tmp_pa
         store.close()
 
 
-@pytest.mark.usefixtures("block_encoder", "source_scan")
 def test_sources_in_two_segments_make_one_block_with_both_maps(tmp_path, monkeypatch):
     stores = _two_stores(tmp_path, monkeypatch, segment_bytes=64 << 10)
     try:

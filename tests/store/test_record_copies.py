@@ -18,7 +18,8 @@ from txmq.broker.store.message import (
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_PREPARED,
 )
-from txmq.broker.store.record import CRC_PREFIX, encode_properties
+from txmq.broker.store.record import encode_properties
+from txmq.broker.store.record_layout import CRC_PREFIX
 from txmq.broker.store.record_copy import RecordCopies, dispatch_properties
 
 from ._helpers import crash, msg, queue_contents, small_config
@@ -26,17 +27,14 @@ from ._helpers import crash, msg, queue_contents, small_config
 SOURCE = "SOURCE"
 
 
-@pytest.fixture(autouse=True, params=["record_by_record", "columnar", "columnar_numpy", "columnar_in_parts"])
+@pytest.fixture(autouse=True, params=["record_by_record", "columnar", "columnar_in_parts"])
 def copy_path(request, monkeypatch):
-    """Every test runs through each way of reading the sources (few copies; many copies, by the
-    compiled scan or, without numba, by numpy), and with the group built and written in parts
-    of about one source each (a large COMMIT)."""
+    """Every test runs through each way of reading the sources (the per-record oracle; the
+    compiled scan), and with the group built and written in parts of about one source each
+    (a large COMMIT)."""
     from txmq.broker.store import message_store, record_copy
 
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 10**9 if request.param == "record_by_record" else 0)
-    if request.param == "columnar_numpy":
-        monkeypatch.setattr(record_copy, "_compiled_scan", lambda: None)
-    monkeypatch.setattr(record_copy, "_ARRAY_SEARCH_MIN", 10**9 if request.param == "record_by_record" else 0)
     if request.param == "columnar_in_parts":
         monkeypatch.setattr(message_store, "COPY_PART_BYTES", 1)
     return request.param

@@ -1,6 +1,8 @@
-"""The compiled scan of copy sources (record_copy_numba) reads, and refuses, what the numpy decoder does."""
+"""The compiled scan of copy sources (record_copy_numba) reads, and refuses, what the per-record copy does."""
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -9,20 +11,16 @@ from hypothesis import strategies as st
 
 from txmq.broker.errors import StoreError
 from txmq.broker.store import Message, MessageStore
-from txmq.broker.store.columnar_read import decode_columns
 from txmq.broker.store.message import PROP_CRC32, SYSFLAG_TRANSACTION_COMMIT
 from txmq.broker.store.record_copy import (
     RecordCopies,
-    _block_batch,
-    _block_of,
     _compiled_scan,
+    _copied_record_by_record,
     _scanned,
     _scanned_batch,
 )
 
 from ._helpers import small_config
-
-pytestmark = pytest.mark.skipif(_compiled_scan() is None, reason="numba is not installed")
 
 SOURCE = "SOURCE"
 DROPPED = "__TXMQ_PREPARED_MS"
@@ -66,9 +64,10 @@ def _as_lists(batch) -> dict:
             "dispatch": dispatch}
 
 
-def _by_numpy(data, at, phys, sizes):
-    cols = decode_columns(data, at, phys, sizes, SOURCE, 0)
-    return _block_batch(_block_of(cols), cols.sys_flag, _copies(phys, sizes))
+def _by_record(data, at, phys, sizes):
+    """The per-record copy (the oracle) over `data` as the log: one read per source."""
+    log = SimpleNamespace(segment_for=lambda offset: None, read=lambda lo, n: data[lo:lo + n].tobytes())
+    return _copied_record_by_record(SimpleNamespace(commitlog=log), _copies(phys, sizes))
 
 
 def _by_scan(data, at, phys, sizes):
@@ -78,9 +77,9 @@ def _by_scan(data, at, phys, sizes):
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=_messages)
-def test_the_scan_reads_every_field_and_dispatch_property_the_numpy_decoder_reads(tmp_path_factory, messages):
+def test_the_scan_reads_every_field_and_dispatch_property_the_per_record_copy_reads(tmp_path_factory, messages):
     data, at, phys, sizes = _stored(tmp_path_factory, messages)
-    assert _as_lists(_by_scan(data, at, phys, sizes)) == _as_lists(_by_numpy(data, at, phys, sizes))
+    assert _as_lists(_by_scan(data, at, phys, sizes)) == _as_lists(_by_record(data, at, phys, sizes))
 
 
 def _structural_bytes(data: np.ndarray, at: int, size: int) -> list[int]:
@@ -94,24 +93,24 @@ def _structural_bytes(data: np.ndarray, at: int, size: int) -> list[int]:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=_messages, which=st.integers(0, 10**6), where=st.integers(0, 10**6), xor=st.integers(1, 255))
-def test_a_source_damaged_anywhere_in_its_framing_is_refused_or_read_as_by_numpy(tmp_path_factory, messages, which,
+def test_a_source_damaged_anywhere_in_its_framing_is_refused_or_read_as_by_record(tmp_path_factory, messages, which,
                                                                                   where, xor):
     data, at, phys, sizes = _stored(tmp_path_factory, messages)
     row = which % len(at)
     positions = _structural_bytes(data, int(at[row]), int(sizes[row]))
     data[positions[where % len(positions)]] ^= xor
     try:
-        by_numpy = _as_lists(_by_numpy(data, at, phys, sizes))
+        by_record = _as_lists(_by_record(data, at, phys, sizes))
     except StoreError:
-        by_numpy = "refused"
+        by_record = "refused"
     try:
         scanned = _by_scan(data, at, phys, sizes)
     except StoreError as exc:
         assert "does not match the CommitLog" in str(exc)
         scanned = "refused"
-    if scanned is None:  # the damage set an IPv6 host bit: the numpy path copies such sources
+    if scanned is None:  # the damage set an IPv6 host bit: the per-record path copies such sources
         return
-    assert (scanned if scanned == "refused" else _as_lists(scanned)) == by_numpy
+    assert (scanned if scanned == "refused" else _as_lists(scanned)) == by_record
 
 
 def test_a_refused_source_is_named_by_its_physical_offset(tmp_path_factory):
@@ -121,7 +120,7 @@ def test_a_refused_source_is_named_by_its_physical_offset(tmp_path_factory):
         _by_scan(data, at, phys, sizes)
 
 
-def test_a_source_with_an_ipv6_host_leaves_the_copy_to_numpy(tmp_path_factory):
+def test_a_source_with_an_ipv6_host_leaves_the_copy_to_the_per_record_path(tmp_path_factory):
     data, at, phys, sizes = _stored(tmp_path_factory, [Message(SOURCE, b"six", born_host=("::1", 1)),
                                                        Message(SOURCE, b"four")])
     assert _by_scan(data, at, phys, sizes) is None
@@ -133,3 +132,13 @@ def test_only_the_dropped_property_leaves_the_strings_that_hold_it(tmp_path_fact
     data, at, phys, sizes = _stored(tmp_path_factory, messages)
     props = _as_lists(_by_scan(data, at, phys, sizes))["props"]
     assert props == [b"k\x011\x02z\x012\x02__CRC32#\x01", b"k\x013\x02__CRC32#\x01", b"__CRC32#\x01"]
+
+
+def test_a_damaged_property_length_is_refused_by_both(tmp_path_factory):
+    data, at, phys, sizes = _stored(tmp_path_factory, [Message(SOURCE, b"x%d" % i, properties={"k": "v"})
+                                                       for i in range(3)])
+    props_at = int(at[1]) + int(sizes[1]) - 20 - 4  # PROPLEN's low byte, before "k\x01v\x02__CRC32#\x01" + 11
+    data[props_at - 1] ^= 0x01
+    for decode in (_by_scan, _by_record):
+        with pytest.raises(StoreError, match=f"physical offset {phys[1]} does not match the CommitLog"):
+            decode(data, at, phys, sizes)

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from txmq.broker.store.consume_queue import ENTRY
+from txmq.broker.store.record_layout import HEADER_V4_SIZE
 from tests.store._helpers import crash, msg, queue_contents
 
 SEG = 16 * 1024
@@ -150,3 +151,44 @@ def test_deleted_queue_files_are_rebuilt_from_the_whole_log(open_store, tmp_path
     assert store.recovery.records_scanned == 50
     assert queue_contents(store) == {("T", 0): [b"%d" % i for i in range(0, 50, 2)],
                                      ("T", 1): [b"%d" % i for i in range(1, 50, 2)]}
+
+
+def test_a_flipped_bit_before_the_checkpoint_is_not_rescanned_but_the_record_crc_finds_it(open_store) -> None:
+    """Recovery trusts the log up to the checkpoint (its time follows the tail, not the log), and
+    reads do not recompute CRCs: a body bit flipped on disk there is kept and read as it is;
+    verifying the record (decode_record(verify=True)) names it."""
+    from txmq.broker.store.record import RecordCorrupted, decode_record
+
+    store = open_store(**NO_CHECKPOINTS)
+    placed = store.append([msg(body=b"body-%d" % i) for i in range(10)])
+    store._write_checkpoint()
+    crash(store)
+    with open(store.commitlog.segments[0].path, "r+b") as f:
+        f.seek(placed[3].physical_offset + HEADER_V4_SIZE + 2)  # the third byte of its body
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x04]))
+    store = open_store()
+    assert store.recovery.records_scanned == 0 and store.max_offset("T", 0) == 10
+    assert store.read_queue("T", 0, 3, 1).messages[0].body == b"bo`y-3"  # the flip, as stored
+    raw = store.commitlog.read(placed[3].physical_offset, placed[3].size)
+    with pytest.raises(RecordCorrupted, match="CRC mismatch"):
+        decode_record(raw, verify=True)
+
+
+def test_a_clock_that_jumps_back_changes_no_offset_and_loses_nothing(open_store, monkeypatch) -> None:
+    """Store times come from the wall clock; queue and physical offsets never do."""
+    from types import SimpleNamespace
+
+    from txmq.broker.store import message_store
+
+    store = open_store(**NO_CHECKPOINTS)
+    for now in (2_000_000_000.0, 1_000_000_000.0, 1_500_000_000.0):
+        monkeypatch.setattr(message_store, "time", SimpleNamespace(time=lambda now=now: now,
+                                                                  monotonic=__import__("time").monotonic))
+        store.append([msg(body=b"%d" % now)])
+    crash(store)
+    store = open_store()
+    read = store.read_queue("T", 0, 0, 10).messages
+    assert [m.queue_offset for m in read] == [0, 1, 2]
+    assert [m.store_timestamp for m in read] == [2_000_000_000_000, 1_000_000_000_000, 1_500_000_000_000]

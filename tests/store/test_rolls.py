@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from txmq.broker.store.record import BLANK_MAGIC_CODE
+from txmq.broker.store.record_layout import BLANK_MAGIC_CODE
 from tests.store._helpers import msg
 
 SEG = 16 * 1024

@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from txmq.broker.errors import QueueReserved
-from txmq.broker.store import message_store
+from txmq.broker.store import message_store, split_group
 from tests.store._helpers import SOURCE, PausedCommit, copies_of_new_sources, crash, msg, queue_contents
 
 NO_CHECKPOINTS = dict(checkpoint_interval_ms=10**8, flush_interval_ms=10**8)
@@ -145,7 +145,7 @@ def test_parts_are_built_one_ahead_of_the_writer_and_in_order() -> None:
             return i
         return run
 
-    for value in message_store._built_one_ahead([build(i) for i in range(5)]):
+    for value in split_group.built_one_ahead([build(i) for i in range(5)]):
         consumed.append(value)
         assert max(started) <= value + 1  # never more than the next part built ahead
     assert consumed == started == list(range(5))
@@ -157,7 +157,7 @@ def test_a_part_that_fails_to_build_fails_the_group_at_that_part() -> None:
 
     seen = []
     with pytest.raises(OSError, match="source unreadable"):
-        for value in message_store._built_one_ahead([lambda: 1, failing, lambda: 3]):
+        for value in split_group.built_one_ahead([lambda: 1, failing, lambda: 3]):
             seen.append(value)
     assert seen == [1]
 
@@ -199,7 +199,7 @@ def test_the_count_of_writers_waiting_for_the_lock_returns_to_zero(open_store) -
         t.start()
     for t in threads:
         t.join(30)
-    assert store._lock_waiters == 0
+    assert store.write_lock.waiters == 0
 
 
 @pytest.mark.parametrize("end_survives", [True, False], ids=["the END survives", "the END is lost"])

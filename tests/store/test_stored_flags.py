@@ -17,7 +17,8 @@ from txmq.broker.store.message import (
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
 )
-from txmq.broker.store.message_store import _queued_mask, _stored_sys_flags
+from txmq.broker.store.message_store import _stored_sys_flags
+from txmq.broker.store.queue_offsets import queued_mask
 
 _flags = st.sampled_from([0, SYSFLAG_TRANSACTION_PREPARED, SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_ROLLBACK,
                           SYSFLAG_TRANSACTION_PREPARED | SYSFLAG_GROUP_MEMBER, SYSFLAG_SPLIT_GROUP | 1])
@@ -31,7 +32,7 @@ _one_kind = st.tuples(_flags, st.sampled_from([HALF_TOPIC, "T"]), st.integers(1,
 def test_the_queued_mask_is_the_rule_applied_to_each_record(records):
     flags, topics = [f for f, _ in records], [t for _, t in records]
     each = [goes_to_queue(f, t) for f, t in records]
-    mask = _queued_mask(flags, topics)
+    mask = queued_mask(flags, topics)
     assert (mask if mask is not None else [True] * len(records)) == each
 
 

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pace-ms", type=float, default=2.0, help="pause between transactions")
     args = ap.parse_args(argv)
     part_bytes = os.environ.get(PART_BYTES_ENV)
-    if part_bytes:  # COMMITs written in parts, as split groups (MessageStore._append_split_group)
+    if part_bytes:  # COMMITs written in parts, as split groups (split_group.SplitGroupWriter)
         message_store.COPY_PART_BYTES = int(part_bytes)
     load_compiled()  # as a broker does at start: large COMMIT parts take the compiled encoder and scan
     load_compiled_scan()

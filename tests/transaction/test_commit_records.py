@@ -59,7 +59,6 @@ def copy_path(request, monkeypatch):
     from txmq.broker.store import record_copy
 
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 10**9 if request.param == "record_by_record" else 0)
-    monkeypatch.setattr(record_copy, "_ARRAY_SEARCH_MIN", 10**9 if request.param == "record_by_record" else 0)
     return request.param
 
 

@@ -31,8 +31,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txmq.broker.errors import StoreError
-from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
-from txmq.broker.store.columnar_read import RecordColumns, as_utf8, byte_rows, gather_binary, values_and_offsets
+from txmq.broker.store.property_names import SYSTEM_PROPERTIES
+from txmq.broker.store.record_columns import RecordColumns, as_utf8, byte_rows, gather_binary, values_and_offsets
 
 SYSTEM_NAMES = sorted(SYSTEM_PROPERTIES)
 SYSTEM_NAME_SET = pa.array(SYSTEM_NAMES, pa.string())

@@ -17,16 +17,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.server.test_pull_columnar import assert_same_pull, open_store
-from txmq.broker.protocol import pull_properties
+from txmq.broker.store import pull_decode_properties as pull_properties
 from txmq.broker.errors import StoreError
 from txmq.broker.server.native_pull import pull_batch
-from txmq.broker.protocol.pull_properties import split_properties
+from txmq.broker.store.pull_decode_properties import split_properties
 from txmq.broker.store import Message
-from txmq.broker.store.columnar_read import read_queue_columns
+from txmq.broker.store.columnar_read import read_queue_bytes
+from txmq.broker.store.record_columns import decode_columns
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY
 
 NAMES = [PROP_UNIQ_KEY, PROP_TAGS, PROP_KEYS, PROP_TRANSACTION_ID, "__TXMQ_SENDER", "color", "ключ", "n"]
 value_char = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02 ")
+
+
+def read_queue_columns(store, topic: str, queue_id: int, offset: int, max_count: int):
+    read = read_queue_bytes(store, topic, queue_id, offset, max_count)
+    return decode_columns(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
 
 
 @st.composite
@@ -52,7 +58,7 @@ def append_and_pull(root: Path, props: list[dict[str, str]]) -> str:
     try:
         store.append([Message("orders", b"b%d" % i, queue_id=0, properties=p) for i, p in enumerate(props)])
         assert_same_pull(store, "orders", 0, 0, len(props), None)
-        return _way(read_queue_columns(store, "orders", 0, 0, len(props)).records)
+        return _way(read_queue_columns(store, "orders", 0, 0, len(props)))
     finally:
         store.close()
 

@@ -1,13 +1,13 @@
-"""The compiled loops of pull_kernel.py (numba, nopython, GIL released, cached on disk).
+"""The compiled loops of pull_decode_kernel.py (numba, nopython, GIL released, cached on disk).
 
-Importing this module imports numba; pull_kernel.py imports it only for pulls
+Importing this module imports numba; pull_decode_kernel.py imports it only for pulls
 large enough to pay for that. Bodies are copied with LLVM's memcpy on addresses
 (store/compiled_primitives.py). The compiled functions work on flat numpy arrays
 only; the tables they read (system property names, the CRC property's name, hex
 digits) are passed in as arguments by `scan_records` and `message_ids_of`, since
 numba does not cache code that holds global arrays. `scan` returns a status
 instead of raising: any record it would have to reject is left to the numpy
-path, which names the problem (pull_kernel.py).
+path, which names the problem (pull_decode_kernel.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from txmq.broker.protocol.pull_kernel import (
+from txmq.broker.store.pull_decode_kernel import (
     _FALLBACK,
     _MORE,
     _OK,
@@ -26,7 +26,7 @@ from txmq.broker.protocol.pull_kernel import (
     UNIQ_KEY,
     USER,
 )
-from txmq.broker.protocol.property_names import SYSTEM_PROPERTIES
+from txmq.broker.store.property_names import SYSTEM_PROPERTIES
 from txmq.broker.store.message import (
     PROP_KEYS,
     PROP_TAGS,
@@ -37,7 +37,23 @@ from txmq.broker.store.message import (
 )
 from txmq.broker.store.compiled_primitives import load_u64, trailing_zeros
 from txmq.broker.store.compiled_primitives import memcpy as _memcpy
-from txmq.broker.store.record import CRC_PREFIX, CRC_SUFFIX_LEN, MAGIC_CODE
+from txmq.broker.store.record_layout import (
+    BORN_TS_AT,
+    BODY_LEN_AT,
+    CRC_PREFIX,
+    CRC_TAIL_LEN,
+    HEADER_V4_SIZE,
+    HOST_V4_SIZE,
+    HOST_V6_EXTRA,
+    MAGIC_AT,
+    MAGIC_CODE,
+    PHYS_AT,
+    QUEUE_ID_AT,
+    QUEUE_OFFSET_AT,
+    STORE_HOST_AT,
+    STORE_TS_AT,
+    SYSFLAG_AT,
+)
 
 _NAME_SEP, _PAIR_SEP, _SPACE = 1, 2, 32
 _THREES = np.uint64(0x0303030303030303)
@@ -147,7 +163,7 @@ def _same_bytes(a, b, length):
 
 @njit(cache=True, nogil=True, inline="always")
 def _kind(data, at, length, names, name_at, first, last, kinds):
-    """What the property name data[at:at+length] is: a kind of pull_kernel.py's. Names are
+    """What the property name data[at:at+length] is: a kind of pull_decode_kernel.py's. Names are
     compared eight bytes a step: the text's name is followed by its value and the CRC
     property, the table by padding."""
     if length == 0:
@@ -222,27 +238,27 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
     status = _OK
     for i in range(n):
         a = at[i]
-        if a < 0 or a + 88 > size_of_data:
+        if a < 0 or a + HEADER_V4_SIZE > size_of_data:
             status = _FALLBACK
             break
         size = _be(data, a, 4)
-        if _be(data, a + 4, 4) != magic or _signed(_be(data, a + 28, 8), 8) != phys[i] or size != sizes[i]:
+        if _be(data, a + MAGIC_AT, 4) != magic or _signed(_be(data, a + PHYS_AT, 8), 8) != phys[i] or size != sizes[i]:
             status = _FALLBACK
             break
         end = a + size
-        flags = _signed(_be(data, a + 36, 4), 4)
-        born_extra = 12 if flags & born_v6 else 0
-        store_extra = 12 if flags & store_v6 else 0
-        len_at = a + 84 + born_extra + store_extra
+        flags = _signed(_be(data, a + SYSFLAG_AT, 4), 4)
+        born_extra = HOST_V6_EXTRA if flags & born_v6 else 0
+        store_extra = HOST_V6_EXTRA if flags & store_v6 else 0
+        len_at = a + BODY_LEN_AT + born_extra + store_extra
         if end > size_of_data or len_at + 4 > end:
             status = _FALLBACK
             break
-        queue_id[i] = _signed(_be(data, a + 12, 4), 4)
-        queue_offset[i] = _signed(_be(data, a + 20, 8), 8)
-        born[i] = _signed(_be(data, a + 40, 8), 8) * 1000
-        stored[i] = _signed(_be(data, a + 56 + born_extra, 8), 8) * 1000
-        host_at[i] = a + 64 + born_extra
-        host_len[i] = 8 + store_extra
+        queue_id[i] = _signed(_be(data, a + QUEUE_ID_AT, 4), 4)
+        queue_offset[i] = _signed(_be(data, a + QUEUE_OFFSET_AT, 8), 8)
+        born[i] = _signed(_be(data, a + BORN_TS_AT, 8), 8) * 1000
+        stored[i] = _signed(_be(data, a + STORE_TS_AT + born_extra, 8), 8) * 1000
+        host_at[i] = a + STORE_HOST_AT + born_extra
+        host_len[i] = HOST_V4_SIZE + store_extra
         blen = _signed(_be(data, len_at, 4), 4)
         tail = len_at + 4 + blen
         if blen < 0 or tail + 3 > end:
@@ -393,7 +409,7 @@ _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).copy()
 
 def scan_records(data, at, phys, sizes, topic, body_offsets, bodies, tokens, pairs):
     """`scan` with the tables and record-layout constants it reads."""
-    return scan(data, at, phys, sizes, topic, *_NAMES, _CRC_NAME, len(CRC_PREFIX) + CRC_SUFFIX_LEN, MAGIC_CODE,
+    return scan(data, at, phys, sizes, topic, *_NAMES, _CRC_NAME, CRC_TAIL_LEN, MAGIC_CODE,
                 SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, body_offsets, bodies, tokens, pairs)
 
 

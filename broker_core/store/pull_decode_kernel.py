@@ -1,12 +1,12 @@
 """Decode a pull's CommitLog records straight into its Arrow batch, in compiled passes.
 
-The numpy path (`columnar_read.decode_columns`, then `pull_columns`) builds a
+The numpy path (`columnar_read.decode_columns`, then `pull_decode`) builds a
 pull batch with a dozen array passes, gathers and Arrow takes per column; on a
 Spark executor reading through local reads that costs more CPU per row than
 Spark spends moving the row into the JVM. This module does the same work in
 numba-compiled loops that look at each record once:
 
-1. `scan` (pull_kernel_numba.py) walks every record: checks its header against
+1. `scan` (pull_decode_numba.py) walks every record: checks its header against
    its queue entry (as decode_columns does), reads the fixed fields, copies the
    body into the body column's buffer, checks the property text is UTF-8 and made
    of `name \x01 value \x02` pairs, and notes where the tag, keys, message id,
@@ -14,17 +14,12 @@ numba-compiled loops that look at each record once:
 2. `gather` copies those ranges back to back into Arrow offsets and value
    buffers; `message_ids` writes UNIQ_KEY or the offset message id.
 
-Anything unusual (a damaged record, a record of another topic, a malformed or
-non-UTF-8 property text, more than 2 GiB of values) makes `pull_batch_compiled`
-return None: the caller takes the numpy path, which raises the precise error or
-handles the rare case. So the compiled path only ever produces a batch equal to
-the numpy path's (tests/server/test_pull_columnar.py checks both against the
-per-record decode), and numba stays optional: without it every pull takes the
-numpy path.
-
-Small pulls take the numpy path too (`COMPILED_MIN_ROWS`): a process that only
-ever pulls a few messages (a broker answering RocketMQ clients, a CLI tail)
-never pays for importing numba or loading the compiled code.
+Every pull takes these loops, whatever its size. Anything unusual (a damaged
+record, a record of another topic, a malformed or non-UTF-8 property text, more
+than 2 GiB of values) makes `pull_batch_compiled` return None: the caller takes
+the numpy path, which raises the precise error or handles the rare case. So the
+compiled path only ever produces a batch equal to the numpy path's
+(tests/server/test_pull_columnar.py checks both against the per-record decode).
 """
 
 from __future__ import annotations
@@ -36,9 +31,7 @@ import pyarrow as pa
 
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
 
-COMPILED_MIN_ROWS = 256  # pulls of fewer records take the numpy path (see the module doc)
-
-# what a property name is to a pull (pull_kernel_numba classifies names into these)
+# what a property name is to a pull (pull_decode_numba classifies names into these)
 USER, TAG, KEYS, UNIQ_KEY, TRANSACTION_ID, SYSTEM = range(6)
 
 # what the compiled scan says
@@ -49,16 +42,11 @@ _MORE = 2  # more KEYS tokens or user properties than the scan was given room fo
 
 @functools.cache
 def _compiled():
-    """The compiled kernels' module, or None without numba (compiled once, cached on disk)."""
-    try:
-        from txmq.broker.protocol import pull_kernel_numba
-    except ImportError:
-        return None
-    return pull_kernel_numba
+    """The compiled kernels' module, imported on the first pull so processes that never pull never
+    import numba (compiled once, cached on disk)."""
+    from txmq.broker.store import pull_decode_numba
 
-
-def compiled_available() -> bool:
-    return _compiled() is not None
+    return pull_decode_numba
 
 
 def pull_batch_compiled(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np.ndarray,
@@ -66,11 +54,7 @@ def pull_batch_compiled(data: np.ndarray, at: np.ndarray, phys: np.ndarray, size
     """The PULL_SCHEMA batch of the records at `at` in `data` (their queue entries' `phys` and
     `sizes`), all of `topic`; None when the numpy path must decide (see the module doc)."""
     n = len(at)
-    if n < COMPILED_MIN_ROWS:
-        return None
     k = _compiled()
-    if k is None:
-        return None
     sizes = sizes.astype(np.int64, copy=False)
     # every column's values lie within the records (message ids too: 56 characters at most, a
     # record is longer), so one check keeps every Arrow offset within int32

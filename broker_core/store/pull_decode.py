@@ -4,7 +4,7 @@ Shared by the broker, which answers a pull with this batch, and the client,
 which builds the very same batch itself when it reads the broker's CommitLog
 files on the broker's host (client/local_read.py). Every column is derived with
 numpy and pyarrow.compute: the property texts are split into pairs for the whole
-batch at once (`pull_properties`) and values are cut out with one Arrow take
+batch at once (`pull_decode_properties`) and values are cut out with one Arrow take
 each, so no Python object and no Arrow string is made per message beyond the
 output columns' own.
 """
@@ -16,16 +16,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
-from txmq.broker.protocol.pull_kernel import pull_batch_compiled
-from txmq.broker.protocol.pull_properties import PropertyPairs, split_properties
-from txmq.broker.store.columnar_read import RecordColumns, decode_columns
+from txmq.broker.store.pull_decode_kernel import pull_batch_compiled
+from txmq.broker.store.pull_decode_properties import PropertyPairs, split_properties
+from txmq.broker.store.record_columns import RecordColumns, decode_columns
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY
 
 
 def decode_pull_batch(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np.ndarray, topic: str,
                       queue_id: int) -> pa.RecordBatch:
     """The PULL_SCHEMA batch of a queue's records at `at` in `data` (CommitLog bytes; `phys`
-    and `sizes` from their queue entries): compiled when it can (pull_kernel.py), else
+    and `sizes` from their queue entries): compiled when it can (pull_decode_kernel.py), else
     decoded column by column here. Raises StoreError when a record disagrees with its entry."""
     batch = pull_batch_compiled(data, at, phys, sizes, topic)
     if batch is not None:

@@ -1,4 +1,4 @@
-"""The compiled pull decode (protocol/pull_kernel.py) takes well-formed records and leaves
+"""The compiled pull decode (store/pull_decode_kernel.py) takes well-formed records and leaves
 everything else to the numpy decode, which names the problem.
 
 Its output is checked against the per-record decode in test_pull_columnar.py (every
@@ -11,20 +11,13 @@ from __future__ import annotations
 import pytest
 
 from txmq.broker.errors import StoreError
-from txmq.broker.protocol import pull_kernel
-from txmq.broker.protocol.pull_kernel import pull_batch_compiled
+from txmq.broker.store.pull_decode_kernel import pull_batch_compiled
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch
 from txmq.broker.store import Message, MessageStore, StoreConfig
 from txmq.broker.store.columnar_read import read_queue_bytes
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY
 
-pytestmark = pytest.mark.skipif(not pull_kernel.compiled_available(), reason="numba is not installed")
 IPV4_HOST = ("127.0.0.1", 10911)
-
-
-@pytest.fixture(autouse=True)
-def compile_every_pull(monkeypatch):
-    monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 1)
 
 
 @pytest.fixture
@@ -131,9 +124,7 @@ def test_a_property_text_that_is_not_utf8_is_left_to_the_numpy_decode_which_name
     assert_left_to_the_numpy_decode(store, "UTF-8")
 
 
-def test_small_pulls_take_the_numpy_decode(open_store, monkeypatch):
-    monkeypatch.setattr(pull_kernel, "COMPILED_MIN_ROWS", 2)
+def test_a_pull_of_one_record_is_decoded_by_the_compiled_pass(open_store):
     store = open_store()
     store.append([Message("orders", b"only one")])
-    assert compiled(store) is None
-    assert pull_batch(store, "orders", 0, 0, 10).batch.column("body").to_pylist() == [b"only one"]
+    assert compiled(store).column("body").to_pylist() == [b"only one"]
