@@ -136,8 +136,11 @@ def java_version() -> str:
 
 def kafka_cluster_id(seed: bytes | None = None) -> str:
     """A KRaft cluster id: 16 bytes, URL-safe base64 without padding (Kafka's Uuid text form)."""
-    raw = seed if seed is not None else uuid.uuid4().bytes
-    return base64.urlsafe_b64encode(raw[:16]).decode().rstrip("=")
+    while True:
+        raw = seed if seed is not None else uuid.uuid4().bytes
+        text = base64.urlsafe_b64encode(raw[:16]).decode().rstrip("=")
+        if seed is not None or not text.startswith("-"):  # kafka-storage would read "-..." as an option
+            return text
 
 
 def kafka_controller_config(node_id: int, port: int, log_dir: Path) -> dict[str, str]:
@@ -243,8 +246,8 @@ class Kafka(_Instance):
         for role, props in configs.items():
             path = self.dir / f"{role}.properties"
             path.write_text(properties_text(props))
-            fmt = subprocess.run([JAVA, "-cp", class_path("kafka"), "kafka.tools.StorageTool", "format", "-t", cluster,
-                                  "-c", str(path), "--ignore-formatted"], capture_output=True, text=True, timeout=120)
+            fmt = subprocess.run([JAVA, "-cp", class_path("kafka"), "kafka.tools.StorageTool", "format",
+                                  f"--cluster-id={cluster}", f"--config={path}", "--ignore-formatted"], capture_output=True, text=True, timeout=120)
             if fmt.returncode != 0:
                 raise PeerUnavailable(f"kafka-storage format ({role}) failed: {(fmt.stdout + fmt.stderr)[-600:]}")
         for role, port in (("controller", self.controller_port), ("broker", self.port)):
@@ -262,11 +265,15 @@ class Kafka(_Instance):
         return f"127.0.0.1:{self.port}"
 
     def create_topic(self, name: str, partitions: int = 4) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
+        kafka_create_topic(self.bootstrap, name, partitions)
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        for _, future in admin.create_topics([NewTopic(name, partitions, 1)]).items():
-            future.result(60)
+
+def kafka_create_topic(bootstrap: str, name: str, partitions: int = 4) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for _, future in admin.create_topics([NewTopic(name, partitions, 1)]).items():
+        future.result(60)
 
 
 @dataclass
@@ -324,13 +331,25 @@ class RocketMQ5(_Instance):
 
     def create_topic(self, name: str, queues: int = 4, message_type: str = "NORMAL") -> None:
         """mqadmin updateTopic: RocketMQ 5 refuses a message whose type differs from its topic's."""
+        self._mqadmin(name, "updateTopic", "-t", name, "-r", str(queues), "-w", str(queues),
+                      "-a", f"+message.type={message_type}")
+
+    def create_group(self, name: str) -> None:
+        """mqadmin updateSubGroup: the proxy sends a consumer no settings for a group it does not know."""
+        self._mqadmin(name, "updateSubGroup", "-g", name)
+
+    def _mqadmin(self, name: str, *args: str) -> None:
         cmd = [JAVA, "-Xms256m", "-Xmx256m", f"-Duser.home={self.dir}", "-cp", class_path("rocketmq"),
-               "org.apache.rocketmq.tools.command.MQAdminStartup", "updateTopic", "-n", self.namesrv,
-               "-c", "DefaultCluster", "-t", name, "-r", str(queues), "-w", str(queues),
-               "-a", f"+message.type={message_type}"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=self.env)
-        if done.returncode != 0 or "success" not in done.stdout.lower():
-            raise PeerUnavailable(f"mqadmin updateTopic {name} failed: {(done.stdout + done.stderr)[-600:]}")
+               "org.apache.rocketmq.tools.command.MQAdminStartup", args[0], "-n", self.namesrv,
+               "-c", "DefaultCluster", *args[1:]]
+        deadline = time.monotonic() + 90
+        while True:  # the broker registers with the name server a few seconds after its port opens
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=self.env)
+            if done.returncode == 0 and "success" in done.stdout.lower():
+                return
+            if time.monotonic() > deadline:
+                raise PeerUnavailable(f"mqadmin {args[0]} {name} failed: {(done.stdout + done.stderr)[-600:]}")
+            time.sleep(2)
 
     def stop(self) -> None:
         # the proxy first (it holds the broker), then the name server
