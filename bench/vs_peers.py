@@ -34,6 +34,7 @@ Prints one JSON line and writes bench/results/vs_peers.json.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -491,7 +492,7 @@ def main() -> None:
     from tests.support.broker_process import BrokerProcess
     from txmq.broker.client import NativeClient
 
-    result: dict = {"quick": args.quick, "body_bytes": len(BODY), "repeat": args.repeat, "errors": {}}
+    result: dict = {"quick": args.quick, "body_bytes": len(BODY), "repeats": args.repeat, "errors": {}}
     kafka_used = rmq_used = None
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "broker", flush="async") as broker:
         client = NativeClient(broker.endpoint, timeout_s=60)
@@ -507,6 +508,8 @@ def main() -> None:
                         best = interleaved_loops(loops, seconds, args.repeat)
                         result["tx100"] = {side: {**fig, "msgs_per_s": round(fig["per_s"] * TX_BATCH)}
                                            for side, fig in best.items()}
+                        loops.clear()
+                        gc.collect()  # the Kafka producer is destroyed now, not after Kafka has stopped
                     if "e2e" in parts:
                         topic = f"e2e-{uuid.uuid4().hex[:6]}"
                         client.create_topic(topic, QUEUES)
