@@ -165,6 +165,7 @@ def txmq_e2e(endpoint: str, topic: str, count: int, warmup: int) -> dict:
                                         producer_group="bench", sender="e2e")
             timer.committing(seq)
             client.end_transaction(prep.transaction_id, "COMMIT")
+            timer.committed(seq)
             timer.wait(seq)
     finally:
         timer.stop.set()
@@ -180,6 +181,7 @@ class _ArrivalTimer:
     def __init__(self) -> None:
         self.started: dict[int, float] = {}
         self.latency: dict[int, float] = {}
+        self.commit_call: dict[int, float] = {}  # how long the commit call itself took
         self.cond = threading.Condition()
         self.stop = threading.Event()
         self.timed_out = 0
@@ -194,6 +196,9 @@ class _ArrivalTimer:
                 self.latency[seq] = now - self.started[seq]
             self.cond.notify_all()
 
+    def committed(self, seq: int) -> None:
+        self.commit_call[seq] = time.perf_counter() - self.started[seq]
+
     def wait(self, seq: int, timeout_s: float = 10) -> None:
         with self.cond:
             if not self.cond.wait_for(lambda: seq in self.latency, timeout=timeout_s):
@@ -202,6 +207,8 @@ class _ArrivalTimer:
     def figures(self, warmup: int) -> dict:
         out = percentiles_ms([v for k, v in self.latency.items() if k >= warmup])
         out["timed_out"] = self.timed_out
+        calls = percentiles_ms([v for k, v in self.commit_call.items() if k >= warmup])
+        out["commit_call_p50_ms"], out["commit_call_p99_ms"] = calls.get("p50_ms"), calls.get("p99_ms")
         return out
 
 
@@ -270,6 +277,7 @@ def kafka_e2e(kafka: Kafka, topic: str, count: int, warmup: int) -> dict:
             producer.flush(10)  # the message is with the broker (like a half) before the commit is timed
             timer.committing(seq)
             producer.commit_transaction(30)
+            timer.committed(seq)
             timer.wait(seq)
     finally:
         timer.stop.set()
@@ -311,7 +319,7 @@ def spark_part(spec: dict) -> dict:
     import pyspark
 
     from spark_common import spark_session
-    from spark_sink import interleaved_best_rates, rows_df
+    from spark_sink import broker_commit_seconds, interleaved_best_rates, rows_df
     from txmq.broker.client import NativeClient
 
     endpoint, bootstrap, repeat = spec["endpoint"], spec["bootstrap"], spec["repeat"]
@@ -329,17 +337,16 @@ def spark_part(spec: dict) -> dict:
     t1 = time.perf_counter()
     kafka_load(bootstrap, topic, read_rows)
     out["load_s"] = {"txmq": round(t1 - t0, 2), "kafka": round(time.perf_counter() - t1, 2)}
-    txmq_df = spark.read.format("txmq").option("broker", endpoint).option("topic", topic).load() \
-        .selectExpr("count(*) AS n", "sum(length(body)) AS bytes")
+    txmq_df = spark.read.format("txmq").option("broker", endpoint).option("topic", topic).load()
     kafka_df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
                 .option("kafka.isolation.level", "read_committed").option("startingOffsets", "earliest")
-                .option("endingOffsets", "latest").load()
-                .selectExpr("count(*) AS n", "sum(length(value)) AS bytes"))
+                .option("endingOffsets", "latest").load().withColumnRenamed("value", "body"))
     expected = (read_rows, read_rows * len(BODY))
 
     def reader(df):
         def run() -> None:
-            row = df.collect()[0]
+            # a new aggregate each run: collecting one Dataset twice reuses its shuffle (no second read)
+            row = df.selectExpr("count(*) AS n", "sum(length(body)) AS bytes").collect()[0]
             assert (row.n, row.bytes) == expected, f"read {row.n} rows, {row.bytes} bytes"
         return run
 
@@ -352,14 +359,20 @@ def spark_part(spec: dict) -> dict:
     kafka_create_topic(bootstrap, wtopic, QUEUES)
     df = rows_df(spark, write_rows)
 
-    def txmq_write() -> None:
+    def txmq_write() -> float:
+        """The write; returns the seconds of it the broker spent in the COMMIT (its RPC metrics)."""
+        before = broker_commit_seconds(client)
         df.write.format("txmq").option("broker", endpoint).option("topic", wtopic).mode("append").save()
+        return broker_commit_seconds(client) - before
 
     def kafka_write() -> None:
         (df.selectExpr("body AS value").write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
          .option("topic", wtopic).option("kafka.enable.idempotence", "true").option("kafka.acks", "all").save())
 
-    rates, _ = interleaved_best_rates({"txmq": txmq_write, "kafka": kafka_write}, write_rows, repeat)
+    rates, returned = interleaved_best_rates({"txmq": txmq_write, "kafka": kafka_write}, write_rows, repeat)
+    # where the txmq write's time goes: the broker's COMMIT against the rest (the executors' halves, Spark)
+    out["write_seconds"] = {"txmq": round(write_rows / rates["txmq"], 2), "kafka": round(write_rows / rates["kafka"], 2),
+                            "txmq_commit": round(returned["txmq"], 2)}
     committed = sum(client.snapshot_offsets([wtopic])[wtopic].values())
     assert committed == write_rows * repeat, f"the txmq sink committed {committed} rows"
     out["write_rows"] = write_rows
@@ -402,10 +415,13 @@ def rocketmq_part(txmq_endpoint: str, txmq_client, rmq: RocketMQ5, seconds: floa
                     elif fig["per_s"] > best.get(side, {}).get("per_s", -1):
                         best[side] = fig
             out[f"{mode}_p{n}"] = best
-    group = f"e2e-{uuid.uuid4().hex[:6]}"
+    # a topic of its own: a new group may start at the earliest offset, behind the loads' messages
+    e2e_topic, group = f"e2e-{uuid.uuid4().hex[:6]}", f"e2e-{uuid.uuid4().hex[:6]}"
+    txmq_client.create_topic(e2e_topic, QUEUES)
+    rmq.create_topic(e2e_topic, QUEUES, "TRANSACTION")
     rmq.create_group(group)
     for side, endpoint in sides.items():
-        out[f"e2e_official_client_{side}"] = rmq_client(endpoint, topics["tx"], "--warmup", "20", "e2e", "--group",
+        out[f"e2e_official_client_{side}"] = rmq_client(endpoint, e2e_topic, "--warmup", "20", "e2e", "--group",
                                                        group, "--count", str(e2e_count))
     return out
 
