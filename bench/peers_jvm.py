@@ -247,13 +247,14 @@ class Kafka(_Instance):
             path = self.dir / f"{role}.properties"
             path.write_text(properties_text(props))
             fmt = subprocess.run([JAVA, "-cp", class_path("kafka"), "kafka.tools.StorageTool", "format",
-                                  f"--cluster-id={cluster}", f"--config={path}", "--ignore-formatted"], capture_output=True, text=True, timeout=120)
+                                  f"--cluster-id={cluster}", f"--config={path}", "--ignore-formatted"],
+                                 capture_output=True, text=True, timeout=120)
             if fmt.returncode != 0:
                 raise PeerUnavailable(f"kafka-storage format ({role}) failed: {(fmt.stdout + fmt.stderr)[-600:]}")
         for role, port in (("controller", self.controller_port), ("broker", self.port)):
             log = self.dir / f"{role}.log"
-            proc = _spawn([JAVA, *KAFKA_JVM, "-cp", class_path("kafka"), "kafka.Kafka", str(self.dir / f"{role}.properties")],
-                          log)
+            proc = _spawn([JAVA, *KAFKA_JVM, "-cp", class_path("kafka"), "kafka.Kafka",
+                           str(self.dir / f"{role}.properties")], log)
             self.procs.append(proc)
             if not wait_for_port(port, 90, proc):
                 tail = _log_tail(log)

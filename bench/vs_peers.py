@@ -74,7 +74,8 @@ PARTS = ("spark", "tx100", "e2e", "rocketmq")
 
 
 def ratio(txmq: float | None, peer: float | None, *, lower_is_better: bool = False) -> float | None:
-    """txmq against its peer, > 1 when txmq is ahead: a throughput over the peer's, or the peer's latency over txmq's."""
+    """txmq against its peer, > 1 when txmq is ahead: a throughput over the peer's, or the peer's latency
+    over txmq's."""
     if not txmq or not peer:
         return None
     return round(peer / txmq if lower_is_better else txmq / peer, 3)
@@ -371,7 +372,8 @@ def spark_part(spec: dict) -> dict:
 
     rates, returned = interleaved_best_rates({"txmq": txmq_write, "kafka": kafka_write}, write_rows, repeat)
     # where the txmq write's time goes: the broker's COMMIT against the rest (the executors' halves, Spark)
-    out["write_seconds"] = {"txmq": round(write_rows / rates["txmq"], 2), "kafka": round(write_rows / rates["kafka"], 2),
+    out["write_seconds"] = {"txmq": round(write_rows / rates["txmq"], 2),
+                            "kafka": round(write_rows / rates["kafka"], 2),
                             "txmq_commit": round(returned["txmq"], 2)}
     committed = sum(client.snapshot_offsets([wtopic])[wtopic].values())
     assert committed == write_rows * repeat, f"the txmq sink committed {committed} rows"
@@ -449,13 +451,14 @@ def settings(kafka: Kafka | None, rmq: RocketMQ5 | None) -> dict:
            "kafka": {"version": versions.get("kafka"), "mode": "KRaft: 1 controller + 1 broker process",
                      "jvm": " ".join(KAFKA_JVM), "durability": "log.flush.* defaults: no fsync per write (page cache)",
                      "producers": "acks=all, enable.idempotence=true (defaults of idempotent/transactional producers)"},
-           "rocketmq": {"version": versions.get("rocketmq"), "mode": "name server + proxy in local mode (broker inside)",
+           "rocketmq": {"version": versions.get("rocketmq"),
+                        "mode": "name server + proxy in local mode (broker inside)",
                         "jvm": {k: " ".join(v) for k, v in ROCKETMQ_HEAP.items()} | {"flags": " ".join(ROCKETMQ_JVM)},
                         "durability": "flushDiskType=ASYNC_FLUSH (default): acked before fsync"}}
     try:
         import confluent_kafka
 
-        out["kafka"]["python_client"] = f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka " \
+        out["kafka"]["python_client"] = f"confluent-kafka {confluent_kafka.__version__} (librdkafka " \
                                         f"{confluent_kafka.libversion()[0]})"
     except ImportError:
         out["kafka"]["python_client"] = "not installed"
@@ -470,7 +473,8 @@ def settings(kafka: Kafka | None, rmq: RocketMQ5 | None) -> dict:
 def compute_ratios(result: dict) -> dict:
     r: dict = {}
     sp = result.get("spark", {})
-    r["spark_read_vs_kafka"] = ratio(sp.get("read_rows_per_s", {}).get("txmq"), sp.get("read_rows_per_s", {}).get("kafka"))
+    r["spark_read_vs_kafka"] = ratio(sp.get("read_rows_per_s", {}).get("txmq"),
+                                     sp.get("read_rows_per_s", {}).get("kafka"))
     r["spark_write_vs_kafka"] = ratio(sp.get("write_rows_per_s", {}).get("txmq"),
                                       sp.get("write_rows_per_s", {}).get("kafka"))
     tx = result.get("tx100", {})
@@ -480,8 +484,8 @@ def compute_ratios(result: dict) -> dict:
         if key.startswith(("send_p", "tx1_p")):
             mode = "rmq_" + key
             r[f"{mode}_vs_rocketmq"] = ratio(fig.get("txmq", {}).get("per_s"), fig.get("rocketmq", {}).get("per_s"))
-            r[f"{mode}_p99_vs_rocketmq"] = ratio(fig.get("txmq", {}).get("p99_ms"), fig.get("rocketmq", {}).get("p99_ms"),
-                                                 lower_is_better=True)
+            r[f"{mode}_p99_vs_rocketmq"] = ratio(fig.get("txmq", {}).get("p99_ms"),
+                                                 fig.get("rocketmq", {}).get("p99_ms"), lower_is_better=True)
     e2e = result.get("e2e", {})
     for peer in ("kafka",):
         for p in ("p50_ms", "p99_ms"):
@@ -520,7 +524,8 @@ def main() -> None:
                         topic = f"tx100-{uuid.uuid4().hex[:6]}"
                         client.create_topic(topic, QUEUES)
                         kafka.create_topic(topic, QUEUES)
-                        loops = {"txmq": txmq_tx100(broker.endpoint, topic), "kafka": kafka_tx100(kafka.bootstrap, topic)}
+                        loops = {"txmq": txmq_tx100(broker.endpoint, topic),
+                                 "kafka": kafka_tx100(kafka.bootstrap, topic)}
                         best = interleaved_loops(loops, seconds, args.repeat)
                         result["tx100"] = {side: {**fig, "msgs_per_s": round(fig["per_s"] * TX_BATCH)}
                                            for side, fig in best.items()}

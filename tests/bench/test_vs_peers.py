@@ -1,4 +1,4 @@
-"""bench/vs_peers.py and bench/peers_jvm.py: the peers' generated configs and the result arithmetic (no peer started)."""
+"""bench/vs_peers.py and bench/peers_jvm.py: the peers' configs and the result arithmetic (no peer started)."""
 
 from __future__ import annotations
 
