@@ -67,7 +67,7 @@ RMQ_CLIENT = BENCH_DIR / "vs_peers_rmq_client.py"
 # Newest pyspark whose Kafka connector (spark-sql-kafka-0-10_2.13) Maven Central serves; 4.3.0's is not there.
 SPARK_FOR_KAFKA = "4.2.0"
 SPARK_VENV_PYTHON = ROOT / ".venv-spark42" / "bin" / "python"
-PARTS = ("spark", "tx100", "e2e", "rocketmq")
+PARTS = ("spark", "tx100", "e2e", "rocketmq")  # "spark_read" / "spark_write": one of the two (e.g. to profile)
 
 
 # ---- pure helpers (tests/bench/test_vs_peers.py) ---------------------------------------------------
@@ -320,7 +320,6 @@ def spark_part(spec: dict) -> dict:
     import pyspark
 
     from spark_common import spark_session
-    from spark_sink import broker_commit_seconds, interleaved_best_rates, rows_df
     from txmq.broker.client import NativeClient
 
     endpoint, bootstrap, repeat = spec["endpoint"], spec["bootstrap"], spec["repeat"]
@@ -330,6 +329,19 @@ def spark_part(spec: dict) -> dict:
     client = NativeClient(endpoint, timeout_s=60)
     out: dict = {"pyspark": pyspark.__version__, "kafka_connector": package}
 
+    if read_rows:
+        out.update(spark_read(spark, client, endpoint, bootstrap, read_rows, repeat))
+    if write_rows:
+        out.update(spark_write(spark, client, endpoint, bootstrap, write_rows, repeat))
+    client.close()
+    spark.stop()
+    return out
+
+
+def spark_read(spark, client, endpoint: str, bootstrap: str, read_rows: int, repeat: int) -> dict:
+    from spark_sink import interleaved_best_rates
+
+    out: dict = {}
     topic = f"read-{uuid.uuid4().hex[:6]}"
     client.create_topic(topic, QUEUES)
     kafka_create_topic(bootstrap, topic, QUEUES)
@@ -354,7 +366,13 @@ def spark_part(spec: dict) -> dict:
     rates, _ = interleaved_best_rates({"txmq": reader(txmq_df), "kafka": reader(kafka_df)}, read_rows, repeat)
     out["read_rows"] = read_rows
     out["read_rows_per_s"] = {k: round(v) for k, v in rates.items()}
+    return out
 
+
+def spark_write(spark, client, endpoint: str, bootstrap: str, write_rows: int, repeat: int) -> dict:
+    from spark_sink import broker_commit_seconds, interleaved_best_rates, rows_df
+
+    out: dict = {}
     wtopic = f"write-{uuid.uuid4().hex[:6]}"
     client.create_topic(wtopic, QUEUES)
     kafka_create_topic(bootstrap, wtopic, QUEUES)
@@ -379,8 +397,6 @@ def spark_part(spec: dict) -> dict:
     assert committed == write_rows * repeat, f"the txmq sink committed {committed} rows"
     out["write_rows"] = write_rows
     out["write_rows_per_s"] = {k: round(v) for k, v in rates.items()}
-    client.close()
-    spark.stop()
     return out
 
 
@@ -516,7 +532,7 @@ def main() -> None:
     kafka_used = rmq_used = None
     with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "broker", flush="async") as broker:
         client = NativeClient(broker.endpoint, timeout_s=60)
-        if parts & {"spark", "tx100", "e2e"}:
+        if parts & {"spark", "spark_read", "spark_write", "tx100", "e2e"}:
             try:
                 with Kafka() as kafka:
                     kafka_used = kafka
@@ -537,8 +553,11 @@ def main() -> None:
                         kafka.create_topic(topic, QUEUES)
                         result["e2e"] = {"txmq": txmq_e2e(broker.endpoint, topic, e2e_count, 20),
                                          "kafka": kafka_e2e(kafka, topic, e2e_count, 20)}
-                    if "spark" in parts:
-                        result["spark"] = run_spark_part(broker.endpoint, kafka.bootstrap, rows, rows // 2, args.repeat)
+                    if parts & {"spark", "spark_read", "spark_write"}:
+                        read_rows = rows if parts & {"spark", "spark_read"} else 0
+                        write_rows = rows // 2 if parts & {"spark", "spark_write"} else 0
+                        result["spark"] = run_spark_part(broker.endpoint, kafka.bootstrap, read_rows, write_rows,
+                                                         args.repeat)
             except PeerUnavailable as exc:
                 result["errors"]["kafka"] = str(exc)
         if "rocketmq" in parts:
