@@ -229,8 +229,20 @@ def _log_tail(path: Path, chars: int = 600) -> str:
         return ""
 
 
+class _JvmInstance(_Instance):
+    """An instance that cleans up after a failed start too (`with` calls no __exit__ when __enter__ raises)."""
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+
 @dataclass
-class Kafka(_Instance):
+class Kafka(_JvmInstance):
     """A KRaft Kafka: one controller process and one broker process (kafka.Kafka), own dirs and ports."""
 
     name = "kafka"
@@ -278,7 +290,7 @@ def kafka_create_topic(bootstrap: str, name: str, partitions: int = 4) -> None:
 
 
 @dataclass
-class RocketMQ5(_Instance):
+class RocketMQ5(_JvmInstance):
     """Apache RocketMQ 5: a name server and a proxy in local mode (the broker runs inside it)."""
 
     name = "rocketmq"

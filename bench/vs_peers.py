@@ -572,6 +572,7 @@ def main() -> None:
     result["peers"] = settings(kafka_used, rmq_used)
     result["ratios"] = compute_ratios(result)
     result["goals"] = goals(result)
+    result["target"] = {name: g["goal"] for name, g in result["goals"].items()}  # the report's target column
     emit("vs_peers", result)
 
 

@@ -92,3 +92,20 @@ def test_the_pom_lists_both_profiles():
 
 def test_a_random_kafka_cluster_id_never_starts_with_a_dash():
     assert not any(peers_jvm.kafka_cluster_id().startswith("-") for _ in range(500))
+
+
+def test_a_peer_whose_start_fails_leaves_no_temporary_dir():
+    class Broken(peers_jvm._JvmInstance):
+        name = "broken"
+
+        def start(self) -> None:
+            (self.dir / "half-written.properties").write_text("x=1\n")
+            raise peers_jvm.PeerUnavailable("no")
+
+    broken = Broken()
+    try:
+        with broken:
+            raise AssertionError("start() should have failed")
+    except peers_jvm.PeerUnavailable:
+        pass
+    assert not broken.dir.exists()
