@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-slow torture interop-venv proto demo bench bench-quick clean
+.PHONY: venv test test-slow torture interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -31,6 +31,24 @@ $(RMQ_STAMP):
 	$(RMQ_VENV)/bin/python -m pip install -q 'rocketmq-python-client==5.1.2'
 	touch $(RMQ_STAMP)
 
+# Spark's Kafka connector (spark-sql-kafka-0-10_2.13) must match pyspark's version, and Maven Central
+# has none for 4.3.0: bench/vs_peers.py runs both sides of its Spark comparisons on pyspark 4.2.0 here.
+SPARK_KAFKA_VENV := .venv-spark42
+SPARK_KAFKA_STAMP := $(SPARK_KAFKA_VENV)/.installed
+
+spark-kafka-venv: $(SPARK_KAFKA_STAMP)
+
+$(SPARK_KAFKA_STAMP): pyproject.toml
+	test -x $(SPARK_KAFKA_VENV)/bin/python || $(PY) -m venv $(SPARK_KAFKA_VENV)
+	$(SPARK_KAFKA_VENV)/bin/python -m pip install -q --upgrade pip
+	$(SPARK_KAFKA_VENV)/bin/python -m pip install -q -e '.[bench]' 'pyspark==4.2.0' 'pandas>=2.0,<3'
+	$(SPARK_KAFKA_VENV)/bin/python -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'txmq_spark_autoregister.pth').write_text('$(abspath connector/autoregister)\\n')"
+	touch $(SPARK_KAFKA_STAMP)
+
+# Kafka and RocketMQ 5 jars from Maven Central into bench/peers/cache/ (bench/peers/pom.xml).
+peers-jars: venv
+	$(VPY) bench/peers_jvm.py --fetch
+
 test: venv interop-venv
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
@@ -46,11 +64,16 @@ proto: venv
 demo: venv
 	$(VPY) examples/orders_points/run_demo.py $(DEMO_ARGS)
 
-bench: venv
+bench: venv interop-venv spark-kafka-venv peers-jars
 	$(VPY) bench/run_all.py
 
-bench-quick: venv
+bench-quick: venv interop-venv spark-kafka-venv peers-jars
 	$(VPY) bench/run_all.py --quick
 
+# txmq against Kafka 4 and RocketMQ 5 alone (issue #26); PEERS_ARGS=--quick for a small run.
+PEERS_ARGS ?=
+bench-peers: venv interop-venv spark-kafka-venv peers-jars
+	$(VPY) bench/vs_peers.py $(PEERS_ARGS)
+
 clean:
-	rm -rf $(VENV) $(RMQ_VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(RMQ_VENV) $(SPARK_KAFKA_VENV) build *.egg-info .pytest_cache

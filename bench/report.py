@@ -28,8 +28,8 @@ SUMMARY = BENCH / "results" / "summary.json"
 
 # Report order (summary.json is written with sorted keys): storage up to Spark, as run_all runs them.
 ORDER = ("store", "tx", "grpc_server_models", "rocketmq_send", "broker", "pull_columnar", "flight_pull", "scaling",
-         "spark_source", "spark_sink")
-PEER_WORDS = ("rabbitmq", "redis")
+         "spark_source", "spark_sink", "vs_peers")
+PEER_WORDS = ("rabbitmq", "redis", "kafka", "vs_rocketmq")
 LIMIT_WORDS = ("raw", "bare", "ceiling", "limit", "pread", "fsync_loop", "ideal", "pyarrow", "spark",
                "vs_plain", "target", "direct", "file", "memory", "parquet")
 SCALING_WORDS = ("_vs_1", "vs_smallest", "aio_vs_sync", "per_tx_")
@@ -37,7 +37,7 @@ SCALING_WORDS = ("_vs_1", "vs_smallest", "aio_vs_sync", "per_tx_")
 KEY_RATIOS = ("broker:a_tx100_msgs_vs", "broker:b_tx1_p1_tps_vs", "broker:b_tx1_p8_tps_vs", "store:append_vs_raw_loop",
               "store:read_vs_raw", "store:recovery_largest", "tx:tx_cost_vs_plain_append", "rocketmq_send:send_vs",
               "rocketmq_send:transaction_vs", "spark_source:", "spark_sink:", "scaling:producers_8_vs_1",
-              "scaling:pull_4q", "scaling:checkback_per_tx", "pull_columnar:", "flight_pull:")
+              "scaling:pull_4q", "scaling:checkback_per_tx", "pull_columnar:", "flight_pull:", "vs_peers:")
 
 
 @dataclass(frozen=True)
@@ -367,6 +367,8 @@ def ratio_targets(r: Results, bench: str) -> dict[str, str]:
 def better(name: str) -> str:
     """↑ when a larger ratio is better for txmq (throughput), ↓ when smaller is (cost, time)."""
     low = name.lower()
+    if low.endswith(("_vs_kafka", "_vs_rocketmq")):  # bench/vs_peers.py: > 1 is txmq ahead, latencies too
+        return "↑"
     return "↓" if any(w in low for w in ("cost", "per_tx", "recovery", "latency", "p99", "p50", "_s_")) else "↑"
 
 
@@ -390,6 +392,31 @@ def ratio_rows(r: Results, key_only: bool = False) -> list[str]:
             rows.append(f"| {bench} | `{name}` | {ratio_kind(name)} | {stat.text()} | {better(name)} "
                         f"| {goals.get(name, '')} | {runs} |")
     return rows
+
+
+def peers_section(r: Results) -> list[str]:
+    """The JVM peers' versions and settings and the issue's goals, as the last vs_peers run recorded them."""
+    runs = r.benches.get("vs_peers", {}).get("runs", [])
+    if not runs:
+        return [f"Not run ({r.status('vs_peers')})."]
+    last = runs[-1]
+    out = ["| goal | txmq / peer, this run | goal | met |", "|---|---|---|---|"]
+    for name, g in (last.get("goals") or {}).items():
+        measured = "—" if g.get("measured") is None else g["measured"]
+        out.append(f"| `{name}` | {measured} | ≥ {g.get('goal')} | {'yes' if g.get('met') else '**no**'} |")
+    peers = last.get("peers", {})
+    out += ["", f"Java: {peers.get('java', '?')}; pyspark of the Spark comparisons: "
+            f"{(last.get('spark') or {}).get('pyspark', '—')}.", ""]
+    for name in ("txmq", "kafka", "rocketmq"):
+        conf = peers.get(name) or {}
+        flat = {k: v for k, v in conf.items() if not isinstance(v, dict)}
+        out.append(f"- **{name}**: " + "; ".join(f"{k}: {v}" for k, v in flat.items()))
+        for k, v in conf.items():
+            if isinstance(v, dict):
+                out.append(f"  - {k}: " + ", ".join(f"`{kk}={vv}`" for kk, vv in v.items()))
+    if last.get("errors"):
+        out += ["", "Errors: " + "; ".join(f"{k}: {_cell(v)}" for k, v in last["errors"].items())]
+    return out
 
 
 def _cell(text: str) -> str:
@@ -601,7 +628,8 @@ def header(summary: dict) -> list[str]:
     m, v, peers = summary.get("machine", {}), summary.get("versions", {}), summary.get("peers", {})
     mode = "quick (`make bench-quick`)" if summary.get("quick") else "full (`make bench`)"
     vers = ", ".join(f"{k} {v[k]}" for k in ("python", "grpcio", "protobuf", "pyarrow", "pyspark", "rabbitmq",
-                                             "redis-server", "pika", "redis", "java") if k in v)
+                                             "redis-server", "pika", "redis", "apache-kafka", "apache-rocketmq",
+                                             "confluent-kafka", "java") if k in v)
     return [
         "# txmq benchmark report",
         "",
@@ -635,7 +663,7 @@ def bench_status(r: Results) -> list[str]:
                    f"{len(e.get('runs', []))} | {secs} |")
     out += ["", "Runs beyond the first are added, cheapest benchmark first, while the time budget lasts "
             f"({summary_budget(r)}); the first run of each is also the profiled one. To keep `make bench` under "
-            "20 minutes on 2 cores, the store, tx, broker and Spark scripts run at their `--quick` sizes; run a "
+            "20 minutes on 2 cores (plus `bench/vs_peers.py`'s own share, which runs at full size once), the store, tx, broker and Spark scripts run at their `--quick` sizes; run a "
             "script directly for its full-size figures (e.g. the store's 4 GiB recovery, Spark's 2M rows)."]
     return out
 
@@ -672,6 +700,7 @@ def write_report(summary: dict) -> str:
                         ("scaling", "Scaling: producers, queues, pending transactions")):
         if plots.get(name):
             lines += [f"### {title}", "", f"![{title}]({plots[name]})", ""]
+    lines += ["## Kafka and RocketMQ 5 (bench/vs_peers.py)", ""] + peers_section(r) + [""]
     lines += ["## Where cost grows faster than the work", ""] + growth_section(r) + [""]
     lines += ["## Hot paths (profile)", ""] + profile_section(summary) + [""]
     lines += ["## All figures", ""] + figure_tables(r)

@@ -20,8 +20,10 @@ runner kills whatever is left in its process group.
 
 Budget (2-core machine): every benchmark runs once (that run sampled by py-spy
 for the hot-path table), then further rounds, cheapest benchmark first, while
-the 18-minute budget allows, so `make bench` ends within 20 minutes; --quick
-runs each benchmark once (a few minutes, dominated by Spark start-up).
+the 18-minute budget allows, so `make bench` ends within 20 minutes, plus
+PEERS_BUDGET_S for bench/vs_peers.py (Kafka and RocketMQ 5 at the issue's full
+sizes, once); --quick runs each benchmark once (a few minutes, dominated by
+Spark start-up).
 """
 
 from __future__ import annotations
@@ -100,11 +102,18 @@ BENCHMARKS: tuple[Benchmark, ...] = (
               what="Spark source rows/s vs its ceilings"),
     Benchmark("spark_sink", full_args=(*QUICK, "--repeat", "2"), full_runs=2, timeout_s=900, rerun_rank=2,
               what="Spark sink rows/s vs its ceilings"),
+    # Issue #26's figures are defined at 2M read / 1M written rows, so this one runs at full size, once
+    # (it takes the best of its own rounds), with its own share of the budget (PEERS_BUDGET_S).
+    Benchmark("vs_peers", full_args=(), full_runs=1, self_repeating=True, timeout_s=2400, rerun_rank=3,
+              what="txmq vs Kafka 4 (KRaft) and Apache RocketMQ 5: Spark read/write, transactions, latency"),
 )
+# What bench/vs_peers.py adds to a full run (peers' start-up, 2M-row loads into both brokers, Spark).
+PEERS_BUDGET_S = 15 * 60
 
 
 # bench/*.py that are not benchmarks (the runner's own modules and shared helpers).
-NOT_BENCHMARKS = {"run_all", "report", "peers", "profile_hot_paths", "spark_common", "__init__"}
+NOT_BENCHMARKS = {"run_all", "report", "peers", "profile_hot_paths", "spark_common", "__init__", "peers_jvm",
+                  "vs_peers_rmq_client"}
 
 
 def discovered_benchmarks() -> list[Benchmark]:
@@ -262,6 +271,14 @@ def versions() -> dict:
     peers = peer_versions()
     out["rabbitmq"] = peers.get("rabbitmq-server", "not installed")
     out["redis-server"] = peers.get("redis-server", "not installed")
+    from bench.peers_jvm import pom_versions
+
+    for name, version in pom_versions().items():  # the JVM peers of bench/vs_peers.py, as the pom pins them
+        out[f"apache-{name}"] = version
+    try:
+        out["confluent-kafka"] = metadata.version("confluent-kafka")
+    except metadata.PackageNotFoundError:
+        out["confluent-kafka"] = "not installed"
     try:
         java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
         out["java"] = (java.stderr or java.stdout).splitlines()[0] if (java.stderr or java.stdout) else "?"
@@ -426,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["benchmarks"] = {name: st.entry() for name, st in states.items()}
         _write_summary(summary)
 
-    budget = args.budget if args.budget is not None else (None if args.quick else FULL_BUDGET_S)
+    default_budget = FULL_BUDGET_S + (PEERS_BUDGET_S if any(b.name == "vs_peers" for b in chosen) else 0)
+    budget = args.budget if args.budget is not None else (None if args.quick else default_budget)
     summary["budget_s"] = budget
     states = run_plan(chosen, quick=args.quick, max_runs=args.runs, budget_s=budget, started=started, env=env,
                       log=log, profiler=profiler, on_progress=progress)

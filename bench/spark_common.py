@@ -15,15 +15,20 @@ from tests.support.broker_process import BrokerProcess  # noqa: E402
 from tests.support.spark_env import expose_autoregister_module  # noqa: E402
 
 
-def spark_session():
-    """local[2] with our Python; `pyspark_txmq` made visible even in an editable install."""
+def spark_session(conf: dict[str, str] | None = None):
+    """local[2] with our Python; `pyspark_txmq` made visible even in an editable install.
+
+    `conf` adds settings a benchmark needs at start-up (e.g. spark.jars.packages)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     expose_autoregister_module()
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("txmq-bench")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
-             .config("spark.driver.memory", "4g").getOrCreate())
+    builder = (SparkSession.builder.master("local[2]").appName("txmq-bench")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.ui.enabled", "false")
+               .config("spark.driver.memory", "4g"))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
