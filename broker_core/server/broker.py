@@ -48,6 +48,8 @@ from txmq.broker.server.auth import Authenticator, AuthInterceptor
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
 from txmq.broker.server.metrics import ServerMetrics
+from txmq.broker.server.metrics_http import MetricsServer, start_metrics_server
+from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.server.short_calls import short_call_pool
 from txmq.broker.store.record_block import load_compiled
 from txmq.broker.store.record_copy import load_compiled_scan
@@ -103,6 +105,8 @@ class BrokerCore:
             self.router = CheckbackRouter()
             self.checkback = CheckbackService(self.engine, self.router, self.tx_config)
             self.metrics = ServerMetrics()
+            self.rpc_metrics = RpcMetrics()
+            self.advertised: tuple[str, int] | None = None  # set by Broker.start once it listens
             self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
                          else Authenticator.disabled())
             self.pop = PopService(self)
@@ -122,14 +126,14 @@ class BrokerCore:
         """
         info = _get_topic(self.store, topic)
         if info is not None:
-            return int(getattr(info, "queue_count", self.config.default_queue_count))
+            return info.queue_count
         if not (self.config.auto_create_topics if create is None else create):
             raise TopicNotFound(f"topic {topic!r} does not exist and auto-creation is off")
         with self._topic_lock:
             info = _get_topic(self.store, topic)
             if info is None:
                 info = self.store.topics.create(topic, self.config.default_queue_count)
-        return int(getattr(info, "queue_count", self.config.default_queue_count))
+        return info.queue_count
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -144,9 +148,7 @@ class BrokerCore:
         if self._closed:
             return
         self._closed = True
-        for stop in (self.checkback.stop, self.pop.stop, getattr(self.engine, "close", None)):
-            if stop is None:
-                continue
+        for stop in (self.checkback.stop, self.pop.stop, self.engine.close):
             try:
                 stop()
             except Exception:  # keep closing: the store must still be closed cleanly
@@ -170,7 +172,7 @@ class Broker:
         self.core = core or BrokerCore(config)
         self.server: grpc.Server | None = None
         self.host, self.port = config.listen_host_port
-        self._metrics_server: Any = None
+        self._metrics_server: MetricsServer | None = None
         self._short_calls: futures.ThreadPoolExecutor | None = None
         self.flight: Any = None  # the TxmqFlightServer once started
         self.native: Any = None  # the NativeService both servers adapt
@@ -214,7 +216,7 @@ class Broker:
             self.port = self.server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot listen on {address}")
-        self.core.advertised = (self._advertised_host(), self.port)  # type: ignore[attr-defined]
+        self.core.advertised = (self._advertised_host(), self.port)
         flight_host, flight_port = cfg.flight_host_port
         self.flight = TxmqFlightServer(native, flight_host, flight_port, authenticator=self.core.auth,
                                        tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
@@ -252,26 +254,17 @@ class Broker:
             self._short_calls.shutdown(wait=True, cancel_futures=True)
             self._short_calls = None
         if self._metrics_server is not None:
-            for name in ("shutdown", "close", "stop"):
-                fn = getattr(self._metrics_server, name, None)
-                if fn:
-                    try:
-                        fn()
-                    except Exception:
-                        log.exception("metrics server stop failed")
-                    break
+            try:
+                self._metrics_server.shutdown()
+            except Exception:  # the store must still be closed cleanly
+                log.exception("metrics server stop failed")
         self.core.close()
 
 
-def _start_metrics(core: BrokerCore, listen: str):
-    """Start the Prometheus endpoint: `metrics_http.start_metrics_server(core, host, port)`."""
-    try:
-        from txmq.broker.server import metrics_http
-    except ImportError:
-        log.warning("--metrics-listen given but txmq.broker.server.metrics_http is not available")
-        return None
+def _start_metrics(core: BrokerCore, listen: str) -> MetricsServer:
+    """Start the Prometheus endpoint for --metrics-listen."""
     host, port = parse_host_port(listen)
-    return metrics_http.start_metrics_server(core, host, port)
+    return start_metrics_server(core, host, port)
 
 
 # --- process entry ------------------------------------------------------------
