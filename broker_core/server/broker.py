@@ -318,7 +318,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("page_cache_keep_bytes", "page_cache_keep_bytes"),
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("flight_listen", "flight_listen"),
                       ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads")):
-        value = getattr(args, flag)
+        value = getattr(args, flag)  # a table of flags: a lookup by name
         if value is not None:
             overrides[key] = value
     if args.transaction_timeout is not None:
@@ -335,7 +335,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 def run_broker(argv: list[str] | None = None) -> int:
     """Process entry: serve until SIGTERM/SIGINT, then stop cleanly. Returns the exit code."""
     args = build_arg_parser().parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+    logging.basicConfig(level=logging.getLevelNamesMapping().get(str(args.log_level).upper(), logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(args)
