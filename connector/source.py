@@ -84,9 +84,8 @@ def _freeze_heap_once() -> None:
     """Move everything alive now out of the cyclic collector's way, once per worker process.
 
     pyspark's worker daemon runs a full `gc.collect()` after every task. A worker that has
-    decoded a pull holds numba and its compiled code: ~160k objects, 44-52 ms a collection
-    (against ~6 ms without them), a third of a reading worker's CPU in the Spark benchmark
-    (py-spy). Frozen (gc.freeze), they are skipped by every later collection; they are the
+    decoded a pull holds numba and its compiled code, which every such collection walks
+    (figures: docs/benchmarks.md). Frozen (gc.freeze), they are skipped by every later collection; they are the
     process's modules and code, alive to its end anyway. Reference counting frees objects as
     before; what the cyclic collector alone would have freed among the first task's objects
     alive at that moment (its first batch, the pull in flight) stays: once per process.
@@ -254,11 +253,13 @@ class _Planner:
                 break
             # Move each queue's end back to its first message of a torn transaction. Some
             # queue holds one inside the cut, so the cut shrinks every round: this ends.
+            before = off.total(end)
             for (t, q), ids in tx_ids.items():
                 cut = end[t][q] - low[t][q]
                 first_torn = next((i for i, tx in enumerate(ids[:cut]) if tx in torn), None)
                 if first_torn is not None:
                     end[t][q] = low[t][q] + first_torn
+            assert off.total(end) < before, "a round that moves no end would never finish"
         if off.total(end) > off.total(base):
             return end
         return high

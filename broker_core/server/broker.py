@@ -10,22 +10,11 @@ users configure one address). `run_broker(argv)` is what
 `txmq broker ready on HOST:PORT` once serving and stops cleanly on SIGTERM or
 SIGINT, closing the store so no abort marker is left.
 
-Why a thread-pool server (not grpc.aio): the store and the engine are
-blocking code; in the aio server every call would hop to an executor anyway,
-and measured here (bench/grpc_server_models.py, server CPU per echo call from
-/proc) the aio server spends 1.05-1.6x the sync server's CPU per call and
-answers one sequential client at 0.83x its rate. Long polls and telemetry
-streams each hold a worker, hence the large default pool (`max_workers`); the
-RocketMQ protocol's unary calls run on a pool of two threads of their own
-(short_calls.py), which keeps many concurrent producers from handing the GIL
-around. Both services are registered method handlers, so the C core matches a
-call's method path; `grpc.optimization_target`, `sys.setswitchinterval` and a
-GC threshold/freeze were measured too and made no difference beyond this
-shared machine's noise. Measured again after the engine learnt to pause
-the collector around prepare/COMMIT (transaction/gc_pause.py): the cyclic GC
-is ~1.6% of the broker's CPU in bench/broker.py's figure (a), columnar pulls
-trigger no collection at all, and gc.freeze() after recovery with a gen0
-threshold of 10 000 gave no gain over the noise in either benchmark.
+A thread-pool server, not grpc.aio, because the store and the engine are blocking code that
+every aio call would hand to an executor anyway (figures: docs/benchmarks.md). Long polls and
+telemetry streams each hold a worker, hence the large default pool (`max_workers`); the RocketMQ
+protocol's unary calls run on a small pool of their own (short_calls.py). Both services are
+registered method handlers, so the C core matches a call's method path.
 """
 
 from __future__ import annotations
@@ -60,9 +49,8 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 def _load_lazy_code() -> None:
-    """Load what a COMMIT's parts need and Python loads on first use: the compiled record encoder
-    and source scan (numba, ~0.3 s) and pyarrow.compute (the columnar reads' take; it imports
-    pandas, ~0.2 s)."""
+    """Load, off the first large COMMIT's path, what Python loads on first use: the compiled record
+    encoder and source scan (numba) and pyarrow.compute (the columnar reads' take; it imports pandas)."""
     import pyarrow.compute  # noqa: F401
 
     load_compiled()

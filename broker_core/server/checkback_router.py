@@ -104,7 +104,9 @@ class CheckbackRouter:
         by_sender = [s for s in live if s.client_id in senders]
         by_group = [s for s in live if group and s.producer_group == group and s not in by_sender]
         by_topic = [s for s in live if s not in by_sender and s not in by_group and s.topics & topics]
-        return by_sender + by_group + by_topic
+        found = by_sender + by_group + by_topic
+        assert not group or all(s.producer_group == group for s in found), "producer groups isolate"
+        return found
 
     def request_check(self, tx: TransactionInfo, half: StoredMessage | Message) -> bool:
         """Push one check to the best live session; False when nobody could take it."""

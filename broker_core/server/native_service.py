@@ -552,9 +552,9 @@ def _client_id(context) -> str:
 
 def _slices(topics: list[str], queue_ids: list[int], queue_offsets: list[int]) -> list[pb.QueueSlice]:
     """Where a send's messages landed, per queue, from the append's columns (not its
-    AppendResults: building those, offset message ids included, costs ~1 µs a row that a send
-    not asking for ids never reads). One append gives each queue consecutive offsets, so a
+    AppendResults, whose offset message ids a send not asking for ids never reads). One append gives each queue consecutive offsets, so a
     queue's first is its last minus its count plus one."""
+    assert len(topics) == len(queue_ids) == len(queue_offsets), "zip would drop a send's last messages"
     keys = list(zip(topics, queue_ids))
     counts = Counter(keys)
     last = dict(zip(keys, queue_offsets))

@@ -419,6 +419,8 @@ class TransactionEngine:
             phys = [r.physical_offset for r in results]
             sizes = [r.size for r in results]
         n = len(topics)
+        # one result per half (the physical offsets may end with the batch's end): a short column would misfile halves
+        assert len(queue_offsets) == len(sizes) == n <= len(phys) and len(queue_ids) == n, (n, len(sizes))
         with tx.cond:
             first = not tx.halves
             tx.halves.add(phys[:n], sizes, queue_offsets, topics, queue_ids, sender)
