@@ -28,7 +28,7 @@ import threading
 import time
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -42,6 +42,10 @@ from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.server.short_calls import short_call_pool
 from txmq.broker.store.record_block import load_compiled
 from txmq.broker.store.record_copy import load_compiled_scan
+
+if TYPE_CHECKING:  # the store loads when a BrokerCore is made
+    from txmq.broker.store.message_store import MessageStore
+    from txmq.broker.store.metadata import TopicConfig
 
 log = logging.getLogger("txmq.broker")
 
@@ -144,8 +148,8 @@ class BrokerCore:
         self.store.close()
 
 
-def _get_topic(store: Any, topic: str):
-    """The store's topic record or None (tolerates both a None-returning and a raising `get`)."""
+def _get_topic(store: MessageStore, topic: str) -> TopicConfig | None:
+    """The store's topic record, or None when it does not exist."""
     try:
         return store.topics.get(topic)
     except TopicNotFound:

@@ -14,9 +14,10 @@ import logging
 import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from txmq.broker.server.core_seam import ServiceCore
+if TYPE_CHECKING:  # the services' view of the core; nothing of it is needed to render
+    from txmq.broker.server.core_seam import ServiceCore
 
 log = logging.getLogger(__name__)
 
