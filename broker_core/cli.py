@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
 import json
 import os
 import sys
@@ -56,10 +57,8 @@ def _json_default(value: Any) -> Any:
         return _body_text(value)
     if isinstance(value, datetime):
         return value.isoformat()
-    if hasattr(value, "__dataclass_fields__"):
-        from dataclasses import asdict
-
-        return asdict(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
     return str(value)
 
 
@@ -425,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_broker(argv[2:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    # the common options are SUPPRESSed so they work before or after the command: absent when given at neither
     args.broker = getattr(args, "broker", None) or os.environ.get("TXMQ_BROKER") or DEFAULT_BROKER
     args.json = getattr(args, "json", False)
     args.timeout = getattr(args, "timeout", None) or 10.0

@@ -34,7 +34,10 @@ import pyarrow as pa
 
 from txmq.broker.errors import TransactionConflict, UnknownTransaction
 
+from txmq.broker.client.types import CheckRequest
+
 from . import transactions as txn
+from .client_seam import CheckbackHandle, ConnectorClient
 from .faults import crash_point
 from .options import SinkOptions
 from .schema import validate_sink_schema
@@ -74,15 +77,15 @@ class TransactionalBatch:
         self.manifest_dir = _local_path(checkpoint_location) / "txmq-foreach-batch"
         self.nonce = txn.run_nonce()
         self._checkback_wanted = checkback
-        self._client = None
-        self._session = None
+        self._client: ConnectorClient | None = None
+        self._session: CheckbackHandle | None = None
         self._in_progress: int | None = None
         self._lock = threading.Lock()
 
     # --- driver client and check-back session -----------------------------------------
 
     @property
-    def client(self):
+    def client(self) -> ConnectorClient:
         if self._client is None:
             self._client = self.options.connection.client()
         return self._client
@@ -92,8 +95,8 @@ class TransactionalBatch:
             topics = [self.options.topic] if self.options.topic else []
             self._session = self.client.checkback_session(self.producer_group, topics, self._on_check)
 
-    def _on_check(self, request) -> str:
-        parsed = txn.parse_transaction_id(getattr(request, "transaction_id", ""))
+    def _on_check(self, request: CheckRequest) -> str:
+        parsed = txn.parse_transaction_id(request.transaction_id)
         if parsed is None or parsed[0] != self.sink_id:
             return "UNKNOWN"
         _, batch_id, _ = parsed
@@ -144,7 +147,7 @@ class TransactionalBatch:
         manifest = self._read_manifest(batch_id)
         if manifest is None or manifest["transaction_id"] != tx or not self.check(batch_id):
             return False
-        state = txn.state_name(self.client.get_transaction(tx))
+        state = txn.state_name(self.client.get_transaction(tx).state)
         if state == txn.DISCARDED:
             self.client.resume_transaction(tx)
         self.client.end_transaction(tx, "COMMIT", include_senders=manifest["senders"],
@@ -159,7 +162,7 @@ class TransactionalBatch:
         while True:
             tx = txn.transaction_id(self.sink_id, batch_id, gen)
             try:
-                state = txn.state_name(self.client.get_transaction(tx))
+                state = txn.state_name(self.client.get_transaction(tx).state)
             except UnknownTransaction:
                 return tx
             if state == txn.COMMITTED:

@@ -13,9 +13,12 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 from txmq.broker.errors import BadRequest
+
+if TYPE_CHECKING:  # the client is imported late: executors open clients lazily
+    from .client_seam import ConnectorClient
 
 EARLIEST = -2
 LATEST = -1
@@ -145,7 +148,7 @@ class Connection:
         return Connection(parse_endpoints(_get(opts, "broker")), access, secret, tls, ca_file,
                           timeout / 1000 if timeout else 30.0, local_reads)
 
-    def client(self):
+    def client(self) -> ConnectorClient:
         """A new NativeClient (imported late: executors open clients lazily)."""
         from txmq.broker.client import NativeClient
 

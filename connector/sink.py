@@ -36,7 +36,10 @@ from pyspark.sql.types import StructType
 
 from txmq.broker.errors import TopicNotFound, TransactionAlreadyEnded, TransactionConflict, UnknownTransaction
 
+from txmq.broker.client.types import CheckRequest
+
 from . import transactions as txn
+from .client_seam import CheckbackHandle, ConnectorClient, TransactionClient
 from .faults import crash_point
 from .options import InvalidOption, SinkOptions
 from .schema import sink_arrow_batch, validate_sink_schema
@@ -66,7 +69,7 @@ def _task_identity() -> tuple[int, int, str | None]:
     return tc.partitionId(), tc.attemptNumber(), tc.getLocalProperty(BATCH_ID_PROPERTY)
 
 
-def send_halves(client, batches: Iterator[pa.RecordBatch], *, transaction_id: str, sender: str,
+def send_halves(client: TransactionClient, batches: Iterator[pa.RecordBatch], *, transaction_id: str, sender: str,
                 topic: str | None, producer_group: str, max_batch_rows: int) -> tuple[int, bool]:
     """Send every row as a half of `transaction_id`. Returns (rows sent, already committed).
 
@@ -95,7 +98,7 @@ def send_halves(client, batches: Iterator[pa.RecordBatch], *, transaction_id: st
     return rows, False
 
 
-def commit_transaction(client, messages: Sequence[TxmqCommitMessage | None], *, producer_group: str,
+def commit_transaction(client: TransactionClient, messages: Sequence[TxmqCommitMessage | None], *, producer_group: str,
                        what: str) -> None:
     """End the batch's transaction with COMMIT, visible: the halves of the listed (successful) attempts."""
     msgs = [m for m in messages if m is not None]
@@ -117,7 +120,7 @@ def commit_transaction(client, messages: Sequence[TxmqCommitMessage | None], *, 
                                   f"(orphan timeout or check-back?): {e}; the batch fails and is replayed") from e
 
 
-def rollback_transaction(client, messages: Sequence[TxmqCommitMessage | None], *, producer_group: str) -> None:
+def rollback_transaction(client: TransactionClient, messages: Sequence[TxmqCommitMessage | None], *, producer_group: str) -> None:
     for tx in {m.transaction_id for m in messages if m is not None and not m.already_committed}:
         try:
             client.end_transaction(tx, "ROLLBACK", producer_group=producer_group)
@@ -130,7 +133,7 @@ class _WriterBase:
         self.options = SinkOptions.parse(options)
         validate_sink_schema(schema, default_topic=self.options.topic)
 
-    def _client(self):
+    def _client(self) -> ConnectorClient:
         return executor_client(self.options.connection)
 
 
@@ -223,8 +226,8 @@ class SinkCheckback:
         self.sink_id = self.options.sink_id
         self.producer_group = producer_group or f"spark-sink-{self.sink_id}"
         self.topics = list(topics)
-        self._client = None
-        self._session = None
+        self._client: ConnectorClient | None = None
+        self._session: CheckbackHandle | None = None
 
     def answer(self, transaction_id: str) -> str:
         parsed = txn.parse_transaction_id(transaction_id)
@@ -232,8 +235,8 @@ class SinkCheckback:
             return "UNKNOWN"
         return "ROLLBACK" if parsed[1] in committed_batches(self.checkpoint_location) else "UNKNOWN"
 
-    def _handle(self, request) -> str:
-        return self.answer(getattr(request, "transaction_id", ""))
+    def _handle(self, request: CheckRequest) -> str:
+        return self.answer(request.transaction_id)
 
     def __enter__(self) -> "SinkCheckback":
         self._client = self.options.connection.client()

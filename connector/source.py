@@ -42,6 +42,7 @@ from txmq.broker.errors import DataDeleted, TopicNotFound
 from txmq.broker.store.message import SYSTEM_TOPICS
 
 from . import offsets as off
+from .client_seam import ConnectorClient, PlannerClient, QueueReader
 from .options import Connection, InvalidOption, SourceOptions, parse_tags
 from .schema import SOURCE_SCHEMA, conform_source_batch
 
@@ -52,11 +53,11 @@ log = logging.getLogger("txmq.spark.source")
 # Bytes of records per streamed batch: Spark converts one batch while the broker builds the next.
 PULL_BATCH_BYTES = 8 << 20
 
-_clients: dict[Connection, object] = {}
+_clients: dict[Connection, ConnectorClient] = {}
 _clients_lock = threading.Lock()
 
 
-def executor_client(conn: Connection):
+def executor_client(conn: Connection) -> ConnectorClient:
     """One client per (executor process, connection): Python workers are reused across tasks."""
     with _clients_lock:
         client = _clients.get(conn)
@@ -83,9 +84,8 @@ def _freeze_heap_once() -> None:
     """Move everything alive now out of the cyclic collector's way, once per worker process.
 
     pyspark's worker daemon runs a full `gc.collect()` after every task. A worker that has
-    decoded a pull holds numba and its compiled code: ~160k objects, 44-52 ms a collection
-    (against ~6 ms without them), a third of a reading worker's CPU in the Spark benchmark
-    (py-spy). Frozen (gc.freeze), they are skipped by every later collection; they are the
+    decoded a pull holds numba and its compiled code, which every such collection walks
+    (figures: docs/benchmarks.md). Frozen (gc.freeze), they are skipped by every later collection; they are the
     process's modules and code, alive to its end anyway. Reference counting frees objects as
     before; what the cyclic collector alone would have freed among the first task's objects
     alive at that moment (its first batch, the pull in flight) stays: once per process.
@@ -109,7 +109,7 @@ def read_queue_range(conn: Connection, part: TxmqInputPartition, *, tags: str | 
                      fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
     """One queue range as Arrow batches in exactly the source schema, streamed from the broker's
     Flight service: the broker builds the next batch while this worker converts the current one."""
-    client = executor_client(conn)
+    client: QueueReader = executor_client(conn)
     tag_expr = None if tags is None or parse_tags(tags) is None else tags
     pos = part.start
     while pos < part.end:
@@ -149,7 +149,7 @@ class _Planner:
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._client = None
+        self._client: PlannerClient | None = None
         self._topics: tuple[str, ...] = options.topics
         self._topics_at = 0.0
 
@@ -158,7 +158,7 @@ class _Planner:
         return {"options": self.options, "_client": None, "_topics": self._topics, "_topics_at": 0.0}
 
     @property
-    def client(self):
+    def client(self) -> PlannerClient:
         if self._client is None:
             self._client = self.options.connection.client()
         return self._client
@@ -253,11 +253,13 @@ class _Planner:
                 break
             # Move each queue's end back to its first message of a torn transaction. Some
             # queue holds one inside the cut, so the cut shrinks every round: this ends.
+            before = off.total(end)
             for (t, q), ids in tx_ids.items():
                 cut = end[t][q] - low[t][q]
                 first_torn = next((i for i, tx in enumerate(ids[:cut]) if tx in torn), None)
                 if first_torn is not None:
                     end[t][q] = low[t][q] + first_torn
+            assert off.total(end) < before, "a round that moves no end would never finish"
         if off.total(end) > off.total(base):
             return end
         return high

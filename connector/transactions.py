@@ -13,6 +13,8 @@ import os
 
 from txmq.broker.errors import UnknownTransaction
 
+from .client_seam import TransactionClient
+
 COMMITTED = "COMMITTED"
 PENDING = "PENDING"
 ROLLED_BACK = "ROLLED_BACK"
@@ -20,11 +22,10 @@ DISCARDED = "DISCARDED"
 DEAD_STATES = (ROLLED_BACK, DISCARDED)
 
 
-def state_name(value: object) -> str:
-    """A transaction state as its upper-case name, whatever the client returns (enum, str, info)."""
-    state = getattr(value, "state", value)
-    name = getattr(state, "name", state)
-    return str(name).upper().split(".")[-1]
+def state_name(state: str) -> str:
+    """A transaction state as the client reports it (TransactionInfo.state, TransactionAlreadyEnded.state),
+    upper-case and without an enum's class prefix."""
+    return state.upper().split(".")[-1]
 
 
 def transaction_id(sink_id: str, batch_id: int, generation: int) -> str:
@@ -50,7 +51,7 @@ def sender_name(partition: int, attempt: int, nonce: str) -> str:
     return f"p{partition}.a{attempt}.{nonce}"
 
 
-def probe(client, sink_id: str, batch_id: int, *, start_generation: int = 0) -> tuple[str, int, str | None]:
+def probe(client: TransactionClient, sink_id: str, batch_id: int, *, start_generation: int = 0) -> tuple[str, int, str | None]:
     """The batch's live transaction: (id, generation, state or None if not started yet).
 
     Skips generations that ended without committing.
@@ -62,7 +63,7 @@ def probe(client, sink_id: str, batch_id: int, *, start_generation: int = 0) -> 
             info = client.get_transaction(tx)
         except UnknownTransaction:
             return tx, gen, None
-        state = state_name(info)
+        state = state_name(info.state)
         if state not in DEAD_STATES:
             return tx, gen, state
         gen += 1

@@ -13,7 +13,7 @@ from txmq.broker.protocol.native_arrow import SEND_COLUMNS
 def _field(m: Any, name: str, attr: str) -> Any:
     if isinstance(m, Mapping):
         return m.get(name, m.get(attr))
-    return getattr(m, attr, None)
+    return getattr(m, attr)  # a Message has every send column's attribute
 
 
 def to_arrow_table(messages: Iterable[Message | Mapping[str, Any] | bytes]) -> pa.Table:

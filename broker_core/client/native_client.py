@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from datetime import datetime, timezone
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import grpc
@@ -92,9 +93,10 @@ def parse_endpoints(endpoints: str) -> list[str]:
 
 
 def _grpc_error(exc: grpc.RpcError, path: str, target: str) -> errors.TxmqError:
-    code = exc.code() if hasattr(exc, "code") else None
+    call = exc if isinstance(exc, grpc.Call) else None  # the errors a call raises are Calls; a bare RpcError has no code
+    code = call.code() if call is not None else None
     cls = _GRPC_ERRORS.get(code, errors.TxmqError)
-    details = exc.details() if hasattr(exc, "details") else str(exc)
+    details = call.details() if call is not None else str(exc)
     return cls(f"{path.rsplit('/', 1)[-1]} to {target} failed: {code.name if code else 'error'}: {details}")
 
 
@@ -251,7 +253,7 @@ class NativeClient:
             try:
                 response = stub(request, timeout=remaining, metadata=self._metadata(), wait_for_ready=not resend)
             except grpc.RpcError as exc:
-                code = exc.code() if hasattr(exc, "code") else None
+                code = exc.code() if isinstance(exc, grpc.Call) else None
                 if not resend:
                     self._fail_over()
                 elif code == grpc.StatusCode.UNAVAILABLE and not self._closed \
@@ -439,7 +441,7 @@ class NativeClient:
     def end_transaction(self, transaction_id: str, resolution: str, *, include_senders: Sequence[str] | None = None,
                         producer_group: str | None = None, source: str = "client") -> EndSummary:
         """COMMIT or ROLLBACK a transaction; idempotent. With include_senders, only their halves commit."""
-        code = _RESOLUTIONS.get(str(getattr(resolution, "value", resolution)).upper())
+        code = _RESOLUTIONS.get(str(resolution.value if isinstance(resolution, Enum) else resolution).upper())
         if code is None:
             raise errors.BadRequest(f"resolution must be COMMIT or ROLLBACK, not {resolution!r}")
         req = pb.EndTransactionRequest(transaction_id=transaction_id, resolution=code,

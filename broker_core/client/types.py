@@ -23,7 +23,7 @@ class LocalTransactionState(str, enum.Enum):
             return cls.UNKNOWN
         if isinstance(value, cls):
             return value
-        text = str(getattr(value, "name", value)).upper()
+        text = str(value.name if isinstance(value, enum.Enum) else value).upper()
         aliases = {"COMMIT_MESSAGE": "COMMIT", "ROLLBACK_MESSAGE": "ROLLBACK", "UNKNOW": "UNKNOWN"}
         text = aliases.get(text, text)
         try:

@@ -39,6 +39,7 @@ class Method(NamedTuple):
 def build_method_table(pb2: ModuleType, proto_service: str, served_as: str) -> tuple[Method, ...]:
     """The rows of `proto_service` (a service in `pb2`), with paths under `served_as`."""
     service = pb2.DESCRIPTOR.services_by_name[proto_service]
+    # the descriptor names each message class; generated modules are only reachable by those names
     return tuple(
         Method(path=f"/{served_as}/{m.name}",
                request_class=getattr(pb2, m.input_type.name),

@@ -26,16 +26,14 @@ def status_for(exc: BaseException) -> native_pb2.Status:
         result.error_class = type(exc).__name__
     if isinstance(exc, errors.DataDeleted):
         result.min_offset = exc.min_offset
-    state = getattr(exc, "state", None)
-    if isinstance(state, str):
-        result.state = state
-    elif state is not None:
-        result.state = getattr(state, "name", str(state))
+    if isinstance(exc, errors.TransactionAlreadyEnded):
+        result.state = exc.state
     return result
 
 
 def error_from(status: native_pb2.Status) -> Exception:
     """The exception a client raises for a non-OK native Status."""
+    # the wire names the class: a lookup by name in errors.py, where every typed error lives
     cls = getattr(errors, status.error_class, None) if status.error_class else None
     if isinstance(cls, type) and issubclass(cls, errors.TxmqError):
         if cls is errors.DataDeleted or issubclass(cls, errors.DataDeleted):

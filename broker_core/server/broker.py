@@ -10,22 +10,11 @@ users configure one address). `run_broker(argv)` is what
 `txmq broker ready on HOST:PORT` once serving and stops cleanly on SIGTERM or
 SIGINT, closing the store so no abort marker is left.
 
-Why a thread-pool server (not grpc.aio): the store and the engine are
-blocking code; in the aio server every call would hop to an executor anyway,
-and measured here (bench/grpc_server_models.py, server CPU per echo call from
-/proc) the aio server spends 1.05-1.6x the sync server's CPU per call and
-answers one sequential client at 0.83x its rate. Long polls and telemetry
-streams each hold a worker, hence the large default pool (`max_workers`); the
-RocketMQ protocol's unary calls run on a pool of two threads of their own
-(short_calls.py), which keeps many concurrent producers from handing the GIL
-around. Both services are registered method handlers, so the C core matches a
-call's method path; `grpc.optimization_target`, `sys.setswitchinterval` and a
-GC threshold/freeze were measured too and made no difference beyond this
-shared machine's noise. Measured again after the engine learnt to pause
-the collector around prepare/COMMIT (transaction/gc_pause.py): the cyclic GC
-is ~1.6% of the broker's CPU in bench/broker.py's figure (a), columnar pulls
-trigger no collection at all, and gc.freeze() after recovery with a gen0
-threshold of 10 000 gave no gain over the noise in either benchmark.
+A thread-pool server, not grpc.aio, because the store and the engine are blocking code that
+every aio call would hand to an executor anyway (figures: docs/benchmarks.md). Long polls and
+telemetry streams each hold a worker, hence the large default pool (`max_workers`); the RocketMQ
+protocol's unary calls run on a small pool of their own (short_calls.py). Both services are
+registered method handlers, so the C core matches a call's method path.
 """
 
 from __future__ import annotations
@@ -39,7 +28,7 @@ import threading
 import time
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -48,9 +37,15 @@ from txmq.broker.server.auth import Authenticator, AuthInterceptor
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
 from txmq.broker.server.metrics import ServerMetrics
+from txmq.broker.server.metrics_http import MetricsServer, start_metrics_server
+from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.server.short_calls import short_call_pool
 from txmq.broker.store.record_block import load_compiled
 from txmq.broker.store.record_copy import load_compiled_scan
+
+if TYPE_CHECKING:  # the store loads when a BrokerCore is made
+    from txmq.broker.store.message_store import MessageStore
+    from txmq.broker.store.metadata import TopicConfig
 
 log = logging.getLogger("txmq.broker")
 
@@ -58,9 +53,8 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 def _load_lazy_code() -> None:
-    """Load what a COMMIT's parts need and Python loads on first use: the compiled record encoder
-    and source scan (numba, ~0.3 s) and pyarrow.compute (the columnar reads' take; it imports
-    pandas, ~0.2 s)."""
+    """Load, off the first large COMMIT's path, what Python loads on first use: the compiled record
+    encoder and source scan (numba) and pyarrow.compute (the columnar reads' take; it imports pandas)."""
     import pyarrow.compute  # noqa: F401
 
     load_compiled()
@@ -103,6 +97,8 @@ class BrokerCore:
             self.router = CheckbackRouter()
             self.checkback = CheckbackService(self.engine, self.router, self.tx_config)
             self.metrics = ServerMetrics()
+            self.rpc_metrics = RpcMetrics()
+            self.advertised: tuple[str, int] | None = None  # set by Broker.start once it listens
             self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
                          else Authenticator.disabled())
             self.pop = PopService(self)
@@ -122,14 +118,14 @@ class BrokerCore:
         """
         info = _get_topic(self.store, topic)
         if info is not None:
-            return int(getattr(info, "queue_count", self.config.default_queue_count))
+            return info.queue_count
         if not (self.config.auto_create_topics if create is None else create):
             raise TopicNotFound(f"topic {topic!r} does not exist and auto-creation is off")
         with self._topic_lock:
             info = _get_topic(self.store, topic)
             if info is None:
                 info = self.store.topics.create(topic, self.config.default_queue_count)
-        return int(getattr(info, "queue_count", self.config.default_queue_count))
+        return info.queue_count
 
     # --- lifecycle ------------------------------------------------------------
 
@@ -144,9 +140,7 @@ class BrokerCore:
         if self._closed:
             return
         self._closed = True
-        for stop in (self.checkback.stop, self.pop.stop, getattr(self.engine, "close", None)):
-            if stop is None:
-                continue
+        for stop in (self.checkback.stop, self.pop.stop, self.engine.close):
             try:
                 stop()
             except Exception:  # keep closing: the store must still be closed cleanly
@@ -154,8 +148,8 @@ class BrokerCore:
         self.store.close()
 
 
-def _get_topic(store: Any, topic: str):
-    """The store's topic record or None (tolerates both a None-returning and a raising `get`)."""
+def _get_topic(store: MessageStore, topic: str) -> TopicConfig | None:
+    """The store's topic record, or None when it does not exist."""
     try:
         return store.topics.get(topic)
     except TopicNotFound:
@@ -170,7 +164,7 @@ class Broker:
         self.core = core or BrokerCore(config)
         self.server: grpc.Server | None = None
         self.host, self.port = config.listen_host_port
-        self._metrics_server: Any = None
+        self._metrics_server: MetricsServer | None = None
         self._short_calls: futures.ThreadPoolExecutor | None = None
         self.flight: Any = None  # the TxmqFlightServer once started
         self.native: Any = None  # the NativeService both servers adapt
@@ -214,7 +208,7 @@ class Broker:
             self.port = self.server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot listen on {address}")
-        self.core.advertised = (self._advertised_host(), self.port)  # type: ignore[attr-defined]
+        self.core.advertised = (self._advertised_host(), self.port)
         flight_host, flight_port = cfg.flight_host_port
         self.flight = TxmqFlightServer(native, flight_host, flight_port, authenticator=self.core.auth,
                                        tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
@@ -252,26 +246,17 @@ class Broker:
             self._short_calls.shutdown(wait=True, cancel_futures=True)
             self._short_calls = None
         if self._metrics_server is not None:
-            for name in ("shutdown", "close", "stop"):
-                fn = getattr(self._metrics_server, name, None)
-                if fn:
-                    try:
-                        fn()
-                    except Exception:
-                        log.exception("metrics server stop failed")
-                    break
+            try:
+                self._metrics_server.shutdown()
+            except Exception:  # the store must still be closed cleanly
+                log.exception("metrics server stop failed")
         self.core.close()
 
 
-def _start_metrics(core: BrokerCore, listen: str):
-    """Start the Prometheus endpoint: `metrics_http.start_metrics_server(core, host, port)`."""
-    try:
-        from txmq.broker.server import metrics_http
-    except ImportError:
-        log.warning("--metrics-listen given but txmq.broker.server.metrics_http is not available")
-        return None
+def _start_metrics(core: BrokerCore, listen: str) -> MetricsServer:
+    """Start the Prometheus endpoint for --metrics-listen."""
     host, port = parse_host_port(listen)
-    return metrics_http.start_metrics_server(core, host, port)
+    return start_metrics_server(core, host, port)
 
 
 # --- process entry ------------------------------------------------------------
@@ -325,7 +310,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("page_cache_keep_bytes", "page_cache_keep_bytes"),
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("flight_listen", "flight_listen"),
                       ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads")):
-        value = getattr(args, flag)
+        value = getattr(args, flag)  # a table of flags: a lookup by name
         if value is not None:
             overrides[key] = value
     if args.transaction_timeout is not None:
@@ -342,7 +327,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 def run_broker(argv: list[str] | None = None) -> int:
     """Process entry: serve until SIGTERM/SIGINT, then stop cleanly. Returns the exit code."""
     args = build_arg_parser().parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+    logging.basicConfig(level=logging.getLevelNamesMapping().get(str(args.log_level).upper(), logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(args)

@@ -20,17 +20,19 @@ import threading
 from collections import OrderedDict
 from typing import Protocol
 
-from txmq.broker.store.message import StoredMessage
+from txmq.broker.store.message import Message, StoredMessage
+from txmq.broker.transaction.state import TransactionInfo
 
 
 class CheckbackSession(Protocol):
+    client_id: str  # "" when the client sent none: then only its group and topics route to it
     producer_group: str
     topics: set[str]
 
     @property
     def alive(self) -> bool: ...
 
-    def push(self, tx, half: StoredMessage) -> bool: ...
+    def push(self, tx: TransactionInfo, half: StoredMessage | Message) -> bool: ...
 
 
 class CheckbackRouter:
@@ -75,7 +77,7 @@ class CheckbackRouter:
                     self._senders.popitem(last=False)
             senders.add(client_id)
             for s in self._sessions:
-                if getattr(s, "client_id", None) == client_id:
+                if s.client_id == client_id:
                     s.topics.add(topic)
 
     def forget(self, transaction_id: str) -> None:
@@ -85,10 +87,10 @@ class CheckbackRouter:
 
     # --- CheckbackListener ----------------------------------------------------
 
-    def candidates(self, tx) -> list[CheckbackSession]:
+    def candidates(self, tx: TransactionInfo) -> list[CheckbackSession]:
         """Live sessions that may answer for `tx`, best first."""
-        group = getattr(tx, "producer_group", "") or ""
-        topics = set(getattr(tx, "topics", ()) or ())
+        group = tx.producer_group
+        topics = set(tx.topics)
         with self._lock:
             live = [s for s in self._sessions if s.alive]
             senders = self._senders.get(tx.transaction_id, set())
@@ -99,12 +101,14 @@ class CheckbackRouter:
         if live:  # spread checks over equivalent sessions
             k = rotation % len(live)
             live = live[k:] + live[:k]
-        by_sender = [s for s in live if getattr(s, "client_id", None) in senders]
+        by_sender = [s for s in live if s.client_id in senders]
         by_group = [s for s in live if group and s.producer_group == group and s not in by_sender]
         by_topic = [s for s in live if s not in by_sender and s not in by_group and s.topics & topics]
-        return by_sender + by_group + by_topic
+        found = by_sender + by_group + by_topic
+        assert not group or all(s.producer_group == group for s in found), "producer groups isolate"
+        return found
 
-    def request_check(self, tx, half: StoredMessage) -> bool:
+    def request_check(self, tx: TransactionInfo, half: StoredMessage | Message) -> bool:
         """Push one check to the best live session; False when nobody could take it."""
         for session in self.candidates(tx):
             try:

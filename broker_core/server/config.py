@@ -93,7 +93,7 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
         for name in ("auth_file", "tls_cert", "tls_key"):
-            value = getattr(self, name)
+            value = getattr(self, name)  # the path fields, by name
             if value is not None and not isinstance(value, Path):
                 setattr(self, name, Path(value))
         if self.flush not in ("async", "sync"):

@@ -192,7 +192,8 @@ def to_wire_message(m: StoredMessage | Message, *, topic: str | None = None, rec
     keys = props.get(PROP_KEYS)
     if keys:
         sp.keys.extend(k for k in keys.split(" ") if k)
-    sp.message_id = props.get(PROP_UNIQ_KEY) or getattr(m, "msg_id", "")
+    stored = m if isinstance(m, StoredMessage) else None  # a half in the engine's cache has no place yet
+    sp.message_id = props.get(PROP_UNIQ_KEY) or (stored.msg_id if stored is not None else "")
     sp.body_digest.type = pb.CRC32
     sp.body_digest.checksum = format(zlib.crc32(m.body) & 0xFFFFFFFF, "08X")
     sp.body_encoding = pb.GZIP if m.sys_flag & SYSFLAG_COMPRESSED else pb.IDENTITY
@@ -204,18 +205,16 @@ def to_wire_message(m: StoredMessage | Message, *, topic: str | None = None, rec
         sp.message_group = group
     else:
         sp.message_type = pb.NORMAL
-    store_ts = getattr(m, "store_timestamp", 0)
+    store_ts = stored.store_timestamp if stored is not None else 0
     born = m.born_timestamp or store_ts
     sp.born_timestamp.CopyFrom(_ts(born))
     sp.born_host = props.get(PROP_BORN_HOST) or f"{m.born_host[0]}"
     if store_ts:
         sp.store_timestamp.CopyFrom(_ts(store_ts))
-    store_host = getattr(m, "store_host", None)
-    if store_host:
-        sp.store_host = f"{store_host[0]}:{store_host[1]}"
+    if stored is not None:
+        sp.store_host = f"{stored.store_host[0]}:{stored.store_host[1]}"
+        sp.queue_offset = stored.queue_offset
     sp.queue_id = m.queue_id
-    if isinstance(m, StoredMessage):
-        sp.queue_offset = m.queue_offset
     if receipt_handle is not None:
         sp.receipt_handle = receipt_handle
     if delivery_attempt is not None:

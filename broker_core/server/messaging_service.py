@@ -34,6 +34,7 @@ from txmq.broker.server.pop import parse_tag_filter
 from txmq.broker.server.short_calls import run_on
 from txmq.broker.server.telemetry import serve_telemetry
 from txmq.broker.transaction.state import Resolution
+from txmq.broker.server.core_seam import ServiceCore
 
 log = logging.getLogger("txmq.broker.rocketmq")
 
@@ -82,7 +83,7 @@ class Call:
 
     __slots__ = ("context", "metadata", "identity", "_client_id")
 
-    def __init__(self, core, context: grpc.ServicerContext) -> None:
+    def __init__(self, core: ServiceCore, context: grpc.ServicerContext) -> None:
         self.context = context
         self.metadata = context.invocation_metadata() or ()
         self._client_id: str | None = None
@@ -105,7 +106,7 @@ def _duration_ms(d) -> int:
 
 
 class MessagingService:
-    def __init__(self, core) -> None:
+    def __init__(self, core: ServiceCore) -> None:
         self.core = core
         self.store = core.store
         self.engine = core.engine
@@ -116,7 +117,7 @@ class MessagingService:
     # --- routes -----------------------------------------------------------------
 
     def _endpoints(self, requested: pb.Endpoints | None) -> pb.Endpoints:
-        advertised = getattr(self.core, "advertised", None)
+        advertised = self.core.advertised
         if not self.config.advertised_host and requested is not None and requested.addresses:
             out = pb.Endpoints()
             out.CopyFrom(requested)
@@ -451,7 +452,7 @@ class MessagingService:
 # --- gRPC plumbing -----------------------------------------------------------------------
 
 
-def rocketmq_method_handlers(core, short_calls: futures.ThreadPoolExecutor | None = None
+def rocketmq_method_handlers(core: ServiceCore, short_calls: futures.ThreadPoolExecutor | None = None
                              ) -> dict[str, grpc.RpcMethodHandler]:
     """{method name: handler} for every RPC of the method table. The broker registers them with
     `add_registered_method_handlers`, so gRPC matches a call's method in C instead of a Python lookup.
@@ -459,7 +460,7 @@ def rocketmq_method_handlers(core, short_calls: futures.ThreadPoolExecutor | Non
     service = MessagingService(core)
     handlers = {}
     for method in ROCKETMQ_METHODS:
-        fn = getattr(service, method.name)
+        fn = getattr(service, method.name)  # the method table names the RPCs: a lookup by name is the dispatch
         deserialize = _deserializer(method.request_class)
         serialize = method.response_class.SerializeToString
         if method.kind == UNARY_UNARY:
@@ -484,7 +485,7 @@ def _failure(response_class: type, rpc: str, exc: Exception):
     return response_class(status=status)
 
 
-def _unary(core, rpc: str, fn, response_class: type):
+def _unary(core: ServiceCore, rpc: str, fn, response_class: type):
     metrics = core.metrics
 
     def handle(request, context):
@@ -500,7 +501,7 @@ def _unary(core, rpc: str, fn, response_class: type):
     return handle
 
 
-def _server_stream(core, rpc: str, fn, response_class: type):
+def _server_stream(core: ServiceCore, rpc: str, fn, response_class: type):
     metrics = core.metrics
 
     def handle(request, context):
@@ -521,7 +522,7 @@ def _server_stream(core, rpc: str, fn, response_class: type):
     return handle
 
 
-def _bidi(core, rpc: str, fn, response_class: type):
+def _bidi(core: ServiceCore, rpc: str, fn, response_class: type):
     def handle(requests, context):
         try:
             call = Call(core, context)

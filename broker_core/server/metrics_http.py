@@ -14,9 +14,10 @@ import logging
 import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-from txmq.broker.server.rpc_metrics import RpcMetrics
+if TYPE_CHECKING:  # the services' view of the core; nothing of it is needed to render
+    from txmq.broker.server.core_seam import ServiceCore
 
 log = logging.getLogger(__name__)
 
@@ -129,12 +130,12 @@ def _store_metrics(w: _Writer, stats: dict) -> None:
         w.sample(name, value)
 
 
-def render(core: Any) -> str:
+def render(core: ServiceCore) -> str:
     """The whole exposition text for one scrape (each source guarded: a failing one is skipped)."""
     w = _Writer()
     sources = (
         (_transaction_metrics, lambda: core.engine.metrics.snapshot()),
-        (_rpc_metrics, lambda: RpcMetrics.of(core).snapshot()),
+        (_rpc_metrics, lambda: core.rpc_metrics.snapshot()),
         (_server_metrics, lambda: core.metrics.snapshot()),
         (_store_metrics, lambda: core.store.stats()),
     )
@@ -149,7 +150,7 @@ def render(core: Any) -> str:
 class MetricsServer:
     """A /metrics HTTP server running in a daemon thread."""
 
-    def __init__(self, core: Any, host: str, port: int) -> None:
+    def __init__(self, core: ServiceCore, host: str, port: int) -> None:
         core_ref = core
 
         class Handler(BaseHTTPRequestHandler):
@@ -181,7 +182,7 @@ class MetricsServer:
         self.httpd.server_close()
 
 
-def start_metrics_server(core: Any, host: str, port: int) -> MetricsServer:
+def start_metrics_server(core: ServiceCore, host: str, port: int) -> MetricsServer:
     """What Broker.start calls for --metrics-listen; prints where it serves."""
     server = MetricsServer(core, host, port).start()
     print(f"txmq metrics on http://{server.host}:{server.port}/metrics", flush=True)

@@ -119,8 +119,8 @@ def _build_message(topic: str | None, body: bytes | None, tag: str | None, keys:
         raise MessageBodyEmpty(f"message {row} to topic {topic!r} has an empty body")
     props: dict[str, str] = {}
     if properties:
-        # Arrow map values arrive as a list of (key, value) pairs, protobuf maps as a mapping.
-        props.update(properties.items() if hasattr(properties, "items") else properties)
+        # Arrow map values arrive as a list of (key, value) pairs, protobuf maps as a mapping: update takes both.
+        props.update(properties)
         for name in props:
             if not is_user_property(name):
                 raise IllegalPropertyKey(f"message {row}: property {name!r} is reserved by the broker "

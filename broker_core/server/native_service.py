@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
+from txmq.broker.server.core_seam import ServiceCore
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
 from txmq.broker.store.pull_decode import empty_pull_batch
 from txmq.broker.server.native_pull import PullBatch, plan_message, pull_batch, read_plan
@@ -47,7 +48,9 @@ from txmq.broker.store.message import (
     Message,
     StoredMessage,
 )
+from txmq.broker.store.metadata import TopicConfig
 from txmq.broker.store.tag_filter import TagFilter
+from txmq.broker.transaction.state import TransactionInfo
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +61,6 @@ DEFAULT_PULL_BYTES = 4 << 20
 MAX_PULL_BYTES = 64 << 20
 MAX_WAIT_MS = 120_000
 SESSION_POLL_S = 0.5
-
-
-def _state_name(state: Any) -> str:
-    return getattr(state, "name", None) or str(state)
 
 
 def _resolution(value: int):
@@ -87,24 +86,23 @@ def message_view(m: StoredMessage | Message) -> pb.MessageView:
     props = m.properties
     keys = props.get(PROP_KEYS)
     real_queue = props.get(PROP_REAL_QUEUE_ID)
-    offset_id = getattr(m, "msg_id", "") or ""
+    stored = m if isinstance(m, StoredMessage) else None  # a half in the engine's cache has no place yet
+    offset_id = stored.msg_id if stored is not None else ""
     return pb.MessageView(  # a half reports the topic and queue it will be committed to
         topic=props.get(PROP_REAL_TOPIC) or m.topic,
         queue_id=int(real_queue) if real_queue and real_queue.isdigit() else m.queue_id,
-        queue_offset=getattr(m, "queue_offset", 0), message_id=props.get(PROP_UNIQ_KEY) or offset_id,
+        queue_offset=stored.queue_offset if stored is not None else 0, message_id=props.get(PROP_UNIQ_KEY) or offset_id,
         offset_msg_id=offset_id, tag=props.get(PROP_TAGS) or "", keys=keys.split(" ") if keys else [],
         body=m.body, properties=user_properties(props), born_timestamp_ms=m.born_timestamp,
-        store_timestamp_ms=getattr(m, "store_timestamp", 0), transaction_id=props.get(PROP_TRANSACTION_ID) or "",
+        store_timestamp_ms=stored.store_timestamp if stored is not None else 0, transaction_id=props.get(PROP_TRANSACTION_ID) or "",
     )
 
 
-def transaction_view(info: Any) -> pb.TransactionView:
-    age_s = getattr(info, "age_s", 0.0) or 0.0
+def transaction_view(info: TransactionInfo) -> pb.TransactionView:
     return pb.TransactionView(
-        transaction_id=info.transaction_id, state=_state_name(info.state), topics=list(info.topics),
-        half_count=info.half_count, age_ms=int(age_s * 1000), check_times=getattr(info, "checks", 0),
-        producer_group=getattr(info, "producer_group", "") or "", senders=list(getattr(info, "senders", ())),
-        created_ms=getattr(info, "created_ms", 0),
+        transaction_id=info.transaction_id, state=info.state.name, topics=list(info.topics),
+        half_count=info.half_count, age_ms=int(info.age_s * 1000), check_times=info.checks,
+        producer_group=info.producer_group, senders=list(info.senders), created_ms=info.created_ms,
     )
 
 
@@ -122,7 +120,7 @@ class NativeCheckbackSession:
     def alive(self) -> bool:
         return self._alive
 
-    def push(self, tx: Any, half: StoredMessage) -> bool:
+    def push(self, tx: TransactionInfo, half: StoredMessage | Message) -> bool:
         if not self._alive:
             return False
         self._queue.put((tx, half))
@@ -144,10 +142,10 @@ class NativeCheckbackSession:
             tx, half = item
             try:
                 frame = pb.CheckRequestFrame(
-                    transaction_id=tx.transaction_id, producer_group=getattr(tx, "producer_group", "") or "",
-                    half=message_view(half), check_times=getattr(tx, "checks", 0), status=ok_status())
+                    transaction_id=tx.transaction_id, producer_group=tx.producer_group,
+                    half=message_view(half), check_times=tx.checks, status=ok_status())
             except Exception:  # one odd half must not end the producer's session
-                log.exception("cannot describe half of %s for a check-back", getattr(tx, "transaction_id", "?"))
+                log.exception("cannot describe half of %s for a check-back", tx.transaction_id)
                 continue
             yield frame
 
@@ -155,14 +153,14 @@ class NativeCheckbackSession:
 class NativeService:
     """The RPC implementations; each takes (request, context) and returns a response message."""
 
-    def __init__(self, core: Any, metrics: RpcMetrics | None = None) -> None:
+    def __init__(self, core: ServiceCore, metrics: RpcMetrics | None = None) -> None:
         self.core = core
         self.store = core.store
         self.engine = core.engine
         self.selector = QueueSelector()
         self.ids = MessageIdGenerator()
         self.waiters = OffsetWaiters(self.store)
-        self.metrics = metrics if metrics is not None else RpcMetrics.of(core)
+        self.metrics = metrics if metrics is not None else core.rpc_metrics
         # (host, port, tls) of the Flight service, set by the broker once it listens
         self.data_plane: tuple[str, int, bool] | None = None
         self.closing = False  # set by the broker's stop: bulk calls in progress end at their next step
@@ -170,10 +168,9 @@ class NativeService:
     # ---- access ------------------------------------------------------------
     def _identity(self, context):
         """The caller's Identity (ANONYMOUS when auth is off); the interceptor already verified it."""
-        auth = getattr(self.core, "auth", None)
-        if auth is None or not getattr(auth, "enabled", False):
+        if not self.core.auth.enabled:
             return _ANONYMOUS
-        return auth.authenticate(context.invocation_metadata())
+        return self.core.auth.authenticate(context.invocation_metadata())
 
     def _require_subscribe(self, context, topics: Iterable[str]) -> None:
         identity = self._identity(context)
@@ -232,15 +229,14 @@ class NativeService:
                 result[topic][queue_id] = offset
         return result
 
-    def _topic_view(self, config: Any) -> pb.TopicView:
+    def _topic_view(self, config: TopicConfig) -> pb.TopicView:
         name = config.name
         queues = []
         for q in self._queue_ids(name):
             queues.append(pb.QueueRange(queue_id=q, min_offset=self.store.min_offset(name, q),
                                         max_offset=self.store.max_offset(name, q)))
-        permission = getattr(config, "permission", 3)
-        return pb.TopicView(name=name, queue_count=config.queue_count,
-                            permission=int(getattr(permission, "value", permission)), queues=queues)
+        return pb.TopicView(name=name, queue_count=config.queue_count, permission=int(config.permission),
+                            queues=queues)
 
     # ---- writes ------------------------------------------------------------
     def SendMessages(self, request: pb.SendRequest, context) -> pb.SendResponse:
@@ -310,11 +306,9 @@ class NativeService:
         if request.restrict_senders:
             kwargs["include_senders"] = list(request.include_senders)
         result = self.engine.end(request.transaction_id, _resolution(request.resolution), **kwargs)
-        forget = getattr(self.core.router, "forget", None)
-        if forget is not None:
-            forget(request.transaction_id)
+        self.core.router.forget(request.transaction_id)
         self.metrics.observe("end", len(result.committed), time.perf_counter() - started)
-        return pb.EndTransactionResponse(status=ok_status(), state=_state_name(result.state),
+        return pb.EndTransactionResponse(status=ok_status(), state=result.state.name,
                                          newly_ended=result.newly_ended, committed_count=len(result.committed))
 
     # ---- transactions ------------------------------------------------------
@@ -483,16 +477,14 @@ class NativeService:
             yield from session.frames(context.is_active)
         finally:
             session.close()
-            unregister = getattr(router, "unregister", None)
-            if unregister is not None:
-                unregister(session)
+            router.unregister(session)
 
     # ---- admin -------------------------------------------------------------
     def CreateTopic(self, request, context) -> pb.TopicResponse:
         self._require_admin(context)
         if not request.name:
             raise errors.IllegalTopic("topic name is empty")
-        queue_count = request.queue_count or getattr(self.core.config, "default_queue_count", 4)
+        queue_count = request.queue_count or self.core.config.default_queue_count
         if queue_count < 0:
             raise errors.BadRequest(f"queue_count must be positive, got {queue_count}")
         config = self.store.topics.create(request.name, queue_count)
@@ -560,9 +552,9 @@ def _client_id(context) -> str:
 
 def _slices(topics: list[str], queue_ids: list[int], queue_offsets: list[int]) -> list[pb.QueueSlice]:
     """Where a send's messages landed, per queue, from the append's columns (not its
-    AppendResults: building those, offset message ids included, costs ~1 µs a row that a send
-    not asking for ids never reads). One append gives each queue consecutive offsets, so a
+    AppendResults, whose offset message ids a send not asking for ids never reads). One append gives each queue consecutive offsets, so a
     queue's first is its last minus its count plus one."""
+    assert len(topics) == len(queue_ids) == len(queue_offsets), "zip would drop a send's last messages"
     keys = list(zip(topics, queue_ids))
     counts = Counter(keys)
     last = dict(zip(keys, queue_offsets))
@@ -603,7 +595,7 @@ def native_method_handlers(service: "NativeService") -> dict[str, grpc.RpcMethod
     """{method name: handler} of TxmqService over `service`, for `add_registered_method_handlers`."""
     handlers = {}
     for method in NATIVE_METHODS:
-        impl = getattr(service, method.name)
+        impl = getattr(service, method.name)  # the method table names the RPCs: a lookup by name is the dispatch
         if method.kind == UNARY_UNARY:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
                 _unary(impl, method.response_class), request_deserializer=method.request_class.FromString,

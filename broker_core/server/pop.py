@@ -33,6 +33,7 @@ from typing import Callable
 from txmq.broker.errors import (DataDeleted, IllegalFilterExpression, IllegalOffset,
                                 InvalidReceiptHandle, Unsupported)
 from txmq.broker.store.message import PROP_TAGS, Message, StoredMessage
+from txmq.broker.server.core_seam import ServiceCore
 
 DLQ_PREFIX = "%DLQ%"
 
@@ -94,7 +95,7 @@ def parse_tag_filter(expression: str | None) -> frozenset[str] | None:
 class PopService:
     """Receive/ack/change-invisible state of every consumer group on this broker."""
 
-    def __init__(self, core, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, core: ServiceCore, *, clock: Callable[[], float] = time.time) -> None:
         self.core = core
         self.store = core.store
         self.clock = clock

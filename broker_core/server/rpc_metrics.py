@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import bisect
 import threading
-from typing import Any
 
 LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -30,19 +29,6 @@ class RpcMetrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ops: dict[str, _Op] = {}
-
-    @classmethod
-    def of(cls, core: Any) -> "RpcMetrics":
-        """The core's shared instance (created on first use) so every service records into one place."""
-        existing = getattr(core, "rpc_metrics", None)
-        if isinstance(existing, RpcMetrics):
-            return existing
-        metrics = cls()
-        try:
-            core.rpc_metrics = metrics
-        except AttributeError:
-            pass
-        return metrics
 
     def observe(self, op: str, messages: int, latency_s: float) -> None:
         with self._lock:

@@ -4,13 +4,8 @@ RocketMQ clients send one message per call and keep one call in flight per
 producer, so many producers mean many calls at once. grpc's thread-pool server
 runs each call on a thread of its own, while the GIL runs the Python work of
 one at a time: eight producers keep eight threads handing the GIL and the
-store's write lock to each other. Measured in-process with eight threads
-calling SendMessage + EndTransaction: 7 context switches per transaction
-instead of 0.5 with one thread, and 70% more CPU per transaction. Running these
-calls on two threads, the others queued in between, does the same work with
-few handoffs: over the wire, 8 producers of single-message transactions got
-13% more transactions/s for 12% less broker CPU each (against the same broker
-with the pool off, 3 alternating rounds); one producer is unchanged.
+store's write lock to each other. Two threads, the other calls queued in between, do the same
+work with few handoffs (figures: docs/benchmarks.md).
 
 Only calls that never wait long go to this pool. Streams (ReceiveMessage,
 PullMessage, Telemetry) hold their thread through a long poll or a session, and
@@ -21,7 +16,7 @@ batches the fsyncs of the writes in flight, which two threads would cap at two.
 
 grpc runs a method's calls on the pool its behaviour names in the attribute
 `experimental_thread_pool` (grpc's `_select_thread_pool_for_behavior`); a grpc
-that does not know the attribute runs them on the main pool, as before.
+that does not know the attribute runs them on the main pool.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.protocol import status as st
 from txmq.broker.server.convert import to_wire_message
 from txmq.broker.store.message import PROP_REAL_TOPIC
+from txmq.broker.server.core_seam import ServiceCore
 
 log = logging.getLogger("txmq.broker.telemetry")
 
@@ -87,7 +88,7 @@ class TelemetrySession:
             return None
 
 
-def settings_reply(core, settings: pb.Settings) -> pb.TelemetryCommand:
+def settings_reply(core: ServiceCore, settings: pb.Settings) -> pb.TelemetryCommand:
     """The broker's answer to a client's Settings: the client's own settings plus the broker's values."""
     cfg = core.config
     out = pb.Settings()
@@ -120,7 +121,7 @@ def settings_reply(core, settings: pb.Settings) -> pb.TelemetryCommand:
     return pb.TelemetryCommand(status=st.ok(), settings=out)
 
 
-def serve_telemetry(core, requests, context, *, client_id: str, identity,
+def serve_telemetry(core: ServiceCore, requests, context, *, client_id: str, identity,
                     bad_request_type: type) -> Iterator[pb.TelemetryCommand]:
     """The Telemetry handler: read commands on a helper thread, write replies and check-backs here."""
     session = TelemetrySession(client_id, identity.producer_group)
@@ -161,7 +162,7 @@ def serve_telemetry(core, requests, context, *, client_id: str, identity,
 _NOTHING = object()
 
 
-def handle_command(core, session: TelemetrySession, command, bad_request_type: type):
+def handle_command(core: ServiceCore, session: TelemetrySession, command, bad_request_type: type):
     """Reply to one client command (or _NOTHING when it needs no reply)."""
     if isinstance(command, bad_request_type):
         return pb.TelemetryCommand(status=st.status(pb.BAD_REQUEST, str(command)))

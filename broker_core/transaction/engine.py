@@ -75,6 +75,7 @@ from .state import (
     TransactionInfo,
     TxState,
 )
+from .store_seam import EngineStore
 
 log = logging.getLogger(__name__)
 CHECK_SOURCES = frozenset({"check", "server_check", "SOURCE_SERVER_CHECK"})
@@ -83,7 +84,7 @@ SNAPSHOT_WAIT_S = 0.05
 
 
 class TransactionEngine:
-    def __init__(self, store, config: TransactionConfig | None = None,
+    def __init__(self, store: EngineStore, config: TransactionConfig | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
         self.config = config or TransactionConfig()
@@ -100,9 +101,8 @@ class TransactionEngine:
         self.state_dir = Path(self.config.state_dir or Path(store.config.data_dir) / "transaction")
         self.recovery_stats: dict = {}
         self._recover()
-        page_cache = getattr(store, "page_cache", None)  # a MessageStore's; test stand-ins have none
-        if page_cache is not None:
-            page_cache.protect(self.lowest_pending_half)
+        if store.page_cache is not None:
+            store.page_cache.protect(self.lowest_pending_half)
 
     # --- public API ---------------------------------------------------------------
 
@@ -411,7 +411,7 @@ class TransactionEngine:
 
     def _apply_halves(self, tx: Transaction, topics: Sequence[str], queue_ids: Sequence[int], results,
                       sender: str, immunity: int, now: int) -> None:
-        columns = getattr(results, "columns", None)
+        columns = results.columns if isinstance(results, AppendResults) else None
         if columns is not None:  # the store's columns: no AppendResult built per half
             queue_offsets, phys, sizes = columns
         else:
@@ -419,6 +419,8 @@ class TransactionEngine:
             phys = [r.physical_offset for r in results]
             sizes = [r.size for r in results]
         n = len(topics)
+        # one result per half (the physical offsets may end with the batch's end): a short column would misfile halves
+        assert len(queue_offsets) == len(sizes) == n <= len(phys) and len(queue_ids) == n, (n, len(sizes))
         with tx.cond:
             first = not tx.halves
             tx.halves.add(phys[:n], sizes, queue_offsets, topics, queue_ids, sender)

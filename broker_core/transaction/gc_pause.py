@@ -4,9 +4,8 @@ A COMMIT of n halves builds n final records and the store answers with n
 results; a prepare builds a half and a table reference per message. While
 these objects are alive, the collector's allocation thresholds fire again and
 again, and the full collections that follow walk the whole heap, which during
-a large transaction is dominated by the engine's own table of pending halves.
-Measured on a 100 000-half transaction: about a third of the broker's prepare
-and commit time. What these calls allocate and drop is freed by reference
+a large transaction is dominated by the engine's own table of pending halves
+(figures: docs/benchmarks.md). What these calls allocate and drop is freed by reference
 counting (no cycles), so pausing the collector meanwhile leaves nothing behind.
 
 Thread-safe and re-entrant: the first section disables the collector (if it

@@ -70,7 +70,7 @@ class TransactionMetrics:
 
     def count(self, name: str, n: int = 1) -> None:
         with self._lock:
-            setattr(self, name, getattr(self, name) + n)
+            setattr(self, name, getattr(self, name) + n)  # counters are named by their callers; a typo raises
 
     def snapshot(self) -> dict:
         """Every figure as plain data; histogram buckets are cumulative (Prometheus style)."""

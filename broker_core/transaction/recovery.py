@@ -22,6 +22,7 @@ from .half import half_ref_from_stored, immunity_ms, prepared_ms, stored_immunit
 from .op import OpKind, parse_op
 from .snapshot import TableSnapshot
 from .state import FinalRecord, Transaction, TxState
+from .store_seam import EngineStore
 
 log = logging.getLogger(__name__)
 _BATCH = 1024
@@ -36,7 +37,7 @@ class RecoveredTable:
     from_snapshot: bool = False
 
 
-def recover_table(store, snapshots: list[TableSnapshot], *, default_immunity_s: float,
+def recover_table(store: EngineStore, snapshots: list[TableSnapshot], *, default_immunity_s: float,
                   max_immunity_s: float) -> RecoveredTable:
     half_end = store.max_offset(HALF_TOPIC, 0)
     op_end = store.max_offset(OP_HALF_TOPIC, 0)
@@ -61,7 +62,7 @@ def recover_table(store, snapshots: list[TableSnapshot], *, default_immunity_s: 
     return out
 
 
-def _scan(store, topic: str, start: int, end: int) -> Iterator[StoredMessage]:
+def _scan(store: EngineStore, topic: str, start: int, end: int) -> Iterator[StoredMessage]:
     offset = start
     while offset < end:
         try:

@@ -179,8 +179,9 @@ class HalfRefs:
         """(physical offsets, sizes, real topics, real queue ids) of every half, in order: the
         integers as int64 arrays, the topics as a list, each joined from the chunks' columns."""
         chunks = self._chunks
-        phys, sizes, queue_ids = (_concatenated([getattr(c, name) for c in chunks])
-                                  for name in ("physical_offsets", "sizes", "real_queue_ids"))
+        phys = _concatenated([c.physical_offsets for c in chunks])
+        sizes = _concatenated([c.sizes for c in chunks])
+        queue_ids = _concatenated([c.real_queue_ids for c in chunks])
         return phys, sizes, [*chain.from_iterable(c.real_topics for c in chunks)], queue_ids
 
     def in_log_order(self) -> bool:

@@ -18,6 +18,7 @@ from txmq.broker.client import NativeClient
 from txmq.broker.server.auth import Authenticator
 from txmq.broker.server.flight_service import TxmqFlightServer
 from txmq.broker.server.metrics import ServerMetrics
+from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.server.native_service import NativeService, build_native_handler
 
 
@@ -45,7 +46,8 @@ class _RetainedStore:
 @pytest.fixture
 def stub_client():
     core = SimpleNamespace(store=_RetainedStore(), engine=SimpleNamespace(), router=None, config=None,
-                           metrics=ServerMetrics(), auth=Authenticator.disabled())
+                           metrics=ServerMetrics(), rpc_metrics=RpcMetrics(), auth=Authenticator.disabled(),
+                           advertised=None)
     service = NativeService(core)
     flight = TxmqFlightServer(service, "127.0.0.1", 0, authenticator=core.auth)
     service.data_plane = ("127.0.0.1", flight.port, False)

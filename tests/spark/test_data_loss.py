@@ -27,7 +27,7 @@ class _Pull:
 
 
 class RetainedFrom:
-    """A queue whose offsets below `min_offset` were deleted."""
+    """A QueueReader (connector/client_seam.py) whose offsets below `min_offset` were deleted."""
 
     def __init__(self, min_offset: int) -> None:
         self.min_offset = min_offset

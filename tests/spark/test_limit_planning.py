@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from txmq.broker.client.types import TopicInfo
 from txmq.spark import offsets as off
 from txmq.spark.options import SourceOptions
 from txmq.spark.source import _Planner
@@ -28,7 +29,7 @@ class _Pull:
 
 
 class QueuesModel:
-    """Queues of (store_ms, transaction id) in commit order."""
+    """Queues of (store_ms, transaction id) in commit order: a PlannerClient (connector/client_seam.py)."""
 
     def __init__(self, groups: list[tuple[int, str | None, list[int]]]) -> None:
         self.queues: dict[int, list[tuple[int, str | None]]] = {q: [] for q in range(4)}
@@ -37,7 +38,7 @@ class QueuesModel:
             for q in queues:
                 self.queues[q].append((ms, tx))
 
-    def pull_arrow(self, topic, queue_id, start, end, tags=None, max_bytes=0):
+    def pull_arrow(self, topic, queue_id, start, end, *, tags=None, max_bytes=0):
         rows = self.queues[queue_id][start:end]
         batch = pa.RecordBatch.from_pydict({
             "storeTimestamp": pa.array([ms * 1000 for ms, _ in rows], pa.timestamp("us", tz="UTC")),
@@ -48,9 +49,27 @@ class QueuesModel:
     def read_queue(self, topic, queue_id, start, end, *, tags=None, batch_bytes=0):
         yield self.pull_arrow(topic, queue_id, start, end)
 
-    def offsets_for_timestamp(self, topics, ts):
-        return {TOPIC: {q: next((i for i, (ms, _) in enumerate(rows) if ms >= ts), len(rows))
+    def offsets_for_timestamp(self, topics, timestamp_ms):
+        return {TOPIC: {q: next((i for i, (ms, _) in enumerate(rows) if ms >= timestamp_ms), len(rows))
                         for q, rows in self.queues.items()}}
+
+    def list_topics(self, *, include_system=False):
+        return [TopicInfo(TOPIC, len(self.queues), 6, {})]
+
+    def snapshot_offsets(self, topics):
+        return self.latest()
+
+    def min_offsets(self, topics):
+        return {TOPIC: {q: 0 for q in self.queues}}
+
+    def wait_for_offsets(self, topics, known, timeout_ms):
+        return self.latest()
+
+    def commit_offsets(self, group, offsets):
+        pass
+
+    def close(self):
+        pass
 
     def latest(self) -> off.Cut:
         return {TOPIC: {q: len(rows) for q, rows in self.queues.items()}}

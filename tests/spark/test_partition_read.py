@@ -24,7 +24,8 @@ class _Pull:
 
 
 class ThreeRowPulls:
-    """Streams each read as batches of up to 3 rows and records where each batch started, in order."""
+    """A QueueReader (connector/client_seam.py) streaming each read as batches of up to 3 rows; it records
+    where each batch started, in order."""
 
     def __init__(self) -> None:
         self.starts: list[int] = []

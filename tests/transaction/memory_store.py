@@ -25,6 +25,7 @@ from txmq.broker.store.message import (
     Message,
     StoredMessage,
 )
+from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.record_copy import RecordCopies
 
 _NOT_INHERITED = SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_MEMBER | SYSFLAG_GROUP_END
@@ -46,6 +47,7 @@ class QueueRead:
 class MemoryStore:
     def __init__(self, data_dir: Path) -> None:
         self.config = _Config(Path(data_dir))
+        self.page_cache = None  # no files, so no page cache to keep halves in
         self._lock = threading.Lock()
         self._records: dict[int, StoredMessage] = {}
         self._queues: dict[tuple[str, int], list[int]] = {}
@@ -60,6 +62,9 @@ class MemoryStore:
 
     def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> AppendResults:
         return self._write(messages, allow_system)
+
+    def append_group_encoded(self, batch: BatchColumns) -> AppendResults:
+        raise NotImplementedError("prepare_bodies is tested on the real store (tests/transaction/test_prepare_bodies.py)")
 
     def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
                             wait_reserved: bool = True, sources_dead: bool = False) -> AppendResults:

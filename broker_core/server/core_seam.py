@@ -1,0 +1,77 @@
+"""The core as the services see it (`BrokerCore` implements it; tests pass stand-ins of parts).
+
+The services adapt protobuf to these calls and nothing else, so a fake core needs only this.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+
+from txmq.broker.server.auth import Authenticator
+from txmq.broker.server.checkback_router import CheckbackRouter
+from txmq.broker.server.config import BrokerConfig
+from txmq.broker.server.metrics import ServerMetrics
+from txmq.broker.server.rpc_metrics import RpcMetrics
+from txmq.broker.store.batch import BatchColumns
+from txmq.broker.store.dispatch import DispatchEntry
+from txmq.broker.store.message import AppendResult, Message, StoredMessage
+from txmq.broker.store.message_store import QueueRead
+from txmq.broker.store.metadata import ConsumerOffsets, TopicRegistry
+from txmq.broker.store.tag_filter import TagFilter
+from txmq.broker.transaction.engine import TransactionEngine
+
+if TYPE_CHECKING:  # pop.py takes a ServiceCore itself
+    from txmq.broker.server.pop import PopService
+
+
+class ServiceStore(Protocol):
+    """What the services call on the store (MessageStore)."""
+
+    topics: TopicRegistry
+    offsets: ConsumerOffsets
+
+    def append(self, messages: Sequence[Message], *, allow_system: bool = False,
+               wait_reserved: bool = True) -> Sequence[AppendResult]: ...
+
+    def append_columns(self, batch: BatchColumns) -> Sequence[AppendResult]: ...
+
+    def queue_reserved(self, topic: str, queue_id: int) -> bool: ...
+
+    def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, *,
+                   tag_filter: TagFilter | str | None = None, max_bytes: int | None = None) -> QueueRead: ...
+
+    def read_at(self, physical_offset: int, size: int | None = None) -> StoredMessage: ...
+
+    def min_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def max_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def queue_ids(self, topic: str) -> list[int]: ...
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+
+    def get_by_message_id(self, msg_id: str) -> StoredMessage: ...
+
+    def query_by_key(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
+                     max_count: int = 64) -> list[StoredMessage]: ...
+
+    def add_dispatch_listener(self, fn: Callable[[list[DispatchEntry]], None]) -> None: ...
+
+    def stats(self) -> dict: ...
+
+
+class ServiceCore(Protocol):
+    """What a service reads from the core: its parts, and the one rule of topics it owns."""
+
+    store: ServiceStore
+    engine: TransactionEngine
+    router: CheckbackRouter
+    config: BrokerConfig
+    auth: Authenticator
+    metrics: ServerMetrics
+    rpc_metrics: RpcMetrics  # shared by every service, so one place counts each call
+    advertised: tuple[str, int] | None  # (host, port) clients are told, set once the broker listens
+    pop: PopService
+
+    def topic_queue_count(self, topic: str, *, create: bool | None = None) -> int: ...
+
