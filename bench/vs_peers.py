@@ -530,7 +530,9 @@ def main() -> None:
 
     result: dict = {"quick": args.quick, "body_bytes": len(BODY), "repeats": args.repeat, "errors": {}}
     kafka_used = rmq_used = None
-    with tempfile.TemporaryDirectory() as tmp, BrokerProcess(Path(tmp) / "broker", flush="async") as broker:
+    # the broker as from another host: its files hidden from Spark and the clients (root: unshare)
+    with tempfile.TemporaryDirectory() as tmp, \
+            BrokerProcess(Path(tmp) / "broker", flush="async", hidden=os.geteuid() == 0) as broker:
         client = NativeClient(broker.endpoint, timeout_s=60)
         if parts & {"spark", "spark_read", "spark_write", "tx100", "e2e"}:
             try:
