@@ -82,7 +82,7 @@ def report_paths(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(report, "REPORT", tmp_path / "REPORT.md")
-        mp.setattr(report, "PLOTS", tmp_path / "plots")
+        mp.setattr(report.report_plots, "PLOTS", tmp_path / "plots")
         mp.setattr(report, "DOCS", tmp_path / "benchmarks.md")
         report.write_report(json.loads(json.dumps(_summary())))
     return tmp_path
