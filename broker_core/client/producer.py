@@ -29,7 +29,7 @@ class Producer:
 
     def send_batch(self, messages: Iterable[Message | Mapping | bytes] | pa.RecordBatch | pa.Table, *,
                    topic: str | None = None) -> SendSummary:
-        """Send many messages in one RPC (Arrow payload)."""
+        """Send many messages in one Flight stream (Arrow batches)."""
         return self.client.send_arrow(messages, topic=topic or self.topic)
 
     def close(self) -> None:
