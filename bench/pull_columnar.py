@@ -28,8 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from size_args import parse_size_args  # noqa: E402
-from txmq.broker.protocol.native_arrow import to_ipc  # noqa: E402
-from txmq.broker.server.native_pull import build_pull_batch, pull_batch, pull_payload  # noqa: E402
+from txmq.broker.server.native_pull import build_pull_batch, pull_batch  # noqa: E402
 from txmq.broker.store import Message, MessageStore, StoreConfig  # noqa: E402
 from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT  # noqa: E402
 
@@ -51,6 +50,14 @@ def load(store: MessageStore, rows: int) -> None:
                       for i in range(n)])
 
 
+def to_ipc(data: pa.RecordBatch | pa.Table) -> bytes:
+    """`data` as one Arrow IPC stream: what a pull's batch costs to put on the wire."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, data.schema) as writer:
+        writer.write(data)
+    return sink.getvalue().to_pybytes()
+
+
 def read_all(store: MessageStore, pull) -> list[bytes]:
     """Every queue from offset 0 in PullArrow-sized pulls; returns the IPC payloads."""
     payloads = []
@@ -58,7 +65,7 @@ def read_all(store: MessageStore, pull) -> list[bytes]:
         pos, hi = 0, store.max_offset(TOPIC, q)
         while pos < hi:
             batch, pos = pull(store, q, pos, min(hi - pos, PULL_COUNT))
-            payloads.append(pull_payload(batch))
+            payloads.append(to_ipc(batch))
     return payloads
 
 

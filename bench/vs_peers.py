@@ -338,13 +338,19 @@ def spark_part(spec: dict) -> dict:
     return out
 
 
+def topic_on_both(client, bootstrap: str, prefix: str) -> str:
+    """A fresh topic of QUEUES queues on txmq and of as many partitions on Kafka."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    client.create_topic(topic, QUEUES)
+    kafka_create_topic(bootstrap, topic, QUEUES)
+    return topic
+
+
 def spark_read(spark, client, endpoint: str, bootstrap: str, read_rows: int, repeat: int) -> dict:
     from spark_sink import interleaved_best_rates
 
     out: dict = {}
-    topic = f"read-{uuid.uuid4().hex[:6]}"
-    client.create_topic(topic, QUEUES)
-    kafka_create_topic(bootstrap, topic, QUEUES)
+    topic = topic_on_both(client, bootstrap, "read")
     t0 = time.perf_counter()
     txmq_load(client, topic, read_rows)
     t1 = time.perf_counter()
@@ -373,9 +379,7 @@ def spark_write(spark, client, endpoint: str, bootstrap: str, write_rows: int, r
     from spark_sink import broker_commit_seconds, interleaved_best_rates, rows_df
 
     out: dict = {}
-    wtopic = f"write-{uuid.uuid4().hex[:6]}"
-    client.create_topic(wtopic, QUEUES)
-    kafka_create_topic(bootstrap, wtopic, QUEUES)
+    wtopic = topic_on_both(client, bootstrap, "write")
     df = rows_df(spark, write_rows)
 
     def txmq_write() -> float:

@@ -1,9 +1,8 @@
-"""Arrow schemas and IPC framing shared by the native service and its client.
+"""The Arrow schemas the data plane's batches have (Flight streams carry them).
 
-Two shapes travel as Arrow IPC streams:
-- a *send batch* (client → broker): column `body` (binary, required) and the
+- a *send batch* (client → broker, DoPut): column `body` (binary, required) and the
   optional columns in `SEND_COLUMNS`;
-- a *pull batch* (broker → client): exactly `PULL_SCHEMA`, the schema the Spark
+- a *pull batch* (broker → client, DoGet): exactly `PULL_SCHEMA`, the schema the Spark
   source exposes, so the connector hands the batch to Spark without reshaping.
 """
 
@@ -40,36 +39,6 @@ SEND_COLUMNS: dict[str, tuple[pa.DataType, ...]] = {
     "shardingKey": (pa.string(), pa.large_string()),
     "messageId": (pa.string(), pa.large_string()),
 }
-
-
-def to_ipc(data: pa.RecordBatch | pa.Table) -> bytes:
-    """Serialize a batch or table as one Arrow IPC stream."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, data.schema) as writer:
-        if isinstance(data, pa.Table):
-            writer.write_table(data)
-        else:
-            writer.write_batch(data)
-    return sink.getvalue().to_pybytes()
-
-
-def table_from_ipc(payload: bytes) -> pa.Table:
-    """Read an Arrow IPC stream; a payload that is not one is a BadRequest."""
-    try:
-        return pa.ipc.open_stream(pa.py_buffer(payload)).read_all()
-    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
-        raise BadRequest(f"arrow_ipc is not a readable Arrow IPC stream: {exc}") from None
-
-
-def batch_from_ipc(payload: bytes, schema: pa.Schema = PULL_SCHEMA) -> pa.RecordBatch:
-    """Read a pull payload back as one record batch (empty payload → empty batch)."""
-    if not payload:
-        return pa.RecordBatch.from_pylist([], schema=schema)
-    table = table_from_ipc(payload)
-    if table.num_rows == 0:
-        return pa.RecordBatch.from_pylist([], schema=table.schema)
-    batches = table.combine_chunks().to_batches()
-    return batches[0]
 
 
 def check_send_schema(schema: pa.Schema) -> None:

@@ -65,7 +65,7 @@ class BrokerConfig:
     page_cache_keep_bytes: int = 2 << 30
     max_body_bytes: int = 4 << 20
     max_properties_bytes: int = 32767
-    max_message_bytes: int = 256 << 20  # gRPC frame limit (native Arrow batches are large)
+    max_message_bytes: int = 256 << 20  # gRPC frame limit, and the largest batch a Flight put may carry
     max_workers: int = 256  # long polls and telemetry streams each hold a thread
     # Threads that run the RocketMQ protocol's unary calls (sends, transaction ends, acks, routes,
     # offsets; see server/short_calls.py). None: 2 with async flush, 0 with sync flush (group

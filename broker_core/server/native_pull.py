@@ -95,7 +95,7 @@ def _micros(millis: list[int]) -> pa.Array:
 
 @dataclass
 class PullBatch:
-    """A pull's batch and the queue offsets the PullResponse reports."""
+    """A pull's batch and the queue offsets its PullProgress reports."""
 
     batch: pa.RecordBatch
     next_offset: int

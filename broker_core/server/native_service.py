@@ -413,29 +413,26 @@ class NativeService:
                                                       max_offset=self.store.max_offset(topic, queue_id))
             return
         pos, sent = start, 0
-        while True:
+        while pos < end and (max_batches == 0 or sent < max_batches):
             self._check_open()
             started = time.perf_counter()
             plan = read_plan(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
                              tag_filter=tag_filter) if plans else None
             if plan is not None:  # a same-host client decodes these records itself
-                assert pos < plan.next_offset <= end, f"a plan of {topic}/{queue_id} at {pos} is off its range"
+                batch = empty_pull_batch()
+                progress = pb.PullProgress(next_offset=plan.next_offset, min_offset=plan.min_offset,
+                                           max_offset=plan.max_offset, plan=plan_message(plan))
                 self.metrics.observe("pull_plan", len(plan.phys), time.perf_counter() - started)
-                pos, sent = plan.next_offset, sent + 1
-                yield empty_pull_batch(), pb.PullProgress(next_offset=pos, min_offset=plan.min_offset,
-                                                          max_offset=plan.max_offset, plan=plan_message(plan))
-                if pos >= end or sent == max_batches:
-                    return
-                continue
-            read: PullBatch = pull_batch(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
-                                         tag_filter=tag_filter)
-            self.metrics.observe("pull", read.batch.num_rows, time.perf_counter() - started)
-            assert pos == end or read.next_offset > pos, f"a pull of {topic}/{queue_id} at {pos} made no progress"
-            assert read.next_offset <= end, f"a pull of {topic}/{queue_id} read past its end {end}"
-            pos, sent = read.next_offset, sent + 1
-            yield read.batch, pb.PullProgress(next_offset=pos, min_offset=read.min_offset, max_offset=read.max_offset)
-            if pos >= end or sent == max_batches:
-                return
+            else:
+                read: PullBatch = pull_batch(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
+                                             tag_filter=tag_filter)
+                batch = read.batch
+                progress = pb.PullProgress(next_offset=read.next_offset, min_offset=read.min_offset,
+                                           max_offset=read.max_offset)
+                self.metrics.observe("pull", batch.num_rows, time.perf_counter() - started)
+            assert pos < progress.next_offset <= end, f"a read of {topic}/{queue_id} at {pos} left [{pos}, {end}]"
+            pos, sent = progress.next_offset, sent + 1
+            yield batch, progress
 
     def _check_open(self) -> None:
         if self.closing:
