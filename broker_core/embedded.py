@@ -26,7 +26,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-READY = re.compile(r"txmq broker ready on (\S+):(\d+)")
+READY = re.compile(r"txmq (?:broker|replica) ready on (\S+):(\d+)")
 
 
 class EmbeddedBroker:
@@ -85,6 +85,16 @@ class EmbeddedBroker:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(30)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process freezes (a long GC pause, a stalled VM) until resume()."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after pause()."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
 
     def stop(self, timeout_s: float = 30.0) -> int:
         """SIGTERM: a clean stop. Returns the exit code."""

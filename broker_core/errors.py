@@ -195,6 +195,16 @@ class RequestTimeout(TxmqError):
     """The operation did not complete within its deadline."""
 
 
+class NotLeader(TxmqError):
+    """A replica that does not lead its group (a follower, or a leader fenced by a lost lease)
+    refused a write; the message names the leader when one is known. Nothing was written."""
+
+
+class ReplicationTimeout(RequestTimeout):
+    """A write under `sync` replication was stored by the leader but not confirmed by enough
+    in-sync followers in time: it may or may not survive a failover (retry it)."""
+
+
 class BrokerUnavailable(TxmqError):
     """The broker cannot be reached or is shutting down (client side)."""
 

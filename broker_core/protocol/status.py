@@ -57,7 +57,9 @@ ERROR_CODES: tuple[tuple[type[Exception], int], ...] = (
     (e.Unauthorized, Code.UNAUTHORIZED),
     (e.Forbidden, Code.FORBIDDEN),
     (e.TooManyRequests, Code.TOO_MANY_REQUESTS),
+    (e.ReplicationTimeout, Code.SLAVE_PERSISTENCE_TIMEOUT),
     (e.RequestTimeout, Code.REQUEST_TIMEOUT),
+    (e.NotLeader, Code.HA_NOT_AVAILABLE),
     (e.BrokerUnavailable, Code.INTERNAL_ERROR),
     (e.StoreError, Code.INTERNAL_ERROR),
 )

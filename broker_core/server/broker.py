@@ -61,12 +61,31 @@ def _load_lazy_code() -> None:
     load_compiled_scan()
 
 
+def store_config(config: BrokerConfig, *, replica: bool = False):
+    """The store settings a broker's config implies."""
+    from txmq.broker.store.config import StoreConfig
+
+    host, port = config.listen_host_port
+    return StoreConfig(
+        data_dir=Path(config.data_dir),
+        flush_mode=config.flush,  # type: ignore[arg-type]
+        flush_interval_ms=config.flush_interval_ms,
+        max_body_bytes=config.max_body_bytes,
+        max_properties_bytes=config.max_properties_bytes,
+        commitlog_segment_bytes=config.segment_bytes,
+        retention_hours=config.retention_s / 3600,
+        disk_max_used_ratio=config.disk_max_used_ratio,
+        page_cache_keep_bytes=config.page_cache_keep_bytes,
+        store_host=(host if host not in WILDCARD_HOSTS else "127.0.0.1", port),
+        replica=replica,
+    )
+
+
 class BrokerCore:
     """Everything a service needs, with no gRPC in it."""
 
-    def __init__(self, config: BrokerConfig, *, clock=time.time) -> None:
-        from txmq.broker.store.config import StoreConfig
-        from txmq.broker.store.message_store import MessageStore
+    def __init__(self, config: BrokerConfig, *, clock=time.time, store: MessageStore | None = None) -> None:
+        """`store`: an open store to serve (a replica promoted to leader); else one is opened."""
         from txmq.broker.transaction.config import TransactionConfig
         from txmq.broker.transaction.engine import TransactionEngine
         from txmq.broker.transaction.checkback import CheckbackService
@@ -74,19 +93,7 @@ class BrokerCore:
 
         self.config = config
         self.clock = clock
-        host, port = config.listen_host_port
-        self.store = MessageStore(StoreConfig(
-            data_dir=Path(config.data_dir),
-            flush_mode=config.flush,  # type: ignore[arg-type]
-            flush_interval_ms=config.flush_interval_ms,
-            max_body_bytes=config.max_body_bytes,
-            max_properties_bytes=config.max_properties_bytes,
-            commitlog_segment_bytes=config.segment_bytes,
-            retention_hours=config.retention_s / 3600,
-            disk_max_used_ratio=config.disk_max_used_ratio,
-            page_cache_keep_bytes=config.page_cache_keep_bytes,
-            store_host=(host if host not in WILDCARD_HOSTS else "127.0.0.1", port),
-        ))
+        self.store = store if store is not None else MessageStore(store_config(config))
         try:
             self.tx_config = TransactionConfig(
                 transaction_timeout_s=config.transaction_timeout_s,
@@ -173,52 +180,44 @@ class Broker:
 
     def start(self) -> tuple[str, int]:
         """Start serving; returns the bound (host, port) (the real port when 0 was asked)."""
+        cfg = self.config
+        self.server = make_grpc_server(cfg, self.core.auth)
+        for service, handlers in self.service_handlers().items():
+            self.server.add_registered_method_handlers(service, handlers)
+        self.port = bind(self.server, cfg, self.host, self.port)
+        self.server.start()
+        self.start_beside(self.port)
+        return self.host, self.port
+
+    def service_handlers(self) -> dict[str, dict[str, grpc.RpcMethodHandler]]:
+        """{service name: {method name: handler}} of the RocketMQ and native services over this core."""
         from txmq.broker.protocol import native_methods
         from txmq.broker.protocol.rocketmq_methods import SERVICE_NAME
-        from txmq.broker.server.flight_service import TxmqFlightServer
         from txmq.broker.server.messaging_service import rocketmq_method_handlers
         from txmq.broker.server.native_service import NativeService, native_method_handlers
 
-        cfg = self.config
-        interceptors = []
-        if self.core.auth.enabled:
-            interceptors.append(AuthInterceptor(self.core.auth, in_band_prefixes=(f"/{SERVICE_NAME}/",)))
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="txmq-rpc"),
-            interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", cfg.max_message_bytes),
-                ("grpc.max_send_message_length", cfg.max_message_bytes),
-                ("grpc.so_reuseport", 0),
-                ("grpc.keepalive_permit_without_calls", 1),
-                ("grpc.http2.min_ping_interval_without_data_ms", 5000),
-            ],
-            maximum_concurrent_rpcs=cfg.max_workers * 8,
-        )
-        # Registered (not generic) handlers: the C core matches each call's method path itself.
-        self._short_calls = short_call_pool(cfg.short_call_workers, cfg.flush)
-        self.server.add_registered_method_handlers(SERVICE_NAME, rocketmq_method_handlers(self.core, self._short_calls))
+        self._short_calls = short_call_pool(self.config.short_call_workers, self.config.flush)
         native = self.native = NativeService(self.core)
-        self.server.add_registered_method_handlers(native_methods.SERVICE_NAME, native_method_handlers(native))
-        address = f"{self.host}:{self.port}" if ":" not in self.host else f"[{self.host}]:{self.port}"
-        if cfg.tls_cert:
-            creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(), Path(cfg.tls_cert).read_bytes())])
-            self.port = self.server.add_secure_port(address, creds)
-        else:
-            self.port = self.server.add_insecure_port(address)
-        if self.port == 0:
-            raise OSError(f"cannot listen on {address}")
-        self.core.advertised = (self._advertised_host(), self.port)
+        return {SERVICE_NAME: rocketmq_method_handlers(self.core, self._short_calls),
+                native_methods.SERVICE_NAME: native_method_handlers(native)}
+
+    def start_beside(self, port: int) -> None:
+        """Start what runs beside the gRPC server on `port` (bound by the caller, serving
+        service_handlers()): the Flight data plane, the core's background work, metrics."""
+        from txmq.broker.server.flight_service import TxmqFlightServer
+
+        cfg = self.config
+        self.port = port
+        self.core.advertised = (self._advertised_host(), port)
         flight_host, flight_port = cfg.flight_host_port
-        self.flight = TxmqFlightServer(native, flight_host, flight_port, authenticator=self.core.auth,
+        self.flight = TxmqFlightServer(self.native, flight_host, flight_port, authenticator=self.core.auth,
                                        tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
                                        max_batch_bytes=cfg.max_message_bytes)
-        native.data_plane = ("" if flight_host in WILDCARD_HOSTS else flight_host, self.flight.port, self.flight.tls)
-        self.server.start()
+        self.native.data_plane = ("" if flight_host in WILDCARD_HOSTS else flight_host, self.flight.port,
+                                  self.flight.tls)
         self.core.start()
         if cfg.metrics_listen:
             self._metrics_server = _start_metrics(self.core, cfg.metrics_listen)
-        return self.host, self.port
 
     def _advertised_host(self) -> str:
         if self.config.advertised_host:
@@ -227,8 +226,8 @@ class Broker:
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop accepting calls, let running ones finish for `grace_s`, then close the core."""
+        self.core.pop.wake_all()
         if self.server is not None:
-            self.core.pop.wake_all()
             self.server.stop(grace_s).wait(grace_s + 5)
             self.server = None
         if self.flight is not None:
@@ -251,6 +250,42 @@ class Broker:
             except Exception:  # the store must still be closed cleanly
                 log.exception("metrics server stop failed")
         self.core.close()
+
+
+def make_grpc_server(cfg: BrokerConfig, auth: Authenticator,
+                     generic_handlers: list[grpc.GenericRpcHandler] | None = None) -> grpc.Server:
+    """The thread-pool gRPC server a broker (or a group's replica) serves on, not yet bound."""
+    from txmq.broker.protocol.rocketmq_methods import SERVICE_NAME
+
+    interceptors = []
+    if auth.enabled:
+        interceptors.append(AuthInterceptor(auth, in_band_prefixes=(f"/{SERVICE_NAME}/",)))
+    return grpc.server(
+        futures.ThreadPoolExecutor(max_workers=cfg.max_workers, thread_name_prefix="txmq-rpc"),
+        handlers=generic_handlers,
+        interceptors=interceptors,
+        options=[
+            ("grpc.max_receive_message_length", cfg.max_message_bytes),
+            ("grpc.max_send_message_length", cfg.max_message_bytes),
+            ("grpc.so_reuseport", 0),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+        ],
+        maximum_concurrent_rpcs=cfg.max_workers * 8,
+    )
+
+
+def bind(server: grpc.Server, cfg: BrokerConfig, host: str, port: int) -> int:
+    """Bind `server` to host:port (TLS with the configured certificate); returns the real port."""
+    address = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
+    if cfg.tls_cert:
+        creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(), Path(cfg.tls_cert).read_bytes())])
+        bound = server.add_secure_port(address, creds)
+    else:
+        bound = server.add_insecure_port(address)
+    if bound == 0:
+        raise OSError(f"cannot listen on {address}")
+    return bound
 
 
 def _start_metrics(core: BrokerCore, listen: str) -> MetricsServer:
@@ -296,6 +331,14 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--short-call-workers", type=int,
                    help="threads for the RocketMQ protocol's unary calls (default: 2 with async flush, "
                         "0 = the main pool with sync flush)")
+    p.add_argument("--etcd", help="H:P[,H:P...] of etcd: run as a replica of a broker group (needs --group)")
+    p.add_argument("--group", help="the broker group this replica belongs to")
+    p.add_argument("--replication", choices=("sync", "async"),
+                   help="sync (default): acknowledge a write once --min-insync followers hold it; "
+                        "async: acknowledge per the leader's --flush")
+    p.add_argument("--min-insync", type=int, help="followers that must hold a write under sync replication (default 1)")
+    p.add_argument("--lease-ttl", help="the leader's etcd lease (default 2s): a dead leader's group waits this long")
+    p.add_argument("--replica-lag-max", help="a follower behind for this long leaves the in-sync set (default 2s)")
     p.add_argument("--log-level", default="WARNING")
     return p
 
@@ -309,7 +352,9 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("metrics_listen", "metrics_listen"), ("segment_bytes", "segment_bytes"),
                       ("page_cache_keep_bytes", "page_cache_keep_bytes"),
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("flight_listen", "flight_listen"),
-                      ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads")):
+                      ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads"),
+                      ("etcd", "etcd"), ("group", "group"), ("replication", "replication"),
+                      ("min_insync", "min_insync")):
         value = getattr(args, flag)  # a table of flags: a lookup by name
         if value is not None:
             overrides[key] = value
@@ -317,6 +362,10 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         overrides["transaction_timeout_s"] = parse_duration(args.transaction_timeout)
     if args.check_interval is not None:
         overrides["check_interval_s"] = parse_duration(args.check_interval)
+    if args.lease_ttl is not None:
+        overrides["lease_ttl_s"] = parse_duration(args.lease_ttl)
+    if args.replica_lag_max is not None:
+        overrides["replica_lag_max_s"] = parse_duration(args.replica_lag_max)
     if args.retention is not None:
         overrides["retention_s"] = parse_duration(args.retention)
     if args.config:
@@ -341,6 +390,8 @@ def run_broker(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    if config.etcd:
+        return _run_replica(config, stop)
     broker = Broker(config)
     try:
         host, port = broker.start()
@@ -357,4 +408,24 @@ def run_broker(argv: list[str] | None = None) -> int:
     if broker.abandoned_calls:  # the store is closed; Flight's threads would keep the process alive
         sys.stdout.flush()
         os._exit(0)
+    return 0
+
+
+def _run_replica(config: BrokerConfig, stop: threading.Event) -> int:
+    """run_broker for a replica of a broker group (--etcd and --group)."""
+    from txmq.broker.cluster.node import ReplicaNode
+
+    node = ReplicaNode(config)
+    try:
+        host, port = node.start()
+    except ValueError as exc:
+        print(f"txmq broker: {exc}", file=sys.stderr, flush=True)
+        return 2
+    print(f"txmq replica ready on {host}:{port} (group {config.group}, etcd {config.etcd})", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        node.stop()
+        print("txmq broker stopped", flush=True)
     return 0

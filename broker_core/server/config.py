@@ -88,6 +88,15 @@ class BrokerConfig:
     client_receive_batch_size: int = 32
     client_max_delivery_attempts: int = 16
     broker_name: str = "txmq-broker-0"
+    # A replica of a broker group (cluster/): etcd endpoints "H:P[,H:P...]" and the group's name.
+    # Without them the broker is the single, embedded-default broker and none of this applies.
+    etcd: str | None = None
+    group: str | None = None
+    replication: str = "sync"  # "sync": acknowledge once min_insync followers hold a write; "async": don't wait
+    min_insync: int = 1  # followers (besides the leader) that must hold a write under sync replication
+    lease_ttl_s: float = 2.0  # the leader's etcd lease: how long a dead leader keeps the group waiting
+    replica_lag_max_s: float = 2.0  # a follower not caught up for this long leaves the in-sync set
+    replication_timeout_s: float = 5.0  # longest a sync write waits for its followers
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -119,12 +128,29 @@ class BrokerConfig:
             raise ValueError(f"short_call_workers must not be negative, got {self.short_call_workers}")
         if self.flight_listen:
             parse_host_port(self.flight_listen)
+        if (self.etcd is None) != (self.group is None):
+            raise ValueError("a replica needs both --etcd and --group")
+        if self.etcd is not None:
+            for endpoint in self.etcd.split(","):
+                parse_host_port(endpoint.strip())
+            if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", self.group or ""):
+                raise ValueError(f"group name must be 1-64 letters, digits, '_', '.' or '-': {self.group!r}")
+        if self.replication not in ("sync", "async"):
+            raise ValueError(f"replication must be 'sync' or 'async', not {self.replication!r}")
+        if self.min_insync < 0:
+            raise ValueError(f"min_insync must not be negative, got {self.min_insync}")
+        if self.lease_ttl_s < 1:
+            raise ValueError(f"lease_ttl must be at least 1s (etcd's granularity), got {self.lease_ttl_s}s")
         if not isinstance(self.local_reads, bool):
             raise ValueError(f"local_reads must be true or false, got {self.local_reads!r}")
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
         return parse_host_port(self.listen)
+
+    @property
+    def etcd_endpoints(self) -> list[tuple[str, int]]:
+        return [parse_host_port(e.strip()) for e in (self.etcd or "").split(",") if e.strip()]
 
     @property
     def flight_host_port(self) -> tuple[str, int]:

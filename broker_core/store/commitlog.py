@@ -34,7 +34,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from txmq.broker.errors import MessageBodyTooLarge, MessageNotFound
+from txmq.broker.errors import DataDeleted, IllegalOffset, MessageBodyTooLarge, MessageNotFound, StoreError
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.checksum import crc32
 from txmq.broker.store.durable import fsync_dir
@@ -440,6 +440,41 @@ class CommitLog:
         if msg.physical_offset != offset:
             raise MessageNotFound(f"no record starts at physical offset {offset}")
         return msg
+
+    # --- replication -----------------------------------------------------------------
+
+    @property
+    def settled_end(self) -> int:
+        """The end of the bytes that are really written: a write still on the I/O thread is not."""
+        with self._deferred_lock:
+            return self.write_end if self._deferred is None else self._deferred.start
+
+    def read_chunk(self, offset: int, max_bytes: int) -> bytes:
+        """Raw bytes from `offset` (a record or segment boundary a follower reached), up to the
+        settled end, never across a segment's end: a follower appends them as they are."""
+        end = self.settled_end
+        if offset > end:
+            raise IllegalOffset(f"replication offset {offset} is beyond this log's end {end}")
+        if offset < self.min_offset:
+            raise DataDeleted(f"replication offset {offset} was deleted by retention; the log starts at "
+                              f"{self.min_offset}", min_offset=self.min_offset)
+        seg = self.segment_for(offset)
+        if seg is None or offset == end:
+            return b""
+        return seg.read(offset - seg.start, min(max_bytes, end - offset, seg.start + seg.capacity - offset))
+
+    def append_raw(self, offset: int, data: bytes) -> None:
+        """Append bytes copied from a leader's log at the same offset (a follower's only write;
+        the caller holds the store's write lock). A chunk never crosses a segment's end."""
+        if offset != self.write_end:
+            raise StoreError(f"replicated bytes at {offset} do not continue this log, which ends at {self.write_end}")
+        seg = self._current_segment()
+        if len(data) > seg.remaining:
+            raise StoreError(f"replicated chunk of {len(data)} bytes at {offset} crosses the segment end "
+                             f"{seg.start + seg.capacity}: the leader's segment size differs")
+        seg.append(data)
+        self.write_end = offset + len(data)
+        self.writes += 1
 
     # --- durability ----------------------------------------------------------------
 

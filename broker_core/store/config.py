@@ -31,6 +31,9 @@ class StoreConfig:
     # The newest bytes of the CommitLog kept in the page cache; flushed bytes older than
     # that are dropped from it (page_cache.py). 0: never drop (the kernel decides alone).
     page_cache_keep_bytes: int = 2 << 30
+    # A replica of a replicated group: its log may end inside a split group whose END the
+    # leader has yet to send, so recovery keeps that group open instead of calling it dead.
+    replica: bool = False
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from itertools import compress, repeat
 from pathlib import Path
 from typing import Callable, Iterable, NamedTuple, Sequence
@@ -242,6 +243,11 @@ class Dispatcher:
         # dispatched yet (the group's are not), so dispatched_through, which the
         # checkpoint takes as recovery's scan start, stays there.
         self.hold: int | None = None
+        # A replicated group's leader publishes only what its in-sync replicas hold (RocketMQ 5's
+        # confirm offset, Kafka's high watermark): None publishes every dispatch at once; else
+        # the CommitLog offset confirmed so far, and dispatches past it wait in `_unconfirmed`.
+        self._confirmed: int | None = None
+        self._unconfirmed: deque = deque()  # (end offset, [(queue, written end)], entries to notify)
         for topic, qid, path in discover_queues(self.queue_root):
             self._queues[(topic, qid)] = ConsumeQueue(path, topic, qid, entries_per_file)
 
@@ -303,10 +309,32 @@ class Dispatcher:
         with self._dirty_lock:  # before publishing: a flush that sees the new offset flushes these
             self._dirty.update(touched)
         with self.lock:
-            for cq in touched:
-                cq.max_offset = cq.written_offset
+            if self._confirmed is None or end_physical <= self._confirmed:
+                for cq in touched:
+                    cq.max_offset = cq.written_offset
+            else:
+                self._unconfirmed.append((end_physical, [(cq, cq.written_offset) for cq in touched],
+                                          entries if notify else ()))
+                notify = False
             self.dispatched_through = end_physical if self.hold is None else min(end_physical, self.hold)
         if notify and entries:
+            self.notify(entries)
+
+    def publish_confirmed(self, confirmed: int | None) -> None:
+        """Publish only dispatches ending at or before `confirmed` from now on (and those waiting
+        that do); None publishes everything at once again (a single broker, a follower)."""
+        ready = []
+        with self.lock:
+            if confirmed is not None and self._confirmed is not None:
+                assert confirmed >= self._confirmed, "the confirmed offset never moves back"
+            self._confirmed = confirmed
+            while self._unconfirmed and (confirmed is None or self._unconfirmed[0][0] <= confirmed):
+                _, written, entries = self._unconfirmed.popleft()
+                for cq, end in written:
+                    cq.max_offset = max(cq.max_offset, end)
+                if entries:
+                    ready.append(entries)
+        for entries in ready:
             self.notify(entries)
 
     def notify(self, entries: Sequence[DispatchEntry]) -> None:

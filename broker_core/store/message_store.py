@@ -154,6 +154,9 @@ class MessageStore:
         if not self.dispatcher.queues() and self.commitlog.segments:
             rebuild_from = 0  # queue files lost or removed: derived data, rebuilt from the whole log
         self.recovery: RecoveryReport = recover(self.commitlog, self.dispatcher, rebuild_from, crashed=crashed)
+        if not config.replica and self.recovery.replay is not None:
+            self.recovery.replay.cut_at(self.commitlog.write_end)  # an open split group here is dead
+            self.recovery.replay.split = self.recovery.replay.split_begin = self.dispatcher.hold = None
         self.commitlog.flushed_end = min(cp.commitlog_flushed, self.commitlog.write_end)
         for cq in self.dispatcher.queues():  # min offsets after retention (a binary search each)
             cq.delete_below_physical(self.commitlog.min_offset)
@@ -313,11 +316,10 @@ class MessageStore:
         offsets = QueueOffsets(self.dispatcher, topics[0] if one_topic else None)
         w = write_part(self.commitlog, batch, sys_flags, keys, offsets, now, plan)
         dispatcher = self.dispatcher
-        dispatcher.dispatch(offsets.named(w.runs), [], [], self.commitlog.write_end, notify=False,
+        entries = (dispatch_entries(topics, qids, w.queue_offsets, w.phys, w.sizes, w.tag_hashes, now, sys_flags,
+                                    w.queued) if dispatcher.has_listeners else [])
+        dispatcher.dispatch(offsets.named(w.runs), [], entries, self.commitlog.write_end,
                             index_columns=(w.hashes, w.positions, now))
-        if dispatcher.has_listeners:
-            dispatcher.notify(dispatch_entries(topics, qids, w.queue_offsets, w.phys, w.sizes, w.tag_hashes, now,
-                                                sys_flags, w.queued))
         results = AppendResults(batch.count, partial(append_results, topics, qids, w.queue_offsets, w.phys, w.sizes,
                                                      now, self.commitlog.store_host[0]))
         results.columns = (w.queue_offsets, w.phys, w.sizes)
@@ -326,6 +328,55 @@ class MessageStore:
     def _release_sources(self, copies: RecordCopies) -> None:
         """Drop copied sources nobody reads again from the page cache (see append_group_copies)."""
         self.page_cache.release_dead(copies.source_runs(), self.commitlog.flushed_end)
+
+    # --- replication (cluster/replication.py drives these) ---------------------------------
+
+    def read_log(self, offset: int, max_bytes: int) -> bytes:
+        """A leader's raw CommitLog bytes from `offset` for a follower (see CommitLog.read_chunk)."""
+        return self.commitlog.read_chunk(offset, max_bytes)
+
+    def append_replicated(self, offset: int, data: bytes) -> int:
+        """A follower appends its leader's bytes at the same offset and dispatches every group
+        they complete, as recovery does; returns the end of the last complete group."""
+        replay = self.recovery.replay
+        assert replay is not None and self.config.replica, "only a replica's store takes replicated bytes"
+        with self.write_lock.held():
+            self.commitlog.append_raw(offset, data)
+            return replay.feed()
+
+    def truncate_log(self, offset: int) -> int:
+        """Cut a follower's log back to `offset` (where it diverged from the leader's, a group
+        boundary) with the queue entries past it; returns the new end."""
+        replay = self.recovery.replay
+        assert replay is not None and self.config.replica, "only a replica's log is cut back"
+        with self.write_lock.held():
+            if offset >= self.commitlog.write_end:
+                return self.commitlog.write_end
+            self.commitlog.truncate_to(offset)
+            for cq in self.dispatcher.queues():
+                cq.truncate_from_physical(offset)
+            replay.cut_at(offset)
+            self.dispatcher.dispatched_through = min(self.dispatcher.dispatched_through, offset)
+            self._write_checkpoint()
+            return offset
+
+    def lead(self) -> int:
+        """A replica becomes its group's leader: what it holds past its last complete group (a
+        group the old leader never finished sending) is cut, an open split group is dead as
+        after a single broker's crash, and writes are taken from here. Returns the log's end,
+        where the new epoch starts."""
+        replay = self.recovery.replay
+        assert replay is not None and self.config.replica, "only a replica is promoted"
+        end = self.truncate_log(replay.safe_end)
+        with self.write_lock.held():
+            replay.split = replay.split_begin = self.dispatcher.hold = None
+            self.dispatcher.dispatched_through = end
+        self.recovery.replay = None  # nothing is replicated into this store any more
+        return end
+
+    def publish_confirmed(self, confirmed: int | None) -> None:
+        """Readers see only records before `confirmed` (None: all), see Dispatcher.publish_confirmed."""
+        self.dispatcher.publish_confirmed(confirmed)
 
     # --- queue reads ------------------------------------------------------------------
 

@@ -52,20 +52,47 @@ class TopicConfig:
         return bool(self.permission & PERM_WRITE)
 
 
-class TopicRegistry:
+class ReplicatedFile:
+    """A metadata file a replicated group's leader sends its followers whole when it changes
+    (it lives beside the CommitLog, not in it): `version` counts this process's saves."""
+
+    path: Path
+    version: int = 0
+
+    def _load(self, raw: dict) -> None:
+        raise NotImplementedError
+
+    def raw(self) -> bytes:
+        """The file as saved (b"{}" before the first save)."""
+        try:
+            return self.path.read_bytes()
+        except FileNotFoundError:
+            return b"{}"
+
+    def replace(self, raw: bytes) -> None:
+        """A follower takes its leader's copy: on disk, then in memory."""
+        data = json.loads(raw)
+        write_json_atomically(self.path, data)
+        self._load(data)
+
+
+class TopicRegistry(ReplicatedFile):
     """Topics: name, queue count, permission. Persisted in topics.json."""
 
     def __init__(self, path: Path, on_delete: Callable[[str], None] | None = None) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._on_delete = on_delete
-        raw = read_json(self.path, {})
+        self._load(read_json(self.path, {}))
+
+    def _load(self, raw: dict) -> None:
         self._topics: dict[str, TopicConfig] = {
             name: TopicConfig(name, int(v["queue_count"]), int(v["permission"])) for name, v in raw.items()}
 
     def _save(self) -> None:
         write_json_atomically(self.path, {n: {"queue_count": t.queue_count, "permission": t.permission}
                                           for n, t in self._topics.items()})
+        self.version += 1
 
     def create(self, name: str, queue_count: int = 4, permission: int = PERM_READ_WRITE) -> TopicConfig:
         """Create or update a topic (idempotent: same arguments, same result)."""
@@ -110,13 +137,15 @@ class TopicRegistry:
             self._on_delete(name)
 
 
-class ConsumerOffsets:
+class ConsumerOffsets(ReplicatedFile):
     """Committed consumer-group offsets per (topic, queue id). Persisted in offsets.json on each commit."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        raw = read_json(self.path, {})
+        self._load(read_json(self.path, {}))
+
+    def _load(self, raw: dict) -> None:
         self._offsets: dict[str, dict[tuple[str, int], int]] = {
             group: {(t, int(q)): int(o) for t, queues in topics.items() for q, o in queues.items()}
             for group, topics in raw.items()}
@@ -128,6 +157,7 @@ class ConsumerOffsets:
             for (topic, qid), off in entries.items():
                 g.setdefault(topic, {})[str(qid)] = off
         write_json_atomically(self.path, data)
+        self.version += 1
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.commit_many(group, {(topic, queue_id): offset})

@@ -57,6 +57,7 @@ class RecoveryReport:
     records_scanned: int
     redispatched: int
     seconds: float
+    replay: "Replay | None" = None  # where a follower goes on dispatching replicated bytes
 
 
 def _scan_start(commitlog: CommitLog, wanted: int) -> int:
@@ -130,6 +131,7 @@ class _Entries(NamedTuple):
     queue_offset: int
     entry: bytes
     index_items: list
+    position: int
 
 
 def _entries_of(m: StoredMessage) -> _Entries:
@@ -137,9 +139,9 @@ def _entries_of(m: StoredMessage) -> _Entries:
     if m.properties:
         index_keys(items, m.properties, m.topic, m.physical_offset, m.store_timestamp)
     if not goes_to_queue(m.sys_flag, m.topic):
-        return _Entries(None, 0, b"", items)
+        return _Entries(None, 0, b"", items, m.physical_offset)
     return _Entries((m.topic, m.queue_id), m.queue_offset,
-                    ENTRY.pack(m.physical_offset, m.size, cached_tag_hash(m.properties)), items)
+                    ENTRY.pack(m.physical_offset, m.size, cached_tag_hash(m.properties)), items, m.physical_offset)
 
 
 def _before_split_group(commitlog: CommitLog, start: int) -> int:
@@ -163,6 +165,103 @@ def _before_split_group(commitlog: CommitLog, start: int) -> int:
         start = before.start
 
 
+class Replay:
+    """Dispatches the records of the CommitLog from a position on, group by group.
+
+    Recovery runs one over the tail after the checkpoint; a replica's follower runs
+    one for the life of its store, fed after each chunk of replicated bytes (the
+    same dispatch whether the bytes were written here or copied from the leader).
+    A group's records wait until its end is scanned; `safe_end` is the end of the
+    last complete group (or single record), where a torn or partial tail begins.
+    """
+
+    def __init__(self, commitlog: CommitLog, dispatcher: Dispatcher, start: int) -> None:
+        self.commitlog = commitlog
+        self.dispatcher = dispatcher
+        self.position = start  # where the next scan starts (past every record scanned)
+        self.safe_end = start
+        self.pending: list[StoredMessage] = []  # a contiguous group's records, until its end
+        self.split: list[_Entries] | None = None  # the dispatch entries of a split group, from its BEGIN
+        self.split_begin: int | None = None  # where that BEGIN is
+        self.scanned = 0
+        self.redispatched = 0
+        self._queue_writes: dict[tuple[str, int], list] = {}
+        self._index_items: list = []
+        self._unflushed = 0
+
+    def _flush_batch(self, end: int) -> None:
+        if self._queue_writes or self._index_items:
+            self.dispatcher.dispatch(self._queue_writes, self._index_items, [], end, notify=False)
+        self._queue_writes, self._index_items = {}, []
+        self._unflushed = 0
+
+    def _keep(self, entries: Iterable[_Entries]) -> None:
+        for queue_key, queue_offset, entry, items, _ in entries:
+            self._index_items.extend(items)
+            if queue_key is None:
+                continue
+            run = self._queue_writes.get(queue_key)
+            if run is not None and run[0] + len(run) - 1 != queue_offset:
+                self._flush_batch(self.safe_end)  # not contiguous with what is pending: write that first
+                run = None
+            if run is None:
+                run = self._queue_writes[queue_key] = [queue_offset]
+            run.append(entry)
+            self.redispatched += 1
+            self._unflushed += 1
+
+    def cut_at(self, end: int) -> None:
+        """The log was cut at `end` (a group boundary): forget what was scanned past it."""
+        self.position = self.safe_end = end
+        self.pending = []
+        if self.split is not None:
+            if self.split_begin >= end:
+                self.split = self.split_begin = None
+            else:
+                self.split = [e for e in self.split if e.position < end]
+        self.dispatcher.hold = self.split_begin
+
+    def feed(self) -> int:
+        """Scan and dispatch every valid record from `position` to the end of the data; returns
+        `safe_end`. Records of a group whose end is not there yet wait for the next feed."""
+        for pos, msg, end in scan(self.commitlog, self.position):
+            self.position = end
+            if msg is None:
+                if not self.pending:
+                    self.safe_end = end
+                continue
+            self.scanned += 1
+            flag = msg.sys_flag
+            if flag & SYSFLAG_SPLIT_GROUP:
+                if flag & SYSFLAG_GROUP_BEGIN:
+                    self.split = []  # a split group still open here died with its broker
+                    self.split_begin = pos
+                if self.split is None:
+                    continue  # a record of a split group that died before this scan's start
+                self.split.append(_entries_of(msg))  # only what dispatch needs: a group may hold millions
+                if not flag & SYSFLAG_GROUP_END:
+                    continue
+                self._keep(self.split)
+                self.split = self.split_begin = None
+                self.safe_end = end
+            else:
+                self.pending.append(msg)
+                if flag & SYSFLAG_GROUP_MEMBER:
+                    continue
+                self._keep(map(_entries_of, self.pending))  # a complete group (or a single record)
+                self.pending = []
+                self.safe_end = end
+            if self._unflushed >= REDISPATCH_BATCH or len(self._index_items) >= REDISPATCH_BATCH:
+                self._flush_batch(self.safe_end)
+        self._flush_batch(self.safe_end)
+        # A follower's checkpoint must not pass an open split group's BEGIN: recovery rescans it
+        # from there, and the group's END may still come from the leader.
+        self.dispatcher.hold = self.split_begin
+        if self.split_begin is not None:
+            self.dispatcher.dispatched_through = min(self.dispatcher.dispatched_through, self.split_begin)
+        return self.safe_end
+
+
 def recover(commitlog: CommitLog, dispatcher: Dispatcher, dispatch_flushed: int, *, crashed: bool) -> RecoveryReport:
     t0 = time.perf_counter()
     data_end = commitlog.segments[-1].end if commitlog.segments else 0
@@ -171,69 +270,13 @@ def recover(commitlog: CommitLog, dispatcher: Dispatcher, dispatch_flushed: int,
         start = _before_split_group(commitlog, start)  # the log ends before the checkpoint
     for cq in dispatcher.queues():
         cq.truncate_from_physical(start)
-
-    safe_end = start
-    pending: list[StoredMessage] = []  # a contiguous group's records, until its end
-    split: list[_Entries] | None = None  # the dispatch entries of a split group, from its BEGIN
-    queue_writes: dict[tuple[str, int], list] = {}
-    index_items: list = []
-    scanned = redispatched = unflushed = 0
-
-    def flush_batch(end: int) -> None:
-        nonlocal queue_writes, index_items
-        if queue_writes or index_items:
-            dispatcher.dispatch(queue_writes, index_items, [], end, notify=False)
-        queue_writes, index_items = {}, []
-
-    def keep(entries: Iterable[_Entries]) -> None:
-        nonlocal redispatched, unflushed
-        for queue_key, queue_offset, entry, items in entries:
-            index_items.extend(items)
-            if queue_key is None:
-                continue
-            run = queue_writes.get(queue_key)
-            if run is not None and run[0] + len(run) - 1 != queue_offset:
-                flush_batch(safe_end)  # not contiguous with what is pending: write that first
-                run = None
-            if run is None:
-                run = queue_writes[queue_key] = [queue_offset]
-            run.append(entry)
-            redispatched += 1
-            unflushed += 1
-
-    for pos, msg, end in scan(commitlog, start):
-        if msg is None:
-            if not pending:
-                safe_end = end
-            continue
-        scanned += 1
-        flag = msg.sys_flag
-        if flag & SYSFLAG_SPLIT_GROUP:
-            if flag & SYSFLAG_GROUP_BEGIN:
-                split = []  # a split group still open here died with its broker
-            if split is None:
-                continue  # a record of a split group that died before this scan's start
-            split.append(_entries_of(msg))  # only what dispatch needs: a group may hold millions
-            if not flag & SYSFLAG_GROUP_END:
-                continue
-            keep(split)
-            split = None
-            safe_end = end
-        else:
-            pending.append(msg)
-            if flag & SYSFLAG_GROUP_MEMBER:
-                continue
-            keep(map(_entries_of, pending))  # a complete group (or a single record)
-            pending = []
-            safe_end = end
-        if unflushed >= REDISPATCH_BATCH or len(index_items) >= REDISPATCH_BATCH:
-            flush_batch(safe_end)
-            unflushed = 0
-    flush_batch(safe_end)
+    replay = Replay(commitlog, dispatcher, start)
+    safe_end = replay.feed()
     if safe_end < data_end or (commitlog.segments and commitlog.segments[-1].start > safe_end):
         commitlog.truncate_to(safe_end)
     else:
         commitlog.write_end = safe_end
-    dispatcher.dispatched_through = safe_end
-    return RecoveryReport(crashed, start, safe_end, max(0, data_end - safe_end), scanned, redispatched,
-                          time.perf_counter() - t0)
+    replay.cut_at(safe_end)
+    dispatcher.dispatched_through = safe_end if dispatcher.hold is None else min(safe_end, dispatcher.hold)
+    return RecoveryReport(crashed, start, safe_end, max(0, data_end - safe_end), replay.scanned, replay.redispatched,
+                          time.perf_counter() - t0, replay)

@@ -194,13 +194,14 @@ class SplitGroupWriter:
             return
         self._end(group)
         dispatcher = self.dispatcher
-        dispatcher.dispatch(group.runs, [], [], group.end, notify=False,
+        entries: Sequence = []
+        if dispatcher.has_listeners:
+            parts = [dispatch_entries(topics, qids, w.queue_offsets, w.phys, w.sizes, w.tag_hashes, now, sys_flags,
+                                      w.queued) for topics, qids, sys_flags, w in group.written]
+            entries = LazyList(sum(map(len, parts)), lambda: [*chain.from_iterable(parts)])
+        dispatcher.dispatch(group.runs, [], entries, group.end,
                             index_columns=(group.hashes, group.positions, now), defer_index=True)
         group.published = True
-        if dispatcher.has_listeners:
-            entries = [dispatch_entries(topics, qids, w.queue_offsets, w.phys, w.sizes, w.tag_hashes, now, sys_flags,
-                                        w.queued) for topics, qids, sys_flags, w in group.written]
-            dispatcher.notify(LazyList(sum(map(len, entries)), lambda: [*chain.from_iterable(entries)]))
 
     def _abandon(self, group: _SplitGroup) -> None:
         """A split group failed (a bad source, a failed write): release what it holds. Its parts
@@ -211,8 +212,10 @@ class SplitGroupWriter:
         group.note_others(self.commitlog)  # before the part in flight settles: that is the group's own
         self.commitlog.settle()  # the part in flight lands, or is cut back when its write failed
         self.commitlog.deferred_failure = None  # the group's failure, if another writer found it: moot now
+        # (never in a replicated group: a follower may hold the parts already, and the leader's log
+        # must not shrink under it within an epoch)
         if (group.written and not self.write_lock.closed and not group.interleaved
-                and self.commitlog.write_end <= group.end):
+                and self.commitlog.write_end <= group.end and self.write_lock.replication is None):
             self.commitlog.truncate_to(group.start)
 
     def _end(self, group: _SplitGroup) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 from txmq.broker.errors import QueueReserved, StoreError
 from txmq.broker.store.batch import BatchColumns
@@ -21,6 +21,17 @@ from txmq.broker.store.flush import GroupCommit
 
 QUEUE_RESERVED: Any = object()  # WriteLock.run: the batch waits for a split group, nothing written
 SPLIT_YIELD_MAX_S = 0.005  # between two parts, how long a split group waits for writers queued at the lock
+
+
+class ReplicationHook(Protocol):
+    """A replicated group's leader (cluster/replication.py), seen by the store's writers."""
+
+    def written(self, end: int) -> None:
+        """The log now holds bytes up to `end`: followers may fetch them (called outside the lock)."""
+
+    def acknowledge(self, end: int) -> None:
+        """Return once a write ending at `end` may be acknowledged (sync replication: the in-sync
+        followers hold it); raise a typed error when it may not (fenced, not confirmed in time)."""
 
 
 class WriteLock:
@@ -35,6 +46,7 @@ class WriteLock:
         self._write_end = write_end
         self._reserved: set[tuple[str, int]] = set()
         self._unreserved = threading.Condition(self.lock)
+        self.replication: ReplicationHook | None = None  # set while this store leads a replicated group
 
     def write(self, write: Callable[[], Any], batch: BatchColumns, *, wait_reserved: bool = True) -> Any:
         """Run `write` for `batch` under the lock (durable on return in sync mode). A batch for a
@@ -56,22 +68,30 @@ class WriteLock:
         """Run `write` holding the lock; in sync mode (and `durable`) return only once it is
         durable. Returns QUEUE_RESERVED, writing nothing, when `batch` writes to a reserved queue."""
         group_commit = self.group_commit
+        replication = self.replication
         if group_commit is None:
-            with self.held():
-                if self._reserved and batch is not None and self._touches_reserved(batch):
-                    return QUEUE_RESERVED
-                return write()
-        group_commit.writer_started()  # a leader about to fsync waits for this write
-        try:
             with self.held():
                 if self._reserved and batch is not None and self._touches_reserved(batch):
                     return QUEUE_RESERVED
                 results = write()
                 end = self._write_end()
-        finally:
-            group_commit.writer_done()
+        else:
+            group_commit.writer_started()  # a leader about to fsync waits for this write
+            try:
+                with self.held():
+                    if self._reserved and batch is not None and self._touches_reserved(batch):
+                        return QUEUE_RESERVED
+                    results = write()
+                    end = self._write_end()
+            finally:
+                group_commit.writer_done()
+        if replication is not None:
+            replication.written(end)  # followers fetch while this write is fsynced
         if durable:
-            group_commit.wait_durable(end)
+            if group_commit is not None:
+                group_commit.wait_durable(end)
+            if replication is not None:
+                replication.acknowledge(end)
         return results
 
     @contextmanager

@@ -113,3 +113,12 @@ def _newest_seq(state_dir: Path) -> int:
     return int(paths[-1].name[len(_PREFIX):-len(_SUFFIX)]) if paths else 0
 
 
+
+
+def drop_snapshots(state_dir: Path) -> int:
+    """Delete every snapshot (a replica's log was cut back: the queue offsets they cover may hold
+    other records now, and recovery must replay the queues instead). Returns how many went."""
+    paths = _snapshot_paths(state_dir)
+    for path in paths:
+        path.unlink(missing_ok=True)
+    return len(paths)

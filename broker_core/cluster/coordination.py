@@ -1,0 +1,246 @@
+"""etcd: the leader lease, the epoch counter, the in-sync set and the members of each group.
+
+Keys under /txmq/groups/<group>/:
+- leader   {"endpoint", "epoch"}; attached to the leader's lease, so it goes when the
+           leader stops renewing (a crash, a pause, a partition).
+- epoch    the last epoch handed out; raised by one in the transaction that elects.
+- isr      {"epoch", "members"}: replicas holding every acknowledged write. Only
+           the leader changes it, in a transaction that checks it still is the leader;
+           only a member may become leader.
+- members/<endpoint>  a replica's status (role, log end, lag), on its own lease.
+
+Everything goes through etcd's v3 JSON gateway (etcd3gw's HTTP session): compare-and-
+swap transactions carry every decision, so no consensus is made here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+ROOT = "/txmq/groups/"
+
+
+def _b64(data: str | bytes) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def _unb64(data: str) -> bytes:
+    return base64.b64decode(data)
+
+
+def _prefix_end(prefix: str) -> str:
+    """The range end that covers every key starting with `prefix` (etcd's prefix idiom)."""
+    raw = bytearray(prefix.encode())
+    raw[-1] += 1
+    return base64.b64encode(bytes(raw)).decode()
+
+
+class CoordinationUnavailable(Exception):
+    """No etcd endpoint answered."""
+
+
+@dataclass(frozen=True)
+class LeaderRecord:
+    endpoint: str
+    epoch: int
+    raw: bytes  # the key's value as stored: a leader's guard compares it
+
+    @classmethod
+    def parse(cls, raw: bytes) -> "LeaderRecord":
+        data = json.loads(raw)
+        return cls(str(data["endpoint"]), int(data["epoch"]), raw)
+
+
+@dataclass(frozen=True)
+class InSyncSet:
+    epoch: int
+    members: tuple[str, ...]
+    revision: int  # mod revision of the key (0: absent)
+
+
+class Coordination(Protocol):
+    """What a replica needs of its coordinator (etcd here; a test may give another)."""
+
+    def keepalive(self) -> bool: ...
+    def leader(self) -> LeaderRecord | None: ...
+    def in_sync(self) -> InSyncSet: ...
+    def members(self) -> dict[str, dict]: ...
+    def campaign(self, me: str, alive: set[str]) -> LeaderRecord | None: ...
+    def set_in_sync(self, leader: LeaderRecord, members: list[str]) -> bool: ...
+    def put_member(self, endpoint: str, info: dict) -> None: ...
+    def resign(self, leader: LeaderRecord) -> None: ...
+    def close(self) -> None: ...
+
+
+class EtcdGroup:
+    """One replica's view of its group in etcd, with the replica's lease."""
+
+    def __init__(self, endpoints: list[tuple[str, int]], group: str, lease_ttl_s: float,
+                 *, timeout_s: float = 1.0) -> None:
+        import etcd3gw  # only replicas need it
+
+        self.group = group
+        self.prefix = f"{ROOT}{group}/"
+        self.ttl = max(1, int(round(lease_ttl_s)))
+        self._clients = [etcd3gw.Etcd3Client(host=h, port=p, timeout=timeout_s, api_path="/v3/")
+                         for h, p in endpoints]
+        self._errors = (etcd3gw.exceptions.ConnectionFailedError, etcd3gw.exceptions.ConnectionTimeoutError)
+        self.lease_id: int | None = None
+        # monotonic time until which the lease is surely alive: it was renewed (or granted) by a
+        # request sent at t, so etcd holds it until at least t + ttl
+        self.lease_valid_until = 0.0
+
+    # --- transport ------------------------------------------------------------
+
+    def _post(self, path: str, body: dict) -> dict:
+        last: Exception | None = None
+        for i, client in enumerate(self._clients):
+            try:
+                result = client.post(client.get_url(path), json=body)
+                if i:  # the one that answered goes first next time
+                    self._clients.insert(0, self._clients.pop(i))
+                return result
+            except self._errors as exc:
+                last = exc
+        raise CoordinationUnavailable(f"no etcd endpoint answered: {last}")
+
+    def _get(self, key: str) -> dict | None:
+        kvs = self._post("/kv/range", {"key": _b64(key)}).get("kvs") or []
+        return kvs[0] if kvs else None
+
+    def _txn(self, compare: list[dict], success: list[dict]) -> bool:
+        return bool(self._post("/kv/txn", {"compare": compare, "success": success, "failure": []}).get("succeeded"))
+
+    # --- the lease ----------------------------------------------------------------
+
+    def keepalive(self) -> bool:
+        """Renew (or first grant) this replica's lease; False when it was lost (expired)."""
+        sent = time.monotonic()
+        if self.lease_id is None:
+            result = self._post("/lease/grant", {"TTL": self.ttl, "ID": 0})
+            self.lease_id = int(result["ID"])
+            self.lease_valid_until = sent + int(result.get("TTL", self.ttl))
+            return True
+        result = self._post("/lease/keepalive", {"ID": self.lease_id})
+        ttl = int(result.get("result", {}).get("TTL", -1))
+        if ttl <= 0:
+            self.lease_id = None
+            self.lease_valid_until = 0.0
+            return False
+        self.lease_valid_until = sent + ttl
+        return True
+
+    def lease_alive(self) -> bool:
+        return time.monotonic() < self.lease_valid_until
+
+    # --- reads ----------------------------------------------------------------------
+
+    def leader(self) -> LeaderRecord | None:
+        kv = self._get(self.prefix + "leader")
+        return LeaderRecord.parse(_unb64(kv["value"])) if kv else None
+
+    def in_sync(self) -> InSyncSet:
+        kv = self._get(self.prefix + "isr")
+        if kv is None:
+            return InSyncSet(0, (), 0)
+        data = json.loads(_unb64(kv["value"]))
+        return InSyncSet(int(data["epoch"]), tuple(data["members"]), int(kv["mod_revision"]))
+
+    def epoch(self) -> tuple[int, int]:
+        kv = self._get(self.prefix + "epoch")
+        return (int(_unb64(kv["value"])), int(kv["mod_revision"])) if kv else (0, 0)
+
+    def members(self) -> dict[str, dict]:
+        start = self.prefix + "members/"
+        kvs = self._post("/kv/range", {"key": _b64(start), "range_end": _prefix_end(start)}).get("kvs") or []
+        out = {}
+        for kv in kvs:
+            info = json.loads(_unb64(kv["value"]))
+            out[str(info["endpoint"])] = info
+        return out
+
+    # --- writes ---------------------------------------------------------------------
+
+    def campaign(self, me: str, alive: set[str]) -> LeaderRecord | None:
+        """Become leader if the group has none and this replica is in the in-sync set (or the
+        group is new): one transaction creates the leader key on this lease, raises the epoch
+        and writes the in-sync set (its live members). None when another replica won or this
+        one may not lead."""
+        isr = self.in_sync()
+        if isr.revision and me not in isr.members:
+            return None  # it may lack acknowledged writes
+        epoch, epoch_rev = self.epoch()
+        record_raw = json.dumps({"endpoint": me, "epoch": epoch + 1}).encode()
+        members = sorted({me} | (set(isr.members) & alive))
+        won = self._txn(
+            [{"key": _b64(self.prefix + "leader"), "result": "EQUAL", "target": "CREATE", "create_revision": 0},
+             {"key": _b64(self.prefix + "epoch"), "result": "EQUAL", "target": "MOD", "mod_revision": epoch_rev},
+             {"key": _b64(self.prefix + "isr"), "result": "EQUAL", "target": "MOD", "mod_revision": isr.revision}],
+            [{"request_put": {"key": _b64(self.prefix + "leader"), "value": _b64(record_raw), "lease": self.lease_id}},
+             {"request_put": {"key": _b64(self.prefix + "epoch"), "value": _b64(str(epoch + 1))}},
+             {"request_put": {"key": _b64(self.prefix + "isr"),
+                              "value": _b64(json.dumps({"epoch": epoch + 1, "members": members}))}}])
+        return LeaderRecord(me, epoch + 1, record_raw) if won else None
+
+    def set_in_sync(self, leader: LeaderRecord, members: list[str]) -> bool:
+        """Write the in-sync set, only while `leader` still holds the leader key."""
+        return self._txn(
+            [{"key": _b64(self.prefix + "leader"), "result": "EQUAL", "target": "VALUE", "value": _b64(leader.raw)}],
+            [{"request_put": {"key": _b64(self.prefix + "isr"),
+                              "value": _b64(json.dumps({"epoch": leader.epoch, "members": sorted(members)}))}}])
+
+    def put_member(self, endpoint: str, info: dict) -> None:
+        self._post("/kv/put", {"key": _b64(self.prefix + "members/" + endpoint),
+                               "value": _b64(json.dumps(info)), "lease": self.lease_id})
+
+    def resign(self, leader: LeaderRecord) -> None:
+        """Give the leader key up (a clean stop), if this replica still holds it."""
+        self._txn(
+            [{"key": _b64(self.prefix + "leader"), "result": "EQUAL", "target": "VALUE", "value": _b64(leader.raw)}],
+            [{"request_delete_range": {"key": _b64(self.prefix + "leader")}}])
+
+    def close(self) -> None:
+        if self.lease_id is not None:
+            try:
+                self._post("/kv/lease/revoke", {"ID": self.lease_id})
+            except CoordinationUnavailable:
+                pass
+            self.lease_id = None
+
+
+def cluster_status(endpoints: list[tuple[str, int]], group: str | None = None) -> dict[str, Any]:
+    """{"groups": {name: {"leader", "epoch", "members": [...]}}} for `txmq cluster status`."""
+    probe = EtcdGroup(endpoints, "_", 1)
+    kvs = probe._post("/kv/range", {"key": _b64(ROOT), "range_end": _prefix_end(ROOT)}).get("kvs") or []
+    names = sorted({_unb64(kv["key"]).decode()[len(ROOT):].split("/", 1)[0] for kv in kvs})
+    out: dict[str, Any] = {"groups": {}}
+    for name in names:
+        if group is not None and name != group:
+            continue
+        g = EtcdGroup(endpoints, name, 1)
+        leader = g.leader()
+        isr = g.in_sync()
+        epoch, _ = g.epoch()
+        members = g.members()
+        leader_end = members.get(leader.endpoint, {}).get("log_end", 0) if leader else 0
+        rows = []
+        for endpoint in sorted(set(members) | set(isr.members)):
+            info = members.get(endpoint, {})
+            rows.append({
+                "endpoint": endpoint,
+                "role": "leader" if leader and leader.endpoint == endpoint else ("follower" if info else "down"),
+                "in_sync": endpoint in isr.members,
+                "alive": bool(info),
+                "log_end": info.get("log_end"),
+                "lag_bytes": max(0, leader_end - info.get("log_end", 0)) if info else None,
+                "lag_seconds": info.get("lag_seconds"),
+            })
+        out["groups"][name] = {"leader": leader.endpoint if leader else None, "epoch": epoch, "members": rows}
+    return out

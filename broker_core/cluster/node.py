@@ -1,0 +1,285 @@
+"""One replica of a broker group through its roles: follower, candidate, leader, fenced.
+
+The replica keeps one gRPC server for its life (the endpoint clients and peers know).
+Its Replication service answers while it leads; its client services are routed by
+role (roles.py). One thread runs the replica's decisions every TICK_S: it renews the
+etcd lease, watches the leader key, campaigns when the group has no leader and this
+replica is in sync, keeps the in-sync set while it leads, and steps down the moment
+its lease or leadership is gone. A leader serves through the same BrokerCore as a
+single broker, built on the store it replicated into while it followed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+
+from txmq.broker.server.auth import Authenticator
+from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config, WILDCARD_HOSTS
+from txmq.broker.server.config import BrokerConfig
+from txmq.broker.store.message_store import MessageStore
+
+from .coordination import CoordinationUnavailable, EtcdGroup, LeaderRecord
+from .epochs import LeaderEpochs
+from .replication import SERVICE_NAME, Follower, ReplicationLeader, replication_method_handlers
+from .roles import RoleRouter
+
+log = logging.getLogger("txmq.cluster")
+
+TICK_S = 0.1
+STATUS_EVERY_S = 0.5
+IDENTITY_FILE = "replica.json"
+EPOCH_FILE = "leader-epochs.json"
+
+
+class ReplicaNode:
+    def __init__(self, config: BrokerConfig) -> None:
+        assert config.etcd and config.group, "a replica needs etcd endpoints and a group"
+        self.config = config
+        self.group = config.group
+        self.data_dir = Path(config.data_dir)
+        self.store: MessageStore | None = None
+        self.epochs: LeaderEpochs | None = None
+        self.lead: ReplicationLeader | None = None
+        self.broker: Broker | None = None
+        self.follower: Follower | None = None
+        self.waiting_on: LeaderRecord | None = None  # a leader key this replica does not follow (its own old one)
+        self.elections_won = 0
+        self.demotions = 0
+        self.last_role_change = time.monotonic()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_keepalive = 0.0
+        self._next_status = 0.0
+        self.etcd_ok = False
+
+    # --- start and stop -------------------------------------------------------------
+
+    def start(self) -> tuple[str, int]:
+        cfg = self.config
+        self._check_identity()
+        self.epochs = LeaderEpochs(self.data_dir / EPOCH_FILE)
+        self.store = MessageStore(store_config(cfg, replica=True))
+        try:
+            auth = Authenticator.from_file(cfg.auth_file) if cfg.auth_file else Authenticator.disabled()
+            self.router = RoleRouter(cfg.max_message_bytes)
+            self.server = make_grpc_server(cfg, auth, [self.router])
+            self.server.add_registered_method_handlers(
+                SERVICE_NAME, replication_method_handlers(lambda: self.lead, self.group))
+            host, port = cfg.listen_host_port
+            self.port = bind(self.server, cfg, host, port)
+            advertised = cfg.advertised_host or (host if host not in WILDCARD_HOSTS else "127.0.0.1")
+            self.me = f"{advertised}:{self.port}"
+            self.server.start()
+            self.etcd = EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)
+        except BaseException:
+            self.store.close()
+            raise
+        self._thread = threading.Thread(target=self._run, name="txmq-replica", daemon=True)
+        self._thread.start()
+        return host, self.port
+
+    def _check_identity(self) -> None:
+        """A data directory belongs to one group for life: another group's log would be taken
+        for this group's and its tail cut or, worse, served."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        path = self.data_dir / IDENTITY_FILE
+        if path.exists():
+            owner = json.loads(path.read_text()).get("group")
+            if owner != self.group:
+                raise ValueError(f"data directory {self.data_dir} holds a replica of group {owner!r}, "
+                                 f"not {self.group!r}: give this replica an empty data directory")
+            return
+        if (self.data_dir / "commitlog").exists() and any((self.data_dir / "commitlog").iterdir()):
+            raise ValueError(f"data directory {self.data_dir} holds a single broker's data, not a replica's: "
+                             f"a replica starts empty and copies its group's log")
+        path.write_text(json.dumps({"group": self.group}))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+        try:
+            if self.lead is not None:
+                record = self.lead.record
+                self._step_down("the replica is stopping", reopen=False)
+                try:
+                    self.etcd.resign(record)  # the group elects at once instead of after the lease
+                except CoordinationUnavailable:
+                    pass
+            else:
+                self._stop_following()
+                if self.store is not None:
+                    self.store.close()
+        finally:
+            self.server.stop(2).wait(5)
+            self.etcd.close()
+
+    # --- the decision loop -------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._tick()
+                self.etcd_ok = True
+            except CoordinationUnavailable as exc:
+                if self.etcd_ok:
+                    log.error("group %s: etcd unreachable (%s)%s", self.group, exc,
+                              "; the leader stops acknowledging when its lease runs out" if self.lead else "")
+                self.etcd_ok = False
+                if self.lead is not None and not self.etcd.lease_alive():
+                    self._step_down("its etcd lease could not be renewed (etcd unreachable)")
+            except Exception:
+                log.exception("group %s: replica step failed", self.group)
+            self._stop.wait(TICK_S)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_keepalive:
+            alive = self.etcd.keepalive()
+            self._next_keepalive = now + self.etcd.ttl / 4
+            if not alive and self.lead is not None:
+                self._step_down("its etcd lease expired")
+            if not alive:
+                self.etcd.keepalive()  # a new lease: this replica is a member again
+            self._put_status()
+        elif now >= self._next_status:
+            self._put_status()
+        leader = self.etcd.leader()
+        if self.lead is not None:
+            self._lead_tick(leader)
+        else:
+            self._follow_tick(leader)
+
+    def _lead_tick(self, leader: LeaderRecord | None) -> None:
+        lead = self.lead
+        assert lead is not None
+        if leader is None or leader.raw != lead.record.raw:
+            self._step_down(f"the leader key now names {leader.endpoint if leader else 'nobody'}")
+            return
+        if not self.etcd.lease_alive():
+            self._step_down("its etcd lease expired")
+            return
+        drop, add = lead.in_sync_changes()
+        if drop or add:
+            members = (set(lead.in_sync) - drop) | add
+            if self.etcd.set_in_sync(lead.record, sorted(members | {self.me})):
+                log.warning("group %s: in-sync set now %s (dropped %s, added %s)", self.group,
+                            sorted(members | {self.me}), sorted(drop), sorted(add))
+                lead.set_in_sync(members)
+
+    def _follow_tick(self, leader: LeaderRecord | None) -> None:
+        if leader is None:
+            self.waiting_on = None
+            if self.follower is not None and self.follower.error:
+                return  # this replica cannot hold the group's log
+            won = self.etcd.campaign(self.me, set(self.etcd.members()))
+            if won is not None:
+                self._promote(won)
+            return
+        if leader.endpoint == self.me:
+            # this replica's own key from before a restart: not this lease, so wait for it to expire
+            if self.waiting_on != leader:
+                self.waiting_on = leader
+                self._stop_following()
+                self.router.unavailable(f"group {self.group}: waiting for the previous leader's lease to expire")
+            return
+        if self.follower is None or self.follower.leader != leader:
+            self._stop_following()
+            self.router.forward_to(leader.endpoint)
+            self.follower = Follower(self.store, self.epochs, leader, group=self.group, me=self.me,
+                                     sync_flush=self.config.flush == "sync",
+                                     state_dir=self.data_dir / "transaction")
+            self.follower.start()
+            log.info("group %s: following %s (epoch %d)", self.group, leader.endpoint, leader.epoch)
+
+    def _stop_following(self) -> None:
+        if self.follower is not None:
+            self.follower.stop()
+            self.follower = None
+
+    # --- role changes ----------------------------------------------------------------
+
+    def _promote(self, record: LeaderRecord) -> None:
+        cfg = self.config
+        t0 = time.monotonic()
+        self.router.unavailable(f"group {self.group}: replica {self.me} is taking over as leader")
+        self._stop_following()
+        store = self.store
+        end = store.lead()
+        self.epochs.begin(record.epoch, end)
+        in_sync = set(self.etcd.in_sync().members) - {self.me}
+        lead = ReplicationLeader(store, self.epochs, record, group=self.group, sync=cfg.replication == "sync",
+                                 min_insync=cfg.min_insync, lag_max_s=cfg.replica_lag_max_s,
+                                 timeout_s=cfg.replication_timeout_s, in_sync=in_sync,
+                                 lease_alive=self.etcd.lease_alive)
+        self.lead = lead
+        # Serve only once the in-sync followers hold this log's whole tail (which may hold
+        # writes of the last epoch nobody confirmed): readers must never see what a later
+        # failover could lose.
+        if not lead.wait_confirmed(end, cfg.replica_lag_max_s):
+            behind = {f for f in lead.in_sync if lead.followers[f].offset < end}
+            if self.etcd.set_in_sync(record, sorted((set(lead.in_sync) - behind) | {self.me})):
+                lead.set_in_sync(set(lead.in_sync) - behind)
+        store.write_lock.replication = lead
+        core = BrokerCore(cfg, store=store)
+        broker = Broker(cfg, core)
+        try:
+            handlers = broker.service_handlers()
+            broker.start_beside(self.port)
+        except BaseException:
+            broker.stop()
+            raise
+        self.broker = broker
+        self.router.serve(handlers)
+        self.elections_won += 1
+        self.last_role_change = time.monotonic()
+        log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over)", self.group, self.me,
+                    record.epoch, end, time.monotonic() - t0)
+
+    def _step_down(self, reason: str, *, reopen: bool = True) -> None:
+        """Stop acknowledging at once, close the leader's services, and (unless stopping) reopen
+        the store as a follower, which cuts whatever the next leader does not hold."""
+        lead = self.lead
+        assert lead is not None
+        lead.fence(reason)
+        self.router.unavailable(f"group {self.group}: replica {self.me} stepped down ({reason})")
+        log.warning("group %s: %s steps down: %s", self.group, self.me, reason)
+        if self.broker is not None:
+            self.broker.stop(grace_s=1.0)  # closes the core and the store
+            self.broker = None
+        else:
+            self.store.close()
+        self.lead = None
+        self.demotions += 1
+        self.last_role_change = time.monotonic()
+        if reopen:
+            self.store = MessageStore(store_config(self.config, replica=True))
+
+    # --- status -----------------------------------------------------------------------------
+
+    def _put_status(self) -> None:
+        self._next_status = time.monotonic() + STATUS_EVERY_S
+        if self.etcd.lease_id is None:
+            return
+        self.etcd.put_member(self.me, self.status())
+
+    def status(self) -> dict:
+        store = self.store
+        info = {"endpoint": self.me, "group": self.group, "updated_ms": int(time.time() * 1000),
+                "role": "leader" if self.lead is not None else "follower",
+                "log_end": store.commitlog.write_end if store is not None else 0,
+                "elections_won": self.elections_won, "demotions": self.demotions}
+        if self.lead is not None:
+            info.update(epoch=self.lead.record.epoch, confirmed=self.lead.confirmed, lag_seconds=0.0,
+                        acks_refused=self.lead.acks_refused, followers=self.lead.status())
+        elif self.follower is not None:
+            f = self.follower
+            info.update(epoch=f.leader.epoch, confirmed=f.confirmed, leader=f.leader.endpoint,
+                        lag_bytes=max(0, f.leader_end - info["log_end"]),
+                        lag_seconds=round(time.monotonic() - f.caught_up_at, 3),
+                        truncated_bytes=f.truncated_bytes, error=f.error)
+        return info

@@ -1,0 +1,363 @@
+"""CommitLog replication inside a broker group: the leader's side and the follower's.
+
+Followers pull, as Kafka's do: a Fetch asks for the leader's bytes from the follower's
+log end, and that offset tells the leader how much the follower holds. The leader's
+`confirmed` offset is the least end over itself and its in-sync followers (RocketMQ 5's
+confirm offset, Kafka's high watermark): readers see only records before it
+(Dispatcher.publish_confirmed), and a write under `sync` replication is acknowledged
+once it is confirmed with at least `min_insync` followers in the set. A follower appends
+the bytes as they are and dispatches them with recovery's code (MessageStore.append_replicated),
+so its queues, index and, once promoted, transaction table are the leader's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import grpc
+
+from txmq.broker.errors import IllegalOffset, NotLeader, ReplicationTimeout, TxmqError
+from txmq.broker.protocol import native_status
+from txmq.broker.protocol import replication_pb2 as pb
+from txmq.broker.protocol.method_table import build_method_table
+from txmq.broker.store.message_store import MessageStore
+from txmq.broker.transaction.snapshot import drop_snapshots
+
+from .coordination import LeaderRecord
+from .epochs import Epoch, LeaderEpochs
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "txmq.replication.v1.Replication"
+METHODS = {m.name: m for m in build_method_table(pb, "Replication", SERVICE_NAME)}
+FETCH_MAX_BYTES = 8 << 20
+FETCH_WAIT_MS = 500
+
+
+@dataclass
+class FollowerProgress:
+    offset: int = 0  # what it holds (the offset it last fetched from)
+    last_fetch: float = 0.0
+    caught_up_at: float = 0.0  # last time it had everything the leader had sent it
+    sent_through: int = 0  # the leader's end when it last answered this follower
+
+
+class ReplicationLeader:
+    """The leader of a group for one epoch: serves fetches, keeps the confirmed offset, and
+    holds each write's acknowledgement until it may be given (the store's ReplicationHook)."""
+
+    def __init__(self, store: MessageStore, epochs: LeaderEpochs, record: LeaderRecord, *, group: str,
+                 sync: bool, min_insync: int, lag_max_s: float, timeout_s: float, in_sync: set[str],
+                 lease_alive: Callable[[], bool]) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.record = record
+        self.group = group
+        self.sync = sync
+        self.min_insync = min_insync
+        self.lag_max_s = lag_max_s
+        self.timeout_s = timeout_s
+        self._lease_alive = lease_alive
+        self._cond = threading.Condition()
+        self._publish_lock = threading.Lock()
+        now = time.monotonic()
+        self.followers: dict[str, FollowerProgress] = {f: FollowerProgress(0, now, now) for f in in_sync}
+        self.in_sync: frozenset[str] = frozenset(in_sync)  # followers only; the leader is always in
+        self.start = store.commitlog.settled_end  # this epoch's first offset
+        self.confirmed = 0
+        self._published = -1
+        self.fenced = False
+        self.fenced_reason = ""
+        self.acks_refused = 0
+
+    # --- the store's hook -----------------------------------------------------------
+
+    def written(self, end: int) -> None:
+        with self._cond:
+            self._cond.notify_all()  # fetches waiting for bytes
+        if not self.in_sync:
+            self._advance()
+
+    def acknowledge(self, end: int) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        with self._cond:
+            while True:
+                if self.fenced:
+                    self.acks_refused += 1
+                    raise NotLeader(f"this replica no longer leads group {self.group}: {self.fenced_reason}; "
+                                    "the write is not acknowledged")
+                if not self.sync or (self.confirmed >= end and len(self.in_sync) >= self.min_insync):
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.acks_refused += 1
+                    raise ReplicationTimeout(
+                        f"group {self.group}: a write ending at {end} is not held by {self.min_insync} in-sync "
+                        f"follower(s) after {self.timeout_s:g}s (in sync: {sorted(self.in_sync) or 'none'}, "
+                        f"confirmed {self.confirmed})")
+                self._cond.wait(left)
+        if not self._lease_alive():
+            self.fence("its etcd lease expired")
+            self.acks_refused += 1
+            raise NotLeader(f"this replica's lease on group {self.group} expired; the write is not acknowledged")
+
+    # --- confirmed offset ----------------------------------------------------------------
+
+    def _advance(self) -> None:
+        with self._cond:
+            ends = [self.store.commitlog.settled_end]
+            ends += [self.followers[f].offset for f in self.in_sync]
+            confirmed = min(ends)
+            if confirmed > self.confirmed:
+                self.confirmed = confirmed
+                self._cond.notify_all()
+        with self._publish_lock:  # outside the condition: listeners run in publish
+            if self.confirmed > self._published:
+                self._published = self.confirmed
+                self.store.publish_confirmed(self._published)
+
+    def fence(self, reason: str) -> None:
+        """Stop acknowledging at once (the lease is lost or another replica leads)."""
+        with self._cond:
+            if not self.fenced:
+                log.warning("group %s: fenced at epoch %d: %s", self.group, self.record.epoch, reason)
+            self.fenced = True
+            self.fenced_reason = reason
+            self._cond.notify_all()
+
+    # --- in-sync set ----------------------------------------------------------------------
+
+    def in_sync_changes(self) -> tuple[set[str], set[str]]:
+        """(followers to drop: not caught up for lag_max_s; followers to add: they hold
+        everything confirmed and are fetching). The node writes the new set to etcd first."""
+        now = time.monotonic()
+        with self._cond:
+            drop = {f for f in self.in_sync if now - self.followers[f].caught_up_at > self.lag_max_s}
+            add = {f for f, p in self.followers.items()
+                   if f not in self.in_sync and p.offset >= self.confirmed and now - p.caught_up_at <= self.lag_max_s}
+        return drop, add
+
+    def set_in_sync(self, members: set[str]) -> None:
+        """The set etcd now holds (followers only)."""
+        with self._cond:
+            now = time.monotonic()
+            for f in members:
+                self.followers.setdefault(f, FollowerProgress(0, now, now))
+            self.in_sync = frozenset(members)
+        self._advance()
+
+    def wait_confirmed(self, end: int, timeout_s: float) -> bool:
+        """Wait until everything before `end` is confirmed (a new leader before it serves)."""
+        deadline = time.monotonic() + timeout_s
+        self._advance()
+        with self._cond:
+            while self.confirmed < end and not self.fenced:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.1))
+            return self.confirmed >= end
+
+    # --- the Replication service ----------------------------------------------------------
+
+    def epoch_end(self, req: pb.EpochEndRequest) -> pb.EpochEndResponse:
+        self._check_group(req.group)
+        found = self.epochs.end_of(req.epoch, self.store.commitlog.settled_end)
+        return pb.EpochEndResponse(status=native_status.ok_status(), leader_epoch=self.record.epoch,
+                                   epoch=found.epoch, end_offset=found.start,
+                                   segment_bytes=self.store.config.commitlog_segment_bytes)
+
+    def fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
+        self._check_group(req.group)
+        if self.fenced or req.epoch != self.record.epoch:
+            raise NotLeader(f"group {self.group}: fetch for epoch {req.epoch}, this replica leads epoch "
+                            f"{self.record.epoch}{' (fenced)' if self.fenced else ''}")
+        end = self.store.commitlog.settled_end
+        if req.offset > end:
+            raise IllegalOffset(f"group {self.group}: follower {req.replica} asks from {req.offset}, past the "
+                                f"leader's end {end}: it must cut its log back first")
+        now = time.monotonic()
+        with self._cond:
+            p = self.followers.setdefault(req.replica, FollowerProgress(req.offset, now, now))
+            p.offset = req.offset
+            p.last_fetch = now
+            if req.offset >= p.sent_through:
+                p.caught_up_at = now
+        if req.replica in self.in_sync:
+            self._advance()
+        wait_s = min(req.max_wait_ms or FETCH_WAIT_MS, 5000) / 1000
+        deadline = now + wait_s
+        with self._cond:
+            while self.store.commitlog.settled_end <= req.offset and not self.fenced:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+        data = self.store.read_log(req.offset, min(req.max_bytes or FETCH_MAX_BYTES, FETCH_MAX_BYTES))
+        leader_end = self.store.commitlog.settled_end
+        with self._cond:
+            p.sent_through = leader_end
+        topics, offsets = self.store.topics, self.store.offsets
+        return pb.FetchResponse(
+            status=native_status.ok_status(), epoch=self.record.epoch, offset=req.offset, data=data,
+            leader_end=leader_end, confirmed=self.confirmed,
+            epochs=[pb.Epoch(epoch=e.epoch, start_offset=e.start) for e in self.epochs.entries],
+            topics_version=topics.version, topics=topics.raw() if req.topics_version != topics.version else b"",
+            offsets_version=offsets.version,
+            offsets=offsets.raw() if req.offsets_version != offsets.version else b"")
+
+    def _check_group(self, group: str) -> None:
+        if group != self.group:
+            raise NotLeader(f"this replica belongs to group {self.group}, not {group!r}")
+
+    def status(self) -> dict:
+        now = time.monotonic()
+        with self._cond:
+            return {f: {"offset": p.offset, "in_sync": f in self.in_sync,
+                        "behind_s": round(now - p.caught_up_at, 3)} for f, p in self.followers.items()}
+
+
+def replication_method_handlers(current: Callable[[], ReplicationLeader | None],
+                                group: str) -> dict[str, grpc.RpcMethodHandler]:
+    """The Replication service, answered by whichever ReplicationLeader this replica runs now
+    (NotLeader while it follows)."""
+
+    def serve(name: str, response_class: type):
+        def handler(request, context):
+            leader = current()
+            try:
+                if leader is None:
+                    raise NotLeader(f"this replica does not lead group {group} now")
+                return getattr(leader, name)(request)  # the method table names the RPCs
+            except TxmqError as exc:
+                return response_class(status=native_status.status_for(exc))
+        return handler
+
+    return {name: grpc.unary_unary_rpc_method_handler(
+        serve({"EpochEnd": "epoch_end", "Fetch": "fetch"}[name], m.response_class),
+        request_deserializer=m.request_class.FromString, response_serializer=m.response_class.SerializeToString)
+        for name, m in METHODS.items()}
+
+
+class Follower:
+    """Fetches the leader's log into this replica's store, from one leader for one epoch."""
+
+    def __init__(self, store: MessageStore, epochs: LeaderEpochs, leader: LeaderRecord, *, group: str, me: str,
+                 sync_flush: bool, state_dir) -> None:
+        self.store = store
+        self.epochs = epochs
+        self.leader = leader
+        self.group = group
+        self.me = me
+        self.sync_flush = sync_flush
+        self.state_dir = state_dir
+        self.leader_end = 0
+        self.confirmed = 0
+        self.last_fetch_ok = 0.0
+        self.caught_up_at = time.monotonic()
+        self.error: str | None = None  # a reason this replica cannot follow at all (fatal)
+        self.truncated_bytes = 0
+        self._stop = threading.Event()
+        self._channel = grpc.insecure_channel(leader.endpoint, options=[
+            ("grpc.max_receive_message_length", FETCH_MAX_BYTES + (1 << 20))])
+        self._epoch_end = self._channel.unary_unary(
+            METHODS["EpochEnd"].path, request_serializer=pb.EpochEndRequest.SerializeToString,
+            response_deserializer=pb.EpochEndResponse.FromString)
+        self._fetch = self._channel.unary_unary(
+            METHODS["Fetch"].path, request_serializer=pb.FetchRequest.SerializeToString,
+            response_deserializer=pb.FetchResponse.FromString)
+        self._thread = threading.Thread(target=self._run, name=f"txmq-follow-{leader.endpoint}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._channel.close()
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def _run(self) -> None:
+        synced = False
+        topics_version = offsets_version = -1
+        while not self._stop.is_set():
+            try:
+                if not synced:
+                    self._cut_divergent_tail()
+                    synced = True
+                resp = self._fetch(pb.FetchRequest(
+                    group=self.group, epoch=self.leader.epoch, replica=self.me,
+                    offset=self.store.commitlog.write_end, max_bytes=FETCH_MAX_BYTES, max_wait_ms=FETCH_WAIT_MS,
+                    topics_version=topics_version, offsets_version=offsets_version), timeout=10)
+                if resp.status.code != native_status.OK_CODE:
+                    exc = native_status.error_from(resp.status)
+                    if isinstance(exc, IllegalOffset):
+                        synced = False  # ahead of the leader: find where the logs part again
+                    log.info("group %s: fetch from %s refused: %s", self.group, self.leader.endpoint, exc)
+                    self._stop.wait(0.1)
+                    continue
+                self._apply(resp)
+                if resp.topics:
+                    self.store.topics.replace(resp.topics)
+                topics_version = resp.topics_version
+                if resp.offsets:
+                    self.store.offsets.replace(resp.offsets)
+                offsets_version = resp.offsets_version
+            except grpc.RpcError as exc:
+                log.debug("group %s: fetch from %s failed: %s", self.group, self.leader.endpoint, exc)
+                self._stop.wait(0.05)
+            except _CannotFollow as exc:
+                self.error = str(exc)
+                log.error("group %s: cannot follow %s: %s", self.group, self.leader.endpoint, exc)
+                return
+            except Exception:  # keep following: the node sees the lag
+                log.exception("group %s: replication from %s failed", self.group, self.leader.endpoint)
+                self._stop.wait(0.5)
+
+    def _apply(self, resp: pb.FetchResponse) -> None:
+        if resp.data:
+            self.store.append_replicated(resp.offset, resp.data)
+            if self.sync_flush:
+                self.store.commitlog.flush()
+        end = self.store.commitlog.write_end
+        self.epochs.adopt([Epoch(e.epoch, e.start_offset) for e in resp.epochs], end)
+        self.leader_end = resp.leader_end
+        self.confirmed = resp.confirmed
+        now = time.monotonic()
+        self.last_fetch_ok = now
+        if end >= resp.leader_end:
+            self.caught_up_at = now
+
+    def _cut_divergent_tail(self) -> None:
+        """Cut what this log holds past where it parts from the leader's (Kafka's truncation by
+        leader epoch): its last epoch ends in the leader's log at `end_offset`."""
+        last = self.epochs.last
+        resp = self._epoch_end(pb.EpochEndRequest(group=self.group, epoch=last.epoch if last else -1), timeout=5)
+        native_status.raise_for(resp.status)
+        mine = self.store.config.commitlog_segment_bytes
+        if resp.segment_bytes != mine:
+            raise _CannotFollow(f"the leader's CommitLog segments are {resp.segment_bytes} bytes, this replica's "
+                                f"{mine}: start it with --segment-bytes {resp.segment_bytes} on an empty data dir")
+        end = self.store.commitlog.write_end
+        if last is None or resp.epoch < 0:
+            cut = 0  # nothing here is known to be the leader's
+        else:
+            cut = min(resp.end_offset, self.epochs.end_of(resp.epoch, end).start)
+        if cut < end:
+            log.warning("group %s: cutting %d bytes past %d that leader %s (epoch %d) does not hold",
+                        self.group, end - cut, cut, self.leader.endpoint, resp.leader_epoch)
+            self.store.truncate_log(cut)
+            self.epochs.truncate_to(cut)
+            drop_snapshots(self.state_dir)
+            self.truncated_bytes += end - cut
+
+
+class _CannotFollow(Exception):
+    pass
