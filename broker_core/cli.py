@@ -310,6 +310,27 @@ def cmd_stats(args) -> None:
     print(_table(rows, ["figure", "value"]))
 
 
+def cmd_cluster_status(args) -> None:
+    from txmq.broker.cluster.coordination import CoordinationUnavailable, cluster_status
+    from txmq.broker.server.config import parse_host_port
+
+    try:
+        endpoints = [parse_host_port(e.strip()) for e in args.etcd.split(",") if e.strip()]
+    except ValueError as exc:
+        raise UsageError(f"--etcd: {exc}") from None
+    try:
+        data = cluster_status(endpoints, args.group)
+    except CoordinationUnavailable as exc:
+        raise errors.BrokerUnavailable(str(exc)) from None
+    if args.json:
+        _emit(args, data)
+        return
+    rows = [{"group": name, "endpoint": m["endpoint"], "role": m["role"], "in_sync": m["in_sync"],
+             "epoch": g["epoch"], "lag_bytes": m["lag_bytes"], "lag_seconds": m["lag_seconds"]}
+            for name, g in sorted(data["groups"].items()) for m in g["members"]]
+    print(_table(rows, ["group", "endpoint", "role", "in_sync", "epoch", "lag_bytes", "lag_seconds"]))
+
+
 # ---- parser ---------------------------------------------------------------------
 
 def _common() -> argparse.ArgumentParser:
@@ -405,6 +426,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("stats", parents=[common], help="broker statistics")
     p.set_defaults(func=cmd_stats)
+
+    cluster = sub.add_parser("cluster", help="broker groups (replicas coordinated by etcd)")
+    csub = cluster.add_subparsers(dest="action", metavar="ACTION", required=True)
+    p = csub.add_parser("status", parents=[common],
+                        help="groups, replicas, leader, epoch, in-sync set and replication lag")
+    p.add_argument("--etcd", default=os.environ.get("TXMQ_ETCD"), required=not os.environ.get("TXMQ_ETCD"),
+                   help="etcd H:P[,H:P...] (default $TXMQ_ETCD)")
+    p.add_argument("--group", help="only this group")
+    p.set_defaults(func=cmd_cluster_status)
     return parser
 
 

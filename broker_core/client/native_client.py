@@ -77,6 +77,7 @@ _GRPC_ERRORS: dict[grpc.StatusCode, type[errors.TxmqError]] = {
 
 
 # RPCs that store something new each time they run: never re-sent after a failure mid-call.
+CONNECT_WAIT_S = 1.0  # with several endpoints, how long a write waits for one before trying the next
 NON_IDEMPOTENT = frozenset({"SendMessages", "PrepareMessages"})
 
 
@@ -202,9 +203,24 @@ class NativeClient:
         with self._lock:
             old, self._channel = self._channel, None
             self._target_index += 1
-        if old is not None:
-            old.close()
+        if old is not None:  # closed a little later: a connectivity poller may still be watching it
+            closer = threading.Timer(0.5, old.close)
+            closer.daemon = True
+            closer.start()
         self._data.reset()
+
+    def _ready_soon(self, timeout_s: float) -> bool:
+        """Whether the channel to the current endpoint connects within `timeout_s`."""
+        channel = self._channel
+        if channel is None:
+            return False
+        ready = grpc.channel_ready_future(channel)
+        try:
+            ready.result(timeout=timeout_s)
+            return True
+        except grpc.FutureTimeoutError:
+            ready.cancel()  # its polling thread must stop before the channel is closed
+            return False
 
     def close(self) -> None:
         with self._lock:
@@ -250,6 +266,13 @@ class NativeClient:
             stub = self._callables()[name]
             remaining = max(0.001, deadline - time.monotonic())
             target = self.target
+            if not resend and len(self.endpoints) > 1 and not self._ready_soon(min(CONNECT_WAIT_S, remaining)):
+                # nothing was sent: another replica of the group may answer (a follower forwards to
+                # the leader), so a dead one does not hold the call for its whole timeout
+                if time.monotonic() >= deadline:
+                    raise errors.BrokerUnavailable(f"{name}: none of {', '.join(self.endpoints)} could be reached")
+                self._fail_over()
+                continue
             try:
                 response = stub(request, timeout=remaining, metadata=self._metadata(), wait_for_ready=not resend)
             except grpc.RpcError as exc:

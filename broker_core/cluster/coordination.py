@@ -51,11 +51,12 @@ class LeaderRecord:
     endpoint: str
     epoch: int
     raw: bytes  # the key's value as stored: a leader's guard compares it
+    lease: int = 0  # the lease the key lives on
 
     @classmethod
-    def parse(cls, raw: bytes) -> "LeaderRecord":
+    def parse(cls, raw: bytes, lease: int = 0) -> "LeaderRecord":
         data = json.loads(raw)
-        return cls(str(data["endpoint"]), int(data["epoch"]), raw)
+        return cls(str(data["endpoint"]), int(data["epoch"]), raw, lease)
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ class EtcdGroup:
 
     def leader(self) -> LeaderRecord | None:
         kv = self._get(self.prefix + "leader")
-        return LeaderRecord.parse(_unb64(kv["value"])) if kv else None
+        return LeaderRecord.parse(_unb64(kv["value"]), int(kv.get("lease", 0))) if kv else None
 
     def in_sync(self) -> InSyncSet:
         kv = self._get(self.prefix + "isr")
@@ -187,7 +188,7 @@ class EtcdGroup:
              {"request_put": {"key": _b64(self.prefix + "epoch"), "value": _b64(str(epoch + 1))}},
              {"request_put": {"key": _b64(self.prefix + "isr"),
                               "value": _b64(json.dumps({"epoch": epoch + 1, "members": members}))}}])
-        return LeaderRecord(me, epoch + 1, record_raw) if won else None
+        return LeaderRecord(me, epoch + 1, record_raw, self.lease_id or 0) if won else None
 
     def set_in_sync(self, leader: LeaderRecord, members: list[str]) -> bool:
         """Write the in-sync set, only while `leader` still holds the leader key."""

@@ -160,8 +160,9 @@ class ReplicaNode:
         if leader is None or leader.raw != lead.record.raw:
             self._step_down(f"the leader key now names {leader.endpoint if leader else 'nobody'}")
             return
-        if not self.etcd.lease_alive():
-            self._step_down("its etcd lease expired")
+        if not self.etcd.lease_alive() or lead.fenced:
+            self._step_down(lead.fenced_reason or "its etcd lease expired")
+            self.etcd.resign(leader)  # the key may outlive the fencing (etcd restored the lease): an election follows
             return
         drop, add = lead.in_sync_changes()
         if drop or add:
@@ -181,6 +182,9 @@ class ReplicaNode:
                 self._promote(won)
             return
         if leader.endpoint == self.me:
+            if leader.lease == self.etcd.lease_id:
+                self.etcd.resign(leader)  # this replica stepped down while etcd was away: let the group elect
+                return
             # this replica's own key from before a restart: not this lease, so wait for it to expire
             if self.waiting_on != leader:
                 self.waiting_on = leader

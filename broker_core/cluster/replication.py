@@ -112,13 +112,16 @@ class ReplicationLeader:
             ends = [self.store.commitlog.settled_end]
             ends += [self.followers[f].offset for f in self.in_sync]
             confirmed = min(ends)
+        # published before any write is acknowledged by it (a producer reads its own writes), and
+        # outside the condition: dispatch listeners run in publish
+        with self._publish_lock:
+            if confirmed > self._published:
+                self.store.publish_confirmed(confirmed)
+                self._published = confirmed
+        with self._cond:
             if confirmed > self.confirmed:
                 self.confirmed = confirmed
                 self._cond.notify_all()
-        with self._publish_lock:  # outside the condition: listeners run in publish
-            if self.confirmed > self._published:
-                self._published = self.confirmed
-                self.store.publish_confirmed(self._published)
 
     def fence(self, reason: str) -> None:
         """Stop acknowledging at once (the lease is lost or another replica leads)."""

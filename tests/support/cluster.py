@@ -1,0 +1,91 @@
+"""A broker group for tests: etcd and N replicas, each its own process on loopback."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from txmq.broker.cluster.coordination import EtcdGroup, LeaderRecord, cluster_status
+from txmq.broker.cluster.etcd_process import EtcdProcess, free_port
+from txmq.broker.embedded import EmbeddedBroker
+
+
+class Group:
+    def __init__(self, root: Path, etcd: EtcdProcess, name: str = "g1", *, replicas: int = 3,
+                 flush: str = "async", args: list[str] | None = None) -> None:
+        self.root = Path(root)
+        self.etcd = etcd
+        self.name = name
+        self.args = ["--etcd", etcd.endpoint, "--group", name, "--log-level", "INFO",
+                     "--transaction-timeout", "1s", "--check-interval", "1s", *(args or [])]
+        self.replicas: list[EmbeddedBroker] = []
+        for i in range(replicas):
+            r = EmbeddedBroker(self.root / f"{name}-r{i}", flush=flush, extra_args=self.args)
+            r.port = free_port()
+            self.replicas.append(r)
+        self.view = EtcdGroup([("127.0.0.1", etcd.client_port)], name, 2)
+
+    @property
+    def endpoints(self) -> str:
+        """Every replica's endpoint, as a client is given them."""
+        return ";".join(r.endpoint for r in self.replicas)
+
+    def start(self) -> "Group":
+        for r in self.replicas:
+            r.start()
+        self.wait_leader()
+        self.wait_in_sync(len(self.replicas))
+        return self
+
+    def stop(self) -> None:
+        for r in self.replicas:
+            try:
+                r.resume()
+                r.stop(timeout_s=20)
+            except Exception:
+                r.kill()
+
+    def leader(self) -> LeaderRecord | None:
+        return self.view.leader()
+
+    def wait_leader(self, *, not_epoch: int | None = None, timeout_s: float = 20.0) -> LeaderRecord:
+        """The leader once one serves (its member status says so), of a later epoch than `not_epoch`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            leader = self.view.leader()
+            if leader is not None and (not_epoch is None or leader.epoch > not_epoch):
+                info = self.view.members().get(leader.endpoint, {})
+                if info.get("role") == "leader" and info.get("epoch") == leader.epoch:
+                    return leader
+            time.sleep(0.05)
+        raise AssertionError(f"no leader within {timeout_s}s: {self.status()}")
+
+    def wait_in_sync(self, n: int, timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if len(self.view.in_sync().members) >= n:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"in-sync set never reached {n}: {self.status()}")
+
+    def replica(self, endpoint: str) -> EmbeddedBroker:
+        return next(r for r in self.replicas if r.endpoint == endpoint)
+
+    def leader_replica(self) -> EmbeddedBroker:
+        return self.replica(self.wait_leader().endpoint)
+
+    def status(self) -> dict:
+        return cluster_status([("127.0.0.1", self.etcd.client_port)], self.name)["groups"].get(self.name, {})
+
+    def wait_same_log_end(self, timeout_s: float = 20.0) -> int:
+        """Wait until every live replica reports the leader's log end; returns it."""
+        since_ms = int(time.time() * 1000)
+        deadline = time.monotonic() + timeout_s
+        running = sum(1 for r in self.replicas if r.proc and r.proc.poll() is None)
+        while time.monotonic() < deadline:
+            members = [m for m in self.view.members().values() if m["updated_ms"] > since_ms]
+            ends = {m["log_end"] for m in members}
+            if len(members) == running and len(ends) == 1:
+                return ends.pop()
+            time.sleep(0.1)
+        raise AssertionError(f"replicas did not converge: {self.status()}")
