@@ -77,7 +77,6 @@ _GRPC_ERRORS: dict[grpc.StatusCode, type[errors.TxmqError]] = {
 
 
 # RPCs that store something new each time they run: never re-sent after a failure mid-call.
-CONNECT_WAIT_S = 1.0  # with several endpoints, how long a write waits for one before trying the next
 NON_IDEMPOTENT = frozenset({"SendMessages", "PrepareMessages"})
 
 
@@ -91,6 +90,13 @@ def parse_endpoints(endpoints: str) -> list[str]:
         if not sep or not host or not port.isdigit():
             raise errors.BadRequest(f"broker endpoint {item!r} is not HOST:PORT")
     return items
+
+
+def _never_sent(exc: grpc.RpcError) -> bool:
+    """Whether a call failed because no connection could be made (gRPC refused it before sending;
+    or a follower could not reach its leader and said so), not in the middle of a call."""
+    details = exc.details() if isinstance(exc, grpc.Call) else ""
+    return exc.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect to all addresses" in (details or "")
 
 
 def _grpc_error(exc: grpc.RpcError, path: str, target: str) -> errors.TxmqError:
@@ -203,24 +209,9 @@ class NativeClient:
         with self._lock:
             old, self._channel = self._channel, None
             self._target_index += 1
-        if old is not None:  # closed a little later: a connectivity poller may still be watching it
-            closer = threading.Timer(0.5, old.close)
-            closer.daemon = True
-            closer.start()
+        if old is not None:
+            old.close()
         self._data.reset()
-
-    def _ready_soon(self, timeout_s: float) -> bool:
-        """Whether the channel to the current endpoint connects within `timeout_s`."""
-        channel = self._channel
-        if channel is None:
-            return False
-        ready = grpc.channel_ready_future(channel)
-        try:
-            ready.result(timeout=timeout_s)
-            return True
-        except grpc.FutureTimeoutError:
-            ready.cancel()  # its polling thread must stop before the channel is closed
-            return False
 
     def close(self) -> None:
         with self._lock:
@@ -262,25 +253,23 @@ class NativeClient:
         retry_until = time.monotonic() + min(timeout, self.retry_unavailable_s)
         backoff = BACKOFF_START_S
         resend = name not in NON_IDEMPOTENT
+        # With several endpoints (a broker group's replicas) a write does not wait for one that is
+        # down: gRPC refuses it at once, before sending anything, and the next endpoint is tried.
+        several = len(self.endpoints) > 1
         while True:
             stub = self._callables()[name]
             remaining = max(0.001, deadline - time.monotonic())
             target = self.target
-            if not resend and len(self.endpoints) > 1 and not self._ready_soon(min(CONNECT_WAIT_S, remaining)):
-                # nothing was sent: another replica of the group may answer (a follower forwards to
-                # the leader), so a dead one does not hold the call for its whole timeout
-                if time.monotonic() >= deadline:
-                    raise errors.BrokerUnavailable(f"{name}: none of {', '.join(self.endpoints)} could be reached")
-                self._fail_over()
-                continue
             try:
-                response = stub(request, timeout=remaining, metadata=self._metadata(), wait_for_ready=not resend)
+                response = stub(request, timeout=remaining, metadata=self._metadata(),
+                                wait_for_ready=not resend and not several)
             except grpc.RpcError as exc:
                 code = exc.code() if isinstance(exc, grpc.Call) else None
-                if not resend:
+                unsent = not resend and several and _never_sent(exc)
+                if not resend and not unsent:
                     self._fail_over()
                 elif code == grpc.StatusCode.UNAVAILABLE and not self._closed \
-                        and time.monotonic() + backoff < retry_until:
+                        and time.monotonic() + backoff < (deadline if unsent else retry_until):
                     log.debug("broker %s unavailable, retrying in %.2fs", target, backoff)
                     self._fail_over()
                     time.sleep(backoff * (0.5 + random.random() / 2))

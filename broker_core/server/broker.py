@@ -86,6 +86,7 @@ class BrokerCore:
 
     def __init__(self, config: BrokerConfig, *, clock=time.time, store: MessageStore | None = None) -> None:
         """`store`: an open store to serve (a replica promoted to leader); else one is opened."""
+        from txmq.broker.store.message_store import MessageStore
         from txmq.broker.transaction.config import TransactionConfig
         from txmq.broker.transaction.engine import TransactionEngine
         from txmq.broker.transaction.checkback import CheckbackService
