@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-slow torture interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: venv etcd demo-cluster test test-slow torture interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -49,13 +49,20 @@ $(SPARK_KAFKA_STAMP): pyproject.toml
 peers-jars: venv
 	$(VPY) bench/peers_jvm.py --fetch
 
-test: venv interop-venv
+# etcd for broker groups (Debian's etcd-server); tests and demos start their own members.
+etcd:
+	@command -v etcd >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq etcd-server; \
+	  else sudo -n apt-get update -qq && sudo -n apt-get install -y -qq etcd-server; fi; } \
+	  || echo "etcd could not be installed: the cluster tests will be skipped"
+
+test: venv interop-venv etcd
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 test-slow: venv interop-venv
 	$(VPY) -m pytest -m slow $(PYTEST_ARGS)
 
-torture: venv
+torture: venv etcd
 	$(VPY) -m pytest -m torture $(PYTEST_ARGS)
 
 proto: venv
@@ -63,6 +70,10 @@ proto: venv
 
 demo: venv
 	$(VPY) examples/orders_points/run_demo.py $(DEMO_ARGS)
+
+# A broker group of three replicas on etcd: writes go on across a leader kill.
+demo-cluster: venv etcd
+	$(VPY) examples/cluster/run_demo.py
 
 bench: venv interop-venv spark-kafka-venv peers-jars
 	$(VPY) bench/run_all.py

@@ -62,6 +62,7 @@ PUT_BATCH_BYTES = 8 << 20
 STREAM_TIMEOUT_FACTOR = 20
 BACKOFF_START_S = 0.05
 BACKOFF_MAX_S = 2.0
+GROUP_BACKOFF_MAX_S = 0.25
 
 _RESOLUTIONS = {"COMMIT": pb.COMMIT, "ROLLBACK": pb.ROLLBACK}
 _GRPC_ERRORS: dict[grpc.StatusCode, type[errors.TxmqError]] = {
@@ -273,7 +274,8 @@ class NativeClient:
                     log.debug("broker %s unavailable, retrying in %.2fs", target, backoff)
                     self._fail_over()
                     time.sleep(backoff * (0.5 + random.random() / 2))
-                    backoff = min(backoff * 2, BACKOFF_MAX_S)
+                    # a group's next leader answers within seconds: ask it often
+                    backoff = min(backoff * 2, GROUP_BACKOFF_MAX_S if several else BACKOFF_MAX_S)
                     continue
                 raise _grpc_error(exc, name, target) from None
             raise_for(response.status)

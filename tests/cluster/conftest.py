@@ -3,7 +3,7 @@ import shutil
 import pytest
 
 from txmq.broker.cluster.etcd_process import EtcdProcess
-from tests.support.cluster import Group
+from txmq.broker.cluster.local_group import LocalGroup as Group
 
 
 @pytest.fixture(scope="module")
@@ -19,9 +19,9 @@ def etcd(tmp_path_factory):
 def group_factory(tmp_path, etcd, request):
     made: list[Group] = []
 
-    def make(name: str | None = None, **kw) -> Group:
+    def make(name: str | None = None, *, args: list[str] | None = None, **kw) -> Group:
         g = Group(tmp_path, etcd, name or f"{request.node.name[:40]}-{len(made)}".replace("[", "-").replace("]", ""),
-                  **kw)
+                  args=["--transaction-timeout", "1s", "--check-interval", "1s", *(args or [])], **kw)
         made.append(g)
         return g.start()
 

@@ -1,4 +1,9 @@
-"""A broker group for tests: etcd and N replicas, each its own process on loopback."""
+"""A broker group on this host: N replica processes on loopback ports around an etcd member.
+
+What the cluster demo, the cluster tests and bench/replication.py start; the replicas
+are EmbeddedBroker processes (kill() is SIGKILL, pause() SIGSTOP), so a test can crash,
+freeze and restart each one.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,13 @@ from txmq.broker.cluster.etcd_process import EtcdProcess, free_port
 from txmq.broker.embedded import EmbeddedBroker
 
 
-class Group:
+class LocalGroup:
     def __init__(self, root: Path, etcd: EtcdProcess, name: str = "g1", *, replicas: int = 3,
                  flush: str = "async", args: list[str] | None = None) -> None:
         self.root = Path(root)
         self.etcd = etcd
         self.name = name
-        self.args = ["--etcd", etcd.endpoint, "--group", name, "--log-level", "INFO",
-                     "--transaction-timeout", "1s", "--check-interval", "1s", *(args or [])]
+        self.args = ["--etcd", etcd.endpoint, "--group", name, "--log-level", "INFO", *(args or [])]
         self.replicas: list[EmbeddedBroker] = []
         for i in range(replicas):
             r = EmbeddedBroker(self.root / f"{name}-r{i}", flush=flush, extra_args=self.args)
@@ -30,7 +34,7 @@ class Group:
         """Every replica's endpoint, as a client is given them."""
         return ";".join(r.endpoint for r in self.replicas)
 
-    def start(self) -> "Group":
+    def start(self) -> "LocalGroup":
         for r in self.replicas:
             r.start()
         self.wait_leader()
