@@ -33,3 +33,36 @@ def decode_path(request, monkeypatch):
 
         monkeypatch.setattr(pull_decode, "pull_batch_compiled", lambda *args: None)
     return request.param
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    """A single-member etcd on free loopback ports (Debian's etcd-server: `make etcd`)."""
+    import shutil
+
+    from txmq.broker.cluster.etcd_process import EtcdProcess
+
+    if shutil.which("etcd") is None:
+        pytest.skip("etcd is not installed (make etcd installs Debian's etcd-server)")
+    proc = EtcdProcess(tmp_path_factory.mktemp("etcd")).start()
+    yield proc
+    proc.kill()
+
+
+@pytest.fixture
+def group_factory(tmp_path, etcd, request):
+    """Starts broker groups (3 replica processes each by default) around `etcd`; stops them after."""
+    from txmq.broker.cluster.local_group import LocalGroup
+
+    made: list[LocalGroup] = []
+
+    def make(name: str | None = None, *, args: list[str] | None = None, **kw) -> LocalGroup:
+        g = LocalGroup(tmp_path, etcd, name or f"{request.node.name[:40]}-{len(made)}".replace("[", "-")
+                       .replace("]", ""), args=["--transaction-timeout", "1s", "--check-interval", "1s",
+                                                *(args or [])], **kw)
+        made.append(g)
+        return g.start()
+
+    yield make
+    for g in made:
+        g.stop()

@@ -57,7 +57,8 @@ class DataPlane:
         self._dialled_host = dialled_host
         self._headers = headers
         self._ca_file = ca_file
-        self._lock = threading.Lock()
+        # reentrant: locating the data plane may fail over to another endpoint, which resets this
+        self._lock = threading.RLock()
         self._client: flight.FlightClient | None = None
         self._location: str | None = None
 
