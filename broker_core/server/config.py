@@ -86,7 +86,7 @@ class BrokerConfig:
     # Telemetry settings pushed to clients.
     client_long_polling_s: float = 20.0
     client_receive_batch_size: int = 32
-    client_max_delivery_attempts: int = 16
+    client_max_delivery_attempts: int = 17  # the first delivery and RocketMQ's 16 retries (the proxy's 16 + 1)
     broker_name: str = "txmq-broker-0"
     extra: dict[str, Any] = field(default_factory=dict)
 

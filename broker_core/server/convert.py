@@ -4,7 +4,7 @@ A producer's `Message` becomes a store `Message` with RocketMQ's reserved
 properties (TAGS, KEYS, UNIQ_KEY, __SHARDINGKEY, ...); a `StoredMessage` becomes
 a delivered `Message` with the system properties consumers need (receipt handle,
 delivery attempt, queue id/offset, store and born time, body encoding and a
-CRC32 body digest). Validation that only the wire can do (type vs properties,
+MD5 body digest, as the proxy sends). Validation that only the wire can do (type vs properties,
 reserved user property names, digests) happens here; sizes and names are
 checked again by the store before anything is written.
 """
@@ -17,11 +17,11 @@ import zlib
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from txmq.broker.errors import (BadRequest, IllegalMessageKey, IllegalMessageTag, IllegalPropertyKey,
-                                IllegalTopic, MessageCorrupted, PropertyConflictWithType)
+from txmq.broker.errors import (BadRequest, IllegalMessageGroup, IllegalMessageKey, IllegalMessageTag,
+                                IllegalPropertyKey, IllegalTopic, MessageCorrupted, PropertyConflictWithType)
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.store.message import (PROP_BORN_HOST, PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS,
-                                       PROP_TRANSACTION_ID, PROP_UNIQ_KEY, SYSFLAG_COMPRESSED,
+                                       PROP_TRAN_MSG, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, SYSFLAG_COMPRESSED,
                                        SYSTEM_TOPICS, Message, StoredMessage)
 
 TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
@@ -39,6 +39,9 @@ RESERVED_PROPERTIES = frozenset({
     "INNER_MULTI_QUEUE_OFFSET", "__CRC32#", PROP_TRACE_CONTEXT, PROP_MESSAGE_TYPE,
 })
 SEPARATORS = ("\x01", "\x02")
+# Reserved properties the proxy still hands consumers among the user properties (they are not in
+# RocketMQ's list of hidden ones): the FIFO group and the transaction id.
+DELIVERED_SYSTEM_PROPERTIES = frozenset({PROP_SHARDING_KEY, PROP_TRANSACTION_ID})
 
 
 _CHECKED_TOPICS: set[str] = set()  # names that passed check_topic: most calls reuse a few topics
@@ -97,7 +100,14 @@ def verify_digest(msg: pb.Message) -> None:
         return
     body = msg.body
     if digest.type == pb.CRC32:
-        expected = format(zlib.crc32(body) & 0xFFFFFFFF, "08X")
+        # clients write the CRC32 in hex with or without leading zeros (Java's is unpadded)
+        crc = zlib.crc32(body) & 0xFFFFFFFF
+        try:
+            if int(digest.checksum, 16) == crc:
+                return
+        except ValueError:
+            pass
+        expected = format(crc, "X")
     elif digest.type == pb.MD5:
         expected = hashlib.md5(body).hexdigest()
     elif digest.type == pb.SHA1:
@@ -148,7 +158,7 @@ def to_store_message(msg: pb.Message, *, born_host_fallback: str = "") -> Messag
             raise IllegalMessageId(f"message id {sp.message_id[:100]!r} is too long or has separators")
         props[PROP_UNIQ_KEY] = sp.message_id
     if has_group:
-        _check_text("message group", sp.message_group, PropertyConflictWithType)
+        _check_text("message group", sp.message_group, IllegalMessageGroup)
         props[PROP_SHARDING_KEY] = sp.message_group
     if sp.HasField("trace_context") and sp.trace_context:
         props[PROP_TRACE_CONTEXT] = sp.trace_context
@@ -176,15 +186,16 @@ def message_type_of(msg: pb.Message) -> int:
 
 def to_wire_message(m: StoredMessage | Message, *, topic: str | None = None, receipt_handle: str | None = None,
                     delivery_attempt: int | None = None, invisible_ms: int | None = None,
-                    transaction: bool = False) -> pb.Message:
+                    transaction: bool = False, listen_port: int = 0) -> pb.Message:
     """A stored message as RocketMQ 5 consumers (and check-back handlers) expect it."""
     props = m.properties
     out = pb.Message(body=m.body)
     out.topic.name = topic or m.topic
     sp = out.system_properties
     for key, value in props.items():
-        if key not in RESERVED_PROPERTIES and not key.startswith("__TXMQ") and key not in (
-                "ORIGIN_TOPIC", "RETRY_TIMES"):
+        if key in DELIVERED_SYSTEM_PROPERTIES or (
+                key not in RESERVED_PROPERTIES and not key.startswith("__TXMQ") and key not in (
+                "ORIGIN_TOPIC", "RETRY_TIMES")):
             out.user_properties[key] = value
     tag = props.get(PROP_TAGS)
     if tag:
@@ -194,15 +205,18 @@ def to_wire_message(m: StoredMessage | Message, *, topic: str | None = None, rec
         sp.keys.extend(k for k in keys.split(" ") if k)
     stored = m if isinstance(m, StoredMessage) else None  # a half in the engine's cache has no place yet
     sp.message_id = props.get(PROP_UNIQ_KEY) or (stored.msg_id if stored is not None else "")
-    sp.body_digest.type = pb.CRC32
-    sp.body_digest.checksum = format(zlib.crc32(m.body) & 0xFFFFFFFF, "08X")
+    # MD5 in upper-case hex as the proxy sends it: the Java client compares a CRC32 digest with an
+    # unpadded hex string, so a zero-padded CRC32 marks one message in sixteen corrupted
+    sp.body_digest.type = pb.MD5
+    sp.body_digest.checksum = hashlib.md5(m.body).hexdigest().upper()
     sp.body_encoding = pb.GZIP if m.sys_flag & SYSFLAG_COMPRESSED else pb.IDENTITY
     group = props.get(PROP_SHARDING_KEY)
-    if transaction:
+    if group:  # a committed FIFO transactional message keeps its group, as in RocketMQ
+        sp.message_group = group
+    if transaction or props.get(PROP_TRAN_MSG) == "true":
         sp.message_type = pb.TRANSACTION
     elif group:
         sp.message_type = pb.FIFO
-        sp.message_group = group
     else:
         sp.message_type = pb.NORMAL
     store_ts = stored.store_timestamp if stored is not None else 0
@@ -212,7 +226,9 @@ def to_wire_message(m: StoredMessage | Message, *, topic: str | None = None, rec
     if store_ts:
         sp.store_timestamp.CopyFrom(_ts(store_ts))
     if stored is not None:
-        sp.store_host = f"{stored.store_host[0]}:{stored.store_host[1]}"
+        # a broker asked for port 0 stores before it knows its port: the port it listens on is the one
+        host, port = stored.store_host
+        sp.store_host = f"{host}:{port or listen_port}"
         sp.queue_offset = stored.queue_offset
     sp.queue_id = m.queue_id
     if receipt_handle is not None:
