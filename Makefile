@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: venv test test-slow torture interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: venv test test-slow torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -54,6 +54,11 @@ test: venv interop-venv
 
 test-slow: venv interop-venv
 	$(VPY) -m pytest -m slow $(PYTEST_ARGS)
+
+# The official RocketMQ 5 clients (Python, Java with Maven, Go) against broker processes, alone. Java and
+# Go drivers are built by the suite (tests/interop/conftest.py); a client that cannot be built is skipped.
+interop: venv interop-venv
+	$(VPY) -m pytest -m interop tests/interop $(PYTEST_ARGS)
 
 torture: venv
 	$(VPY) -m pytest -m torture $(PYTEST_ARGS)
