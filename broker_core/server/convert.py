@@ -17,8 +17,9 @@ import zlib
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from txmq.broker.errors import (BadRequest, IllegalMessageGroup, IllegalMessageKey, IllegalMessageTag,
-                                IllegalPropertyKey, IllegalTopic, MessageCorrupted, PropertyConflictWithType)
+from txmq.broker.errors import (BadRequest, IllegalMessageGroup, IllegalMessageId, IllegalMessageKey,
+                                IllegalMessageTag, IllegalPropertyKey, IllegalTopic, MessageCorrupted,
+                                MessagePropertiesTooLarge, PropertyConflictWithType)
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.store.message import (PROP_BORN_HOST, PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS,
                                        PROP_TRAN_MSG, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, SYSFLAG_COMPRESSED,
@@ -38,7 +39,11 @@ RESERVED_PROPERTIES = frozenset({
     "CHECK_IMMUNITY_TIME_IN_SECONDS", "TRANSACTION_CHECK_TIMES", "INNER_NUM", "INNER_MULTI_DISPATCH",
     "INNER_MULTI_QUEUE_OFFSET", "__CRC32#", PROP_TRACE_CONTEXT, PROP_MESSAGE_TYPE,
 })
-SEPARATORS = ("\x01", "\x02")
+_CONTROL_RE = re.compile("[\x00-\x1f\x7f-\x9f]")
+# The proxy's limits on what a producer sets (ProxyConfig's defaults).
+MAX_USER_PROPERTIES = 128
+MAX_USER_PROPERTY_BYTES = 16 * 1024  # user properties, tag and keys together
+MAX_MESSAGE_GROUP_BYTES = 63  # the proxy refuses a group of 64 bytes or more
 # Reserved properties the proxy still hands consumers among the user properties (they are not in
 # RocketMQ's list of hidden ones): the FIFO group and the transaction id.
 DELIVERED_SYSTEM_PROPERTIES = frozenset({PROP_SHARDING_KEY, PROP_TRANSACTION_ID})
@@ -72,13 +77,20 @@ def check_group(name: str) -> str:
     return name
 
 
-def _check_text(kind: str, value: str, error: type[Exception], *, allow_space: bool = True) -> None:
+def _has_control(value: str) -> bool:
+    """A character the proxy refuses in tags, keys, groups and properties (Java's ISO control range)."""
+    return _CONTROL_RE.search(value) is not None
+
+
+def _check_text(kind: str, value: str, error: type[Exception], *, allow_space: bool = True,
+                max_bytes: int = 1024) -> None:
     if not value or not value.strip():
         raise error(f"{kind} is empty or blank")
-    if any(sep in value for sep in SEPARATORS) or (not allow_space and " " in value):
-        raise error(f"{kind} {value[:100]!r} contains a reserved separator character")
-    if len(value) > 1024:
-        raise error(f"{kind} has {len(value)} characters, the maximum is 1024")
+    if _has_control(value) or (not allow_space and " " in value):
+        raise error(f"{kind} {value[:100]!r} contains a control or separator character")
+    size = len(value.encode())
+    if size > max_bytes:
+        raise error(f"{kind} has {size} bytes, the maximum is {max_bytes}")
 
 
 def _ms(ts: Timestamp) -> int:
@@ -139,26 +151,36 @@ def to_store_message(msg: pb.Message, *, born_host_fallback: str = "") -> Messag
             f"delivery_timestamp is only allowed on DELAY messages, not on {pb.MessageType.Name(mtype)}")
     verify_digest(msg)
     props: dict[str, str] = {}
+    user_bytes = 0
+    if len(msg.user_properties) > MAX_USER_PROPERTIES:
+        raise MessagePropertiesTooLarge(
+            f"{len(msg.user_properties)} user properties, the maximum is {MAX_USER_PROPERTIES}")
     for key, value in (msg.user_properties.items() if msg.user_properties else ()):
-        if not key or key in RESERVED_PROPERTIES or any(s in key or s in value for s in SEPARATORS):
-            raise IllegalPropertyKey(f"user property {key[:100]!r} is reserved or contains a separator")
+        if not key or key in RESERVED_PROPERTIES or _has_control(key) or _has_control(value):
+            raise IllegalPropertyKey(f"user property {key[:100]!r} is reserved or contains a control character")
+        user_bytes += len(key.encode()) + len(value.encode())
         props[key] = value
     if sp.HasField("tag"):
         _check_text("tag", sp.tag, IllegalMessageTag)
         if "|" in sp.tag:
             raise IllegalMessageTag(f"tag {sp.tag[:100]!r} contains '|', which filter expressions reserve")
+        user_bytes += len(sp.tag.encode())
         props[PROP_TAGS] = sp.tag
     if sp.keys:
         for k in sp.keys:
             _check_text("message key", k, IllegalMessageKey, allow_space=False)
+            user_bytes += len(k.encode())
         props[PROP_KEYS] = " ".join(sp.keys)
-    if sp.message_id:
-        if len(sp.message_id) > 128 or any(s in sp.message_id for s in SEPARATORS):
-            from txmq.broker.errors import IllegalMessageId
-            raise IllegalMessageId(f"message id {sp.message_id[:100]!r} is too long or has separators")
-        props[PROP_UNIQ_KEY] = sp.message_id
+    if user_bytes > MAX_USER_PROPERTY_BYTES:
+        raise MessagePropertiesTooLarge(
+            f"user properties, tag and keys take {user_bytes} bytes, the maximum is {MAX_USER_PROPERTY_BYTES}")
+    if not sp.message_id.strip():
+        raise IllegalMessageId("message id cannot be empty: RocketMQ 5 producers set system_properties.message_id")
+    if len(sp.message_id) > 128 or _has_control(sp.message_id):
+        raise IllegalMessageId(f"message id {sp.message_id[:100]!r} is too long or has control characters")
+    props[PROP_UNIQ_KEY] = sp.message_id
     if has_group:
-        _check_text("message group", sp.message_group, IllegalMessageGroup)
+        _check_text("message group", sp.message_group, IllegalMessageGroup, max_bytes=MAX_MESSAGE_GROUP_BYTES)
         props[PROP_SHARDING_KEY] = sp.message_group
     if sp.HasField("trace_context") and sp.trace_context:
         props[PROP_TRACE_CONTEXT] = sp.trace_context

@@ -23,7 +23,8 @@ from typing import Callable, Iterator
 import grpc
 
 from txmq.broker.errors import (BadRequest, IllegalDeliveryTime, IllegalInvisibleTime, IllegalOffset,
-                                IllegalPollingTime, IllegalQueue, InvalidTransactionId, Unsupported)
+                                IllegalPollingTime, IllegalQueue, InvalidTransactionId, MessageCorrupted,
+                                Unsupported)
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, STREAM_STREAM,
                                                    UNARY_STREAM, UNARY_UNARY)
@@ -191,7 +192,7 @@ class MessagingService:
 
     def SendMessage(self, req: pb.SendMessageRequest, call: Call) -> pb.SendMessageResponse:
         if not req.messages:
-            raise BadRequest("SendMessage carries no messages")
+            raise MessageCorrupted("SendMessage carries no message to send")
         try:
             return self._send(req, call)
         except Exception as exc:

@@ -86,6 +86,69 @@ def test_a_transactional_send_carries_the_transaction_id_end_transaction_takes(w
     assert wire.end(topic, entry.transaction_id).status.code == pb.OK
 
 
+# --- status codes of a refused send -------------------------------------------------------------
+
+def one_message(topic: str | None = None) -> tuple[pb.SendMessageRequest, pb.Message]:
+    req = pb.SendMessageRequest()
+    m = req.messages.add(body=b"x")
+    m.topic.name = topic or name("status")
+    m.system_properties.message_id = uuid.uuid4().hex.upper()
+    m.system_properties.message_type = pb.NORMAL
+    return req, m
+
+
+def test_a_send_without_messages_is_message_corrupted(wire):
+    assert wire.call("SendMessage", pb.SendMessageRequest()).status.code == pb.MESSAGE_CORRUPTED
+
+
+def test_a_message_without_a_message_id_is_refused_as_an_illegal_message_id(wire):
+    req, m = one_message()
+    m.system_properties.message_id = " "
+    assert wire.call("SendMessage", req).status.code == pb.ILLEGAL_MESSAGE_ID
+
+
+def test_a_message_group_of_64_bytes_is_an_illegal_message_group(wire):
+    req, m = one_message()
+    m.system_properties.message_type = pb.FIFO
+    m.system_properties.message_group = "g" * 64
+    assert wire.call("SendMessage", req).status.code == pb.ILLEGAL_MESSAGE_GROUP
+    m.system_properties.message_group = "g" * 63
+    assert wire.call("SendMessage", req).status.code == pb.OK
+
+
+def test_a_blank_message_group_is_an_illegal_message_group(wire):
+    req, m = one_message()
+    m.system_properties.message_type = pb.FIFO
+    m.system_properties.message_group = "  "
+    assert wire.call("SendMessage", req).status.code == pb.ILLEGAL_MESSAGE_GROUP
+
+
+def test_more_than_128_user_properties_are_too_large(wire):
+    req, m = one_message()
+    for i in range(129):
+        m.user_properties[f"p{i}"] = "v"
+    assert wire.call("SendMessage", req).status.code == pb.MESSAGE_PROPERTIES_TOO_LARGE
+
+
+def test_user_properties_over_16_kib_are_too_large(wire):
+    req, m = one_message()
+    m.user_properties["big"] = "v" * (16 * 1024)
+    assert wire.call("SendMessage", req).status.code == pb.MESSAGE_PROPERTIES_TOO_LARGE
+
+
+@pytest.mark.parametrize("key,value", [("a\tb", "v"), ("k", "line\nbreak")])
+def test_a_control_character_in_a_user_property_is_an_illegal_property_key(wire, key, value):
+    req, m = one_message()
+    m.user_properties[key] = value
+    assert wire.call("SendMessage", req).status.code == pb.ILLEGAL_MESSAGE_PROPERTY_KEY
+
+
+def test_a_control_character_in_a_tag_is_an_illegal_tag(wire):
+    req, m = one_message()
+    m.system_properties.tag = "a\x07b"
+    assert wire.call("SendMessage", req).status.code == pb.ILLEGAL_MESSAGE_TAG
+
+
 # --- routes and topic types -------------------------------------------------------------------
 
 def test_an_untyped_topic_announces_every_type_as_a_mixed_topic_does(wire):
