@@ -55,8 +55,9 @@ test: venv interop-venv
 test-slow: venv interop-venv
 	$(VPY) -m pytest -m slow $(PYTEST_ARGS)
 
-# The official RocketMQ 5 clients (Python, Java with Maven, Go) against broker processes, alone. Java and
-# Go drivers are built by the suite (tests/interop/conftest.py); a client that cannot be built is skipped.
+# The official RocketMQ 5 clients (Python, Java with Maven, Go, Node.js with npm) against broker
+# processes, alone. The suite builds the Java and Go drivers and installs Node's client itself
+# (tests/interop/conftest.py); a client whose toolchain or download is missing is skipped.
 interop: venv interop-venv
 	$(VPY) -m pytest -m interop tests/interop $(PYTEST_ARGS)
 

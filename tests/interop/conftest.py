@@ -5,7 +5,8 @@ Every driver takes the same command line and prints one `RESULT {json}` line:
 - Java: tests/interop/java, built once per session with Maven (rocketmq-client-java from Maven
   Central, cached in ~/.m2; the build output stays in tests/interop/java/target);
 - Go: tests/interop/go, built once per session with `go build` (rocketmq-clients/golang/v5 from
-  the Go module proxy, cached in Go's module cache; the binary in tests/interop/.cache).
+  the Go module proxy, cached in Go's module cache; the binary in tests/interop/.cache);
+- Node.js: tests/interop/node, rocketmq-client-nodejs installed with npm into its node_modules.
 
 A client whose toolchain is missing, or whose dependencies cannot be downloaded, is skipped with
 the reason; a driver that does not compile fails.
@@ -29,10 +30,11 @@ CLIENT = HERE / "clients" / "rmq.py"
 JAVA_DIR = HERE / "java"
 GO_DIR = HERE / "go"
 CACHE = HERE / ".cache"
-LANGUAGES = ("python", "java", "go")
+NODE_DIR = HERE / "node"
+LANGUAGES = ("python", "java", "go", "node")
 
 # Words in a build's output that mean a download failed (no network, registry down), not our code.
-_OFFLINE_SIGNS = ("Could not resolve", "Could not transfer", "Unknown host", "UnknownHost", "dial tcp",
+_OFFLINE_SIGNS = ("ENOTFOUND", "ETIMEDOUT", "ECONNREFUSED", "EAI_AGAIN", "Could not resolve", "Could not transfer", "Unknown host", "UnknownHost", "dial tcp",
                   "no such host", "connection refused", "i/o timeout", "Network is unreachable",
                   "TLS handshake timeout", "403 Forbidden", "proxy.golang.org", "repo.maven.apache.org")
 
@@ -127,7 +129,18 @@ def _go_driver() -> Driver:
     return Driver("go", [str(binary)], cwd=CACHE)
 
 
-_BUILDERS = {"python": _python_driver, "java": _java_driver, "go": _go_driver}
+def _node_driver() -> Driver:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if not (node and npm):
+        return Driver("node", skip_reason="the Node.js client needs node and npm on PATH")
+    if not (NODE_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").exists():
+        reason = _build([npm, "ci", "--no-audit", "--no-fund"], NODE_DIR, "the Node.js client")
+        if reason is not None:
+            return Driver("node", skip_reason=reason)
+    return Driver("node", [node, str(NODE_DIR / "interop.js")], cwd=CACHE)
+
+
+_BUILDERS = {"python": _python_driver, "java": _java_driver, "go": _go_driver, "node": _node_driver}
 
 
 @pytest.fixture(scope="session")

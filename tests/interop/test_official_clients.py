@@ -1,7 +1,7 @@
-"""The official RocketMQ 5 clients (Python, Java, Go), unmodified, against a txmq broker process.
+"""The official RocketMQ 5 clients (Python, Java, Go, Node.js), unmodified, against a txmq broker process.
 
 Every test runs once per client (`client` fixture), each client a separate process driven by
-tests/interop/{clients/rmq.py,java,go}; a client that cannot be built here is skipped with why.
+tests/interop/{clients/rmq.py,java,go,node}; a client that cannot be built here is skipped with why.
 The expected values are what Apache RocketMQ's proxy gives the same client.
 """
 
