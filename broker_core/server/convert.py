@@ -19,7 +19,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from txmq.broker.errors import (BadRequest, IllegalMessageGroup, IllegalMessageId, IllegalMessageKey,
                                 IllegalMessageTag, IllegalPropertyKey, IllegalTopic, MessageCorrupted,
-                                MessagePropertiesTooLarge, PropertyConflictWithType)
+                                MessagePropertiesTooLarge, PropertyConflictWithType, Unsupported)
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.store.message import (PROP_BORN_HOST, PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS,
                                        PROP_TRAN_MSG, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, SYSFLAG_COMPRESSED,
@@ -135,6 +135,10 @@ def to_store_message(msg: pb.Message, *, born_host_fallback: str = "") -> Messag
     topic = check_topic(msg.topic.name)
     sp = msg.system_properties
     mtype = sp.message_type or pb.NORMAL
+    if mtype == pb.PRIORITY or sp.HasField("priority"):
+        raise Unsupported("PRIORITY messages are not supported by txmq")
+    if mtype == pb.LITE or sp.HasField("lite_topic"):
+        raise Unsupported("LITE messages (lite topics) are not supported by txmq")
     if mtype not in (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION):
         raise BadRequest(f"unknown message type {mtype}")
     has_group = sp.HasField("message_group") and sp.message_group != ""

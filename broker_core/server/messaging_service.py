@@ -277,7 +277,14 @@ class MessagingService:
         return response
 
     def RecallMessage(self, req: pb.RecallMessageRequest, call: Call) -> pb.RecallMessageResponse:
-        raise Unsupported("txmq has no delayed messages, so there is nothing to recall")
+        topic = check_topic(req.topic.name)
+        # the proxy refuses a recall on a topic that takes no DELAY messages as a type conflict first
+        check_accepts(topic, self.core.topic_types.get(topic), pb.DELAY)
+        raise Unsupported("recalling DELAY messages is not supported: txmq has no timer delivery yet")
+
+    def SyncLiteSubscription(self, req: pb.SyncLiteSubscriptionRequest,
+                             call: Call) -> pb.SyncLiteSubscriptionResponse:
+        raise Unsupported("lite topics (SyncLiteSubscription) are not supported by txmq")
 
     # --- pop consumption ------------------------------------------------------------
 

@@ -383,3 +383,38 @@ def test_a_consumers_settings_carry_the_proxys_batch_polling_and_retry_schedule(
     backoff = reply.settings.backoff_policy
     assert backoff.max_attempts == 17
     assert [d.seconds for d in backoff.customized_backoff.next][:4] == [1, 5, 10, 30]
+
+
+# --- what txmq does not do, refused by name ------------------------------------------------------
+
+def test_a_priority_message_is_refused_as_unsupported(wire):
+    req, m = one_message()
+    m.system_properties.message_type = pb.PRIORITY
+    m.system_properties.priority = 3
+    r = wire.call("SendMessage", req)
+    assert r.status.code == pb.UNSUPPORTED and "PRIORITY" in r.status.message
+
+
+def test_a_lite_topic_message_is_refused_as_unsupported(wire):
+    req, m = one_message()
+    m.system_properties.message_type = pb.LITE
+    m.system_properties.lite_topic = "lite-1"
+    r = wire.call("SendMessage", req)
+    assert r.status.code == pb.UNSUPPORTED and "lite" in r.status.message.lower()
+
+
+def test_sync_lite_subscription_is_refused_as_unsupported(wire):
+    req = pb.SyncLiteSubscriptionRequest(topic=pb.Resource(name="t"), group=pb.Resource(name="g"))
+    r = wire.call("SyncLiteSubscription", req)
+    assert r.status.code == pb.UNSUPPORTED and "lite topics" in r.status.message
+
+
+def test_recalling_on_a_topic_without_delay_messages_is_a_type_conflict(wire, admin):
+    req = pb.RecallMessageRequest(topic=pb.Resource(name=typed_topic(admin, "NORMAL")), recall_handle="h")
+    assert wire.call("RecallMessage", req).status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+
+
+def test_recalling_a_delay_message_is_refused_as_unsupported(wire, admin):
+    req = pb.RecallMessageRequest(topic=pb.Resource(name=typed_topic(admin, "DELAY")), recall_handle="h")
+    r = wire.call("RecallMessage", req)
+    assert r.status.code == pb.UNSUPPORTED and "recall" in r.status.message
