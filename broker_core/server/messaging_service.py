@@ -91,6 +91,13 @@ class Call:
         self.identity = core.auth.authenticate(self.metadata)
 
     @property
+    def peer_host(self) -> str:
+        """The caller's address as host:port (gRPC's peer is 'ipv4:h:p', 'ipv6:[h]:p' or 'unix:...')."""
+        peer = self.context.peer() or ""
+        kind, _, address = peer.partition(":")
+        return address if kind in ("ipv4", "ipv6") else ""
+
+    @property
     def client_id(self) -> str:
         if self._client_id is None:
             client_id = ""
@@ -214,7 +221,8 @@ class MessagingService:
         queue_counts: dict[str, int] = {}  # one topic lookup per topic, not per message
         topic_types = self.core.topic_types
         for m, mtype in zip(messages, types):
-            sm = to_store_message(m)
+            # a message without a born host was born where the call came from, as the proxy records it
+            sm = to_store_message(m, born_host_fallback="" if m.system_properties.born_host else call.peer_host)
             count = queue_counts.get(sm.topic)
             if count is None:
                 identity.require_publish(sm.topic)
