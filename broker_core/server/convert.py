@@ -28,6 +28,7 @@ from txmq.broker.store.message import (PROP_BORN_HOST, PROP_KEYS, PROP_SHARDING_
 TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 GROUP_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 PROP_TRACE_CONTEXT = "__TRACE_CONTEXT"
+PROP_DLQ_ORIGIN_TOPIC = "ORIGIN_TOPIC"  # set by pop.py on a message it moves to a dead-letter topic
 PROP_MESSAGE_TYPE = "__MSG_TYPE"
 # Property names RocketMQ reserves for itself: a user property may not use them.
 RESERVED_PROPERTIES = frozenset({
@@ -221,7 +222,7 @@ def to_wire_message(m: StoredMessage | Message, *, topic: str | None = None, rec
     for key, value in props.items():
         if key in DELIVERED_SYSTEM_PROPERTIES or (
                 key not in RESERVED_PROPERTIES and not key.startswith("__TXMQ") and key not in (
-                "ORIGIN_TOPIC", "RETRY_TIMES")):
+                PROP_DLQ_ORIGIN_TOPIC, "RETRY_TIMES")):
             out.user_properties[key] = value
     tag = props.get(PROP_TAGS)
     if tag:
@@ -267,4 +268,8 @@ def to_wire_message(m: StoredMessage | Message, *, topic: str | None = None, rec
     trace = props.get(PROP_TRACE_CONTEXT)
     if trace:
         sp.trace_context = trace
+    origin = props.get(PROP_DLQ_ORIGIN_TOPIC)
+    if origin and sp.message_id:  # read from a %DLQ% topic: where it came from, as the proxy tells it
+        sp.dead_letter_queue.topic = origin
+        sp.dead_letter_queue.message_id = sp.message_id
     return out

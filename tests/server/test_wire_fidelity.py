@@ -426,3 +426,23 @@ def test_a_message_sent_without_a_born_host_is_born_at_the_callers_address(wire)
     assert wire.call("SendMessage", req).status.code == pb.OK
     got = received_one(wire, topic)
     assert got.system_properties.born_host.startswith("127.0.0.1:")
+
+
+def test_a_message_read_from_a_dead_letter_topic_names_its_origin(wire):
+    topic, group = name("dlq-origin"), name("g")
+    sent = wire.send(topic, [b"poison"]).entries[0]
+    _, msgs = wire.receive(topic, group)
+    req = pb.ForwardMessageToDeadLetterQueueRequest(
+        group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+        receipt_handle=msgs[0].system_properties.receipt_handle, delivery_attempt=1, max_delivery_attempts=1)
+    assert wire.call("ForwardMessageToDeadLetterQueue", req).status.code == pb.OK
+    dead = received_one(wire, f"%DLQ%{group}")
+    assert dead.system_properties.dead_letter_queue.topic == topic
+    assert dead.system_properties.dead_letter_queue.message_id == sent.message_id
+    assert "ORIGIN_TOPIC" not in dead.user_properties
+
+
+def test_a_message_of_a_normal_topic_names_no_dead_letter_origin(wire):
+    topic = name("alive")
+    wire.send(topic, [b"x"])
+    assert not received_one(wire, topic).system_properties.HasField("dead_letter_queue")
