@@ -3,10 +3,11 @@
 A producer's `Message` becomes a store `Message` with RocketMQ's reserved
 properties (TAGS, KEYS, UNIQ_KEY, __SHARDINGKEY, ...); a `StoredMessage` becomes
 a delivered `Message` with the system properties consumers need (receipt handle,
-delivery attempt, queue id/offset, store and born time, body encoding and a
-MD5 body digest, as the proxy sends). Validation that only the wire can do (type vs properties,
-reserved user property names, digests) happens here; sizes and names are
-checked again by the store before anything is written.
+delivery attempt, queue id/offset, store and born time, body encoding and an
+MD5 body digest), field by field as Apache RocketMQ's proxy builds it.
+Validation that only the wire can do (type vs properties, reserved user
+property names, control characters, the proxy's size limits, digests) happens
+here; sizes and names are checked again by the store before anything is written.
 """
 
 from __future__ import annotations

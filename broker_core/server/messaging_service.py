@@ -227,7 +227,7 @@ class MessagingService:
             if count is None:
                 identity.require_publish(sm.topic)
                 count = queue_counts[sm.topic] = self.core.topic_queue_count(sm.topic)
-            # the topic's type first, as the proxy checks it before anything of the message's own
+            # after the message's own checks and before DELAY's refusal, in the proxy's order
             check_accepts(sm.topic, topic_types.get(sm.topic), mtype)
             if mtype == pb.DELAY:
                 raise Unsupported("DELAY messages (timer delivery at delivery_timestamp) are not supported "
@@ -251,7 +251,7 @@ class MessagingService:
         response = pb.SendMessageResponse(status=OK_STATUS)
         add_entry = response.entries.add
         for m, r in zip(messages, results):
-            message_id = m.system_properties.message_id or r.msg_id
+            message_id = m.system_properties.message_id  # never blank: to_store_message refuses that
             # RocketMQ's broker answers every send with the message id as its transaction id;
             # a transactional send gets txmq's transaction id, which EndTransaction takes
             add_entry(status=OK_STATUS, message_id=message_id, transaction_id=tx_id or message_id,
