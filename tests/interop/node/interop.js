@@ -27,7 +27,8 @@ const quiet = { info() {}, warn() {}, error() {}, debug() {} };
 
 function options(a) {
   const out = { endpoints: a.endpoint, namespace: '', requestTimeout: 5000, logger: quiet };
-  if (a.ak !== undefined) {
+  // an empty key means none: the client then sends no authorization header at all
+  if (a.ak) {
     out.sessionCredentials = { accessKey: a.ak, accessSecret: a.sk || '' };
   }
   return out;

@@ -86,7 +86,8 @@ public final class Interop {
             .setEndpoints(args.get("endpoint"))
             .setRequestTimeout(Duration.ofSeconds(5))
             .enableSsl(false);
-        if (args.containsKey("ak")) {
+        // an empty key means none: the client then sends no authorization header at all
+        if (!args.getOrDefault("ak", "").isEmpty()) {
             builder.setCredentialProvider(new StaticSessionCredentialsProvider(args.get("ak"), args.getOrDefault("sk", "")));
         }
         return builder.build();
