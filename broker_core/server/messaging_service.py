@@ -259,8 +259,9 @@ class MessagingService:
         return response
 
     def EndTransaction(self, req: pb.EndTransactionRequest, call: Call) -> pb.EndTransactionResponse:
+        check_topic(req.topic.name)  # the proxy checks the topic before anything else
         tx_id = req.transaction_id
-        if not tx_id:
+        if not tx_id.strip():
             raise InvalidTransactionId("transaction_id is empty")
         if req.resolution == pb.COMMIT:
             resolution = Resolution.COMMIT

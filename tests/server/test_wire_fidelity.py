@@ -149,6 +149,16 @@ def test_a_control_character_in_a_tag_is_an_illegal_tag(wire):
     assert wire.call("SendMessage", req).status.code == pb.ILLEGAL_MESSAGE_TAG
 
 
+@pytest.mark.parametrize("topic", ["", "bad topic", "RMQ_SYS_TRANS_HALF_TOPIC"])
+def test_end_transaction_with_an_illegal_topic_is_refused_as_an_illegal_topic(wire, topic):
+    r = wire.end(topic, "0" * 32)
+    assert r.status.code == pb.ILLEGAL_TOPIC
+
+
+def test_end_transaction_with_a_blank_transaction_id_is_an_invalid_transaction_id(wire):
+    assert wire.end(name("t"), "  ").status.code == pb.INVALID_TRANSACTION_ID
+
+
 # --- routes and topic types -------------------------------------------------------------------
 
 def test_an_untyped_topic_announces_every_type_as_a_mixed_topic_does(wire):
