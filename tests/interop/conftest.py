@@ -32,6 +32,7 @@ JAVA_DIR = HERE / "java"
 GO_DIR = HERE / "go"
 CACHE = HERE / ".cache"
 NODE_DIR = HERE / "node"
+GO_FALLBACKS = (Path("/usr/local/go/bin/go"),)  # where Go's own tarball installs it, often off PATH
 LANGUAGES = ("python", "java", "go", "node")
 
 # Words in a build's output that mean a download failed (no network, registry down), not our code.
@@ -129,7 +130,7 @@ def _java_driver() -> Driver:
 
 
 def _go_driver() -> Driver:
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    go = shutil.which("go") or next((str(p) for p in GO_FALLBACKS if p.exists()), None)
     if go is None:
         return Driver("go", skip_reason="the Go client needs the Go toolchain (go) on PATH")
     binary = CACHE / "go-interop"
