@@ -78,7 +78,7 @@ class BrokerConfig:
     # are instead of batches; the OS decides whether it may open the files.
     local_reads: bool = True
     # Pop consumption (ReceiveMessage).
-    default_invisible_s: float = 30.0
+    default_invisible_s: float = 60.0  # a receive that names none (auto_renew): the proxy's default
     max_invisible_s: float = 12 * 3600.0
     max_long_polling_s: float = 60.0
     default_long_polling_s: float = 20.0

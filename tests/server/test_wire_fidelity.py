@@ -456,3 +456,14 @@ def test_a_message_of_a_normal_topic_names_no_dead_letter_origin(wire):
     topic = name("alive")
     wire.send(topic, [b"x"])
     assert not received_one(wire, topic).system_properties.HasField("dead_letter_queue")
+
+
+def test_a_receive_naming_no_invisible_duration_hides_messages_for_the_proxys_60_seconds(wire):
+    topic = name("auto-renew")
+    wire.send(topic, [b"x"])
+    req = pb.ReceiveMessageRequest(batch_size=4, auto_renew=True)
+    req.group.name = name("g")
+    req.message_queue.topic.name = topic
+    req.long_polling_timeout.FromMilliseconds(2000)
+    msgs = [r.message for r in wire.call("ReceiveMessage", req, timeout=15) if r.WhichOneof("content") == "message"]
+    assert msgs[0].system_properties.invisible_duration.seconds == 60
