@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: venv etcd demo-cluster test test-slow torture interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: venv etcd demo-cluster test test-slow torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,12 @@ test: venv interop-venv etcd
 
 test-slow: venv interop-venv
 	$(VPY) -m pytest -m slow $(PYTEST_ARGS)
+
+# The official RocketMQ 5 clients (Python, Java with Maven, Go, Node.js with npm) against broker
+# processes, alone. The suite builds the Java and Go drivers and installs Node's client itself
+# (tests/interop/conftest.py); a client whose toolchain or download is missing is skipped.
+interop: venv interop-venv
+	$(VPY) -m pytest -m interop tests/interop $(PYTEST_ARGS)
 
 torture: venv etcd
 	$(VPY) -m pytest -m torture $(PYTEST_ARGS)

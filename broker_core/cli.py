@@ -87,13 +87,14 @@ def _topic_rows(topics) -> list[dict]:
     rows = []
     for t in topics:
         total = sum(q.max_offset - q.min_offset for q in t.queues.values())
-        rows.append({"topic": t.name, "queues": t.queue_count, "perm": t.permission, "messages": total,
+        rows.append({"topic": t.name, "queues": t.queue_count, "perm": t.permission, "type": t.message_type,
+                     "messages": total,
                      "max_offsets": ",".join(str(t.queues[q].max_offset) for q in sorted(t.queues))})
     return rows
 
 
 def _topic_dict(t) -> dict:
-    return {"name": t.name, "queue_count": t.queue_count, "permission": t.permission,
+    return {"name": t.name, "message_type": t.message_type, "queue_count": t.queue_count, "permission": t.permission,
             "queues": {str(q): {"min_offset": r.min_offset, "max_offset": r.max_offset} for q, r in t.queues.items()}}
 
 
@@ -101,14 +102,14 @@ def cmd_topic_create(args) -> None:
     if args.queues <= 0:
         raise UsageError(f"--queues must be positive, got {args.queues}")
     with _client(args) as c:
-        t = c.create_topic(args.name, args.queues)
-    _emit(args, _topic_dict(t), text=f"created topic {t.name} with {t.queue_count} queues")
+        t = c.create_topic(args.name, args.queues, args.type)
+    _emit(args, _topic_dict(t), text=f"created topic {t.name} ({t.message_type}) with {t.queue_count} queues")
 
 
 def cmd_topic_list(args) -> None:
     with _client(args) as c:
         topics = c.list_topics(include_system=args.system)
-    _emit(args, [_topic_dict(t) for t in topics], _topic_rows(topics), ["topic", "queues", "perm", "messages", "max_offsets"])
+    _emit(args, [_topic_dict(t) for t in topics], _topic_rows(topics), ["topic", "queues", "perm", "type", "messages", "max_offsets"])
 
 
 def cmd_topic_describe(args) -> None:
@@ -119,7 +120,7 @@ def cmd_topic_describe(args) -> None:
     if args.json:
         _emit(args, _topic_dict(t))
     else:
-        print(f"topic {t.name}: {t.queue_count} queues, permission {t.permission}")
+        print(f"topic {t.name}: {t.message_type} messages, {t.queue_count} queues, permission {t.permission}")
         print(_table(rows, ["queue", "min_offset", "max_offset", "messages"]))
 
 
@@ -357,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = tsub.add_parser("create", parents=[common], help="create a topic")
     p.add_argument("name")
     p.add_argument("--queues", type=int, default=4, help="number of queues (default 4)")
+    p.add_argument("--type", type=str.upper, choices=["NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"],
+                   help="the RocketMQ 5 message type the topic accepts (default: MIXED for a new topic, "
+                        "an existing topic keeps its type)")
     p.set_defaults(func=cmd_topic_create)
     p = tsub.add_parser("list", parents=[common], help="list topics")
     p.add_argument("--system", action="store_true", help="include system topics")

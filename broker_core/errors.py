@@ -91,6 +91,10 @@ class MessageCorrupted(BadRequest):
     """A body digest does not match the body."""
 
 
+class IllegalMessageGroup(BadRequest):
+    """A FIFO message group is blank, too long or contains a control character."""
+
+
 class PropertyConflictWithType(BadRequest):
     """Message properties conflict with its declared type (e.g. a message group on a NORMAL message)."""
 

@@ -16,8 +16,8 @@ class Admin:
         self.client, self._owned = client_for(broker, **client_kwargs)
 
     # topics
-    def create_topic(self, name: str, queue_count: int = 4) -> TopicInfo:
-        return self.client.create_topic(name, queue_count)
+    def create_topic(self, name: str, queue_count: int = 4, message_type: str | None = None) -> TopicInfo:
+        return self.client.create_topic(name, queue_count, message_type)
 
     def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
         return self.client.list_topics(include_system=include_system)

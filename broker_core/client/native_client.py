@@ -110,7 +110,8 @@ def _grpc_error(exc: grpc.RpcError, path: str, target: str) -> errors.TxmqError:
 
 def _topic_info(view: pb.TopicView) -> TopicInfo:
     return TopicInfo(name=view.name, queue_count=view.queue_count, permission=view.permission,
-                     queues={q.queue_id: QueueRange(q.min_offset, q.max_offset) for q in view.queues})
+                     queues={q.queue_id: QueueRange(q.min_offset, q.max_offset) for q in view.queues},
+                     message_type=view.message_type or "MIXED")
 
 
 def _tx_info(view: pb.TransactionView) -> TransactionInfo:
@@ -282,8 +283,10 @@ class NativeClient:
             return response
 
     # ---- admin --------------------------------------------------------------
-    def create_topic(self, name: str, queue_count: int = 4) -> TopicInfo:
-        return _topic_info(self._call("CreateTopic", pb.CreateTopicRequest(name=name, queue_count=queue_count)).topic)
+    def create_topic(self, name: str, queue_count: int = 4, message_type: str | None = None) -> TopicInfo:
+        """Create (or update) a topic; message_type is RocketMQ 5's NORMAL, FIFO, DELAY, TRANSACTION or MIXED."""
+        request = pb.CreateTopicRequest(name=name, queue_count=queue_count, message_type=message_type or "")
+        return _topic_info(self._call("CreateTopic", request).topic)
 
     def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
         resp = self._call("ListTopics", pb.ListTopicsRequest(include_system=include_system))

@@ -82,6 +82,7 @@ class TopicInfo:
     queue_count: int
     permission: int
     queues: dict[int, QueueRange]
+    message_type: str = "MIXED"  # RocketMQ 5 topic type: NORMAL, FIFO, DELAY, TRANSACTION or MIXED
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ ERROR_CODES: tuple[tuple[type[Exception], int], ...] = (
     (e.MessageBodyTooLarge, Code.MESSAGE_BODY_TOO_LARGE),
     (e.MessagePropertiesTooLarge, Code.MESSAGE_PROPERTIES_TOO_LARGE),
     (e.MessageCorrupted, Code.MESSAGE_CORRUPTED),
+    (e.IllegalMessageGroup, Code.ILLEGAL_MESSAGE_GROUP),
     (e.PropertyConflictWithType, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     (e.InvalidTransactionId, Code.INVALID_TRANSACTION_ID),
     (e.BadRequest, Code.BAD_REQUEST),

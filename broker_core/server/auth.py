@@ -191,7 +191,9 @@ class Authenticator:
         if not m:
             raise Unauthorized("authorization header is not 'MQv2-HMAC-SHA1 Credential=..., "
                                "SignedHeaders=x-mq-date-time, Signature=...'")
-        ak = m.group("ak").strip()
+        # the credential may carry a scope after the key (the Go client writes AK//Rocketmq): the proxy
+        # takes what comes before the first '/'
+        ak = m.group("ak").split("/", 1)[0].strip()
         if not ak:
             raise Unauthorized("authentication required: the credential has no access key")
         account = self._accounts.get(ak)

@@ -91,6 +91,7 @@ class BrokerCore:
         from txmq.broker.transaction.engine import TransactionEngine
         from txmq.broker.transaction.checkback import CheckbackService
         from txmq.broker.server.pop import PopService
+        from txmq.broker.server.topic_types import TopicTypes
 
         self.config = config
         self.clock = clock
@@ -110,6 +111,7 @@ class BrokerCore:
             self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
                          else Authenticator.disabled())
             self.pop = PopService(self)
+            self.topic_types = TopicTypes(self.store.topics.path.with_name("topic_types.json"))
         except BaseException:
             self.store.close()
             raise

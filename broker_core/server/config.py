@@ -78,7 +78,7 @@ class BrokerConfig:
     # are instead of batches; the OS decides whether it may open the files.
     local_reads: bool = True
     # Pop consumption (ReceiveMessage).
-    default_invisible_s: float = 30.0
+    default_invisible_s: float = 60.0  # a receive that names none (auto_renew): the proxy's default
     max_invisible_s: float = 12 * 3600.0
     max_long_polling_s: float = 60.0
     default_long_polling_s: float = 20.0
@@ -86,7 +86,7 @@ class BrokerConfig:
     # Telemetry settings pushed to clients.
     client_long_polling_s: float = 20.0
     client_receive_batch_size: int = 32
-    client_max_delivery_attempts: int = 16
+    client_max_delivery_attempts: int = 17  # the first delivery and RocketMQ's 16 retries (the proxy's 16 + 1)
     broker_name: str = "txmq-broker-0"
     # A replica of a broker group (cluster/): etcd endpoints "H:P[,H:P...]" and the group's name.
     # Without them the broker is the single, embedded-default broker and none of this applies.

@@ -12,6 +12,7 @@ from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.rpc_metrics import RpcMetrics
+from txmq.broker.server.topic_types import TopicTypes
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.dispatch import DispatchEntry
 from txmq.broker.store.message import AppendResult, Message, StoredMessage
@@ -72,6 +73,7 @@ class ServiceCore(Protocol):
     rpc_metrics: RpcMetrics  # shared by every service, so one place counts each call
     advertised: tuple[str, int] | None  # (host, port) clients are told, set once the broker listens
     pop: PopService
+    topic_types: TopicTypes  # each topic's RocketMQ 5 message type (routes announce it, sends obey it)
 
     def topic_queue_count(self, topic: str, *, create: bool | None = None) -> int: ...
 

@@ -23,7 +23,8 @@ from typing import Callable, Iterator
 import grpc
 
 from txmq.broker.errors import (BadRequest, IllegalDeliveryTime, IllegalInvisibleTime, IllegalOffset,
-                                IllegalPollingTime, IllegalQueue, InvalidTransactionId, Unsupported)
+                                IllegalPollingTime, IllegalQueue, InvalidTransactionId, MessageCorrupted,
+                                Unsupported)
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, STREAM_STREAM,
                                                    UNARY_STREAM, UNARY_UNARY)
@@ -33,12 +34,12 @@ from txmq.broker.server.convert import (check_group, check_topic, delivery_times
 from txmq.broker.server.pop import parse_tag_filter
 from txmq.broker.server.short_calls import run_on
 from txmq.broker.server.telemetry import serve_telemetry
+from txmq.broker.server.topic_types import check_accepts
 from txmq.broker.transaction.state import Resolution
 from txmq.broker.server.core_seam import ServiceCore
 
 log = logging.getLogger("txmq.broker.rocketmq")
 
-ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.TRANSACTION)
 OK_STATUS = st.ok()  # copied into each response by protobuf; built once instead of per call
 
 
@@ -90,6 +91,13 @@ class Call:
         self.identity = core.auth.authenticate(self.metadata)
 
     @property
+    def peer_host(self) -> str:
+        """The caller's address as host:port (gRPC's peer is 'ipv4:h:p', 'ipv6:[h]:p' or 'unix:...')."""
+        peer = self.context.peer() or ""
+        kind, _, address = peer.partition(":")
+        return address if kind in ("ipv4", "ipv6") else ""
+
+    @property
     def client_id(self) -> str:
         if self._client_id is None:
             client_id = ""
@@ -114,6 +122,10 @@ class MessagingService:
         self.config = core.config
         self._round_robin: dict[str, itertools.count] = {}
 
+    def _listen_port(self) -> int:
+        advertised = self.core.advertised
+        return advertised[1] if advertised else 0
+
     # --- routes -----------------------------------------------------------------
 
     def _endpoints(self, requested: pb.Endpoints | None) -> pb.Endpoints:
@@ -128,18 +140,21 @@ class MessagingService:
         scheme = pb.IPv6 if ":" in host else (pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME)
         return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])
 
-    def _queues(self, topic_res: pb.Resource, count: int, endpoints: pb.Endpoints) -> list[pb.MessageQueue]:
+    def _queues(self, topic_res: pb.Resource, count: int, endpoints: pb.Endpoints, *,
+                accepted: tuple[int, ...] = ()) -> list[pb.MessageQueue]:
         broker = pb.Broker(name=self.config.broker_name, id=0, endpoints=endpoints)
         topic = pb.Resource(name=topic_res.name, resource_namespace=topic_res.resource_namespace)
         return [pb.MessageQueue(topic=topic, id=i, permission=pb.READ_WRITE, broker=broker,
-                                accept_message_types=ACCEPTED_TYPES) for i in range(count)]
+                                accept_message_types=accepted) for i in range(count)]
 
     def QueryRoute(self, req: pb.QueryRouteRequest, call: Call) -> pb.QueryRouteResponse:
         topic = check_topic(req.topic.name)
         if not (call.identity.may_publish(topic) or call.identity.may_subscribe(topic)):
             call.identity.require_publish(topic)
         count = self.core.topic_queue_count(topic)
-        queues = self._queues(req.topic, count, self._endpoints(req.endpoints))
+        # each queue announces the topic's type, as the proxy does: producers refuse any other
+        accepted = self.core.topic_types.get(topic).accepted
+        queues = self._queues(req.topic, count, self._endpoints(req.endpoints), accepted=accepted)
         return pb.QueryRouteResponse(status=st.ok(), message_queues=queues)
 
     def QueryAssignment(self, req: pb.QueryAssignmentRequest, call: Call) -> pb.QueryAssignmentResponse:
@@ -184,7 +199,7 @@ class MessagingService:
 
     def SendMessage(self, req: pb.SendMessageRequest, call: Call) -> pb.SendMessageResponse:
         if not req.messages:
-            raise BadRequest("SendMessage carries no messages")
+            raise MessageCorrupted("SendMessage carries no message to send")
         try:
             return self._send(req, call)
         except Exception as exc:
@@ -204,17 +219,21 @@ class MessagingService:
             raise BadRequest("one SendMessage request cannot mix TRANSACTION and other message types")
         converted = []
         queue_counts: dict[str, int] = {}  # one topic lookup per topic, not per message
+        topic_types = self.core.topic_types
         for m, mtype in zip(messages, types):
-            if mtype == pb.TRANSACTION and delivery_timestamp_ms(m) is not None:
-                raise IllegalDeliveryTime("transactional messages cannot have a delivery time (delay)")
-            if mtype == pb.DELAY:
-                raise Unsupported("DELAY messages (delivery_timestamp) are not supported by txmq; "
-                                  "send NORMAL messages or schedule on the producer side")
-            sm = to_store_message(m)
+            # a message without a born host was born where the call came from, as the proxy records it
+            sm = to_store_message(m, born_host_fallback="" if m.system_properties.born_host else call.peer_host)
             count = queue_counts.get(sm.topic)
             if count is None:
                 identity.require_publish(sm.topic)
                 count = queue_counts[sm.topic] = self.core.topic_queue_count(sm.topic)
+            # after the message's own checks and before DELAY's refusal, in the proxy's order
+            check_accepts(sm.topic, topic_types.get(sm.topic), mtype)
+            if mtype == pb.DELAY:
+                raise Unsupported("DELAY messages (timer delivery at delivery_timestamp) are not supported "
+                                  "by txmq yet; send NORMAL messages or schedule on the producer side")
+            if mtype == pb.TRANSACTION and delivery_timestamp_ms(m) is not None:
+                raise IllegalDeliveryTime("transactional messages cannot have a delivery time (delay)")
             group = m.system_properties.message_group if mtype == pb.FIFO else None
             sm.queue_id = self._select_queue(sm.topic, count, group)
             converted.append(sm)
@@ -232,13 +251,17 @@ class MessagingService:
         response = pb.SendMessageResponse(status=OK_STATUS)
         add_entry = response.entries.add
         for m, r in zip(messages, results):
-            add_entry(status=OK_STATUS, message_id=m.system_properties.message_id or r.msg_id,
-                      transaction_id=tx_id, offset=r.queue_offset)
+            message_id = m.system_properties.message_id  # never blank: to_store_message refuses that
+            # RocketMQ's broker answers every send with the message id as its transaction id;
+            # a transactional send gets txmq's transaction id, which EndTransaction takes
+            add_entry(status=OK_STATUS, message_id=message_id, transaction_id=tx_id or message_id,
+                      offset=r.queue_offset)
         return response
 
     def EndTransaction(self, req: pb.EndTransactionRequest, call: Call) -> pb.EndTransactionResponse:
+        check_topic(req.topic.name)  # the proxy checks the topic before anything else
         tx_id = req.transaction_id
-        if not tx_id:
+        if not tx_id.strip():
             raise InvalidTransactionId("transaction_id is empty")
         if req.resolution == pb.COMMIT:
             resolution = Resolution.COMMIT
@@ -263,7 +286,14 @@ class MessagingService:
         return response
 
     def RecallMessage(self, req: pb.RecallMessageRequest, call: Call) -> pb.RecallMessageResponse:
-        raise Unsupported("txmq has no delayed messages, so there is nothing to recall")
+        topic = check_topic(req.topic.name)
+        # the proxy refuses a recall on a topic that takes no DELAY messages as a type conflict first
+        check_accepts(topic, self.core.topic_types.get(topic), pb.DELAY)
+        raise Unsupported("recalling DELAY messages is not supported: txmq has no timer delivery yet")
+
+    def SyncLiteSubscription(self, req: pb.SyncLiteSubscriptionRequest,
+                             call: Call) -> pb.SyncLiteSubscriptionResponse:
+        raise Unsupported("lite topics (SyncLiteSubscription) are not supported by txmq")
 
     # --- pop consumption ------------------------------------------------------------
 
@@ -314,18 +344,17 @@ class MessagingService:
         if not deliveries:
             yield pb.ReceiveMessageResponse(status=st.status(pb.MESSAGE_NOT_FOUND,
                                                              "no new message within the long-polling timeout"))
-            return
-        yield pb.ReceiveMessageResponse(status=st.ok())
-        # Clients measure delivery latency from this timestamp (the Python push
-        # consumer fails on a batch without it).
+        else:
+            yield pb.ReceiveMessageResponse(status=st.ok())
+            for d in deliveries:
+                yield pb.ReceiveMessageResponse(message=to_wire_message(
+                    d.message, receipt_handle=d.receipt_handle, delivery_attempt=d.attempt,
+                    invisible_ms=d.invisible_ms, listen_port=self._listen_port()))
+            self.core.metrics.messages_out += len(deliveries)
+        # Clients measure delivery latency from this timestamp; the proxy ends every receive with it.
         now = pb.ReceiveMessageResponse()
         now.delivery_timestamp.GetCurrentTime()
         yield now
-        for d in deliveries:
-            yield pb.ReceiveMessageResponse(message=to_wire_message(
-                d.message, receipt_handle=d.receipt_handle, delivery_attempt=d.attempt,
-                invisible_ms=d.invisible_ms))
-        self.core.metrics.messages_out += len(deliveries)
 
     def AckMessage(self, req: pb.AckMessageRequest, call: Call) -> pb.AckMessageResponse:
         group = check_group(req.group.name)
@@ -408,7 +437,7 @@ class MessagingService:
         else:
             yield pb.PullMessageResponse(status=st.status(pb.MESSAGE_NOT_FOUND, "no new message"))
         for m in messages:
-            yield pb.PullMessageResponse(message=to_wire_message(m))
+            yield pb.PullMessageResponse(message=to_wire_message(m, listen_port=self._listen_port()))
         yield pb.PullMessageResponse(next_offset=read.next_offset)
         self.core.metrics.messages_out += len(messages)
 

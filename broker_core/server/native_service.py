@@ -49,6 +49,7 @@ from txmq.broker.store.message import (
     StoredMessage,
 )
 from txmq.broker.store.metadata import TopicConfig
+from txmq.broker.server.topic_types import TopicType
 from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.transaction.state import TransactionInfo
 
@@ -236,7 +237,7 @@ class NativeService:
             queues.append(pb.QueueRange(queue_id=q, min_offset=self.store.min_offset(name, q),
                                         max_offset=self.store.max_offset(name, q)))
         return pb.TopicView(name=name, queue_count=config.queue_count, permission=int(config.permission),
-                            queues=queues)
+                            queues=queues, message_type=self.core.topic_types.get(name).value)
 
     # ---- writes ------------------------------------------------------------
     def SendMessages(self, request: pb.SendRequest, context) -> pb.SendResponse:
@@ -484,7 +485,10 @@ class NativeService:
         queue_count = request.queue_count or self.core.config.default_queue_count
         if queue_count < 0:
             raise errors.BadRequest(f"queue_count must be positive, got {queue_count}")
+        topic_type = TopicType.parse(request.message_type) if request.message_type else None
         config = self.store.topics.create(request.name, queue_count)
+        if topic_type is not None:
+            self.core.topic_types.set(request.name, topic_type)
         return pb.TopicResponse(status=ok_status(), topic=self._topic_view(config))
 
     def ListTopics(self, request, context) -> pb.ListTopicsResponse:
@@ -501,6 +505,7 @@ class NativeService:
         self._require_admin(context)
         self._topic(request.name)
         self.store.topics.delete(request.name)
+        self.core.topic_types.forget(request.name)
         return pb.DeleteTopicResponse(status=ok_status())
 
     def CommitOffsets(self, request, context) -> pb.CommitOffsetsResponse:

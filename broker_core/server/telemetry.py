@@ -111,7 +111,7 @@ def settings_reply(core: ServiceCore, settings: pb.Settings) -> pb.TelemetryComm
         policy = out.backoff_policy
         policy.Clear()
         policy.max_attempts = cfg.client_max_delivery_attempts
-        for seconds in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800):
+        for seconds in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200):
             policy.customized_backoff.next.add().seconds = seconds
     else:
         return pb.TelemetryCommand(status=st.status(pb.UNRECOGNIZED_CLIENT_TYPE,

@@ -25,6 +25,23 @@ def test_topic_create_then_list_shows_it_in_a_table(cli, topic):
     assert any(line.split()[:2] == [topic, "2"] for line in out.stdout.splitlines())
 
 
+def test_topic_create_with_a_type_lists_the_type(cli):
+    name = f"cli_{uuid.uuid4().hex[:8]}"
+    assert cli.run("topic", "create", name, "--type", "fifo").returncode == 0
+    assert {t["name"]: t["message_type"] for t in cli.json("topic", "list")}[name] == "FIFO"
+    row = next(line.split() for line in cli.run("topic", "list").stdout.splitlines() if line.startswith(name))
+    assert row[3] == "FIFO"
+
+
+def test_a_topic_created_without_a_type_is_mixed(cli, topic):
+    assert cli.json("topic", "describe", topic)["message_type"] == "MIXED"
+
+
+def test_an_unknown_topic_type_is_a_usage_error(cli):
+    out = cli.run("topic", "create", f"cli_{uuid.uuid4().hex[:8]}", "--type", "PRIORITY")
+    assert out.returncode == 2 and "PRIORITY" in out.stderr
+
+
 def test_topic_describe_json(cli, topic):
     data = cli.json("topic", "describe", topic)
     assert data["name"] == topic and data["queue_count"] == 2 and set(data["queues"]) == {"0", "1"}

@@ -38,6 +38,12 @@ def test_signed_calls_pass(auth_broker):
     assert w.send(topic(), [b"x"]).status.code == pb.OK
 
 
+def test_a_credential_scoped_after_its_access_key_authenticates_by_the_key(auth_broker):
+    # the Go client writes Credential=AK//Rocketmq; the proxy reads the key before the first '/'
+    w = Wire(auth_broker.endpoint, ak="alice//Rocketmq", sk="a-secret")
+    assert w.send(topic(), [b"x"]).status.code == pb.OK
+
+
 @pytest.mark.parametrize("ak,sk", [("alice", "wrong"), ("eve", "a-secret"), (None, None), ("", "")])
 def test_unsigned_or_wrongly_signed_calls_get_unauthorized(auth_broker, ak, sk):
     w = Wire(auth_broker.endpoint, ak=ak, sk=sk)

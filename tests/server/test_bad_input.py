@@ -213,6 +213,7 @@ def test_delay_messages_are_unsupported_and_transactional_delays_illegal(wire):
     topic = name("delay")
     req = pb.SendMessageRequest()
     m = req.messages.add(body=b"x", topic=pb.Resource(name=topic))
+    m.system_properties.message_id = "0001"
     m.system_properties.message_type = pb.DELAY
     m.system_properties.delivery_timestamp.GetCurrentTime()
     assert wire.call("SendMessage", req).status.code == pb.UNSUPPORTED

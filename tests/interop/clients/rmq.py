@@ -39,6 +39,19 @@ def make_message(topic: str, body: str, tag: str | None) -> Message:
     return m
 
 
+def receipt(r) -> dict:
+    return {"message_id": r.message_id, "transaction_id": r.transaction_id, "offset": r.offset}
+
+
+def view(m) -> dict:
+    """What the client makes of a delivered message, field by field."""
+    return {"body": m.body.decode(), "attempt": m.delivery_attempt, "acked": False, "message_id": m.message_id,
+            "tag": m.tag, "keys": sorted(m.keys), "properties": dict(m.properties),
+            "message_group": m.message_group, "born_host": m.born_host, "born_timestamp": m.born_timestamp,
+            "delivery_timestamp": m.delivery_timestamp or None, "receipt_handle": m.receipt_handle,
+            "corrupted": m.corrupted, "message_type": m.message_type}
+
+
 def cmd_produce(args) -> dict:
     producer = Producer(config(args), (args.topic,), tls_enable=args.tls)
     producer.startup()
@@ -49,18 +62,18 @@ def cmd_produce(args) -> dict:
             msg = make_message(args.topic, f"{args.prefix}-{i}", args.tag)
             if args.message_group:
                 msg.message_group = args.message_group
+            if args.delay_s is not None:
+                msg.delivery_timestamp = int(time.time() * 1000) + args.delay_s * 1000
             try:
                 if args.use_async:
                     futures.append(producer.send_async(msg))
                 else:
-                    r = producer.send(msg)
-                    sent.append({"message_id": r.message_id, "offset": r.offset})
+                    sent.append(receipt(producer.send(msg)))
             except Exception as exc:  # reported, the test decides
                 errors.append(f"{type(exc).__name__}: {exc}")
         for f in futures:
             try:
-                r = f.result(timeout=30)
-                sent.append({"message_id": r.message_id, "offset": r.offset})
+                sent.append(receipt(f.result(timeout=30)))
             except Exception as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
     finally:
@@ -85,13 +98,14 @@ def cmd_transaction(args) -> dict:
     checker = Checker(answer)
     producer = Producer(config(args), (args.topic,), checker)
     producer.startup()
-    tx_ids, errors = [], []
+    tx_ids, sent, errors = [], [], []
     try:
         for i in range(args.count):
             tx = producer.begin_transaction()
             try:
                 r = producer.send(make_message(args.topic, f"{args.prefix}-{i}", args.tag), tx)
                 tx_ids.append(r.transaction_id)
+                sent.append(receipt(r))
                 if args.mode == "commit":
                     tx.commit()
                 elif args.mode == "rollback":
@@ -105,7 +119,7 @@ def cmd_transaction(args) -> dict:
             time.sleep(1.0)  # let the EndTransaction(SOURCE_SERVER_CHECK) calls land
     finally:
         producer.shutdown()
-    return {"transaction_ids": tx_ids, "checked": sorted(set(checker.checked)), "errors": errors}
+    return {"transaction_ids": tx_ids, "sent": sent, "checked": sorted(set(checker.checked)), "errors": errors}
 
 
 def cmd_simple(args) -> dict:
@@ -124,9 +138,7 @@ def cmd_simple(args) -> dict:
                 time.sleep(0.2)
                 continue
             for m in messages:
-                entry = {"body": m.body.decode(), "attempt": m.delivery_attempt, "acked": False,
-                         "message_id": m.message_id, "tag": m.tag,
-                         "properties": dict(m.properties)}
+                entry = view(m)
                 received.append(entry)
                 if args.behaviour == "ack" or (args.behaviour == "nack-once" and m.delivery_attempt > 1):
                     consumer.ack(m)
@@ -177,6 +189,7 @@ def main() -> None:
     pr = sub.add_parser("produce")
     pr.add_argument("--async", dest="use_async", action="store_true")
     pr.add_argument("--message-group", help="send FIFO messages of this message group")
+    pr.add_argument("--delay-s", type=int, help="send DELAY messages due this many seconds from now")
     tx = sub.add_parser("transaction")
     tx.add_argument("--mode", choices=("commit", "rollback", "orphan-commit", "orphan-rollback"), required=True)
     tx.add_argument("--timeout", type=float, default=30)
