@@ -6,9 +6,9 @@ This is the hot path of Spark reads. Two builders make the same batch:
 
 - `pull_batch` (what DoGet streams) reads the queue range as columns
   (`store.columnar_read`) and derives every column at once
-  (`store.pull_decode`, shared with the client's same-host reads). A SQL92
-  filter is applied to that batch as a mask (`MessageFilter.mask`, vectorised
-  over the decoded property columns). Pulls filtered by tag alone take the object
+  (`store.pull_decode`, shared with the client's same-host reads). With a SQL92
+  filter, only the records it selects are decoded (`store.filter_read`: the
+  properties it names are found in the raw records and evaluated as columns). Pulls filtered by tag alone take the object
   path below (the filter is skipped on queue entries' tag hashes and confirmed on
   decoded tags by `MessageStore.read_queue`, bounded by the filter's scan limit),
   and so does a store that only implements the `read_queue` contract.
@@ -30,6 +30,7 @@ from txmq.broker.store.pull_decode import decode_pull_batch, empty_pull_batch
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.store.columnar_read import ReadPlan, plan_queue_read, read_queue_bytes, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage
+from txmq.broker.store.filter_read import filtered_pull_batch
 from txmq.broker.store.message_filter import MessageFilter
 
 
@@ -115,9 +116,10 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
                                 tag_filter=message_filter if filtered else None)
         return PullBatch(build_pull_batch(read.messages), read.next_offset, read.min_offset, read.max_offset)
     read = read_queue_bytes(store, topic, queue_id, start, count, max_bytes=max_bytes)
-    batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
     if filtered:
-        batch = message_filter.apply(batch)
+        batch = filtered_pull_batch(read, topic, queue_id, message_filter)
+    else:
+        batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
 
 

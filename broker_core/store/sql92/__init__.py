@@ -20,11 +20,11 @@ import numpy as np
 import pyarrow as pa
 
 from txmq.broker.store.sql92.ast import Node, properties_of
-from txmq.broker.store.sql92.columnar import batch_mask, plan
+from txmq.broker.store.sql92.columnar import Columns, batch_mask, codes, plan
 from txmq.broker.store.sql92.evaluate import TRUE, compile_condition
 from txmq.broker.store.sql92.parser import parse
 
-__all__ = ["SqlFilter", "parse"]
+__all__ = ["Columns", "SqlFilter", "parse"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,3 +58,9 @@ class SqlFilter:
     def mask(self, batch: pa.RecordBatch) -> np.ndarray:
         """The rows of a PULL_SCHEMA batch the filter selects."""
         return batch_mask(self._plan, batch)
+
+    def mask_columns(self, columns: Columns) -> np.ndarray:
+        """The rows selected, from the filter's properties laid out as columns (columnar.Columns)."""
+        if columns.n == 0:
+            return np.zeros(0, dtype=bool)
+        return codes(self._plan, columns) == TRUE

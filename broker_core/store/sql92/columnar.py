@@ -58,23 +58,16 @@ AND_TABLE, OR_TABLE = _table(_and), _table(_or)
 NOT_TABLE = np.array([TRUE, FALSE, NULL, ERROR], dtype=np.int8)
 
 
-class BatchColumns:
-    """The filter's properties of one batch, each as (codes per row, distinct values); -1 = missing."""
+class Columns:
+    """The filter's properties of n messages, each as (codes per row, distinct values); -1 = missing."""
 
-    def __init__(self, batch: pa.RecordBatch) -> None:
-        self.batch = batch
-        self.n = batch.num_rows
+    def __init__(self, n: int) -> None:
+        self.n = n
         self._encoded: dict[str, tuple[np.ndarray, list]] = {}
 
     def strings(self, name: str) -> pa.Array:
-        batch = self.batch
-        if name == TAGS:
-            return batch.column("tag")
-        if name == KEYS:
-            keys = batch.column("keys")
-            joined = pc.binary_join(keys, " ")
-            return pc.if_else(pc.greater(pc.list_value_length(keys), 0), joined, pa.scalar(None, pa.string()))
-        return pc.map_lookup(batch.column("properties"), pa.scalar(name, pa.string()), "first")
+        """The property's value per row (a string array, null where missing)."""
+        raise NotImplementedError
 
     def encoded(self, name: str) -> tuple[np.ndarray, list]:
         hit = self._encoded.get(name)
@@ -88,6 +81,24 @@ class BatchColumns:
         indices, dictionary = self.encoded(name)
         values = dictionary + [None]
         return [values[i] for i in indices.tolist()]
+
+
+class BatchColumns(Columns):
+    """The properties of a PULL_SCHEMA batch's rows."""
+
+    def __init__(self, batch: pa.RecordBatch) -> None:
+        super().__init__(batch.num_rows)
+        self.batch = batch
+
+    def strings(self, name: str) -> pa.Array:
+        batch = self.batch
+        if name == TAGS:
+            return batch.column("tag")
+        if name == KEYS:
+            keys = batch.column("keys")
+            joined = pc.binary_join(keys, " ")
+            return pc.if_else(pc.greater(pc.list_value_length(keys), 0), joined, pa.scalar(None, pa.string()))
+        return pc.map_lookup(batch.column("properties"), pa.scalar(name, pa.string()), "first")
 
 
 @dataclass(frozen=True)
@@ -105,7 +116,7 @@ def plan(node: Node):
     return _Leaf(compile_condition(node), tuple(sorted(properties_of(node))))
 
 
-def codes(tree, cols: BatchColumns) -> np.ndarray:
+def codes(tree, cols: Columns) -> np.ndarray:
     """The code (FALSE, TRUE, NULL, ERROR) of every row of the batch."""
     if isinstance(tree, tuple):
         kind = tree[0]
