@@ -8,13 +8,14 @@ This is the hot path of Spark reads. Two builders make the same batch:
   (`store.columnar_read`) and derives every column at once
   (`store.pull_decode`, shared with the client's same-host reads). With a SQL92
   filter, only the records it selects are decoded (`store.filter_read`: the
-  properties it names are found in the raw records and evaluated as columns). Pulls filtered by tag alone take the object
-  path below (the filter is skipped on queue entries' tag hashes and confirmed on
-  decoded tags by `MessageStore.read_queue`, bounded by the filter's scan limit),
-  and so does a store that only implements the `read_queue` contract.
+  properties it names are found in the raw records and evaluated as columns).
+  Pulls filtered by tag alone take the object path below (the filter is skipped
+  on queue entries' tag hashes and confirmed on decoded tags by
+  `MessageStore.read_queue`, bounded by the filter's scan limit), and so does a
+  store that only implements the `read_queue` contract.
 - `build_pull_batch(messages)` builds the batch from decoded StoredMessages (one
   comprehension per column). It is the reference the columnar path is tested
-  against and serves the filtered pulls.
+  against and serves the pulls filtered by tag alone.
 """
 
 from __future__ import annotations
