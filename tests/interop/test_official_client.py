@@ -109,6 +109,25 @@ def test_push_consumer_consumes_everything_exactly_once(endpoint):
     assert Counter(got["bodies"]) == Counter(f"m-{i}" for i in range(30))
 
 
+def test_a_simple_consumer_subscribed_with_sql92_receives_only_matching_messages(endpoint):
+    topic = name("sql-simple")
+    sent = run_client(endpoint, "produce", "--topic", topic, "--count", "20", "--numbered", "--tag", "paid")
+    assert sent["errors"] == []
+    got = run_client(endpoint, "simple", "--topic", topic, "--group", name("g"), "--expect", "5",
+                     "--sql", "n >= 15 AND TAGS = 'paid' AND origin IS NOT NULL")
+    assert got["errors"] == []
+    assert sorted(bodies_of(got["received"])) == sorted(f"m-{i}" for i in range(15, 20))
+
+
+def test_a_push_consumer_subscribed_with_sql92_consumes_only_matching_messages(endpoint):
+    topic = name("sql-push")
+    sent = run_client(endpoint, "produce", "--topic", topic, "--count", "30", "--numbered")
+    assert sent["errors"] == []
+    got = run_client(endpoint, "push", "--topic", topic, "--group", name("g"), "--expect", "3",
+                     "--sql", "n IN ('3', '13', '23')", "--timeout", "40", "--linger", "2")
+    assert Counter(got["bodies"]) == Counter(["m-3", "m-13", "m-23"])
+
+
 # --- authentication -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
