@@ -16,6 +16,7 @@ import pyarrow as pa
 from txmq.broker import errors
 from txmq.broker.client._connection import client_for
 from txmq.broker.client.native_client import NativeClient
+from txmq.broker.store.sql92 import SqlFilter
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,9 @@ class PullConsumer:
                  skip_deleted: bool = True, **client_kwargs: Any) -> None:
         if not topics:
             raise ValueError("a PullConsumer needs at least one topic")
+        if sql:
+            # Checked before any read too, so a bad expression fails now, not at the first message.
+            SqlFilter.compile(sql)
         self.client, self._owned = client_for(broker, **client_kwargs)
         self.topics = list(topics)
         self.group = group

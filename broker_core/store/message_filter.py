@@ -9,6 +9,7 @@ a ConsumeQueue entry: a SQL filter that requires the tag to be one of a set (`TA
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,6 +25,10 @@ from txmq.broker.store.tag_filter import TagFilter, tag_hash
 
 SQL_NAMES_FROM_SYSTEM = frozenset({"TAGS", "KEYS"})  # the system properties a SQL filter may read
 
+# Consumers send their expression with every receive and pull: each is compiled once (a compiled
+# filter holds no per-read state, so reads share it).
+compiled_sql = functools.lru_cache(maxsize=256)(SqlFilter.compile)
+
 
 @dataclass(frozen=True)
 class MessageFilter:
@@ -35,7 +40,7 @@ class MessageFilter:
     def parse(cls, tags: str | None = None, sql: str | None = None) -> "MessageFilter":
         """From a tag expression and/or a SQL92 expression ('' or None: none)."""
         tag_filter = TagFilter.parse(tags)
-        sql_filter = SqlFilter.compile(sql) if sql and sql.strip() else None
+        sql_filter = compiled_sql(sql) if sql and sql.strip() else None
         hashes = None if tag_filter.matches_all else tag_filter.hashes
         if sql_filter is not None:
             required = required_tags(sql_filter.tree)

@@ -100,7 +100,7 @@ class Pulls:
 
 conn = Connection("stand-in:1")
 source._clients[conn] = Pulls()
-options = types.SimpleNamespace(connection=conn, tags=None, fail_on_data_loss=True)
+options = types.SimpleNamespace(connection=conn, tags=None, filter=None, fail_on_data_loss=True)
 reads = source.read_in_worker(options, source.TxmqInputPartition("t", 0, 0, 9))
 next(reads)
 first = (len(freezes), gc.get_freeze_count())

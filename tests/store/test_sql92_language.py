@@ -114,6 +114,11 @@ def test_and_with_one_side_false_is_false_even_if_the_other_is_unknown():
     assert selects("NOT (a > 5 AND b = 'x')", b="y")
 
 
+def test_a_missing_property_on_the_right_of_equals_is_false_not_unknown():
+    assert selects("NOT ('x' = a)")
+    assert not selects("NOT (a = 'x')")
+
+
 def test_two_missing_properties_are_equal():
     assert selects("a = b")
 

@@ -143,3 +143,11 @@ def test_greater_than_an_integer_follows_rocketmqs_conversion(prop_value, consta
     expression = f"a > {constant}" if constant >= 0 else f"a > -{-constant}"
     assert SqlFilter.compile(expression).accepts_properties({"a": prop_value}) == \
         rocketmq_greater_than(prop_value, constant)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(st.tuples(st.one_of(prop, str_lit), st.sampled_from(["=", "<>"]), st.one_of(prop, str_lit)).map(" ".join),
+       st.sampled_from(["", "NOT "]), messages)
+def test_string_tests_on_whole_columns_agree_with_the_per_message_evaluation(comparison, negation, rows):
+    f = compiled(f"{negation}({comparison})")
+    assert f.mask(pull_like_batch(rows)).tolist() == [f.accepts_properties(r) for r in rows]

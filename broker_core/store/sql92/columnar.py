@@ -28,7 +28,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from txmq.broker.store.sql92.ast import And, Node, Not, Or, properties_of
+from txmq.broker.store.sql92.ast import (And, BoolCast, Compare, Const, InList, IsNull, Node, Not, Or, Prop,
+                                         TextMatch, properties_of)
 from txmq.broker.store.sql92.evaluate import ERROR, FALSE, NULL, TRUE, compile_condition
 
 TAGS, KEYS = "TAGS", "KEYS"
@@ -105,6 +106,43 @@ class BatchColumns(Columns):
 class _Leaf:
     condition: Callable
     names: tuple[str, ...]
+    text_test: Callable[[pa.Array], np.ndarray] | None = None  # codes from the strings, for string tests
+
+
+def _codes_of(present: pa.Array, hit: pa.Array, *, missing: int) -> np.ndarray:
+    """TRUE where `hit`, FALSE elsewhere, `missing` where the property is absent."""
+    out = np.where(pc.fill_null(hit, False).to_numpy(zero_copy_only=False), TRUE, FALSE).astype(np.int8)
+    out[~present.to_numpy(zero_copy_only=False)] = missing
+    return out
+
+
+def _text_test(node: Node) -> Callable[[pa.Array], np.ndarray] | None:
+    """Arrow kernels for the tests on one property that compare strings only, whose answer needs
+    no conversion (equality with a string, IN, IS NULL, CONTAINS and the like, a bare property):
+    they run on the whole column whatever the number of distinct values."""
+    if isinstance(node, Compare) and node.op == "=":
+        prop, const = (node.left, node.right) if isinstance(node.left, Prop) else (node.right, node.left)
+        if isinstance(prop, Prop) and isinstance(const, Const) and isinstance(const.value, str):
+            value = pa.scalar(const.value, pa.string())
+            # RocketMQ's `=` is NULL for a missing left side but FALSE for a missing right side.
+            missing = NULL if prop is node.left else FALSE
+            return lambda s: _codes_of(pc.is_valid(s), pc.equal(s, value), missing=missing)
+    if isinstance(node, InList):
+        values = pa.array(sorted(node.values), pa.string())
+        negated = node.negated
+        return lambda s: _codes_of(pc.is_valid(s), pc.invert(pc.is_in(s, value_set=values)) if negated
+                                   else pc.is_in(s, value_set=values), missing=NULL)
+    if isinstance(node, IsNull) and isinstance(node.operand, Prop):
+        return lambda s: _codes_of(pc.is_valid(s), pc.is_null(s), missing=TRUE)
+    if isinstance(node, TextMatch) and isinstance(node.operand, Prop) and node.search:
+        kernel = {"CONTAINS": pc.match_substring, "STARTSWITH": pc.starts_with, "ENDSWITH": pc.ends_with}[node.kind]
+        search, negated = node.search, node.negated
+        # A missing property is FALSE, under NOT too (RocketMQ's rule for these tests).
+        return lambda s: _codes_of(pc.is_valid(s), pc.invert(kernel(s, pattern=search)) if negated
+                                   else kernel(s, pattern=search), missing=FALSE)
+    if isinstance(node, BoolCast):
+        return lambda s: np.where(pc.is_valid(s).to_numpy(zero_copy_only=False), FALSE, NULL).astype(np.int8)
+    return None
 
 
 def plan(node: Node):
@@ -113,7 +151,7 @@ def plan(node: Node):
         return (type(node), plan(node.left), plan(node.right))
     if isinstance(node, Not):
         return (Not, plan(node.operand))
-    return _Leaf(compile_condition(node), tuple(sorted(properties_of(node))))
+    return _Leaf(compile_condition(node), tuple(sorted(properties_of(node))), _text_test(node))
 
 
 def codes(tree, cols: Columns) -> np.ndarray:
@@ -127,6 +165,8 @@ def codes(tree, cols: Columns) -> np.ndarray:
     leaf: _Leaf = tree
     if not leaf.names:
         return np.full(cols.n, leaf.condition(lambda name: None), dtype=np.int8)
+    if leaf.text_test is not None:
+        return leaf.text_test(cols.strings(leaf.names[0]))
     if len(leaf.names) == 1:
         indices, dictionary = cols.encoded(leaf.names[0])
         # One evaluation per distinct value; the extra last entry is the missing property (-1).
