@@ -21,7 +21,7 @@ from txmq.broker.store.sql92.ast import (And, BoolCast, Compare, Const, InList, 
 
 NAMES = ["a", "b", "TAGS"]
 VALUES = ["1", "2", "10", "-3", "2.5", "abc", "true", "TRUE", "", " 7", "1e3", "NaN", "3000000000", "x'y", "0",
-          "-0.0", "Infinity"]
+          "-0.0", "Infinity", "+5", "007", "12345678901", "-2.50"]
 
 prop = st.sampled_from(NAMES)
 int_lit = st.sampled_from(["0", "1", "2", "7", "10", "3000000000", "-3", "9223372036854775807"])
@@ -150,4 +150,24 @@ def test_greater_than_an_integer_follows_rocketmqs_conversion(prop_value, consta
        st.sampled_from(["", "NOT "]), messages)
 def test_string_tests_on_whole_columns_agree_with_the_per_message_evaluation(comparison, negation, rows):
     f = compiled(f"{negation}({comparison})")
+    assert f.mask(pull_like_batch(rows)).tolist() == [f.accepts_properties(r) for r in rows]
+
+
+numeric_text = st.one_of(
+    st.integers(-(1 << 40), 1 << 40).map(str),
+    st.floats(allow_nan=False, allow_infinity=False, width=32).map(repr),
+    st.from_regex(r"\A[+-]?[0-9]{0,12}(\.[0-9]{0,4})?\Z"),
+)
+numeric_constant = st.one_of(st.integers(-(1 << 40), 1 << 40).map(str),
+                             st.floats(-1e6, 1e6, allow_nan=False).map(lambda x: repr(abs(x)) if x >= 0 else
+                                                                        f"-{abs(x)!r}"))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(st.sampled_from(["=", "<>", "<", "<=", ">", ">="]), numeric_constant, st.booleans(),
+       st.lists(st.one_of(st.none(), numeric_text), min_size=1, max_size=30))
+def test_numeric_comparisons_on_whole_columns_agree_with_the_per_message_evaluation(op, constant, flipped,
+                                                                                   values):
+    f = compiled(f"{constant} {op} a" if flipped else f"a {op} {constant}")
+    rows = [{} if v is None else {"a": v} for v in values]
     assert f.mask(pull_like_batch(rows)).tolist() == [f.accepts_properties(r) for r in rows]

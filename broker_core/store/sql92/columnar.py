@@ -107,6 +107,7 @@ class _Leaf:
     condition: Callable
     names: tuple[str, ...]
     text_test: Callable[[pa.Array], np.ndarray] | None = None  # codes from the strings, for string tests
+    numeric_test: Callable | None = None  # codes of the rows holding plain numbers, and which rows
 
 
 def _codes_of(present: pa.Array, hit: pa.Array, *, missing: int) -> np.ndarray:
@@ -145,13 +146,53 @@ def _text_test(node: Node) -> Callable[[pa.Array], np.ndarray] | None:
     return None
 
 
+# Property strings the vectorised numeric comparison converts itself, per the constant's type: short
+# enough that the conversion cannot overflow, and (decimals) without the forms whose reading differs
+# between Java and Arrow. Any other string takes the per-value path, which knows every rule.
+_PLAIN_NUMBER = {"int32": r"^-?[0-9]{1,9}$", "int64": r"^-?[0-9]{1,18}$",
+                 "float": r"^-?[0-9]{1,15}(\.[0-9]{1,15})?$"}
+_ORDER = {"=": np.equal, "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
+_MIRROR = {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _numeric_test(node: Node) -> Callable[[pa.Array], tuple[np.ndarray, np.ndarray]] | None:
+    """For `prop <op> number` (either side): codes of the rows whose string is a plain number, and
+    which rows those are; the caller evaluates the others per distinct value."""
+    if not isinstance(node, Compare):
+        return None
+    left, right, op = node.left, node.right, node.op
+    if isinstance(right, Prop) and isinstance(left, Const):
+        left, right, op = right, left, _MIRROR[op]
+    if not (isinstance(left, Prop) and isinstance(right, Const) and type(right.value) in (int, float)):
+        return None
+    constant = right.value
+    kind = "float" if isinstance(constant, float) else (
+        "int32" if -(1 << 31) <= constant < (1 << 31) else "int64")
+    pattern, compare = _PLAIN_NUMBER[kind], _ORDER[op]
+    to = pa.float64() if kind == "float" else pa.int64()
+    # `=` with the property on its right side is FALSE, not NULL, for a missing property.
+    missing = FALSE if op == "=" and node.right is left else NULL
+
+    def test(s: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        present = pc.is_valid(s).to_numpy(zero_copy_only=False)
+        plain = pc.fill_null(pc.match_substring_regex(s, pattern), False)
+        numbers = pc.cast(pc.if_else(plain, s, pa.scalar("0", pa.string())), to).to_numpy(zero_copy_only=False)
+        plain = plain.to_numpy(zero_copy_only=False)
+        if kind == "float":
+            plain &= numbers != 0  # -0.0 orders below 0.0 in Java: zeros take the per-value path
+        out = np.where(compare(numbers, constant), TRUE, FALSE).astype(np.int8)
+        out[~present] = missing
+        return out, plain | ~present
+    return test
+
+
 def plan(node: Node):
     """The tree the mask is computed from: logic nodes over compiled leaves."""
     if isinstance(node, (And, Or)):
         return (type(node), plan(node.left), plan(node.right))
     if isinstance(node, Not):
         return (Not, plan(node.operand))
-    return _Leaf(compile_condition(node), tuple(sorted(properties_of(node))), _text_test(node))
+    return _Leaf(compile_condition(node), tuple(sorted(properties_of(node))), _text_test(node), _numeric_test(node))
 
 
 def codes(tree, cols: Columns) -> np.ndarray:
@@ -167,12 +208,15 @@ def codes(tree, cols: Columns) -> np.ndarray:
         return np.full(cols.n, leaf.condition(lambda name: None), dtype=np.int8)
     if leaf.text_test is not None:
         return leaf.text_test(cols.strings(leaf.names[0]))
+    if leaf.numeric_test is not None:
+        out, done = leaf.numeric_test(cols.strings(leaf.names[0]))
+        if not done.all():
+            rest = ~done
+            out[rest] = _per_value(leaf, cols.strings(leaf.names[0]).filter(pa.array(rest)))
+        return out
     if len(leaf.names) == 1:
         indices, dictionary = cols.encoded(leaf.names[0])
-        # One evaluation per distinct value; the extra last entry is the missing property (-1).
-        per_value = np.array([leaf.condition(lambda name, v=v: v) for v in dictionary]
-                             + [leaf.condition(lambda name: None)], dtype=np.int8)
-        return per_value[indices]
+        return _per_distinct_value(leaf, indices, dictionary)
     columns = [cols.values(name) for name in leaf.names]
     names = leaf.names
     out = np.empty(cols.n, dtype=np.int8)
@@ -180,6 +224,19 @@ def codes(tree, cols: Columns) -> np.ndarray:
         lookup = dict(zip(names, row))
         out[i] = leaf.condition(lookup.get)
     return out
+
+
+def _per_distinct_value(leaf: _Leaf, indices: np.ndarray, dictionary: list) -> np.ndarray:
+    # One evaluation per distinct value; the extra last entry is the missing property (-1).
+    per_value = np.array([leaf.condition(lambda name, v=v: v) for v in dictionary]
+                         + [leaf.condition(lambda name: None)], dtype=np.int8)
+    return per_value[indices]
+
+
+def _per_value(leaf: _Leaf, strings: pa.Array) -> np.ndarray:
+    enc = strings.dictionary_encode()
+    indices = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    return _per_distinct_value(leaf, indices, enc.dictionary.to_pylist())
 
 
 def batch_mask(tree, batch: pa.RecordBatch) -> np.ndarray:
