@@ -6,11 +6,15 @@ Python step per message:
 
 - each property the filter reads is looked up in the batch's `properties` map
   column (`TAGS` is the `tag` column, `KEYS` the `keys` list joined by spaces, as
-  RocketMQ stores them) and dictionary-encoded by Arrow;
-- each condition that reads one property is evaluated by the per-message code
-  (evaluate.py) once per *distinct value*, and its codes are spread to the rows
-  with one numpy take: property values repeat (regions, types, amounts), so the
-  Python work follows the number of distinct values, not of messages;
+  RocketMQ stores them);
+- tests on strings (`=` a string, IN, IS NULL, CONTAINS/STARTSWITH/ENDSWITH) run
+  as Arrow kernels over the whole column;
+- any other condition on one property is evaluated once per *distinct value* of
+  the dictionary-encoded column, its codes spread to the rows with one numpy take:
+  a comparison with a number converts the distinct values that are plain numbers
+  with one Arrow cast, and everything else goes through the per-message code
+  (evaluate.py), so property values that repeat (regions, amounts, flags) cost
+  their number of distinct values, not of messages;
 - AND, OR and NOT combine the rows' codes through 4x4 tables, which keep the
   per-message semantics (left side first, ERROR as RocketMQ's exception);
 - a condition reading two properties (`a > b`) is evaluated per row, the rare case.
@@ -70,17 +74,18 @@ class Columns:
         """The property's value per row (a string array, null where missing)."""
         raise NotImplementedError
 
-    def encoded(self, name: str) -> tuple[np.ndarray, list]:
+    def encoded(self, name: str) -> tuple[np.ndarray, pa.Array]:
+        """Per row, the index of its value among the distinct values (-1: missing), and those values."""
         hit = self._encoded.get(name)
         if hit is None:
             enc = self.strings(name).dictionary_encode()
             indices = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-            hit = self._encoded[name] = (indices, enc.dictionary.to_pylist())
+            hit = self._encoded[name] = (indices, enc.dictionary)
         return hit
 
     def values(self, name: str) -> list:
         indices, dictionary = self.encoded(name)
-        values = dictionary + [None]
+        values = dictionary.to_pylist() + [None]
         return [values[i] for i in indices.tolist()]
 
 
@@ -156,8 +161,8 @@ _MIRROR = {"=": "=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 def _numeric_test(node: Node) -> Callable[[pa.Array], tuple[np.ndarray, np.ndarray]] | None:
-    """For `prop <op> number` (either side): codes of the rows whose string is a plain number, and
-    which rows those are; the caller evaluates the others per distinct value."""
+    """For `prop <op> number` (either side): over an array of the property's values, the codes of
+    those that are plain numbers, and which values those are; the caller evaluates the others."""
     if not isinstance(node, Compare):
         return None
     left, right, op = node.left, node.right, node.op
@@ -207,16 +212,22 @@ def codes(tree, cols: Columns) -> np.ndarray:
     if not leaf.names:
         return np.full(cols.n, leaf.condition(lambda name: None), dtype=np.int8)
     if leaf.text_test is not None:
+        # A string test costs less over the rows than hashing them into distinct values first.
         return leaf.text_test(cols.strings(leaf.names[0]))
-    if leaf.numeric_test is not None:
-        out, done = leaf.numeric_test(cols.strings(leaf.names[0]))
-        if not done.all():
-            rest = ~done
-            out[rest] = _per_value(leaf, cols.strings(leaf.names[0]).filter(pa.array(rest)))
-        return out
     if len(leaf.names) == 1:
+        # Other conditions on one property are evaluated once per distinct value (by a kernel over
+        # the distinct values where there is one), then spread to the rows; the extra last entry
+        # is the missing property (index -1).
         indices, dictionary = cols.encoded(leaf.names[0])
-        return _per_distinct_value(leaf, indices, dictionary)
+        missing = leaf.condition(lambda name: None)
+        if leaf.numeric_test is not None:
+            per_value, done = leaf.numeric_test(dictionary)
+            if not done.all():
+                rest = np.flatnonzero(~done)
+                per_value[rest] = _per_value(leaf, dictionary.take(pa.array(rest)).to_pylist())
+        else:
+            per_value = _per_value(leaf, dictionary.to_pylist())
+        return np.append(per_value, np.int8(missing))[indices]
     columns = [cols.values(name) for name in leaf.names]
     names = leaf.names
     out = np.empty(cols.n, dtype=np.int8)
@@ -226,17 +237,9 @@ def codes(tree, cols: Columns) -> np.ndarray:
     return out
 
 
-def _per_distinct_value(leaf: _Leaf, indices: np.ndarray, dictionary: list) -> np.ndarray:
-    # One evaluation per distinct value; the extra last entry is the missing property (-1).
-    per_value = np.array([leaf.condition(lambda name, v=v: v) for v in dictionary]
-                         + [leaf.condition(lambda name: None)], dtype=np.int8)
-    return per_value[indices]
-
-
-def _per_value(leaf: _Leaf, strings: pa.Array) -> np.ndarray:
-    enc = strings.dictionary_encode()
-    indices = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    return _per_distinct_value(leaf, indices, enc.dictionary.to_pylist())
+def _per_value(leaf: _Leaf, values: list) -> np.ndarray:
+    """The per-message evaluation of the leaf for each of `values` (of its one property)."""
+    return np.array([leaf.condition(lambda name, v=v: v) for v in values], dtype=np.int8)
 
 
 def batch_mask(tree, batch: pa.RecordBatch) -> np.ndarray:
