@@ -230,6 +230,11 @@ def test_an_empty_expression_is_refused():
         SqlFilter.compile("  ")
 
 
+def test_a_very_long_chain_of_conditions_is_refused_not_a_crash():
+    with pytest.raises(IllegalFilterExpression, match="more than 257 conditions"):
+        SqlFilter.compile(" AND ".join(["a = 1"] * 3000))
+
+
 def test_deep_nesting_is_refused_not_a_crash():
     with pytest.raises(IllegalFilterExpression, match="nested"):
         SqlFilter.compile("(" * 500 + "TRUE" + ")" * 500)

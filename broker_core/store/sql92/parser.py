@@ -15,10 +15,12 @@ from txmq.broker.store.sql92.ast import (And, BoolCast, Compare, Const, InList, 
                                          IsNull, TextMatch, is_condition)
 from txmq.broker.store.sql92.lexer import Token, syntax_error, tokenize
 
-INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+INT64_MAX = (1 << 63) - 1
 MAX_EXPRESSION_CHARS = 64 * 1024
 MAX_DEPTH = 200  # nested parentheses / NOTs: deeper expressions are refused, not a RecursionError
+# Conditions joined by AND / OR in one expression: a chain nests as deep as it is long, and the
+# compiled filter recurses through it on every message.
+MAX_LOGIC_OPERATORS = 256
 
 
 def parse(expression: str) -> Node:
@@ -34,6 +36,7 @@ class _Parser:
         self.tokens = tokenize(expression)
         self.i = 0
         self.depth = 0
+        self.logic_operators = 0
 
     # --- token helpers ---------------------------------------------------------------
 
@@ -92,7 +95,7 @@ class _Parser:
         start = self.tok
         left = self._and()
         while self._is("keyword", "OR"):
-            self._take()
+            self._count_logic_operator()
             right_tok = self.tok
             right = self._and()
             left = Or(self._condition(left, start), self._condition(right, right_tok))
@@ -102,7 +105,7 @@ class _Parser:
         start = self.tok
         left = self._equality()
         while self._is("keyword", "AND"):
-            self._take()
+            self._count_logic_operator()
             right_tok = self.tok
             right = self._equality()
             left = And(self._condition(left, start), self._condition(right, right_tok))
@@ -245,6 +248,12 @@ class _Parser:
             self._expect("op", ")", "')'")
             return node
         self._fail("expected a property name, a literal, NOT or '('")
+
+    def _count_logic_operator(self) -> None:
+        self.logic_operators += 1
+        if self.logic_operators > MAX_LOGIC_OPERATORS:
+            self._error(f"expression joins more than {MAX_LOGIC_OPERATORS + 1} conditions with AND / OR", self.tok)
+        self._take()
 
     # --- RocketMQ's operand checks ---------------------------------------------------
 
