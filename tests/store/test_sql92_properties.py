@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -171,3 +172,15 @@ def test_numeric_comparisons_on_whole_columns_agree_with_the_per_message_evaluat
     f = compiled(f"{constant} {op} a" if flipped else f"a {op} {constant}")
     rows = [{} if v is None else {"a": v} for v in values]
     assert f.mask(pull_like_batch(rows)).tolist() == [f.accepts_properties(r) for r in rows]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(conditions, st.data())
+def test_a_stray_character_is_reported_at_its_position(expression, data):
+    compiled(expression)
+    # A place between tokens: inside a string literal the character would be text, not a stray.
+    places = [i for i in range(len(expression) + 1) if expression[:i].count("'") % 2 == 0]
+    at = data.draw(st.sampled_from(places))
+    with pytest.raises(IllegalFilterExpression) as info:
+        SqlFilter.compile(expression[:at] + "~" + expression[at:])
+    assert info.value.position == at
