@@ -197,7 +197,7 @@ def cmd_tail(args) -> None:
     shown = 0
     with _client(args) as c:
         c.describe_topic(args.topic)  # a typo'd topic is an error, not an endless wait
-        consumer = PullConsumer(c, [args.topic], start=start, tags=args.tags)
+        consumer = PullConsumer(c, [args.topic], start=start, tags=args.tags, sql=args.sql)
         try:
             while True:
                 for batch in consumer.poll(timeout_ms=1000):
@@ -388,6 +388,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("topic")
     p.add_argument("--from", dest="start", default="latest", help="earliest | latest (default latest)")
     p.add_argument("--tags", help="tag filter, e.g. 'a||b'")
+    p.add_argument("--sql", help="SQL92 filter over user properties, TAGS and KEYS, "
+                                 "e.g. \"region = 'eu' AND amount > 100\"")
     p.add_argument("--count", type=int, help="stop after N messages")
     p.add_argument("--for", dest="for_s", type=float, help="stop after this many seconds")
     p.set_defaults(func=cmd_tail)

@@ -44,7 +44,15 @@ class IllegalPropertyKey(BadRequest):
 
 
 class IllegalFilterExpression(BadRequest):
-    """A tag (or SQL) filter expression cannot be parsed."""
+    """A tag (or SQL) filter expression cannot be parsed.
+
+    `position` is the 0-based offset of the problem in the expression when known
+    (SQL92 filters); the message names it too, since only the message crosses the wire.
+    """
+
+    def __init__(self, message: str, *, position: int | None = None) -> None:
+        super().__init__(message)
+        self.position = position
 
 
 class IllegalOffset(BadRequest):

@@ -22,7 +22,7 @@ class QueueReader(Protocol):
     """What a partition's read calls (in a Spark worker)."""
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
-                   batch_bytes: int = 0) -> Iterator[Pulled]: ...
+                   sql: str | None = None, batch_bytes: int = 0) -> Iterator[Pulled]: ...
 
 
 class PlannerClient(QueueReader, Protocol):

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Mapping
 
-from txmq.broker.errors import BadRequest
+from txmq.broker.errors import BadRequest, IllegalFilterExpression
 
 if TYPE_CHECKING:  # the client is imported late: executors open clients lazily
     from .client_seam import ConnectorClient
@@ -162,7 +162,7 @@ _SOURCE_OPTIONS = {
     "topic", "topicpattern", "tags", "startingoffsets", "startingtimestamp", "endingoffsets",
     "endingtimestamp", "maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay",
     "failondataloss", "consumergroup", "pollintervalms", "maxrowsperpartition", "topicrefreshms",
-    "path", "localreads",
+    "path", "localreads", "filter", "pushfilters",
 }
 
 
@@ -184,6 +184,8 @@ class SourceOptions:
     poll_interval_ms: int = 250
     max_rows_per_partition: int = 1_000_000
     topic_refresh_ms: int = 1000
+    filter: str | None = None       # a SQL92 filter the broker applies (the option, plus pushed predicates)
+    push_filters: bool = False
 
     @staticmethod
     def parse(options: Mapping[str, str], *, streaming: bool) -> "SourceOptions":
@@ -238,8 +240,27 @@ class SourceOptions:
         poll = parse_positive_int("pollIntervalMs", _get(opts, "pollIntervalMs")) or 250
         per_part = parse_positive_int("maxRowsPerPartition", _get(opts, "maxRowsPerPartition")) or 1_000_000
         refresh = parse_positive_int("topicRefreshMs", _get(opts, "topicRefreshMs"), allow_zero=True)
+        sql = parse_filter(_get(opts, "filter"))
+        push = parse_bool("pushFilters", _get(opts, "pushFilters"), default=False)
+        if push and streaming:
+            raise InvalidOption("option 'pushFilters' is for batch queries (spark.read) only: Spark pushes no "
+                                "filters into a Python streaming source; use the option 'filter'")
         return SourceOptions(conn, topics, pattern, tags, starting, starting_ts, ending, ending_ts, max_t,
-                             min_t, delay, fail, group, poll, per_part, 1000 if refresh is None else refresh)
+                             min_t, delay, fail, group, poll, per_part, 1000 if refresh is None else refresh,
+                             sql, push)
+
+
+def parse_filter(expr: str | None) -> str | None:
+    """The option 'filter' (a SQL92 expression), checked here so a bad one fails the query's planning."""
+    if expr is None or not expr.strip():
+        return None
+    from txmq.broker.store.sql92 import SqlFilter
+
+    try:
+        SqlFilter.compile(expr)
+    except IllegalFilterExpression as e:
+        raise InvalidOption(f"option 'filter' is not a valid SQL92 filter: {e}") from None
+    return expr
 
 
 def parse_tags(expr: str) -> list[str] | None:

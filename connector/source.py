@@ -16,6 +16,7 @@ Where the code runs:
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import re
@@ -28,6 +29,7 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -44,6 +46,7 @@ from txmq.broker.store.message import SYSTEM_TOPICS
 from . import offsets as off
 from .client_seam import ConnectorClient, PlannerClient, QueueReader
 from .options import Connection, InvalidOption, SourceOptions, parse_tags
+from .pushdown import combine, push
 from .schema import SOURCE_SCHEMA, conform_source_batch
 
 log = logging.getLogger("txmq.spark.source")
@@ -99,22 +102,23 @@ def _freeze_heap_once() -> None:
 def read_in_worker(options: SourceOptions, part: TxmqInputPartition) -> Iterator[pa.RecordBatch]:
     """`read()` of both readers (in a Spark worker): the partition's batches, the worker's heap
     frozen once its first batch is decoded (the decode's compiled code is loaded by then)."""
-    for batch in read_queue_range(options.connection, part, tags=options.tags,
+    for batch in read_queue_range(options.connection, part, tags=options.tags, sql=options.filter,
                                   fail_on_data_loss=options.fail_on_data_loss):
         _freeze_heap_once()
         yield batch
 
 
-def read_queue_range(conn: Connection, part: TxmqInputPartition, *, tags: str | None,
+def read_queue_range(conn: Connection, part: TxmqInputPartition, *, tags: str | None, sql: str | None = None,
                      fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
     """One queue range as Arrow batches in exactly the source schema, streamed from the broker's
-    Flight service: the broker builds the next batch while this worker converts the current one."""
+    Flight service: the broker builds the next batch while this worker converts the current one.
+    `tags` and `sql` (a SQL92 filter) are applied by the broker: batches then hold the rows that pass."""
     client: QueueReader = executor_client(conn)
     tag_expr = None if tags is None or parse_tags(tags) is None else tags
     pos = part.start
     while pos < part.end:
         try:
-            for result in client.read_queue(part.topic, part.queue_id, pos, part.end, tags=tag_expr,
+            for result in client.read_queue(part.topic, part.queue_id, pos, part.end, tags=tag_expr, sql=sql,
                                             batch_bytes=PULL_BATCH_BYTES):
                 if result.next_offset <= pos:
                     raise RuntimeError(f"txmq source: read of {part.topic}/{part.queue_id} at {pos} made no progress")
@@ -414,6 +418,19 @@ class TxmqBatchReader(DataSourceReader):
         return read_in_worker(self.options, partition)
 
 
+class TxmqPushdownBatchReader(TxmqBatchReader):
+    """A batch reader that takes Spark's pushed filters on `tag` (connector/pushdown.py) into the
+    SQL92 filter the broker applies. A separate class chosen by the option `pushFilters=true`,
+    because Spark refuses any reader that implements pushFilters while the session's
+    `spark.sql.python.filterPushdown.enabled` is off (its default)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
+        taken: list[str] = []
+        yield from push(filters, taken)
+        if taken:
+            self.options = dataclasses.replace(self.options, filter=combine(self.options.filter, taken))
+
+
 class TxmqDataSource(DataSource):
     """The data source "txmq": read committed messages, write through transactions."""
 
@@ -425,7 +442,8 @@ class TxmqDataSource(DataSource):
         return SOURCE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return TxmqBatchReader(SourceOptions.parse(self.options, streaming=False))
+        options = SourceOptions.parse(self.options, streaming=False)
+        return TxmqPushdownBatchReader(options) if options.push_filters else TxmqBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return TxmqStreamReader(SourceOptions.parse(self.options, streaming=True))

@@ -333,9 +333,13 @@ class NativeClient:
         return self._data.location()
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
-                   batch_bytes: int = 0, max_batches: int = 0) -> Iterator[PullResult]:
+                   sql: str | None = None, batch_bytes: int = 0, max_batches: int = 0) -> Iterator[PullResult]:
         """Messages [start, end) of one queue, streamed as record batches in the Spark schema, in
         offset order; `end` must not pass the queue's end (take it from a consistent cut).
+
+        `tags` ("a || b") and `sql` (a SQL92 filter over properties, TAGS and KEYS) keep only the
+        messages that pass both, filtered by the broker: a batch may then be empty while its
+        next_offset moves on. A bad expression raises IllegalFilterExpression.
 
         Each PullResult says where the next batch starts. A broker that cannot be reached is
         retried from the last batch received until `retry_unavailable_s` runs out. Raises
@@ -348,7 +352,8 @@ class NativeClient:
         while True:
             local = self._local
             request = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=pos, end_offset=end,
-                                     tags=tags or "", max_bytes=batch_bytes, read_plans=local is not None,
+                                     tags=tags or "", sql=sql or "", max_bytes=batch_bytes,
+                                     read_plans=local is not None,
                                      max_batches=max_batches - sent if max_batches else 0)
             try:
                 for result in self._data.read(request, timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR,
@@ -369,10 +374,11 @@ class NativeClient:
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     def pull_arrow(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
-                   max_bytes: int = 0) -> PullResult:
+                   sql: str | None = None, max_bytes: int = 0) -> PullResult:
         """The first batch of messages [start, end) of one queue (about `max_bytes` of records; 0:
         the broker's default): call again from `next_offset` for more, or use `read_queue`."""
-        for result in self.read_queue(topic, queue_id, start, end, tags=tags, batch_bytes=max_bytes, max_batches=1):
+        for result in self.read_queue(topic, queue_id, start, end, tags=tags, sql=sql, batch_bytes=max_bytes,
+                                      max_batches=1):
             return result
         raise errors.TxmqError(f"the broker sent no batch for {topic}/{queue_id} [{start}, {end})")
 

@@ -16,6 +16,7 @@ import pyarrow as pa
 from txmq.broker import errors
 from txmq.broker.client._connection import client_for
 from txmq.broker.client.native_client import NativeClient
+from txmq.broker.store.sql92 import SqlFilter
 
 log = logging.getLogger(__name__)
 
@@ -23,17 +24,23 @@ Offsets = dict[str, dict[int, int]]
 
 
 class PullConsumer:
-    """Pulls committed messages of `topics` from `start` ("earliest", "latest", a timestamp in ms, or offsets)."""
+    """Pulls committed messages of `topics` from `start` ("earliest", "latest", a timestamp in ms, or offsets),
+    only those passing `tags` ("a || b") and `sql` (a SQL92 filter) when given."""
 
     def __init__(self, broker: NativeClient | str, topics: Sequence[str], *, group: str | None = None,
-                 start: str | int | Offsets = "earliest", tags: str | None = None, max_bytes: int = 2 << 20,
+                 start: str | int | Offsets = "earliest", tags: str | None = None, sql: str | None = None,
+                 max_bytes: int = 2 << 20,
                  skip_deleted: bool = True, **client_kwargs: Any) -> None:
         if not topics:
             raise ValueError("a PullConsumer needs at least one topic")
+        if sql:
+            # Checked before any read too, so a bad expression fails now, not at the first message.
+            SqlFilter.compile(sql)
         self.client, self._owned = client_for(broker, **client_kwargs)
         self.topics = list(topics)
         self.group = group
         self.tags = tags
+        self.sql = sql
         self.max_bytes = max_bytes
         self.skip_deleted = skip_deleted
         self.positions: Offsets = self._initial_positions(start)
@@ -86,7 +93,7 @@ class PullConsumer:
         while position < end:
             try:
                 for result in self.client.read_queue(topic, queue_id, position, end, tags=self.tags,
-                                                     batch_bytes=self.max_bytes):
+                                                     sql=self.sql, batch_bytes=self.max_bytes):
                     if result.batch.num_rows:
                         out.append(result.batch)
                     position = result.next_offset

@@ -18,6 +18,7 @@ from txmq.broker.store.dispatch import DispatchEntry
 from txmq.broker.store.message import AppendResult, Message, StoredMessage
 from txmq.broker.store.message_store import QueueRead
 from txmq.broker.store.metadata import ConsumerOffsets, TopicRegistry
+from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.transaction.engine import TransactionEngine
 
@@ -39,7 +40,8 @@ class ServiceStore(Protocol):
     def queue_reserved(self, topic: str, queue_id: int) -> bool: ...
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, *,
-                   tag_filter: TagFilter | str | None = None, max_bytes: int | None = None) -> QueueRead: ...
+                   tag_filter: TagFilter | MessageFilter | str | None = None,
+                   max_bytes: int | None = None) -> QueueRead: ...
 
     def read_at(self, physical_offset: int, size: int | None = None) -> StoredMessage: ...
 

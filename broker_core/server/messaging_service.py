@@ -31,7 +31,8 @@ from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, STREAM_STRE
 from txmq.broker.protocol import status as st
 from txmq.broker.server.convert import (check_group, check_topic, delivery_timestamp_ms, message_type_of,
                                         to_store_message, to_wire_message)
-from txmq.broker.server.pop import parse_tag_filter
+from txmq.broker.server.pop import parse_filter
+from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.server.short_calls import run_on
 from txmq.broker.server.telemetry import serve_telemetry
 from txmq.broker.server.topic_types import check_accepts
@@ -107,6 +108,11 @@ class Call:
                     break
             self._client_id = client_id
         return self._client_id
+
+
+def wire_filter(expression: pb.FilterExpression) -> MessageFilter | None:
+    """The filter of a receive or pull: a tag expression (TAG, or no type) or SQL92 (SQL)."""
+    return parse_filter("SQL92" if expression.type == pb.SQL else "TAG", expression.expression)
 
 
 def _duration_ms(d) -> int:
@@ -311,9 +317,7 @@ class MessagingService:
         group = check_group(req.group.name)
         topic = check_topic(req.message_queue.topic.name)
         call.identity.require_subscribe(topic)
-        if req.filter_expression.type == pb.SQL:
-            raise Unsupported("SQL92 filter expressions are not supported; use tag expressions")
-        tags = parse_tag_filter(req.filter_expression.expression)
+        message_filter = wire_filter(req.filter_expression)
         if req.batch_size <= 0:
             raise BadRequest(f"batch_size must be positive, got {req.batch_size}")
         batch = min(req.batch_size, self.config.max_batch_size)
@@ -332,7 +336,7 @@ class MessagingService:
         while True:
             seq = self.pop.arrival_seq
             deliveries = self.pop.receive(group, topic, count, start_queue=start, batch=batch,
-                                          invisible_ms=invisible_ms, tags=tags)
+                                          invisible_ms=invisible_ms, message_filter=message_filter)
             remaining = deadline - time.monotonic()
             if deliveries or remaining <= 0 or not context.is_active():
                 break
@@ -415,9 +419,7 @@ class MessagingService:
             raise IllegalOffset(f"offset {req.offset} is negative")
         if req.batch_size <= 0:
             raise BadRequest(f"batch_size must be positive, got {req.batch_size}")
-        if req.filter_expression.type == pb.SQL:
-            raise Unsupported("SQL92 filter expressions are not supported; use tag expressions")
-        tags = parse_tag_filter(req.filter_expression.expression)
+        message_filter = wire_filter(req.filter_expression)
         poll_s = _duration_ms(req.long_polling_timeout) / 1000
         if poll_s < 0 or poll_s > self.config.max_long_polling_s:
             raise IllegalPollingTime(f"long polling timeout {poll_s:g} s is out of range")
@@ -425,14 +427,15 @@ class MessagingService:
         deadline = time.monotonic() + poll_s
         while True:
             seq = self.pop.arrival_seq
-            read = self.store.read_queue(topic, qid, req.offset, batch)
+            # The store confirms the filter while it scans, so a read past only filtered-out
+            # messages returns none but moves next_offset on.
+            read = self.store.read_queue(topic, qid, req.offset, batch, tag_filter=message_filter)
             remaining = deadline - time.monotonic()
-            if read.messages or remaining <= 0 or not call.context.is_active():
+            if read.messages or read.next_offset > req.offset or remaining <= 0 or not call.context.is_active():
                 break
             self.pop.wait_for_arrival(seq, min(remaining, 1.0))
-        messages = [m for m in read.messages
-                    if tags is None or m.properties.get("TAGS") in tags]
-        if read.messages:
+        messages = read.messages
+        if read.messages or read.next_offset > req.offset:
             yield pb.PullMessageResponse(status=st.ok())
         else:
             yield pb.PullMessageResponse(status=st.status(pb.MESSAGE_NOT_FOUND, "no new message"))

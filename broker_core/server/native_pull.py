@@ -6,14 +6,16 @@ This is the hot path of Spark reads. Two builders make the same batch:
 
 - `pull_batch` (what DoGet streams) reads the queue range as columns
   (`store.columnar_read`) and derives every column at once
-  (`store.pull_decode`, shared with the client's same-host reads). Tag-filtered
-  pulls take the object path below (the filter is confirmed on decoded tags by
-  `MessageStore.read_queue`; filtered reads are the rare case and are bounded by
-  the filter's scan limit), and so does a store that only implements the
-  `read_queue` contract.
+  (`store.pull_decode`, shared with the client's same-host reads). With a SQL92
+  filter, only the records it selects are decoded (`store.filter_read`: the
+  properties it names are found in the raw records and evaluated as columns).
+  Pulls filtered by tag alone take the object path below (the filter is skipped
+  on queue entries' tag hashes and confirmed on decoded tags by
+  `MessageStore.read_queue`, bounded by the filter's scan limit), and so does a
+  store that only implements the `read_queue` contract.
 - `build_pull_batch(messages)` builds the batch from decoded StoredMessages (one
   comprehension per column). It is the reference the columnar path is tested
-  against and serves the filtered pulls.
+  against and serves the pulls filtered by tag alone.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from txmq.broker.store.pull_decode import decode_pull_batch, empty_pull_batch
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.store.columnar_read import ReadPlan, plan_queue_read, read_queue_bytes, supports_columnar
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, StoredMessage
-from txmq.broker.store.tag_filter import TagFilter
+from txmq.broker.store.filter_read import filtered_pull_batch
+from txmq.broker.store.message_filter import MessageFilter
 
 
 def build_pull_batch(messages: Sequence[StoredMessage]) -> pa.RecordBatch:
@@ -104,23 +107,29 @@ class PullBatch:
 
 
 def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int | None = None,
-               tag_filter: TagFilter | None = None) -> PullBatch:
-    """Up to `count` messages of a queue from `start` as one PULL_SCHEMA batch (see module doc)."""
-    if (tag_filter is not None and not tag_filter.matches_all) or not supports_columnar(store):
+               message_filter: MessageFilter | None = None) -> PullBatch:
+    """Up to `count` messages of a queue from `start` as one PULL_SCHEMA batch (see module doc);
+    with a filter, the messages of the entries read that pass it."""
+    filtered = message_filter is not None and not message_filter.matches_all
+    columnar = supports_columnar(store)
+    if not columnar or (filtered and message_filter.sql is None):
         read = store.read_queue(topic, queue_id, start, count, max_bytes=max_bytes,
-                                tag_filter=None if tag_filter is None or tag_filter.matches_all else tag_filter)
+                                tag_filter=message_filter if filtered else None)
         return PullBatch(build_pull_batch(read.messages), read.next_offset, read.min_offset, read.max_offset)
     read = read_queue_bytes(store, topic, queue_id, start, count, max_bytes=max_bytes)
-    batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
+    if filtered:
+        batch = filtered_pull_batch(read, topic, queue_id, message_filter)
+    else:
+        batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
 
 
 def read_plan(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int,
-              tag_filter: TagFilter | None) -> ReadPlan | None:
+              message_filter: MessageFilter | None) -> ReadPlan | None:
     """Where the next records of a read are, for a client decoding the CommitLog itself; None when
-    the step is answered with a batch instead (a tag filter is confirmed on decoded tags here, the
-    store has no segment files, or the segment cannot be named)."""
-    if (tag_filter is not None and not tag_filter.matches_all) or not supports_columnar(store):
+    the step is answered with a batch instead (a filter is applied here, the store has no segment
+    files, or the segment cannot be named)."""
+    if (message_filter is not None and not message_filter.matches_all) or not supports_columnar(store):
         return None
     return plan_queue_read(store, topic, queue_id, start, count, max_bytes=max_bytes)
 

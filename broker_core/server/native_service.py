@@ -50,7 +50,7 @@ from txmq.broker.store.message import (
 )
 from txmq.broker.store.metadata import TopicConfig
 from txmq.broker.server.topic_types import TopicType
-from txmq.broker.store.tag_filter import TagFilter
+from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.transaction.state import TransactionInfo
 
 log = logging.getLogger(__name__)
@@ -402,13 +402,13 @@ class NativeService:
             raise errors.BadRequest(f"max_bytes must be in [0, {MAX_PULL_BYTES}], got {request.max_bytes}")
         if request.max_batches < 0:
             raise errors.BadRequest(f"max_batches must not be negative, got {request.max_batches}")
-        tag_filter = TagFilter.parse(request.tags)
+        message_filter = MessageFilter.parse(request.tags, request.sql)
         plans = request.read_plans and self.core.config.local_reads
         return self._pull_batches(topic, queue_id, start, end, request.max_bytes or DEFAULT_PULL_BYTES,
-                                  request.max_batches, tag_filter, plans)
+                                  request.max_batches, message_filter, plans)
 
     def _pull_batches(self, topic: str, queue_id: int, start: int, end: int, max_bytes: int, max_batches: int,
-                      tag_filter: TagFilter, plans: bool) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
+                      message_filter: MessageFilter, plans: bool) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
         if start == end:
             yield empty_pull_batch(), pb.PullProgress(next_offset=end, min_offset=self.store.min_offset(topic, queue_id),
                                                       max_offset=self.store.max_offset(topic, queue_id))
@@ -418,7 +418,7 @@ class NativeService:
             self._check_open()
             started = time.perf_counter()
             plan = read_plan(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
-                             tag_filter=tag_filter) if plans else None
+                             message_filter=message_filter) if plans else None
             if plan is not None:  # a same-host client decodes these records itself
                 batch = empty_pull_batch()
                 progress = pb.PullProgress(next_offset=plan.next_offset, min_offset=plan.min_offset,
@@ -426,7 +426,7 @@ class NativeService:
                 self.metrics.observe("pull_plan", len(plan.phys), time.perf_counter() - started)
             else:
                 read: PullBatch = pull_batch(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
-                                             tag_filter=tag_filter)
+                                             message_filter=message_filter)
                 batch = read.batch
                 progress = pb.PullProgress(next_offset=read.next_offset, min_offset=read.min_offset,
                                            max_offset=read.max_offset)

@@ -30,9 +30,9 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from txmq.broker.errors import (DataDeleted, IllegalFilterExpression, IllegalOffset,
-                                InvalidReceiptHandle, Unsupported)
-from txmq.broker.store.message import PROP_TAGS, Message, StoredMessage
+from txmq.broker.errors import DataDeleted, IllegalFilterExpression, IllegalOffset, InvalidReceiptHandle
+from txmq.broker.store.message import Message, StoredMessage
+from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.server.core_seam import ServiceCore
 
 DLQ_PREFIX = "%DLQ%"
@@ -79,17 +79,16 @@ class _GroupTopic:
     rotation: int = 0  # start queue of receives that name no queue, so no queue starves
 
 
-def parse_tag_filter(expression: str | None) -> frozenset[str] | None:
-    """None (all tags) for '', '*' or None; else the set of tags of 'a || b || c'."""
-    if expression is None:
-        return None
-    text = expression.strip()
-    if text in ("", "*"):
-        return None
-    tags = frozenset(t.strip() for t in text.split("||"))
-    if "" in tags or any(len(t) > 255 for t in tags):
-        raise IllegalFilterExpression(f"tag expression {expression!r} is not 'tagA || tagB' (or '*')")
-    return tags
+def parse_filter(expression_type: str, expression: str | None) -> MessageFilter | None:
+    """None (everything) for a tag expression '', '*' or None; else the filter of a tag
+    expression 'a || b || c' (type "TAG") or a SQL92 expression (type "SQL92")."""
+    if expression_type != "SQL92":
+        text = (expression or "").strip()
+        if text in ("", "*"):
+            return None
+        if any(len(t.strip()) > 255 for t in text.split("||")):
+            raise IllegalFilterExpression(f"tag expression {expression!r} has a tag longer than 255 characters")
+    return MessageFilter.of(expression_type, expression)
 
 
 class PopService:
@@ -231,7 +230,7 @@ class PopService:
         return round(self.clock() * 1000)
 
     def receive(self, group: str, topic: str, queue_count: int, *, start_queue: int, batch: int,
-                invisible_ms: int, tags: frozenset[str] | None) -> list[Delivery]:
+                invisible_ms: int, message_filter: MessageFilter | None) -> list[Delivery]:
         """Take up to `batch` messages (expired in-flight ones first, then new ones); no waiting."""
         st = self._state(group, topic)
         now = self._now_ms()
@@ -250,7 +249,7 @@ class PopService:
                 if len(out) >= batch:
                     break
                 q = self._queue(st, qid)
-                self._deliver_new(st, qid, q, now, invisible_ms, batch - len(out), tags, out)
+                self._deliver_new(st, qid, q, now, invisible_ms, batch - len(out), message_filter, out)
         return out
 
     def _redeliver_expired(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int,
@@ -277,7 +276,7 @@ class PopService:
             room -= 1
 
     def _deliver_new(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int, room: int,
-                     tags: frozenset[str] | None, out: list[Delivery]) -> None:
+                     message_filter: MessageFilter | None, out: list[Delivery]) -> None:
         while room > 0:
             try:
                 read = self.store.read_queue(st.topic, qid, q.next_offset, min(room, 64))
@@ -296,7 +295,7 @@ class PopService:
                 if offset < q.next_offset:
                     continue
                 q.next_offset = offset + 1
-                if tags is not None and msg.properties.get(PROP_TAGS) not in tags:
+                if message_filter is not None and not message_filter.accepts(msg):
                     self._retire(st, qid, q, offset)  # filtered out: consumed for this group
                     continue
                 st.version += 1
@@ -372,6 +371,3 @@ class PopService:
                                    flag=msg.flag, sys_flag=msg.sys_flag & ~0xC)])
 
 
-def check_sql_filter(filter_type: int, sql_type: int) -> None:
-    if filter_type == sql_type:
-        raise Unsupported("SQL92 filter expressions are not supported by txmq; use tag expressions")

@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from functools import partial, reduce
 from operator import or_
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -61,6 +61,9 @@ from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.store.validation import check_columns, check_encoded_columns
 from txmq.broker.store.write_lock import WriteLock
 from txmq.broker.store.write_part import append_results, dispatch_entries, write_part
+
+if TYPE_CHECKING:
+    from txmq.broker.store.message_filter import MessageFilter
 
 log = logging.getLogger(__name__)
 
@@ -391,8 +394,10 @@ class MessageStore:
         return cq, lo, hi
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, *,
-                   tag_filter: TagFilter | str | None = None, max_bytes: int | None = None) -> QueueRead:
-        """Messages of a queue from `offset` (see QueueRead)."""
+                   tag_filter: TagFilter | MessageFilter | str | None = None,
+                   max_bytes: int | None = None) -> QueueRead:
+        """Messages of a queue from `offset` (see QueueRead); `tag_filter` is any read filter
+        (store/message_filter.py): entries are skipped on their tag hash, then confirmed on the message."""
         if offset < 0:
             raise IllegalOffset(f"offset {offset} is negative")
         cq, lo, hi = self._queue_bounds(topic, queue_id, offset)
@@ -434,7 +439,7 @@ class MessageStore:
         total = 0
         next_offset = scanned_to
         for qoff, size, msg in zip(offsets, sizes, records):
-            if tag_filter is not None and not tag_filter.matches(msg.tags):
+            if tag_filter is not None and not tag_filter.accepts(msg):
                 continue
             if max_bytes is not None and messages and total + size > max_bytes:
                 next_offset = qoff

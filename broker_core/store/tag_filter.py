@@ -52,3 +52,7 @@ class TagFilter:
     def matches(self, tag: str | None) -> bool:
         """The confirmation on the real tag."""
         return self.tags is None or (tag is not None and tag in self.tags)
+
+    def accepts(self, message) -> bool:
+        """The confirmation on a decoded message (the read filter protocol of store/message_filter.py)."""
+        return self.matches(message.tags)

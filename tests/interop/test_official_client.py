@@ -1,4 +1,5 @@
-"""The official RocketMQ 5 Python client over TLS (the other families, for every client: test_official_clients.py)."""
+"""The official RocketMQ 5 Python client over TLS and with SQL92 subscriptions (the other families, for
+every client: test_official_clients.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,43 @@ from tests.support.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.interop
 
+
+def name(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory):
+    data = tmp_path_factory.mktemp("interop-broker")
+    with BrokerProcess(data, flush="sync",
+                       extra_args=["--transaction-timeout", "1s", "--check-interval", "1s"]) as proc:
+        yield proc.endpoint
+
+
+def bodies_of(received: list[dict]) -> list[str]:
+    return [r["body"] for r in received]
+
+
+def test_a_simple_consumer_subscribed_with_sql92_receives_only_matching_messages(endpoint):
+    topic = name("sql-simple")
+    sent = run_client(endpoint, "produce", "--topic", topic, "--count", "20", "--numbered", "--tag", "paid")
+    assert sent["errors"] == []
+    got = run_client(endpoint, "simple", "--topic", topic, "--group", name("g"), "--expect", "5",
+                     "--sql", "n >= 15 AND TAGS = 'paid' AND origin IS NOT NULL")
+    assert got["errors"] == []
+    assert sorted(bodies_of(got["received"])) == sorted(f"m-{i}" for i in range(15, 20))
+
+
+def test_a_push_consumer_subscribed_with_sql92_consumes_only_matching_messages(endpoint):
+    topic = name("sql-push")
+    sent = run_client(endpoint, "produce", "--topic", topic, "--count", "30", "--numbered")
+    assert sent["errors"] == []
+    got = run_client(endpoint, "push", "--topic", topic, "--group", name("g"), "--expect", "3",
+                     "--sql", "n IN ('3', '13', '23')", "--timeout", "40", "--linger", "2")
+    assert Counter(got["bodies"]) == Counter(["m-3", "m-13", "m-23"])
+
+
+# --- authentication -------------------------------------------------------------------------
 
 def test_producer_over_tls(tmp_path):
     if shutil.which("openssl") is None:

@@ -69,7 +69,7 @@ class PopMachine(RuleBasedStateMachine):
     @rule(target=handles, batch=hs.integers(1, 4), invisible_s=hs.integers(1, 5))
     def receive(self, batch, invisible_s):
         got = self.pop.receive(GROUP, TOPIC, QUEUES, start_queue=-1, batch=batch, invisible_ms=invisible_s * 1000,
-                               tags=None)
+                               message_filter=None)
         visible_before = {b for b in self.sent - self.acked if self.invisible_until.get(b, 0) <= self.clock.now_ms}
         for d in got:
             body = d.message.body

@@ -210,12 +210,12 @@ def test_a_damaged_record_is_a_store_error(tmp_path):
 
 
 def test_tag_filtered_pull_keeps_only_matching_tags(tmp_path):
-    from txmq.broker.store.tag_filter import TagFilter
+    from txmq.broker.store.message_filter import MessageFilter
 
     store = open_store(tmp_path / "store")
     try:
         store.append([Message("orders", b"x", properties={PROP_TAGS: t}) for t in "ABAB"])
-        got = pull_batch(store, "orders", 0, 0, 10, tag_filter=TagFilter.parse("B"))
+        got = pull_batch(store, "orders", 0, 0, 10, message_filter=MessageFilter.parse(tags="B"))
         assert got.batch.column("tag").to_pylist() == ["B", "B"]
         assert got.batch.column("queueOffset").to_pylist() == [1, 3]
     finally:

@@ -32,7 +32,7 @@ class RetainedFrom:
     def __init__(self, min_offset: int) -> None:
         self.min_offset = min_offset
 
-    def read_queue(self, topic, queue_id, start, end, *, tags=None, batch_bytes=0):
+    def read_queue(self, topic, queue_id, start, end, *, tags=None, sql=None, batch_bytes=0):
         if start < self.min_offset:
             raise DataDeleted(f"offset {start} < min {self.min_offset}", min_offset=self.min_offset)
         rows = [{"topic": topic, "queueId": queue_id, "queueOffset": o, "body": b"m%d" % o} for o in range(start, end)]

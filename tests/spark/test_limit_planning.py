@@ -46,7 +46,7 @@ class QueuesModel:
         })
         return _Pull(batch, start + len(rows))
 
-    def read_queue(self, topic, queue_id, start, end, *, tags=None, batch_bytes=0):
+    def read_queue(self, topic, queue_id, start, end, *, tags=None, sql=None, batch_bytes=0):
         yield self.pull_arrow(topic, queue_id, start, end)
 
     def offsets_for_timestamp(self, topics, timestamp_ms):

@@ -32,7 +32,7 @@ class ThreeRowPulls:
         self.batch_bytes: list[int] = []
         self.pulled = threading.Condition()
 
-    def read_queue(self, topic, queue_id, start, end, *, tags=None, batch_bytes=0):
+    def read_queue(self, topic, queue_id, start, end, *, tags=None, sql=None, batch_bytes=0):
         self.batch_bytes.append(batch_bytes)
         while start < end:
             stop = min(end, start + 3)
@@ -90,7 +90,7 @@ from txmq.spark.options import Connection
 
 
 class Pulls:
-    def read_queue(self, topic, queue_id, start, end, *, tags=None, batch_bytes=0):
+    def read_queue(self, topic, queue_id, start, end, *, tags=None, sql=None, batch_bytes=0):
         while start < end:
             stop = min(end, start + 3)
             rows = [{"topic": topic, "queueId": queue_id, "queueOffset": o, "body": b"m"} for o in range(start, stop)]
@@ -100,7 +100,7 @@ class Pulls:
 
 conn = Connection("stand-in:1")
 source._clients[conn] = Pulls()
-options = types.SimpleNamespace(connection=conn, tags=None, fail_on_data_loss=True)
+options = types.SimpleNamespace(connection=conn, tags=None, filter=None, fail_on_data_loss=True)
 reads = source.read_in_worker(options, source.TxmqInputPartition("t", 0, 0, 9))
 next(reads)
 first = (len(freezes), gc.get_freeze_count())

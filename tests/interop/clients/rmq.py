@@ -22,6 +22,7 @@ import time
 from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message,
                       MessageListener, Producer, PushConsumer, SimpleConsumer, TransactionChecker,
                       TransactionResolution)
+from rocketmq.grpc_protocol import FilterType
 
 
 def config(args) -> ClientConfiguration:
@@ -52,6 +53,13 @@ def view(m) -> dict:
             "corrupted": m.corrupted, "message_type": m.message_type}
 
 
+def subscription(args) -> FilterExpression:
+    """--sql (a SQL92 expression) or --tag (a tag expression, default every tag)."""
+    if args.sql:
+        return FilterExpression(args.sql, FilterType.SQL)
+    return FilterExpression(args.tag or "*")
+
+
 def cmd_produce(args) -> dict:
     producer = Producer(config(args), (args.topic,), tls_enable=args.tls)
     producer.startup()
@@ -60,6 +68,8 @@ def cmd_produce(args) -> dict:
         futures = []
         for i in range(args.count):
             msg = make_message(args.topic, f"{args.prefix}-{i}", args.tag)
+            if args.numbered:
+                msg.add_property("n", str(i))
             if args.message_group:
                 msg.message_group = args.message_group
             if args.delay_s is not None:
@@ -123,7 +133,7 @@ def cmd_transaction(args) -> dict:
 
 
 def cmd_simple(args) -> dict:
-    consumer = SimpleConsumer(config(args), args.group, {args.topic: FilterExpression(args.tag or "*")},
+    consumer = SimpleConsumer(config(args), args.group, {args.topic: subscription(args)},
                               await_duration=args.await_s)
     consumer.startup()
     received, errors = [], []
@@ -167,7 +177,7 @@ class Collector(MessageListener):
 
 def cmd_push(args) -> dict:
     listener = Collector()
-    consumer = PushConsumer(config(args), args.group, listener, {args.topic: FilterExpression("*")})
+    consumer = PushConsumer(config(args), args.group, listener, {args.topic: subscription(args)})
     consumer.startup()
     try:
         deadline = time.time() + args.timeout
@@ -190,6 +200,9 @@ def main() -> None:
     pr.add_argument("--async", dest="use_async", action="store_true")
     pr.add_argument("--message-group", help="send FIFO messages of this message group")
     pr.add_argument("--delay-s", type=int, help="send DELAY messages due this many seconds from now")
+
+
+    pr.add_argument("--numbered", action="store_true", help="give message i the user property n=i")
     tx = sub.add_parser("transaction")
     tx.add_argument("--mode", choices=("commit", "rollback", "orphan-commit", "orphan-rollback"), required=True)
     tx.add_argument("--timeout", type=float, default=30)
@@ -211,6 +224,7 @@ def main() -> None:
         q.add_argument("--expect", type=int, required=True)
         q.add_argument("--timeout", type=float, default=30)
         q.add_argument("--tag")
+        q.add_argument("--sql", help="subscribe with this SQL92 expression instead of a tag expression")
     args = p.parse_args()
     fn = {"produce": cmd_produce, "transaction": cmd_transaction, "simple": cmd_simple, "push": cmd_push}[args.cmd]
     try:
