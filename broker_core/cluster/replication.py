@@ -24,6 +24,7 @@ from txmq.broker.errors import IllegalOffset, NotLeader, ReplicationTimeout, Txm
 from txmq.broker.protocol import native_status
 from txmq.broker.protocol import replication_pb2 as pb
 from txmq.broker.protocol.method_table import build_method_table
+from txmq.broker.store.durable import write_bytes_atomically
 from txmq.broker.store.message_store import MessageStore
 from txmq.broker.transaction.snapshot import drop_snapshots
 
@@ -35,6 +36,8 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = "txmq.replication.v1.Replication"
 METHODS = {m.name: m for m in build_method_table(pb, "Replication", SERVICE_NAME)}
 FETCH_MAX_BYTES = 8 << 20
+# Metadata kept beside the CommitLog, copied whole to followers when it changes.
+METADATA_FILES = ("topics.json", "offsets.json", "topic_types.json")
 FETCH_WAIT_MS = 500
 
 
@@ -204,14 +207,23 @@ class ReplicationLeader:
         leader_end = self.store.commitlog.settled_end
         with self._cond:
             p.sent_through = leader_end
-        topics, offsets = self.store.topics, self.store.offsets
         return pb.FetchResponse(
             status=native_status.ok_status(), epoch=self.record.epoch, offset=req.offset, data=data,
             leader_end=leader_end, confirmed=self.confirmed,
             epochs=[pb.Epoch(epoch=e.epoch, start_offset=e.start) for e in self.epochs.entries],
-            topics_version=topics.version, topics=topics.raw() if req.topics_version != topics.version else b"",
-            offsets_version=offsets.version,
-            offsets=offsets.raw() if req.offsets_version != offsets.version else b"")
+            files=self._changed_files(req.file_versions))
+
+    def _changed_files(self, known) -> list[pb.MetadataFile]:
+        out = []
+        for name in METADATA_FILES:
+            path = self.store.config.data_dir / name
+            try:
+                version = path.stat().st_mtime_ns
+                if known.get(name) != version:
+                    out.append(pb.MetadataFile(name=name, version=version, content=path.read_bytes()))
+            except FileNotFoundError:
+                continue
+        return out
 
     def _check_group(self, group: str) -> None:
         if group != self.group:
@@ -289,7 +301,7 @@ class Follower:
 
     def _run(self) -> None:
         synced = False
-        topics_version = offsets_version = -1
+        versions: dict[str, int] = {}  # the leader's metadata-file versions this replica holds
         while not self._stop.is_set():
             try:
                 if not synced:
@@ -298,7 +310,7 @@ class Follower:
                 resp = self._fetch(pb.FetchRequest(
                     group=self.group, epoch=self.leader.epoch, replica=self.me,
                     offset=self.store.commitlog.write_end, max_bytes=FETCH_MAX_BYTES, max_wait_ms=FETCH_WAIT_MS,
-                    topics_version=topics_version, offsets_version=offsets_version), timeout=10)
+                    file_versions=versions), timeout=10)
                 if resp.status.code != native_status.OK_CODE:
                     exc = native_status.error_from(resp.status)
                     if isinstance(exc, IllegalOffset):
@@ -307,12 +319,9 @@ class Follower:
                     self._stop.wait(0.1)
                     continue
                 self._apply(resp)
-                if resp.topics:
-                    self.store.topics.replace(resp.topics)
-                topics_version = resp.topics_version
-                if resp.offsets:
-                    self.store.offsets.replace(resp.offsets)
-                offsets_version = resp.offsets_version
+                for f in resp.files:
+                    self._take_file(f)
+                    versions[f.name] = f.version
             except grpc.RpcError as exc:
                 log.debug("group %s: fetch from %s failed: %s", self.group, self.leader.endpoint, exc)
                 self._stop.wait(0.05)
@@ -337,6 +346,18 @@ class Follower:
         self.last_fetch_ok = now
         if end >= resp.leader_end:
             self.caught_up_at = now
+
+    def _take_file(self, f: pb.MetadataFile) -> None:
+        """The leader's copy of a metadata file: the store's registries reload it; the others are
+        read when this replica leads."""
+        if f.name not in METADATA_FILES:
+            raise _CannotFollow(f"the leader sent an unknown metadata file {f.name!r}")
+        if f.name == "topics.json":
+            self.store.topics.replace(f.content)
+        elif f.name == "offsets.json":
+            self.store.offsets.replace(f.content)
+        else:
+            write_bytes_atomically(self.store.config.data_dir / f.name, f.content)
 
     def _cut_divergent_tail(self) -> None:
         """Cut what this log holds past where it parts from the leader's (Kafka's truncation by

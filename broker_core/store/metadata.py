@@ -54,20 +54,12 @@ class TopicConfig:
 
 class ReplicatedFile:
     """A metadata file a replicated group's leader sends its followers whole when it changes
-    (it lives beside the CommitLog, not in it): `version` counts this process's saves."""
+    (it lives beside the CommitLog, not in it)."""
 
     path: Path
-    version: int = 0
 
     def _load(self, raw: dict) -> None:
         raise NotImplementedError
-
-    def raw(self) -> bytes:
-        """The file as saved (b"{}" before the first save)."""
-        try:
-            return self.path.read_bytes()
-        except FileNotFoundError:
-            return b"{}"
 
     def replace(self, raw: bytes) -> None:
         """A follower takes its leader's copy: on disk, then in memory."""
@@ -92,7 +84,6 @@ class TopicRegistry(ReplicatedFile):
     def _save(self) -> None:
         write_json_atomically(self.path, {n: {"queue_count": t.queue_count, "permission": t.permission}
                                           for n, t in self._topics.items()})
-        self.version += 1
 
     def create(self, name: str, queue_count: int = 4, permission: int = PERM_READ_WRITE) -> TopicConfig:
         """Create or update a topic (idempotent: same arguments, same result)."""
@@ -157,7 +148,6 @@ class ConsumerOffsets(ReplicatedFile):
             for (topic, qid), off in entries.items():
                 g.setdefault(topic, {})[str(qid)] = off
         write_json_atomically(self.path, data)
-        self.version += 1
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         self.commit_many(group, {(topic, queue_id): offset})

@@ -233,3 +233,20 @@ def test_without_etcd_the_leader_stops_acknowledging_and_serves_again_when_etcd_
         while (seen := read_bodies(client, TOPIC))[b"after"] == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
     assert seen[b"before"] == 1 and seen[b"after"] == 1
+
+
+def test_topics_their_types_and_consumer_offsets_carry_over_a_failover(group_factory):
+    group = group_factory(args=["--replication", "sync"])
+    with NativeClient(group.endpoints, timeout_s=20) as client:
+        client.create_topic("typed", 6, message_type="FIFO")
+        client.send([Message("typed", b"x")])
+        client.commit_offsets("readers", {"typed": {0: 1}})
+        group.wait_same_log_end()
+        time.sleep(1.0)  # metadata rides on the followers' next fetches
+        old = group.wait_leader()
+        group.replica(old.endpoint).kill()
+        group.wait_leader(not_epoch=old.epoch)
+        info = client.describe_topic("typed")
+        lag = client.group_lag("readers", ["typed"])
+    assert info.queue_count == 6 and info.message_type == "FIFO"
+    assert lag["typed"][0].committed == 1
