@@ -78,9 +78,11 @@ def cmd_produce(args) -> dict:
                 if args.use_async:
                     futures.append(producer.send_async(msg))
                 else:
-                    sent.append(receipt(producer.send(msg)))
+                    sent.append(dict(receipt(producer.send(msg)), body=f"{args.prefix}-{i}"))
             except Exception as exc:  # reported, the test decides
                 errors.append(f"{type(exc).__name__}: {exc}")
+            if args.interval_ms:
+                time.sleep(args.interval_ms / 1000)
         for f in futures:
             try:
                 sent.append(receipt(f.result(timeout=30)))
@@ -203,6 +205,7 @@ def main() -> None:
 
 
     pr.add_argument("--numbered", action="store_true", help="give message i the user property n=i")
+    pr.add_argument("--interval-ms", type=int, default=0, help="pause between two sends")
     tx = sub.add_parser("transaction")
     tx.add_argument("--mode", choices=("commit", "rollback", "orphan-commit", "orphan-rollback"), required=True)
     tx.add_argument("--timeout", type=float, default=30)

@@ -1,0 +1,35 @@
+"""The official RocketMQ 5 Python client, given every replica's endpoint, keeps sending across a
+failover of the group's leader, and every send it saw acknowledged is stored exactly once."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from tests.cluster.test_replication import read_bodies
+from tests.interop.conftest import official_client_available, run_client
+from txmq.broker.client.native_client import NativeClient
+
+pytestmark = pytest.mark.interop
+
+
+@pytest.mark.skipif(not official_client_available(), reason="the official client's venv is missing (make interop-venv)")
+def test_the_official_client_keeps_sending_across_a_leader_kill(group_factory):
+    group = group_factory(args=["--replication", "sync"])
+    result: dict = {}
+    driver = threading.Thread(target=lambda: result.update(run_client(
+        group.endpoints, "produce", "--topic", "official", "--count", "150", "--interval-ms", "30",
+        "--prefix", "o", timeout=180)))
+    driver.start()
+    time.sleep(2.0)
+    group.leader_replica().kill()
+    driver.join(200)
+    acked = [s["body"] for s in result["sent"]]
+    assert "o-149" in acked, f"the client stopped sending after the failover: {result['errors'][:3]}"
+    with NativeClient(group.endpoints) as client:
+        seen = read_bodies(client, "official")
+    assert all(seen[b.encode()] == 1 for b in acked), "an acknowledged send was lost or stored twice"
+    assert max(seen.values()) == 1
