@@ -17,16 +17,24 @@ from txmq.broker.embedded import EmbeddedBroker
 
 class LocalGroup:
     def __init__(self, root: Path, etcd: EtcdProcess, name: str = "g1", *, replicas: int = 3,
-                 flush: str = "async", args: list[str] | None = None) -> None:
+                 flush: str = "async", args: list[str] | None = None, metrics: bool = False) -> None:
+        """`metrics`: each replica serves Prometheus metrics on a free port (`metrics_ports`)."""
         self.root = Path(root)
         self.etcd = etcd
         self.name = name
         self.args = ["--etcd", etcd.endpoint, "--group", name, "--log-level", "INFO", *(args or [])]
         self.replicas: list[EmbeddedBroker] = []
+        self.metrics_ports: dict[str, int] = {}
         for i in range(replicas):
-            r = EmbeddedBroker(self.root / f"{name}-r{i}", flush=flush, extra_args=self.args)
+            extra = list(self.args)
+            metrics_port = free_port() if metrics else 0
+            if metrics:
+                extra += ["--metrics-listen", f"127.0.0.1:{metrics_port}"]
+            r = EmbeddedBroker(self.root / f"{name}-r{i}", flush=flush, extra_args=extra)
             r.port = free_port()
             self.replicas.append(r)
+            if metrics:
+                self.metrics_ports[r.endpoint] = metrics_port
         self.view = EtcdGroup([("127.0.0.1", etcd.client_port)], name, 2)
 
     @property

@@ -230,6 +230,7 @@ class ReplicaNode:
                 lead.set_in_sync(set(lead.in_sync) - behind)
         store.write_lock.replication = lead
         core = BrokerCore(cfg, store=store)
+        core.replication_status = self.status
         broker = Broker(cfg, core)
         try:
             handlers = broker.service_handlers()

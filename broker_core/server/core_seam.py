@@ -76,6 +76,8 @@ class ServiceCore(Protocol):
     advertised: tuple[str, int] | None  # (host, port) clients are told, set once the broker listens
     pop: PopService
     topic_types: TopicTypes  # each topic's RocketMQ 5 message type (routes announce it, sends obey it)
+    # a replicated group's leader: its replication figures (cluster/node.py); None for a single broker
+    replication_status: Callable[[], dict] | None
 
     def topic_queue_count(self, topic: str, *, create: bool | None = None) -> int: ...
 

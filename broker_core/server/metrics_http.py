@@ -130,6 +130,26 @@ def _store_metrics(w: _Writer, stats: dict) -> None:
         w.sample(name, value)
 
 
+def _replication_metrics(w: _Writer, status: dict) -> None:
+    """A group leader's replication figures (cluster/node.py's status)."""
+    for key, kind in (("epoch", "gauge"), ("log_end", "gauge"), ("confirmed", "gauge"),
+                      ("elections_won", "counter"), ("demotions", "counter"), ("acks_refused", "counter")):
+        name = f"txmq_replication_{key}"
+        w.declare(name, kind, f"Replication: {key.replace('_', ' ')} of this replica.")
+        w.sample(name, status.get(key, 0))
+    followers = status.get("followers", {})
+    for key, help_text in (("offset", "CommitLog bytes each follower holds."),
+                           ("lag_bytes", "Bytes each follower is behind the leader."),
+                           ("behind_seconds", "Seconds since each follower last caught up."),
+                           ("in_sync", "1 when the follower is in the in-sync set.")):
+        name = f"txmq_replication_follower_{key}"
+        w.declare(name, "gauge", help_text)
+        for endpoint, f in sorted(followers.items()):
+            value = {"offset": f["offset"], "lag_bytes": max(0, status.get("log_end", 0) - f["offset"]),
+                     "behind_seconds": f["behind_s"], "in_sync": int(f["in_sync"])}[key]
+            w.sample(name, value, {"follower": endpoint})
+
+
 def render(core: ServiceCore) -> str:
     """The whole exposition text for one scrape (each source guarded: a failing one is skipped)."""
     w = _Writer()
@@ -139,6 +159,8 @@ def render(core: ServiceCore) -> str:
         (_server_metrics, lambda: core.metrics.snapshot()),
         (_store_metrics, lambda: core.store.stats()),
     )
+    if core.replication_status is not None:
+        sources += ((_replication_metrics, core.replication_status),)
     for write, read in sources:
         try:
             write(w, read())

@@ -250,3 +250,18 @@ def test_topics_their_types_and_consumer_offsets_carry_over_a_failover(group_fac
         lag = client.group_lag("readers", ["typed"])
     assert info.queue_count == 6 and info.message_type == "FIFO"
     assert lag["typed"][0].committed == 1
+
+
+def test_the_leader_exports_replication_lag_and_elections_as_metrics(group_factory):
+    import urllib.request
+
+    group = group_factory(metrics=True)
+    leader = group.wait_leader().endpoint
+    with NativeClient(group.endpoints) as client:
+        client.send([Message(TOPIC, b"x")])
+    port = group.metrics_ports[leader]
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert "txmq_replication_elections_won 1" in text
+    assert "txmq_replication_epoch 1" in text
+    followers = [line for line in text.splitlines() if line.startswith("txmq_replication_follower_lag_bytes{")]
+    assert len(followers) == 2

@@ -82,3 +82,13 @@ def test_fresh_clone_runs_the_demo(tmp_path: Path) -> None:
                             text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "exactly-once verified:               yes" in result.stdout
+
+
+def test_the_cluster_demo_commits_through_a_leader_kill_exactly_once() -> None:
+    import shutil
+
+    if shutil.which("etcd") is None:
+        pytest.skip("etcd is not installed (make etcd)")
+    done = run_example(["examples/cluster/run_demo.py"], timeout_s=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "each exactly once" in done.stdout and "kill -9 of the leader" in done.stdout
