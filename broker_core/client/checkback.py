@@ -85,6 +85,8 @@ class CheckbackSession:
                 if self._stop.is_set():
                     break
                 log.debug("check-back stream ended: %s", exc)
+                if isinstance(exc, grpc.Call) and exc.code() == grpc.StatusCode.UNAVAILABLE:
+                    self.client._fail_over()  # a group's other replicas reach its (new) leader
             except errors.TxmqError as exc:
                 log.warning("check-back session refused: %s", exc)
             except Exception:  # a failing handler must not kill the session

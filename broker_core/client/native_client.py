@@ -265,6 +265,12 @@ class NativeClient:
             try:
                 response = stub(request, timeout=remaining, metadata=self._metadata(),
                                 wait_for_ready=not resend and not several)
+            except ValueError:
+                # another thread failed over and closed the channel this stub belongs to before the
+                # call started: nothing was sent, so the call goes to the new channel
+                if self._closed or time.monotonic() >= deadline:
+                    raise errors.BrokerUnavailable(f"{name}: the client is closed") from None
+                continue
             except grpc.RpcError as exc:
                 code = exc.code() if isinstance(exc, grpc.Call) else None
                 unsent = not resend and several and _never_sent(exc)

@@ -29,6 +29,13 @@ def _forwarded_metadata(context: grpc.ServicerContext) -> list[tuple[str, str | 
     return [(k, v) for k, v in context.invocation_metadata() if not k.startswith(_HOP_HEADERS)]
 
 
+def _deadline(context: grpc.ServicerContext) -> float | None:
+    """The forwarded call's timeout: what the client's deadline leaves, or none when it set none
+    (gRPC then reports a meaningless remainder that would end a long-lived stream at once)."""
+    left = context.time_remaining()
+    return left if left is not None and 0 < left < 10 ** 6 else None
+
+
 def _abort_from(context: grpc.ServicerContext, exc: grpc.RpcError, endpoint: str):
     code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNAVAILABLE
     details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
@@ -43,7 +50,7 @@ def _forwarding_handler(channel: grpc.Channel, method: Method, endpoint: str) ->
 
         def unary(request: bytes, context):
             try:
-                return call(request, metadata=_forwarded_metadata(context), timeout=context.time_remaining())
+                return call(request, metadata=_forwarded_metadata(context), timeout=_deadline(context))
             except grpc.RpcError as exc:
                 _abort_from(context, exc, endpoint)
         return grpc.unary_unary_rpc_method_handler(unary)
@@ -52,7 +59,7 @@ def _forwarding_handler(channel: grpc.Channel, method: Method, endpoint: str) ->
 
         def server_stream(request: bytes, context):
             try:
-                yield from call(request, metadata=_forwarded_metadata(context), timeout=context.time_remaining())
+                yield from call(request, metadata=_forwarded_metadata(context), timeout=_deadline(context))
             except grpc.RpcError as exc:
                 _abort_from(context, exc, endpoint)
         return grpc.unary_stream_rpc_method_handler(server_stream)
@@ -72,7 +79,7 @@ def _forwarding_handler(channel: grpc.Channel, method: Method, endpoint: str) ->
 
     def client_stream(requests: Iterable[bytes], context):
         try:
-            return call(requests, metadata=_forwarded_metadata(context), timeout=context.time_remaining())
+            return call(requests, metadata=_forwarded_metadata(context), timeout=_deadline(context))
         except grpc.RpcError as exc:
             _abort_from(context, exc, endpoint)
     return grpc.stream_unary_rpc_method_handler(client_stream)

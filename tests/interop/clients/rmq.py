@@ -110,7 +110,7 @@ def cmd_transaction(args) -> dict:
     checker = Checker(answer)
     producer = Producer(config(args), (args.topic,), checker)
     producer.startup()
-    tx_ids, sent, errors = [], [], []
+    tx_ids, sent, ended, errors = [], [], [], []
     try:
         for i in range(args.count):
             tx = producer.begin_transaction()
@@ -120,10 +120,14 @@ def cmd_transaction(args) -> dict:
                 sent.append(receipt(r))
                 if args.mode == "commit":
                     tx.commit()
+                    ended.append(f"{args.prefix}-{i}")
                 elif args.mode == "rollback":
                     tx.rollback()
+                    ended.append(f"{args.prefix}-{i}")
             except Exception as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
+            if args.interval_ms:
+                time.sleep(args.interval_ms / 1000)
         if args.mode.startswith("orphan"):
             deadline = time.time() + args.timeout
             while time.time() < deadline and len(set(checker.checked)) < args.count:
@@ -131,7 +135,8 @@ def cmd_transaction(args) -> dict:
             time.sleep(1.0)  # let the EndTransaction(SOURCE_SERVER_CHECK) calls land
     finally:
         producer.shutdown()
-    return {"transaction_ids": tx_ids, "sent": sent, "checked": sorted(set(checker.checked)), "errors": errors}
+    return {"transaction_ids": tx_ids, "sent": sent, "ended": ended, "checked": sorted(set(checker.checked)),
+            "errors": errors}
 
 
 def cmd_simple(args) -> dict:
@@ -209,6 +214,7 @@ def main() -> None:
     tx = sub.add_parser("transaction")
     tx.add_argument("--mode", choices=("commit", "rollback", "orphan-commit", "orphan-rollback"), required=True)
     tx.add_argument("--timeout", type=float, default=30)
+    tx.add_argument("--interval-ms", type=int, default=0, help="pause between two transactions")
     for q in (pr, tx):
         q.add_argument("--topic", required=True)
         q.add_argument("--count", type=int, default=1)
