@@ -17,7 +17,9 @@ import threading
 import time
 from pathlib import Path
 
-from txmq.broker.server.auth import Authenticator
+import grpc
+
+from txmq.broker.server.auth import Authenticator, authorization_header, format_date_time
 from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config, WILDCARD_HOSTS
 from txmq.broker.server.config import BrokerConfig
 from txmq.broker.store.message_store import MessageStore
@@ -64,11 +66,14 @@ class ReplicaNode:
         self.epochs = LeaderEpochs(self.data_dir / EPOCH_FILE)
         self.store = MessageStore(store_config(cfg, replica=True))
         try:
-            auth = Authenticator.from_file(cfg.auth_file) if cfg.auth_file else Authenticator.disabled()
-            self.router = RoleRouter(cfg.max_message_bytes)
-            self.server = make_grpc_server(cfg, auth, [self.router])
+            self.auth = Authenticator.from_file(cfg.auth_file) if cfg.auth_file else Authenticator.disabled()
+            if self.auth.enabled and self.auth.replica_account() is None:
+                raise ValueError(f"auth file {cfg.auth_file} has no admin account: the replicas of a group sign "
+                                 f"their replication calls with the first one")
+            self.router = RoleRouter(self._peer_channel)
+            self.server = make_grpc_server(cfg, self.auth, [self.router])
             self.server.add_registered_method_handlers(
-                SERVICE_NAME, replication_method_handlers(lambda: self.lead, self.group))
+                SERVICE_NAME, replication_method_handlers(lambda: self.lead, self.group, self._authorize_replica))
             host, port = cfg.listen_host_port
             self.port = bind(self.server, cfg, host, port)
             advertised = cfg.advertised_host or (host if host not in WILDCARD_HOSTS else "127.0.0.1")
@@ -81,6 +86,33 @@ class ReplicaNode:
         self._thread = threading.Thread(target=self._run, name="txmq-replica", daemon=True)
         self._thread.start()
         return host, self.port
+
+    # --- peers --------------------------------------------------------------------
+
+    def _peer_channel(self, endpoint: str) -> grpc.Channel:
+        """A channel to another replica of the group: TLS with the replicas' certificate when they
+        serve TLS (they share it), plain otherwise."""
+        cfg = self.config
+        options = [("grpc.max_receive_message_length", cfg.max_message_bytes),
+                   ("grpc.max_send_message_length", cfg.max_message_bytes)]
+        if cfg.tls_cert:
+            creds = grpc.ssl_channel_credentials(root_certificates=Path(cfg.tls_cert).read_bytes())
+            return grpc.secure_channel(endpoint, creds, options=options)
+        return grpc.insecure_channel(endpoint, options=options)
+
+    def _peer_metadata(self) -> list[tuple[str, str]]:
+        """What a follower's replication calls carry: a signature of the shared admin account."""
+        account = self.auth.replica_account()
+        if account is None:
+            return []
+        now = format_date_time()
+        return [("x-mq-date-time", now),
+                ("authorization", authorization_header(account.access_key, account.secret_key, now))]
+
+    def _authorize_replica(self, context) -> None:
+        """Only a replica (a caller signed with an admin account) may read the log."""
+        if self.auth.enabled:
+            self.auth.authenticate(context.invocation_metadata()).require_admin()
 
     def _check_identity(self) -> None:
         """A data directory belongs to one group for life: another group's log would be taken
@@ -196,7 +228,8 @@ class ReplicaNode:
             self.router.forward_to(leader.endpoint)
             self.follower = Follower(self.store, self.epochs, leader, group=self.group, me=self.me,
                                      sync_flush=self.config.flush == "sync",
-                                     state_dir=self.data_dir / "transaction")
+                                     state_dir=self.data_dir / "transaction",
+                                     channel=self._peer_channel(leader.endpoint), metadata=self._peer_metadata)
             self.follower.start()
             log.info("group %s: following %s (epoch %d)", self.group, leader.endpoint, leader.epoch)
 

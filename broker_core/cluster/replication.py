@@ -236,15 +236,16 @@ class ReplicationLeader:
                         "behind_s": round(now - p.caught_up_at, 3)} for f, p in self.followers.items()}
 
 
-def replication_method_handlers(current: Callable[[], ReplicationLeader | None],
-                                group: str) -> dict[str, grpc.RpcMethodHandler]:
+def replication_method_handlers(current: Callable[[], ReplicationLeader | None], group: str,
+                                authorize: Callable[[grpc.ServicerContext], None]) -> dict[str, grpc.RpcMethodHandler]:
     """The Replication service, answered by whichever ReplicationLeader this replica runs now
-    (NotLeader while it follows)."""
+    (NotLeader while it follows); `authorize` refuses a caller that is not a replica."""
 
     def serve(name: str, response_class: type):
         def handler(request, context):
             leader = current()
             try:
+                authorize(context)
                 if leader is None:
                     raise NotLeader(f"this replica does not lead group {group} now")
                 return getattr(leader, name)(request)  # the method table names the RPCs
@@ -262,7 +263,8 @@ class Follower:
     """Fetches the leader's log into this replica's store, from one leader for one epoch."""
 
     def __init__(self, store: MessageStore, epochs: LeaderEpochs, leader: LeaderRecord, *, group: str, me: str,
-                 sync_flush: bool, state_dir) -> None:
+                 sync_flush: bool, state_dir, channel: grpc.Channel,
+                 metadata: Callable[[], list[tuple[str, str]]]) -> None:
         self.store = store
         self.epochs = epochs
         self.leader = leader
@@ -277,8 +279,8 @@ class Follower:
         self.error: str | None = None  # a reason this replica cannot follow at all (fatal)
         self.truncated_bytes = 0
         self._stop = threading.Event()
-        self._channel = grpc.insecure_channel(leader.endpoint, options=[
-            ("grpc.max_receive_message_length", FETCH_MAX_BYTES + (1 << 20))])
+        self._channel = channel
+        self._metadata = metadata
         self._epoch_end = self._channel.unary_unary(
             METHODS["EpochEnd"].path, request_serializer=pb.EpochEndRequest.SerializeToString,
             response_deserializer=pb.EpochEndResponse.FromString)
@@ -310,7 +312,7 @@ class Follower:
                 resp = self._fetch(pb.FetchRequest(
                     group=self.group, epoch=self.leader.epoch, replica=self.me,
                     offset=self.store.commitlog.write_end, max_bytes=FETCH_MAX_BYTES, max_wait_ms=FETCH_WAIT_MS,
-                    file_versions=versions), timeout=10)
+                    file_versions=versions), timeout=10, metadata=self._metadata())
                 if resp.status.code != native_status.OK_CODE:
                     exc = native_status.error_from(resp.status)
                     if isinstance(exc, IllegalOffset):
@@ -363,7 +365,8 @@ class Follower:
         """Cut what this log holds past where it parts from the leader's (Kafka's truncation by
         leader epoch): its last epoch ends in the leader's log at `end_offset`."""
         last = self.epochs.last
-        resp = self._epoch_end(pb.EpochEndRequest(group=self.group, epoch=last.epoch if last else -1), timeout=5)
+        resp = self._epoch_end(pb.EpochEndRequest(group=self.group, epoch=last.epoch if last else -1), timeout=5,
+                               metadata=self._metadata())
         native_status.raise_for(resp.status)
         mine = self.store.config.commitlog_segment_bytes
         if resp.segment_bytes != mine:

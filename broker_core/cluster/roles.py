@@ -11,7 +11,7 @@ forwarded DataPlane call.
 from __future__ import annotations
 
 import logging
-from typing import Iterable
+from typing import Callable, Iterable
 
 import grpc
 
@@ -101,10 +101,11 @@ def _unavailable_handler(method: Method, reason: str) -> grpc.RpcMethodHandler:
 class RoleRouter(grpc.GenericRpcHandler):
     """The client services of a replica's gRPC server, swapped whole when its role changes."""
 
-    def __init__(self, max_message_bytes: int) -> None:
+    def __init__(self, channel_to: Callable[[str], grpc.Channel]) -> None:
+        """`channel_to(endpoint)`: a channel to a peer replica (TLS when the replicas serve it)."""
         self._by_path: dict[str, grpc.RpcMethodHandler] = {}
         self._channel: grpc.Channel | None = None
-        self._max = max_message_bytes
+        self._channel_to = channel_to
         self.role = "starting"
         self.unavailable("the replica is starting")
 
@@ -121,8 +122,7 @@ class RoleRouter(grpc.GenericRpcHandler):
     def forward_to(self, endpoint: str) -> None:
         """This replica follows `endpoint`: every client call goes there."""
         self._close_channel()
-        self._channel = grpc.insecure_channel(endpoint, options=[
-            ("grpc.max_receive_message_length", self._max), ("grpc.max_send_message_length", self._max)])
+        self._channel = self._channel_to(endpoint)
         self._by_path = {m.path: _forwarding_handler(self._channel, m, endpoint) for m in CLIENT_METHODS}
         self.role = "follower"
 

@@ -171,6 +171,13 @@ class Authenticator:
             raise ValueError(f"auth file {path} defines no accounts")
         return cls(accounts, enabled=True)
 
+    def replica_account(self) -> Account | None:
+        """The account a group's replicas sign their replication calls with: the first admin
+        account of the auth file every replica shares (None when auth is off)."""
+        if not self.enabled:
+            return None
+        return next((a for a in self._accounts.values() if a.identity.admin), None)
+
     def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Identity:
         """The caller's identity from gRPC metadata; raises Unauthorized when auth is on and it fails."""
         if not self.enabled:

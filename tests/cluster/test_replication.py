@@ -265,3 +265,38 @@ def test_the_leader_exports_replication_lag_and_elections_as_metrics(group_facto
     assert "txmq_replication_epoch 1" in text
     followers = [line for line in text.splitlines() if line.startswith("txmq_replication_follower_lag_bytes{")]
     assert len(followers) == 2
+
+
+def test_a_group_serving_tls_and_auth_replicates_and_keeps_its_log_from_unsigned_readers(group_factory, tmp_path):
+    import json
+    import shutil
+
+    import grpc
+
+    from txmq.broker.cluster.replication import METHODS
+    from txmq.broker.protocol import replication_pb2 as rpb
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not available")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=txmq-test",
+                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    accounts = tmp_path / "auth.json"
+    accounts.write_text(json.dumps({"accounts": [
+        {"access_key": "ops", "secret_key": "ops-secret", "admin": True, "publish": ["*"], "subscribe": ["*"]},
+        {"access_key": "app", "secret_key": "app-secret", "publish": ["*"], "subscribe": ["*"]}]}))
+    group = group_factory(args=["--tls-cert", str(cert), "--tls-key", str(key), "--auth-file", str(accounts)])
+    with NativeClient(group.endpoints, tls=True, ca_file=str(cert), access_key="app", secret_key="app-secret") as c:
+        c.send([Message(TOPIC, b"private")])
+        assert read_bodies(c, TOPIC) == Counter({b"private": 1})
+    group.wait_same_log_end()
+    leader = group.wait_leader()
+    channel = grpc.secure_channel(leader.endpoint, grpc.ssl_channel_credentials(cert.read_bytes()))
+    fetch = channel.unary_unary(METHODS["Fetch"].path, request_serializer=rpb.FetchRequest.SerializeToString,
+                                response_deserializer=rpb.FetchResponse.FromString)
+    with pytest.raises(grpc.RpcError) as refused:
+        fetch(rpb.FetchRequest(group=group.name, epoch=leader.epoch, replica="thief:1", offset=0), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    channel.close()
