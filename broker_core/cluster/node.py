@@ -262,15 +262,18 @@ class ReplicaNode:
             if self.etcd.set_in_sync(record, sorted((set(lead.in_sync) - behind) | {self.me})):
                 lead.set_in_sync(set(lead.in_sync) - behind)
         store.write_lock.replication = lead
-        core = BrokerCore(cfg, store=store)
-        core.replication_status = self.status
-        broker = Broker(cfg, core)
         try:
+            core = BrokerCore(cfg, store=store)
+            core.replication_status = self.status
+            broker = Broker(cfg, core)
             handlers = broker.service_handlers()
             broker.start_beside(self.port)
         except BaseException:
-            broker.stop()
-            raise
+            log.exception("group %s: %s could not start serving as leader", self.group, self.me)
+            self.broker = None
+            self._step_down("it could not start serving")  # another replica may do better
+            self.etcd.resign(record)
+            return
         self.broker = broker
         self.router.serve(handlers)
         self.elections_won += 1

@@ -402,13 +402,8 @@ def run_broker(argv: list[str] | None = None) -> int:
     except BaseException:
         broker.core.close()
         raise
-    print(f"txmq broker ready on {host}:{port} (data plane: Arrow Flight on port {broker.flight.port})", flush=True)
-    try:
-        while not stop.wait(0.5):
-            pass
-    finally:
-        broker.stop()
-        print("txmq broker stopped", flush=True)
+    _serve_until(stop, f"txmq broker ready on {host}:{port} (data plane: Arrow Flight on port {broker.flight.port})",
+                 broker.stop)
     if broker.abandoned_calls:  # the store is closed; Flight's threads would keep the process alive
         sys.stdout.flush()
         os._exit(0)
@@ -425,11 +420,16 @@ def _run_replica(config: BrokerConfig, stop: threading.Event) -> int:
     except ValueError as exc:
         print(f"txmq broker: {exc}", file=sys.stderr, flush=True)
         return 2
-    print(f"txmq replica ready on {host}:{port} (group {config.group}, etcd {config.etcd})", flush=True)
+    _serve_until(stop, f"txmq replica ready on {host}:{port} (group {config.group}, etcd {config.etcd})", node.stop)
+    return 0
+
+
+def _serve_until(stop: threading.Event, ready_line: str, shut_down) -> None:
+    """Print the ready line, serve until `stop` is set (SIGTERM, SIGINT), then shut down."""
+    print(ready_line, flush=True)
     try:
         while not stop.wait(0.5):
             pass
     finally:
-        node.stop()
+        shut_down()
         print("txmq broker stopped", flush=True)
-    return 0

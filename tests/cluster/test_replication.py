@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from tests.support.tls import self_signed
 from txmq.broker import errors
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
@@ -269,20 +270,13 @@ def test_the_leader_exports_replication_lag_and_elections_as_metrics(group_facto
 
 def test_a_group_serving_tls_and_auth_replicates_and_keeps_its_log_from_unsigned_readers(group_factory, tmp_path):
     import json
-    import shutil
 
     import grpc
 
     from txmq.broker.cluster.replication import METHODS
     from txmq.broker.protocol import replication_pb2 as rpb
 
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl CLI not available")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-days", "1", "-subj", "/CN=txmq-test",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cert, key = self_signed(tmp_path)
     accounts = tmp_path / "auth.json"
     accounts.write_text(json.dumps({"accounts": [
         {"access_key": "ops", "secret_key": "ops-secret", "admin": True, "publish": ["*"], "subscribe": ["*"]},

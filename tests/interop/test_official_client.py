@@ -3,28 +3,17 @@ every client: test_official_clients.py)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import uuid
+from collections import Counter
 
 import pytest
 
 from tests.interop.conftest import run_client
+from tests.interop.test_official_clients import endpoint, name  # noqa: F401 - the module's broker fixture
+from tests.support.tls import self_signed
 from tests.support.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.interop
-
-
-def name(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture(scope="module")
-def endpoint(tmp_path_factory):
-    data = tmp_path_factory.mktemp("interop-broker")
-    with BrokerProcess(data, flush="sync",
-                       extra_args=["--transaction-timeout", "1s", "--check-interval", "1s"]) as proc:
-        yield proc.endpoint
 
 
 def bodies_of(received: list[dict]) -> list[str]:
@@ -53,13 +42,7 @@ def test_a_push_consumer_subscribed_with_sql92_consumes_only_matching_messages(e
 # --- authentication -------------------------------------------------------------------------
 
 def test_producer_over_tls(tmp_path):
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl CLI not available")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-days", "1", "-subj", "/CN=txmq-test",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    cert, key = self_signed(tmp_path)
     with BrokerProcess(tmp_path / "store", flush="async",
                        extra_args=["--tls-cert", str(cert), "--tls-key", str(key)]) as proc:
         sent = run_client(proc.endpoint, "--tls", "produce", "--topic", f"tls-{uuid.uuid4().hex[:8]}", "--count", "2",

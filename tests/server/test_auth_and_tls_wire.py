@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import uuid
 
 import grpc
 import pytest
+
+from tests.support.tls import self_signed
 
 from tests.server.wire import Wire
 from tests.support.broker_process import BrokerProcess
@@ -72,13 +73,7 @@ def test_no_client_may_end_another_producer_groups_transaction(auth_broker):
 
 
 def _self_signed(tmp_path):
-    """A throwaway certificate for 127.0.0.1/localhost, made with the openssl CLI."""
-    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-days", "1", "-subj", "/CN=txmq-test",
-                    "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-                    "-keyout", str(key_file), "-out", str(cert_file)], check=True, capture_output=True)
-    return cert_file, key_file
+    return self_signed(tmp_path)
 
 
 def test_tls_broker_serves_tls_clients_and_refuses_plaintext(tmp_path):
