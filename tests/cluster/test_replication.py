@@ -11,6 +11,7 @@ from collections import Counter
 
 import pytest
 
+from tests.spark.support import topic_bodies
 from tests.support.tls import self_signed
 from txmq.broker import errors
 from txmq.broker.client.native_client import NativeClient
@@ -21,12 +22,7 @@ TOPIC = "orders"
 
 def read_bodies(client: NativeClient, topic: str) -> Counter:
     """Every visible message body of `topic`, counted (a consistent cut from the leader)."""
-    cut = client.snapshot_offsets([topic]).get(topic, {})
-    seen: Counter = Counter()
-    for qid, end in cut.items():
-        for result in client.read_queue(topic, qid, 0, end):
-            seen.update(result.batch.column("body").to_pylist())
-    return seen
+    return Counter(topic_bodies(client, topic))
 
 
 class Load:
