@@ -267,7 +267,7 @@ class ReplicaNode:
             core.replication_status = self.status
             broker = Broker(cfg, core)
             handlers = broker.service_handlers()
-            broker.start_beside(self.port)
+            broker.start_beside(self.port, name_flight_host=True)
         except BaseException:
             log.exception("group %s: %s could not start serving as leader", self.group, self.me)
             self.broker = None

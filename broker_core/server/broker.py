@@ -205,9 +205,11 @@ class Broker:
         return {SERVICE_NAME: rocketmq_method_handlers(self.core, self._short_calls),
                 native_methods.SERVICE_NAME: native_method_handlers(native)}
 
-    def start_beside(self, port: int) -> None:
+    def start_beside(self, port: int, *, name_flight_host: bool = False) -> None:
         """Start what runs beside the gRPC server on `port` (bound by the caller, serving
-        service_handlers()): the Flight data plane, the core's background work, metrics."""
+        service_handlers()): the Flight data plane, the core's background work, metrics.
+        `name_flight_host`: announce the advertised host for Flight even on a wildcard listen (a
+        group's leader: clients that dialled a follower must not take the follower's host)."""
         from txmq.broker.server.flight_service import TxmqFlightServer
 
         cfg = self.config
@@ -217,8 +219,9 @@ class Broker:
         self.flight = TxmqFlightServer(self.native, flight_host, flight_port, authenticator=self.core.auth,
                                        tls_cert=cfg.tls_cert, tls_key=cfg.tls_key,
                                        max_batch_bytes=cfg.max_message_bytes)
-        self.native.data_plane = ("" if flight_host in WILDCARD_HOSTS else flight_host, self.flight.port,
-                                  self.flight.tls)
+        announced = flight_host if flight_host not in WILDCARD_HOSTS else (
+            self._advertised_host() if name_flight_host else "")
+        self.native.data_plane = (announced, self.flight.port, self.flight.tls)
         self.core.start()
         if cfg.metrics_listen:
             self._metrics_server = _start_metrics(self.core, cfg.metrics_listen)
