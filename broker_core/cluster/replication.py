@@ -301,18 +301,25 @@ class Follower:
     def running(self) -> bool:
         return self._thread.is_alive()
 
+    def _next_fetch(self, versions: dict[str, int]):
+        """The fetch from this log's end, sent now (it tells the leader this replica holds the log)."""
+        return self._fetch.future(pb.FetchRequest(
+            group=self.group, epoch=self.leader.epoch, replica=self.me,
+            offset=self.store.commitlog.write_end, max_bytes=FETCH_MAX_BYTES, max_wait_ms=FETCH_WAIT_MS,
+            file_versions=versions), timeout=10, metadata=self._metadata())
+
     def _run(self) -> None:
         synced = False
         versions: dict[str, int] = {}  # the leader's metadata-file versions this replica holds
+        in_flight = None  # the next fetch, sent before the bytes of the last one are dispatched
         while not self._stop.is_set():
             try:
                 if not synced:
                     self._cut_divergent_tail()
                     synced = True
-                resp = self._fetch(pb.FetchRequest(
-                    group=self.group, epoch=self.leader.epoch, replica=self.me,
-                    offset=self.store.commitlog.write_end, max_bytes=FETCH_MAX_BYTES, max_wait_ms=FETCH_WAIT_MS,
-                    file_versions=versions), timeout=10, metadata=self._metadata())
+                if in_flight is None:
+                    in_flight = self._next_fetch(versions)
+                resp, in_flight = in_flight.result(), None
                 if resp.status.code != native_status.OK_CODE:
                     exc = native_status.error_from(resp.status)
                     if isinstance(exc, IllegalOffset):
@@ -324,14 +331,20 @@ class Follower:
                 for f in resp.files:
                     self._take_file(f)
                     versions[f.name] = f.version
+                if resp.data:  # acknowledge at once; build the queues while that fetch waits
+                    in_flight = self._next_fetch(versions)
+                    self.store.dispatch_replicated()
             except grpc.RpcError as exc:
+                in_flight = None
                 log.debug("group %s: fetch from %s failed: %s", self.group, self.leader.endpoint, exc)
                 self._stop.wait(0.05)
             except _CannotFollow as exc:
+                in_flight = None
                 self.error = str(exc)
                 log.error("group %s: cannot follow %s: %s", self.group, self.leader.endpoint, exc)
                 return
             except Exception:  # keep following: the node sees the lag
+                in_flight = None
                 log.exception("group %s: replication from %s failed", self.group, self.leader.endpoint)
                 self._stop.wait(0.5)
 

@@ -339,12 +339,20 @@ class MessageStore:
         return self.commitlog.read_chunk(offset, max_bytes)
 
     def append_replicated(self, offset: int, data: bytes) -> int:
-        """A follower appends its leader's bytes at the same offset and dispatches every group
-        they complete, as recovery does; returns the end of the last complete group."""
-        replay = self.recovery.replay
-        assert replay is not None and self.config.replica, "only a replica's store takes replicated bytes"
+        """A follower appends its leader's bytes at the same offset; returns the log's new end.
+        They are dispatched by dispatch_replicated, which a follower runs while its next fetch
+        (the one that tells the leader it holds them) is on the wire."""
+        assert self.recovery.replay is not None and self.config.replica, "only a replica takes replicated bytes"
         with self.write_lock.held():
             self.commitlog.append_raw(offset, data)
+            return self.commitlog.write_end
+
+    def dispatch_replicated(self) -> int:
+        """Dispatch every group the replicated bytes complete, as recovery does; returns the end of
+        the last complete group."""
+        replay = self.recovery.replay
+        assert replay is not None and self.config.replica, "only a replica dispatches replicated bytes"
+        with self.write_lock.held():
             return replay.feed()
 
     def truncate_log(self, offset: int) -> int:
@@ -355,6 +363,7 @@ class MessageStore:
         with self.write_lock.held():
             if offset >= self.commitlog.write_end:
                 return self.commitlog.write_end
+            replay.feed()  # what was fetched but not dispatched yet: its entries past the cut go below
             self.commitlog.truncate_to(offset)
             for cq in self.dispatcher.queues():
                 cq.truncate_from_physical(offset)
@@ -370,6 +379,7 @@ class MessageStore:
         where the new epoch starts."""
         replay = self.recovery.replay
         assert replay is not None and self.config.replica, "only a replica is promoted"
+        self.dispatch_replicated()  # the last bytes fetched
         end = self.truncate_log(replay.safe_end)
         with self.write_lock.held():
             replay.split = replay.split_begin = self.dispatcher.hold = None
