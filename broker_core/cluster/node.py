@@ -254,15 +254,16 @@ class ReplicaNode:
                                  timeout_s=cfg.replication_timeout_s, in_sync=in_sync,
                                  lease_alive=self.etcd.lease_alive)
         self.lead = lead
-        # Serve only once the in-sync followers hold this log's whole tail (which may hold
-        # writes of the last epoch nobody confirmed): readers must never see what a later
-        # failover could lose.
-        if not lead.wait_confirmed(end, cfg.replica_lag_max_s):
-            behind = {f for f in lead.in_sync if lead.followers[f].offset < end}
-            if self.etcd.set_in_sync(record, sorted((set(lead.in_sync) - behind) | {self.me})):
-                lead.set_in_sync(set(lead.in_sync) - behind)
-        store.write_lock.replication = lead
         try:
+            # Serve only once the in-sync followers hold this log's whole tail (which may hold
+            # writes of the last epoch nobody confirmed): readers must never see what a later
+            # failover could lose.
+            if not lead.wait_confirmed(end, cfg.replica_lag_max_s):
+                behind = {f for f in lead.in_sync if lead.followers[f].offset < end}
+                if not self.etcd.set_in_sync(record, sorted((set(lead.in_sync) - behind) | {self.me})):
+                    raise RuntimeError("the in-sync set could not be written: another replica leads")
+                lead.set_in_sync(set(lead.in_sync) - behind)
+            store.write_lock.replication = lead
             core = BrokerCore(cfg, store=store)
             core.replication_status = self.status
             broker = Broker(cfg, core)
@@ -272,7 +273,10 @@ class ReplicaNode:
             log.exception("group %s: %s could not start serving as leader", self.group, self.me)
             self.broker = None
             self._step_down("it could not start serving")  # another replica may do better
-            self.etcd.resign(record)
+            try:
+                self.etcd.resign(record)
+            except CoordinationUnavailable:
+                pass  # the lease runs out instead
             return
         self.broker = broker
         self.router.serve(handlers)
