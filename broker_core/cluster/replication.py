@@ -288,14 +288,32 @@ class Follower:
             METHODS["Fetch"].path, request_serializer=pb.FetchRequest.SerializeToString,
             response_deserializer=pb.FetchResponse.FromString)
         self._thread = threading.Thread(target=self._run, name=f"txmq-follow-{leader.endpoint}", daemon=True)
+        self._appended = threading.Event()  # bytes the dispatch thread has yet to flush and dispatch
+        self._dispatch_thread = threading.Thread(target=self._dispatch, name="txmq-follow-dispatch", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+        self._dispatch_thread.start()
 
     def stop(self) -> None:
         self._stop.set()
+        self._appended.set()
         self._thread.join(10)
+        self._dispatch_thread.join(10)
         self._channel.close()
+
+    def _dispatch(self) -> None:
+        """Flush (under --flush sync) and dispatch what the fetch loop appended, off its path."""
+        while not self._stop.is_set():
+            self._appended.wait()
+            self._appended.clear()
+            try:
+                if self.sync_flush:
+                    self.store.commitlog.flush()
+                self.store.dispatch_replicated()
+            except Exception:  # the next round tries again; the node sees the lag
+                log.exception("group %s: dispatching replicated bytes failed", self.group)
+                self._stop.wait(0.5)
 
     @property
     def running(self) -> bool:
@@ -331,9 +349,12 @@ class Follower:
                 for f in resp.files:
                     self._take_file(f)
                     versions[f.name] = f.version
-                if resp.data:  # acknowledge at once; build the queues while that fetch waits
+                if resp.data:
+                    # acknowledge at once (holding the bytes is what a sync write waits for, as
+                    # with Kafka's and RocketMQ's followers); the dispatch thread flushes and
+                    # builds the queues meanwhile
                     in_flight = self._next_fetch(versions)
-                    self.store.dispatch_replicated()
+                    self._appended.set()
             except grpc.RpcError as exc:
                 in_flight = None
                 log.debug("group %s: fetch from %s failed: %s", self.group, self.leader.endpoint, exc)
@@ -351,8 +372,6 @@ class Follower:
     def _apply(self, resp: pb.FetchResponse) -> None:
         if resp.data:
             self.store.append_replicated(resp.offset, resp.data)
-            if self.sync_flush:
-                self.store.commitlog.flush()
         end = self.store.commitlog.write_end
         self.epochs.adopt([Epoch(e.epoch, e.start_offset) for e in resp.epochs], end)
         self.leader_end = resp.leader_end

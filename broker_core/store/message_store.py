@@ -17,6 +17,7 @@ import dataclasses
 import fcntl
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass
 from functools import partial, reduce
@@ -149,6 +150,7 @@ class MessageStore:
         self.index = IndexService(root / "index", config.index_slots, config.index_entries_per_file)
         self.dispatcher = Dispatcher(root / "consumequeue", config.consume_queue_entries_per_file, self.index)
         self.split_groups = SplitGroupWriter(self.commitlog, self.dispatcher, self.write_lock)
+        self._replay_lock = threading.Lock()  # a replica's dispatch of replicated bytes, and its cuts
         self.checkpoint = StoreCheckpoint(root / "checkpoint")
         self.abort_marker = AbortMarker(root / "abort")
         crashed = self.abort_marker.crashed()
@@ -349,10 +351,11 @@ class MessageStore:
 
     def dispatch_replicated(self) -> int:
         """Dispatch every group the replicated bytes complete, as recovery does; returns the end of
-        the last complete group."""
+        the last complete group. It runs beside append_replicated (not under the write lock):
+        appends only extend the log, and a scan stops before bytes not fully written."""
         replay = self.recovery.replay
         assert replay is not None and self.config.replica, "only a replica dispatches replicated bytes"
-        with self.write_lock.held():
+        with self._replay_lock:
             return replay.feed()
 
     def truncate_log(self, offset: int) -> int:
@@ -360,7 +363,7 @@ class MessageStore:
         boundary) with the queue entries past it; returns the new end."""
         replay = self.recovery.replay
         assert replay is not None and self.config.replica, "only a replica's log is cut back"
-        with self.write_lock.held():
+        with self._replay_lock, self.write_lock.held():
             if offset >= self.commitlog.write_end:
                 return self.commitlog.write_end
             replay.feed()  # what was fetched but not dispatched yet: its entries past the cut go below
