@@ -29,7 +29,8 @@ from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, STREAM_STREAM,
                                                    UNARY_STREAM, UNARY_UNARY)
 from txmq.broker.protocol import status as st
-from txmq.broker.store.message import PROP_TIMER_DELIVER_MS
+from txmq.broker.store.message import PROP_TIMER_DELIVER_MS, TIMER_TOPIC
+from txmq.broker.timer.service import recall_handle
 from txmq.broker.server.convert import (check_group, check_topic, delivery_timestamp_ms, message_type_of,
                                         to_store_message, to_wire_message)
 from txmq.broker.server.pop import parse_filter
@@ -265,7 +266,8 @@ class MessagingService:
             # RocketMQ's broker answers every send with the message id as its transaction id;
             # a transactional send gets txmq's transaction id, which EndTransaction takes
             add_entry(status=OK_STATUS, message_id=message_id, transaction_id=tx_id or message_id,
-                      offset=r.queue_offset)
+                      offset=r.queue_offset,
+                      recall_handle=recall_handle(r.queue_offset, message_id) if r.topic == TIMER_TOPIC else "")
         return response
 
     def EndTransaction(self, req: pb.EndTransactionRequest, call: Call) -> pb.EndTransactionResponse:
@@ -299,7 +301,9 @@ class MessagingService:
         topic = check_topic(req.topic.name)
         # the proxy refuses a recall on a topic that takes no DELAY messages as a type conflict first
         check_accepts(topic, self.core.topic_types.get(topic), pb.DELAY)
-        raise Unsupported("recalling DELAY messages is not supported: txmq has no timer delivery yet")
+        call.identity.require_publish(topic)  # only a producer of the topic may cancel its messages
+        message_id = self.core.timer.recall(req.recall_handle, topic)
+        return pb.RecallMessageResponse(status=OK_STATUS, message_id=message_id)
 
     def SyncLiteSubscription(self, req: pb.SyncLiteSubscriptionRequest,
                              call: Call) -> pb.SyncLiteSubscriptionResponse:

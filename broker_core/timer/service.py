@@ -17,8 +17,10 @@ is trusted only if the queues still hold the records it names.
 
 from __future__ import annotations
 
+import base64
 import heapq
 import logging
+import queue
 import struct
 import threading
 import time
@@ -66,6 +68,7 @@ class TimerService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
+        self._recalls: queue.SimpleQueue = queue.SimpleQueue()  # (index, topic, message id, reply)
         self.delivered = 0  # copies put by this process (for metrics and tests)
         self.lateness_ms_max = 0
 
@@ -100,6 +103,7 @@ class TimerService:
         while not self._stop.is_set():
             try:
                 busy = self._index(self.store.max_offset(TIMER_TOPIC, 0))
+                busy |= self._serve_recalls()
                 busy |= self._deliver()
                 if time.monotonic() >= next_checkpoint:
                     next_checkpoint = time.monotonic() + CHECKPOINT_S
@@ -218,8 +222,13 @@ class TimerService:
             self._take_slot()
             if self._due and self._due[0][0] <= now_ms:
                 batch = []
+                flags = self.log.array["delivered"]
                 while self._due and self._due[0][0] <= now_ms and len(batch) < PUT_BATCH:
-                    batch.append(heapq.heappop(self._due))
+                    item = heapq.heappop(self._due)
+                    if not flags[item[1]]:  # not recalled meanwhile
+                        batch.append(item)
+                if not batch:
+                    continue
                 try:
                     self._put(batch)
                 except Exception:  # not put: due again at the next try
@@ -277,6 +286,54 @@ class TimerService:
         self.log.array["delivered"][item[1]] = 1
         self.applied = max(self.applied, r.queue_offset + 1)
 
+    # --- recall ---------------------------------------------------------------------------------
+
+    def recall(self, handle: str, topic: str, timeout_s: float = 10.0) -> str:
+        """Cancel a scheduled message not yet delivered (RocketMQ 5's RecallMessage); its message id.
+
+        Served by the timer's own thread, so a recall and a delivery of one message never race:
+        the recall writes a marker in TIMER_DELIVERED_TOPIC (no copy), and a restart sees it
+        as done like any delivery."""
+        from txmq.broker.errors import RequestTimeout
+        index, message_id = parse_recall_handle(handle)
+        reply: queue.SimpleQueue = queue.SimpleQueue()
+        self._recalls.put((index, topic, message_id, reply))
+        try:
+            outcome = reply.get(timeout=timeout_s)
+        except queue.Empty:
+            raise RequestTimeout("the timer did not answer the recall in time") from None
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def _serve_recalls(self) -> bool:
+        busy = False
+        while True:
+            try:
+                index, topic, message_id, reply = self._recalls.get_nowait()
+            except queue.Empty:
+                return busy
+            busy = True
+            try:
+                reply.put(self._recall(index, topic, message_id))
+            except Exception as exc:  # answered to the caller, typed
+                reply.put(exc)
+
+    def _recall(self, index: int, topic: str, message_id: str) -> str:
+        from txmq.broker.errors import InvalidRecallHandle, MessageNotFound
+        if index >= self.indexed:
+            raise InvalidRecallHandle("the recall handle names no scheduled message")
+        entry = self.log.array[index]
+        original = self.store.read_at(int(entry["phys"]), int(entry["size"]))
+        if original.properties.get(PROP_REAL_TOPIC) != topic or original.unique_key != message_id:
+            raise InvalidRecallHandle(f"the recall handle names no scheduled message of topic {topic!r}")
+        if entry["delivered"]:
+            raise MessageNotFound(f"message {message_id} was already delivered or recalled")
+        r = self.store.append([Message(topic=TIMER_DELIVERED_TOPIC, body=MARKER.pack(index))], allow_system=True)[0]
+        self.log.array["delivered"][index] = 1
+        self.applied = max(self.applied, r.queue_offset + 1)
+        return message_id
+
     # --- introspection -----------------------------------------------------------------------
 
     def stats(self) -> dict:
@@ -285,3 +342,19 @@ class TimerService:
             pending = int(np.count_nonzero(self.log.array["delivered"][self.low:self.indexed] == 0))
         return {"indexed": self.indexed, "pending": pending, "delivered": self.delivered,
                 "lateness_ms_max": self.lateness_ms_max}
+
+
+def recall_handle(queue_offset: int, message_id: str) -> str:
+    """The handle a send of a timer message answers with: where it waits, and its message id."""
+    return base64.urlsafe_b64encode(f"txmq1 {queue_offset} {message_id}".encode()).decode()
+
+
+def parse_recall_handle(handle: str) -> tuple[int, str]:
+    from txmq.broker.errors import InvalidRecallHandle
+    try:
+        version, offset, message_id = base64.urlsafe_b64decode(handle.encode()).decode().split(" ")
+        if version != "txmq1":
+            raise ValueError(version)
+        return int(offset), message_id
+    except (ValueError, UnicodeError):
+        raise InvalidRecallHandle(f"recall handle {handle[:60]!r} is not one this broker gave out") from None

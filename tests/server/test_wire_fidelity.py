@@ -429,10 +429,10 @@ def test_recalling_on_a_topic_without_delay_messages_is_a_type_conflict(wire, ad
     assert wire.call("RecallMessage", req).status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
 
-def test_recalling_a_delay_message_is_refused_as_unsupported(wire, admin):
+def test_a_recall_handle_this_broker_never_gave_out_is_a_bad_request(wire, admin):
     req = pb.RecallMessageRequest(topic=pb.Resource(name=typed_topic(admin, "DELAY")), recall_handle="h")
     r = wire.call("RecallMessage", req)
-    assert r.status.code == pb.UNSUPPORTED and "recall" in r.status.message
+    assert r.status.code == pb.BAD_REQUEST and "recall handle" in r.status.message
 
 
 def test_a_message_sent_without_a_born_host_is_born_at_the_callers_address(wire):

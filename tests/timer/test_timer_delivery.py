@@ -133,3 +133,43 @@ def test_the_timer_is_rebuilt_from_the_commitlog_when_its_files_are_lost(broker)
     time.sleep(1.0)
     got = w.pull_all(topic)
     assert sorted(m.system_properties.message_id for m in got) == sorted(delivered + pending)
+
+
+def recall(wire: Wire, topic: str, handle: str) -> pb.RecallMessageResponse:
+    return wire.call("RecallMessage", pb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=handle))
+
+
+def send_with_handle(wire: Wire, topic: str, at: int) -> pb.SendResultEntry:
+    req = pb.SendMessageRequest()
+    m = req.messages.add(body=b"recall me", topic=pb.Resource(name=topic))
+    m.system_properties.message_id = f"RC{now_ms()}"
+    m.system_properties.message_type = pb.DELAY
+    m.system_properties.delivery_timestamp.FromMilliseconds(at)
+    r = wire.call("SendMessage", req)
+    assert r.status.code == pb.OK and r.entries[0].recall_handle
+    return r.entries[0]
+
+
+def test_a_recalled_delay_message_is_never_delivered_even_after_a_kill(broker):
+    w = Wire(broker.endpoint)
+    topic = name("recall")
+    entry = send_with_handle(w, topic, now_ms() + 1500)
+    r = recall(w, topic, entry.recall_handle)
+    assert r.status.code == pb.OK and r.message_id == entry.message_id
+    broker.kill()
+    broker.restart()
+    w = Wire(broker.endpoint)
+    time.sleep(2.5)
+    assert w.pull_all(topic) == []
+
+
+def test_recalling_a_delivered_delay_message_is_message_not_found(wire):
+    topic = name("recall-late")
+    entry = send_with_handle(wire, topic, now_ms() + 200)
+    assert len(wait_for(wire, topic, 1, 10)) == 1
+    assert recall(wire, topic, entry.recall_handle).status.code == pb.MESSAGE_NOT_FOUND
+
+
+def test_a_recall_handle_used_on_another_topic_is_a_bad_request(wire):
+    entry = send_with_handle(wire, name("recall-a"), now_ms() + 60_000)
+    assert recall(wire, name("recall-b"), entry.recall_handle).status.code == pb.BAD_REQUEST
