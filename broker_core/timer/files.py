@@ -82,36 +82,28 @@ class TimerWheel(_Mapped):
     def slot(self, second: int) -> int:
         return second % self.slots
 
-    def link(self, log: np.ndarray, index: int, second: int) -> None:
-        """Add log entry `index` to the list of `second` (it becomes the head)."""
-        w = self.array
-        s = second % self.slots
-        if w["second"][s] != second:  # the slot held an earlier lap, long delivered
-            w["second"][s] = second
-            w["head"][s] = NONE
-            w["count"][s] = 0
-        log["prev"][index] = w["head"][s]
-        w["head"][s] = index
-        w["count"][s] += 1
-
-    def rebuild(self, log: np.ndarray, indexes: np.ndarray, seconds: np.ndarray) -> None:
-        """Link all `indexes` (ascending) into the slots of their `seconds` at once."""
-        w = self.array
+    def link(self, log: np.ndarray, indexes: np.ndarray, seconds: np.ndarray) -> None:
+        """Add log entries `indexes` to the lists of their `seconds` (each list's newest becomes
+        its head), all at once: a batch costs a few numpy calls, not Python per entry. The
+        seconds lie within one lap of the ring, so entries of one slot share their second."""
         if not len(indexes):
             return
+        w = self.array
         slots = seconds % self.slots
+        uniq, first = np.unique(slots, return_index=True)
+        stale = w["second"][uniq] != seconds[first]  # slots that held an earlier lap, long delivered
+        w["second"][uniq[stale]] = seconds[first][stale]
+        w["head"][uniq[stale]] = NONE
+        w["count"][uniq[stale]] = 0
         order = np.lexsort((indexes, slots))  # by slot, then by index: lists run oldest to newest
-        idx, sl, sec = indexes[order], slots[order], seconds[order]
-        same = np.empty(len(idx), dtype=bool)
-        same[0] = False
-        same[1:] = sl[1:] == sl[:-1]
-        prev = np.full(len(idx), NONE, dtype=np.int64)
-        prev[1:] = np.where(same[1:], idx[:-1], NONE)
+        idx, sl = indexes[order], slots[order]
+        same = sl[1:] == sl[:-1]
+        prev = np.empty(len(idx), dtype=np.int64)
+        prev[0] = w["head"][sl[0]]
+        prev[1:] = np.where(same, idx[:-1], w["head"][sl[1:]])
         log["prev"][idx] = prev
         last = np.ones(len(idx), dtype=bool)
-        last[:-1] = ~same[1:]
-        w["second"][sl[last]] = sec[last]
+        last[:-1] = ~same
         w["head"][sl[last]] = idx[last]
-        starts = np.flatnonzero(~same)
-        counts = np.diff(np.append(starts, len(idx)))
-        w["count"][sl[starts]] = counts
+        counts = w["count"]
+        np.add.at(counts, sl, 1)

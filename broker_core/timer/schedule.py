@@ -11,6 +11,7 @@ topic when it is due.
 
 from __future__ import annotations
 
+from copy import copy
 from dataclasses import replace
 from typing import Sequence
 
@@ -79,11 +80,16 @@ def check_deliver_ms(deliver_ms: int, now_ms: int, max_delay_ms: int) -> None:
 
 def scheduled(message: Message, deliver_ms: int) -> Message:
     """The record stored in TIMER_TOPIC for `message` (its real topic and queue kept in properties)."""
-    props = {k: v for k, v in message.properties.items() if k not in _TIME_PROPERTIES}
+    # REAL_TOPIC first: TIMER_DELIVER_MS is never the first property, so the timer finds it in
+    # the raw record after a separator (TimerService._deliver_times)
+    props = {PROP_REAL_TOPIC: message.topic, PROP_REAL_QUEUE_ID: str(message.queue_id)}
+    for k, v in message.properties.items():
+        if k not in _TIME_PROPERTIES:
+            props[k] = v
     props[PROP_TIMER_DELIVER_MS] = str(deliver_ms)
-    props[PROP_REAL_TOPIC] = message.topic
-    props[PROP_REAL_QUEUE_ID] = str(message.queue_id)
-    return replace(message, topic=TIMER_TOPIC, queue_id=0, properties=props)
+    m = copy(message)
+    m.topic, m.queue_id, m.properties = TIMER_TOPIC, 0, props
+    return m
 
 
 def schedule_all(messages: Sequence[Message], now_ms: int, max_delay_ms: int) -> list[Message]:

@@ -49,6 +49,8 @@ TICK_S = 0.01  # the longest the thread sleeps while something may become due
 CHECKPOINT_S = 1.0
 WHEEL_MARGIN_S = 3600  # slots beyond the horizon: room for a late cursor
 MARKER = struct.Struct(">q")
+READ_SPAN_MAX = 16 << 20  # one read covers a batch of scheduled records up to this span
+DELIVER_KEY = b"\x02TIMER_DELIVER_MS\x01"
 
 
 class TimerService:
@@ -160,7 +162,7 @@ class TimerService:
             return
         seconds = np.maximum(arr["deliver_ms"][pending] // 1000, self.cursor)
         seconds = np.minimum(seconds, self.cursor + self.wheel.slots - 1)
-        self.wheel.rebuild(self.log.array, pending + self.low, seconds.astype(np.int64))
+        self.wheel.link(self.log.array, (pending + self.low).astype(np.int64), seconds.astype(np.int64))
 
     def _checkpoint(self) -> None:
         flags = self.log.array["delivered"][self.low:self.indexed]
@@ -178,23 +180,45 @@ class TimerService:
         """Add TIMER_TOPIC records [indexed, hi) to the log (and the wheel). True if any."""
         if self.indexed >= hi:
             return False
-        arr = self.log
         while self.indexed < hi:
-            read = self.store.read_queue(TIMER_TOPIC, 0, self.indexed, min(READ_BATCH, hi - self.indexed))
-            if not read.messages:
-                self.indexed = max(self.indexed, read.next_offset)
-                break
-            arr.ensure(read.messages[-1].queue_offset + 1)
-            a = arr.array
-            for m in read.messages:
-                i = m.queue_offset
-                deliver_ms = int(m.properties.get("TIMER_DELIVER_MS", 0))
-                a[i] = (deliver_ms, m.physical_offset, NONE, m.size, 0)
-                if link:
-                    second = min(max(deliver_ms // 1000, self.cursor), self.cursor + self.wheel.slots - 1)
-                    self.wheel.link(a, i, second)
-            self.indexed = read.next_offset
+            entries = self.store.read_queue_entries(TIMER_TOPIC, 0, self.indexed, min(READ_BATCH, hi - self.indexed))
+            if not entries:  # below the queue's minimum (retention): start at what is left
+                self.indexed = max(self.indexed + 1, self.store.min_offset(TIMER_TOPIC, 0))
+                continue
+            idx = np.fromiter((e.queue_offset for e in entries), np.int64, len(entries))
+            phys = np.fromiter((e.physical_offset for e in entries), np.int64, len(entries))
+            sizes = np.fromiter((e.size for e in entries), np.int64, len(entries))
+            deliver = np.fromiter(self._deliver_times(phys, sizes), np.int64, len(entries))
+            self.log.ensure(int(idx[-1]) + 1)
+            a = self.log.array
+            a["deliver_ms"][idx] = deliver
+            a["phys"][idx] = phys
+            a["size"][idx] = sizes
+            a["prev"][idx] = NONE
+            a["delivered"][idx] = 0
+            if link:
+                seconds = np.clip(deliver // 1000, self.cursor, self.cursor + self.wheel.slots - 1)
+                self.wheel.link(a, idx, seconds)
+            self.indexed = int(idx[-1]) + 1
         return True
+
+    def _deliver_times(self, phys: np.ndarray, sizes: np.ndarray):
+        """Each record's TIMER_DELIVER_MS, found in its raw bytes (no decode of the record): the
+        last "\x02TIMER_DELIVER_MS\x01" of a record is its property (property text cannot hold
+        those separators, and the body comes before the properties; scheduled() never puts it first)."""
+        commitlog = self.store.commitlog
+        lo = int(phys[0])
+        span = int(phys[-1] + sizes[-1]) - lo
+        buf = commitlog.read(lo, span) if span <= READ_SPAN_MAX else b""
+        for p, s in zip(phys.tolist(), sizes.tolist()):
+            at = p - lo
+            rec = buf[at:at + s] if at + s <= len(buf) else commitlog.read(p, s)
+            pos = rec.rfind(DELIVER_KEY)
+            if pos < 0:
+                yield 0  # not a scheduled record: due at once
+                continue
+            start = pos + len(DELIVER_KEY)
+            yield int(rec[start:rec.index(b"\x02", start)])
 
     # --- delivery ------------------------------------------------------------------------
 
