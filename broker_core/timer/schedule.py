@@ -12,7 +12,6 @@ topic when it is due.
 from __future__ import annotations
 
 from copy import copy
-from dataclasses import replace
 from typing import Sequence
 
 from txmq.broker.errors import IllegalDeliveryTime
@@ -78,34 +77,40 @@ def check_deliver_ms(deliver_ms: int, now_ms: int, max_delay_ms: int) -> None:
             f"accepts is {max_delay_ms / 1000:.0f}s (timer_max_delay)")
 
 
-def scheduled(message: Message, deliver_ms: int) -> Message:
-    """The record stored in TIMER_TOPIC for `message` (its real topic and queue kept in properties)."""
+def _schedule_in_place(m: Message, deliver_ms: int) -> None:
     # REAL_TOPIC first: TIMER_DELIVER_MS is never the first property, so the timer finds it in
     # the raw record after a separator (TimerService._deliver_times)
-    props = {PROP_REAL_TOPIC: message.topic, PROP_REAL_QUEUE_ID: str(message.queue_id)}
-    for k, v in message.properties.items():
-        if k not in _TIME_PROPERTIES:
-            props[k] = v
+    props = {PROP_REAL_TOPIC: m.topic, PROP_REAL_QUEUE_ID: str(m.queue_id), **m.properties}
+    for name in _TIME_PROPERTIES:
+        props.pop(name, None)
     props[PROP_TIMER_DELIVER_MS] = str(deliver_ms)
-    m = copy(message)
     m.topic, m.queue_id, m.properties = TIMER_TOPIC, 0, props
+
+
+def scheduled(message: Message, deliver_ms: int) -> Message:
+    """The record stored in TIMER_TOPIC for `message` (its real topic and queue kept in properties)."""
+    m = copy(message)
+    _schedule_in_place(m, deliver_ms)
     return m
 
 
-def schedule_all(messages: Sequence[Message], now_ms: int, max_delay_ms: int) -> list[Message]:
-    """`messages` with every one that asks for a future delivery time turned into its scheduled
-    record; one asking for a time already past is written as it is (due now). Raises
+def schedule_all(messages: Sequence[Message], now_ms: int, max_delay_ms: int) -> Sequence[Message]:
+    """Turn, in place, every message of `messages` that asks for a future delivery time into its
+    scheduled record; one asking for a time already past loses its time properties and is written
+    as it is (due now). The caller owns the messages (a send's freshly decoded ones). Raises
     IllegalDeliveryTime, changing nothing, when any asks for more than the horizon."""
-    out = []
+    plan = []
     for m in messages:
-        if not has_delivery_time(m.properties):
-            out.append(m)
+        props = m.properties
+        if not props or props.keys().isdisjoint(_TIME_PROPERTIES):
             continue
-        deliver_ms = deliver_ms_of(m.properties, now_ms)
+        deliver_ms = deliver_ms_of(props, now_ms)
+        if deliver_ms is not None and deliver_ms > now_ms:
+            check_deliver_ms(deliver_ms, now_ms, max_delay_ms)
+        plan.append((m, deliver_ms))
+    for m, deliver_ms in plan:  # every message checked: now change them
         if deliver_ms is None or deliver_ms <= now_ms:
-            props = {k: v for k, v in m.properties.items() if k not in _TIME_PROPERTIES}
-            out.append(replace(m, properties=props))
-            continue
-        check_deliver_ms(deliver_ms, now_ms, max_delay_ms)
-        out.append(scheduled(m, deliver_ms))
-    return out
+            m.properties = {k: v for k, v in m.properties.items() if k not in _TIME_PROPERTIES}
+        else:
+            _schedule_in_place(m, deliver_ms)
+    return messages

@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 READ_BATCH = 4096  # scheduled records indexed per read
 PUT_BATCH = 512  # copies per delivery group
 TICK_S = 0.01  # the longest the thread sleeps while something may become due
+# New scheduled records are indexed at most this often (or once READ_BATCH wait): large batches
+# cost the senders' threads less GIL time than many small ones, and a message due sooner than
+# this after its send is late by at most this much.
+INDEX_EVERY_S = 0.05
 CHECKPOINT_S = 1.0
 WHEEL_MARGIN_S = 3600  # slots beyond the horizon: room for a late cursor
 MARKER = struct.Struct(">q")
@@ -102,9 +106,14 @@ class TimerService:
                 self._stop.wait(1.0)
         self._ready.set()
         next_checkpoint = time.monotonic() + CHECKPOINT_S
+        next_index = 0.0
         while not self._stop.is_set():
             try:
-                busy = self._index(self.store.max_offset(TIMER_TOPIC, 0))
+                hi = self.store.max_offset(TIMER_TOPIC, 0)
+                busy = False
+                if hi - self.indexed >= READ_BATCH or time.monotonic() >= next_index:
+                    next_index = time.monotonic() + INDEX_EVERY_S
+                    busy = self._index(hi)
                 busy |= self._serve_recalls()
                 busy |= self._deliver()
                 if time.monotonic() >= next_checkpoint:
