@@ -354,6 +354,8 @@ class TimerService:
 
     def _recall(self, index: int, topic: str, message_id: str) -> str:
         from txmq.broker.errors import InvalidRecallHandle, MessageNotFound
+        if index >= self.indexed:  # sent since the last indexing: index it now
+            self._index(self.store.max_offset(TIMER_TOPIC, 0))
         if index >= self.indexed:
             raise InvalidRecallHandle("the recall handle names no scheduled message")
         entry = self.log.array[index]
