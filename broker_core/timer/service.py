@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import heapq
 import logging
+import os
 import queue
 import struct
 import threading
@@ -75,6 +76,8 @@ class TimerService:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._recalls: queue.SimpleQueue = queue.SimpleQueue()  # (index, topic, message id, reply)
+        self._generation = int(time.time() * 1000)  # names of flag snapshots: increasing across restarts
+        self._checkpointed: tuple[int, int, int] | None = None
         self.delivered = 0  # copies put by this process (for metrics and tests)
         self.lateness_ms_max = 0
 
@@ -140,6 +143,7 @@ class TimerService:
                 and self._entry_phys(TIMER_TOPIC, cp["indexed"]) == cp["indexed_phys"]
                 and self._entry_phys(TIMER_DELIVERED_TOPIC, cp["applied"]) == cp["applied_phys"]):
             self.indexed, self.applied, self.low = cp["indexed"], cp["applied"], cp["low"]
+            self._load_flags(cp)
         else:  # nothing to trust (first start, lost files, a log truncated under them): rebuild all
             self.log.clear(self.log.capacity)
             self.indexed = self.low = self.store.min_offset(TIMER_TOPIC, 0)
@@ -173,15 +177,43 @@ class TimerService:
         seconds = np.minimum(seconds, self.cursor + self.wheel.slots - 1)
         self.wheel.link(self.log.array, (pending + self.low).astype(np.int64), seconds.astype(np.int64))
 
+    def _load_flags(self, cp: dict) -> None:
+        """The delivered flags as of the checkpoint (the mapped log's own flags may be newer than
+        markers a crash or a cut tail took away); markers past it are applied after this."""
+        flags = self.log.array["delivered"]
+        flags[self.low:] = 0
+        path = self.dir / str(cp.get("flags", ""))
+        if cp.get("flags") and path.is_file():
+            n = self.indexed - self.low
+            flags[self.low:self.indexed] = np.unpackbits(np.fromfile(path, dtype=np.uint8), count=n)
+
     def _checkpoint(self) -> None:
         flags = self.log.array["delivered"][self.low:self.indexed]
         open_at = np.flatnonzero(flags == 0)
         self.low = self.low + int(open_at[0]) if len(open_at) else self.indexed
+        state = (self.indexed, self.applied, self.low)
+        if state == self._checkpointed:
+            return
         self.log.flush()
+        # the flags of [low, indexed) as of `applied` markers: a new file each time, named in
+        # the checkpoint, so the two always match
+        self._generation += 1
+        name = f"delivered.{self._generation}"
+        packed = np.packbits(self.log.array["delivered"][self.low:self.indexed] != 0)
+        tmp = self.dir / (name + ".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(packed.tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.dir / name)
         write_json_atomically(self.dir / "checkpoint.json", {
             "indexed": self.indexed, "indexed_phys": self._entry_phys(TIMER_TOPIC, self.indexed),
             "applied": self.applied, "applied_phys": self._entry_phys(TIMER_DELIVERED_TOPIC, self.applied),
-            "low": self.low, "slots": self.wheel.slots})
+            "low": self.low, "slots": self.wheel.slots, "flags": name})
+        self._checkpointed = state
+        for old in self.dir.glob("delivered.*"):
+            if old.name != name:
+                old.unlink(missing_ok=True)
 
     # --- indexing ----------------------------------------------------------------------
 
