@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import uuid
+from collections import Counter
 
 import pytest
 
