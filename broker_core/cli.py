@@ -140,6 +140,32 @@ def _parse_props(items: Sequence[str]) -> dict[str, str]:
     return props
 
 
+def _deliver_at_ms(deliver_at: str | None, delay: str | None) -> int | None:
+    """Epoch ms from --deliver-at (ISO 8601, UTC unless it names a zone, or epoch ms) or --delay (a duration)."""
+    import datetime as dt
+    from txmq.broker.server.config import parse_duration
+
+    if deliver_at is not None and delay is not None:
+        raise UsageError("give --deliver-at or --delay, not both")
+    if delay is not None:
+        try:
+            return int(time.time() * 1000 + parse_duration(delay) * 1000)
+        except ValueError as exc:
+            raise UsageError(f"--delay: {exc}") from None
+    if deliver_at is None:
+        return None
+    if deliver_at.strip().isdigit():
+        return int(deliver_at)
+    try:
+        when = dt.datetime.fromisoformat(deliver_at.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"--deliver-at {deliver_at!r} is neither an ISO time (2026-11-26T10:00:00Z) "
+                         "nor epoch milliseconds") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return int(when.timestamp() * 1000)
+
+
 def cmd_send(args) -> None:
     from txmq.broker.client import Message
 
@@ -154,8 +180,12 @@ def cmd_send(args) -> None:
     if not bodies:
         raise UsageError("--stdin gave no non-empty lines to send")
     props = _parse_props(args.prop)
+    deliver_at_ms = _deliver_at_ms(args.deliver_at, args.delay)
+    if deliver_at_ms is not None and args.transaction:
+        raise UsageError("--deliver-at/--delay cannot be used with --transaction: "
+                         "transactional messages cannot have a delivery time")
     messages = [Message(topic=args.topic, body=b, tag=args.tag, keys=args.key or (), properties=props,
-                        sharding_key=args.sharding_key) for b in bodies]
+                        sharding_key=args.sharding_key, deliver_at_ms=deliver_at_ms) for b in bodies]
     with _client(args) as c:
         if args.transaction:  # the messages go over the Flight data plane, as one batch of halves
             prep = c.prepare_arrow("", messages, producer_group=args.producer_group, sender="cli",
@@ -381,6 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prop", action="append", help="user property KEY=VALUE (repeatable)")
     p.add_argument("--sharding-key", help="messages with the same key keep their order in one queue")
     p.add_argument("--transaction", action="store_true", help="send all messages in one committed transaction")
+    p.add_argument("--deliver-at", help="a timer message: deliver at this time (ISO 8601, UTC by default, "
+                                        "or epoch ms)")
+    p.add_argument("--delay", help="a timer message: deliver after this long (e.g. 30s, 5m, 2h)")
     p.add_argument("--producer-group", default="txmq-cli")
     p.set_defaults(func=cmd_send)
 

@@ -75,6 +75,10 @@ class IllegalDeliveryTime(BadRequest):
     """A delivery time / delay level was set where it is not allowed (e.g. transactional messages)."""
 
 
+class InvalidRecallHandle(BadRequest):
+    """A recall handle that no send of a timer message to this topic gave out."""
+
+
 class IllegalMessageId(BadRequest):
     """A message id cannot be decoded."""
 

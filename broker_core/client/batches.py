@@ -6,7 +6,7 @@ from typing import Any, Iterable, Mapping
 
 import pyarrow as pa
 
-from txmq.broker.client.types import Message
+from txmq.broker.client.types import Message, send_properties
 from txmq.broker.protocol.native_arrow import SEND_COLUMNS
 
 
@@ -28,7 +28,7 @@ def to_arrow_table(messages: Iterable[Message | Mapping[str, Any] | bytes]) -> p
         "topic": [_field(m, "topic", "topic") for m in rows],
         "tag": [_field(m, "tag", "tag") for m in rows],
         "keys": [list(_field(m, "keys", "keys") or ()) or None for m in rows],
-        "properties": [list((_field(m, "properties", "properties") or {}).items()) or None for m in rows],
+        "properties": [list(send_properties(m).items()) or None for m in rows],
         "shardingKey": [_field(m, "shardingKey", "sharding_key") for m in rows],
         "messageId": [_field(m, "messageId", "message_id") for m in rows],
     }

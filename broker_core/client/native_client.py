@@ -30,6 +30,7 @@ from txmq.broker import errors
 from txmq.broker.client.batches import to_arrow_table
 from txmq.broker.client.data_plane import DataPlane
 from txmq.broker.client.local_read import LocalReadUnavailable, LocalSegments
+from txmq.broker.client.types import send_properties
 from txmq.broker.client.types import (
     CheckRequest,
     EndSummary,
@@ -537,6 +538,6 @@ def _spec_batch(messages: Sequence[Message], topic: str | None) -> pb.MessageBat
     specs = []
     for m in messages:
         specs.append(pb.MessageSpec(topic=m.topic or "", body=m.body, tag=m.tag or "", keys=list(m.keys),
-                                    properties=dict(m.properties), sharding_key=m.sharding_key or "",
+                                    properties=send_properties(m), sharding_key=m.sharding_key or "",
                                     message_id=m.message_id or ""))
     return pb.MessageBatch(default_topic=topic or "", messages=specs)

@@ -43,6 +43,19 @@ class Message:
     properties: Mapping[str, str] = field(default_factory=dict)
     sharding_key: str | None = None
     message_id: str | None = None
+    deliver_at_ms: int | None = None  # a timer message: delivered to its topic at this time (epoch ms)
+
+
+def send_properties(m: "Message | Mapping") -> dict[str, str]:
+    """The properties a send carries for `m`: its own, plus its delivery time as RocketMQ's
+    TIMER_DELIVER_MS (the broker schedules a message that has one)."""
+    if isinstance(m, Mapping):
+        props, at = dict(m.get("properties") or {}), m.get("deliverAt", m.get("deliver_at_ms"))
+    else:
+        props, at = dict(m.properties or {}), m.deliver_at_ms
+    if at is not None:
+        props["TIMER_DELIVER_MS"] = str(int(at))
+    return props
 
 
 @dataclass

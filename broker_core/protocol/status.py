@@ -34,6 +34,7 @@ ERROR_CODES: tuple[tuple[type[Exception], int], ...] = (
     (e.IllegalDeliveryTime, Code.ILLEGAL_DELIVERY_TIME),
     (e.IllegalMessageId, Code.ILLEGAL_MESSAGE_ID),
     (e.InvalidReceiptHandle, Code.INVALID_RECEIPT_HANDLE),
+    (e.InvalidRecallHandle, Code.BAD_REQUEST),
     (e.MessageBodyEmpty, Code.MESSAGE_BODY_EMPTY),
     (e.MessageBodyTooLarge, Code.MESSAGE_BODY_TOO_LARGE),
     (e.MessagePropertiesTooLarge, Code.MESSAGE_PROPERTIES_TOO_LARGE),

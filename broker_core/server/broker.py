@@ -92,6 +92,7 @@ class BrokerCore:
         from txmq.broker.transaction.checkback import CheckbackService
         from txmq.broker.server.pop import PopService
         from txmq.broker.server.topic_types import TopicTypes
+        from txmq.broker.timer.service import TimerService
 
         self.config = config
         self.clock = clock
@@ -113,6 +114,9 @@ class BrokerCore:
                          else Authenticator.disabled())
             self.pop = PopService(self)
             self.topic_types = TopicTypes(self.store.topics.path.with_name("topic_types.json"))
+            # the timer runs where writes are taken: a replica derives nothing for it until it leads
+            self.timer = TimerService(self.store, self.store.config.data_dir / "timer", max_delay_s=config.timer_max_delay_s,
+                                      clock=clock)
         except BaseException:
             self.store.close()
             raise
@@ -138,11 +142,19 @@ class BrokerCore:
                 info = self.store.topics.create(topic, self.config.default_queue_count)
         return info.queue_count
 
+    def schedule(self, messages, now_ms: int | None = None):
+        """`messages` with those that ask for a future delivery time turned into timer records
+        (timer/schedule.py); IllegalDeliveryTime past the horizon."""
+        from txmq.broker.timer.schedule import schedule_all
+        now = int(self.clock() * 1000) if now_ms is None else now_ms
+        return schedule_all(messages, now, int(self.config.timer_max_delay_s * 1000))
+
     # --- lifecycle ------------------------------------------------------------
 
     def start(self) -> None:
         self.checkback.start()
         self.pop.start()
+        self.timer.start()
         # code a first large COMMIT would load on its path loads in the background instead
         threading.Thread(target=_load_lazy_code, name="txmq-load-compiled", daemon=True).start()
 
@@ -151,7 +163,7 @@ class BrokerCore:
         if self._closed:
             return
         self._closed = True
-        for stop in (self.checkback.stop, self.pop.stop, self.engine.close):
+        for stop in (self.timer.stop, self.checkback.stop, self.pop.stop, self.engine.close):
             try:
                 stop()
             except Exception:  # keep closing: the store must still be closed cleanly
@@ -346,6 +358,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-insync", type=int, help="followers that must hold a write under sync replication (default 1)")
     p.add_argument("--lease-ttl", help="the leader's etcd lease (default 2s): a dead leader's group waits this long")
     p.add_argument("--replica-lag-max", help="a follower behind for this long leaves the in-sync set (default 2s)")
+    p.add_argument("--timer-max-delay", help="latest delivery time a timer message may ask for, from now "
+                                              "(default 3d as 72h; later ones get ILLEGAL_DELIVERY_TIME)")
     p.add_argument("--log-level", default="WARNING")
     return p
 
@@ -373,6 +387,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         overrides["lease_ttl_s"] = parse_duration(args.lease_ttl)
     if args.replica_lag_max is not None:
         overrides["replica_lag_max_s"] = parse_duration(args.replica_lag_max)
+    if args.timer_max_delay is not None:
+        overrides["timer_max_delay_s"] = parse_duration(args.timer_max_delay)
     if args.retention is not None:
         overrides["retention_s"] = parse_duration(args.retention)
     if args.config:

@@ -64,6 +64,8 @@ class BrokerConfig:
     # from it, see store/page_cache.py); 0: leave the page cache to the kernel.
     page_cache_keep_bytes: int = 2 << 30
     max_body_bytes: int = 4 << 20
+    # Timer (delay) messages: the latest delivery time accepted, from now (RocketMQ 5's timerMaxDelaySec).
+    timer_max_delay_s: float = 3 * 24 * 3600.0
     max_properties_bytes: int = 32767
     max_message_bytes: int = 256 << 20  # gRPC frame limit, and the largest batch a Flight put may carry
     max_workers: int = 256  # long polls and telemetry streams each hold a thread
@@ -122,6 +124,8 @@ class BrokerConfig:
             raise ValueError(f"retention must be positive, got {self.retention_s}s")
         if not 0 < self.disk_max_used_ratio <= 1:
             raise ValueError(f"disk_max_used_ratio must be in (0, 1], got {self.disk_max_used_ratio}")
+        if not 1 <= self.timer_max_delay_s <= 366 * 24 * 3600:
+            raise ValueError(f"timer_max_delay must be between 1s and 366 days, got {self.timer_max_delay_s}s")
         if self.page_cache_keep_bytes < 0:
             raise ValueError(f"page_cache_keep_bytes must not be negative, got {self.page_cache_keep_bytes}")
         if self.short_call_workers is not None and self.short_call_workers < 0:

@@ -22,7 +22,7 @@ from txmq.broker.errors import (BadRequest, IllegalMessageGroup, IllegalMessageI
                                 IllegalMessageTag, IllegalPropertyKey, IllegalTopic, MessageCorrupted,
                                 MessagePropertiesTooLarge, PropertyConflictWithType, Unsupported)
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
-from txmq.broker.store.message import (PROP_BORN_HOST, PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS,
+from txmq.broker.store.message import (PROP_BORN_HOST, PROP_TIMER_DELIVER_MS, PROP_KEYS, PROP_SHARDING_KEY, PROP_TAGS,
                                        PROP_TRAN_MSG, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, SYSFLAG_COMPRESSED,
                                        SYSTEM_TOPICS, Message, StoredMessage)
 
@@ -245,6 +245,9 @@ def to_wire_message(m: StoredMessage | Message, *, topic: str | None = None, rec
         sp.message_type = pb.TRANSACTION
     elif group:
         sp.message_type = pb.FIFO
+    elif PROP_TIMER_DELIVER_MS in props:  # a timer message put in its topic when due
+        sp.message_type = pb.DELAY
+        sp.delivery_timestamp.CopyFrom(_ts(int(props[PROP_TIMER_DELIVER_MS])))
     else:
         sp.message_type = pb.NORMAL
     store_ts = stored.store_timestamp if stored is not None else 0

@@ -29,6 +29,8 @@ from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, STREAM_STREAM,
                                                    UNARY_STREAM, UNARY_UNARY)
 from txmq.broker.protocol import status as st
+from txmq.broker.store.message import PROP_TIMER_DELIVER_MS, TIMER_TOPIC
+from txmq.broker.timer.service import recall_handle
 from txmq.broker.server.convert import (check_group, check_topic, delivery_timestamp_ms, message_type_of,
                                         to_store_message, to_wire_message)
 from txmq.broker.server.pop import parse_filter
@@ -235,11 +237,10 @@ class MessagingService:
                 count = queue_counts[sm.topic] = self.core.topic_queue_count(sm.topic)
             # after the message's own checks and before DELAY's refusal, in the proxy's order
             check_accepts(sm.topic, topic_types.get(sm.topic), mtype)
-            if mtype == pb.DELAY:
-                raise Unsupported("DELAY messages (timer delivery at delivery_timestamp) are not supported "
-                                  "by txmq yet; send NORMAL messages or schedule on the producer side")
             if mtype == pb.TRANSACTION and delivery_timestamp_ms(m) is not None:
                 raise IllegalDeliveryTime("transactional messages cannot have a delivery time (delay)")
+            if mtype == pb.DELAY:  # scheduled below, once its real queue is chosen
+                sm.properties[PROP_TIMER_DELIVER_MS] = str(delivery_timestamp_ms(m))
             group = m.system_properties.message_group if mtype == pb.FIFO else None
             sm.queue_id = self._select_queue(sm.topic, count, group)
             converted.append(sm)
@@ -252,7 +253,11 @@ class MessagingService:
         else:
             # never wait for a large COMMIT here: this call holds one of the few short-call
             # threads, which every RocketMQ client's sends and acks share (short_calls.py)
-            tx_id, results = "", self.store.append(converted, wait_reserved=False)
+            # a DELAY message goes to the timer's system topic; the user's topics were checked above
+            scheduling = pb.DELAY in types
+            if scheduling:
+                converted = self.core.schedule(converted)
+            tx_id, results = "", self.store.append(converted, allow_system=scheduling, wait_reserved=False)
         self.core.metrics.messages_in += len(converted)
         response = pb.SendMessageResponse(status=OK_STATUS)
         add_entry = response.entries.add
@@ -261,7 +266,8 @@ class MessagingService:
             # RocketMQ's broker answers every send with the message id as its transaction id;
             # a transactional send gets txmq's transaction id, which EndTransaction takes
             add_entry(status=OK_STATUS, message_id=message_id, transaction_id=tx_id or message_id,
-                      offset=r.queue_offset)
+                      offset=r.queue_offset,
+                      recall_handle=recall_handle(r.queue_offset, message_id) if r.topic == TIMER_TOPIC else "")
         return response
 
     def EndTransaction(self, req: pb.EndTransactionRequest, call: Call) -> pb.EndTransactionResponse:
@@ -295,7 +301,9 @@ class MessagingService:
         topic = check_topic(req.topic.name)
         # the proxy refuses a recall on a topic that takes no DELAY messages as a type conflict first
         check_accepts(topic, self.core.topic_types.get(topic), pb.DELAY)
-        raise Unsupported("recalling DELAY messages is not supported: txmq has no timer delivery yet")
+        call.identity.require_publish(topic)  # only a producer of the topic may cancel its messages
+        message_id = self.core.timer.recall(req.recall_handle, topic)
+        return pb.RecallMessageResponse(status=OK_STATUS, message_id=message_id)
 
     def SyncLiteSubscription(self, req: pb.SyncLiteSubscriptionRequest,
                              call: Call) -> pb.SyncLiteSubscriptionResponse:

@@ -38,6 +38,7 @@ from txmq.broker.server.offset_waiters import OffsetWaiters
 from txmq.broker.store.property_names import user_properties
 from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.store.batch import BatchColumns
+from txmq.broker.timer.schedule import has_delivery_time
 from txmq.broker.store.message import (
     PROP_KEYS,
     PROP_REAL_QUEUE_ID,
@@ -259,8 +260,12 @@ class NativeService:
             topics, queue_ids = rows.topics, rows.queue_ids
             results = self.store.append_columns(BatchColumns.of_bodies(topics, rows.bodies, queue_ids, rows.born_ms))
         else:
+            # a row with a delivery time goes to the timer's system topic (the user's were checked)
+            scheduling = any(has_delivery_time(m.properties) for m in rows)
+            if scheduling:
+                rows = self.core.schedule(rows)
             topics, queue_ids = [m.topic for m in rows], [m.queue_id for m in rows]
-            results = self.store.append(rows)
+            results = self.store.append(rows, allow_system=scheduling)
         self.metrics.observe("send", len(results), time.perf_counter() - started)
         return pb.SendResponse(status=ok_status(), count=len(results),
                                slices=_slices(topics, queue_ids, results.columns[0]),

@@ -32,12 +32,19 @@ PROP_BORN_HOST = "__BORNHOST"
 PROP_CRC32 = "__CRC32#"  # whole-record CRC, always the last property (txmq addition)
 # txmq additions for multi-sender transactions
 PROP_TX_SENDER = "__TXMQ_SENDER"  # who added this half (e.g. "sinkid/batch/partition/attempt")
+# txmq addition for timer messages: on a delivered copy, the queue offset of its scheduled
+# original in TIMER_TOPIC (so a restart knows it was delivered)
+PROP_TIMER_OF = "__TXMQ_TIMER_OF"
 
 # --- system topics -------------------------------------------------------------
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-SYSTEM_TOPICS = frozenset({HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC})
+# timer (delay) messages wait in TIMER_TOPIC until due; each delivery writes a marker to
+# TIMER_DELIVERED_TOPIC in the same atomic group as the delivered copy (broker_core/timer/)
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMER_DELIVERED_TOPIC = "TXMQ_SYS_TIMER_DELIVERED"
+SYSTEM_TOPICS = frozenset({HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC, TIMER_TOPIC, TIMER_DELIVERED_TOPIC})
 
 # --- SYSFLAG bits (RocketMQ MessageSysFlag, plus txmq's group bits) ------------
 SYSFLAG_COMPRESSED = 0x1

@@ -7,6 +7,7 @@ The expected values are what Apache RocketMQ's proxy gives the same client.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 
@@ -187,10 +188,16 @@ def test_push_consumer_consumes_everything_exactly_once(client, endpoint):
 
 # --- message types --------------------------------------------------------------------------
 
-def test_a_delay_message_is_refused_as_unsupported_timer_delivery(client, endpoint):
-    sent = client.run(endpoint, "produce", "--topic", name("delay"), "--count", "1", "--delay-s", "30")
-    assert sent["sent"] == [] and len(sent["errors"]) == 1
-    assert "timer delivery" in sent["errors"][0] or "50500" in sent["errors"][0], sent["errors"]
+def test_a_delay_message_arrives_at_its_delivery_time_not_before(client, endpoint):
+    topic = name("delay")
+    before_ms = time.time() * 1000
+    sent = client.run(endpoint, "produce", "--topic", topic, "--count", "1", "--delay-s", "4")
+    assert sent["errors"] == [] and len(sent["sent"]) == 1
+    got = receive(client, endpoint, topic, 1)
+    after_ms = time.time() * 1000
+    assert got["errors"] == [] and bodies_of(got["received"]) == ["m-0"]
+    due = got["received"][0]["delivery_timestamp"]
+    assert before_ms + 4000 <= due <= after_ms  # received, and only once it was due
 
 
 def test_a_fifo_message_to_a_normal_topic_is_refused(client, endpoint, admin):

@@ -209,14 +209,12 @@ def test_handle_of_another_group_is_refused(wire):
     assert r.status.code == pb.INVALID_RECEIPT_HANDLE and "not issued" in r.status.message
 
 
-def test_delay_messages_are_unsupported_and_transactional_delays_illegal(wire):
+def test_a_transactional_message_with_a_delivery_time_is_an_illegal_delivery_time(wire):
     topic = name("delay")
     req = pb.SendMessageRequest()
     m = req.messages.add(body=b"x", topic=pb.Resource(name=topic))
     m.system_properties.message_id = "0001"
-    m.system_properties.message_type = pb.DELAY
     m.system_properties.delivery_timestamp.GetCurrentTime()
-    assert wire.call("SendMessage", req).status.code == pb.UNSUPPORTED
     m.system_properties.message_type = pb.TRANSACTION
     assert wire.call("SendMessage", req).status.code == pb.ILLEGAL_DELIVERY_TIME
     assert wire.pull_all(topic) == []

@@ -221,11 +221,16 @@ def test_a_delay_message_to_a_normal_topic_is_a_type_conflict_not_unsupported(wi
 
 
 @pytest.mark.parametrize("topic_type", ["DELAY", "MIXED"])
-def test_a_delay_message_its_topic_accepts_is_refused_as_unsupported_timer_delivery(wire, admin, topic_type):
+def test_a_delay_message_its_topic_accepts_is_scheduled(wire, admin, topic_type):
     r = send_one(wire, typed_topic(admin, topic_type), mtype=pb.DELAY,
                  delivery_ms=int(time.time() * 1000) + 60_000)
-    assert r.status.code == pb.UNSUPPORTED
-    assert "DELAY" in r.status.message and "timer delivery" in r.status.message
+    assert r.status.code == pb.OK and r.entries[0].message_id
+
+
+def test_a_delay_message_past_the_horizon_is_an_illegal_delivery_time(wire, admin):
+    r = send_one(wire, typed_topic(admin, "DELAY"), mtype=pb.DELAY,
+                 delivery_ms=int(time.time() * 1000) + 4 * 24 * 3600 * 1000)
+    assert r.status.code == pb.ILLEGAL_DELIVERY_TIME and "timer_max_delay" in r.status.message
 
 
 def test_each_type_is_accepted_by_its_own_topic(wire, admin):
@@ -424,10 +429,10 @@ def test_recalling_on_a_topic_without_delay_messages_is_a_type_conflict(wire, ad
     assert wire.call("RecallMessage", req).status.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
 
 
-def test_recalling_a_delay_message_is_refused_as_unsupported(wire, admin):
+def test_a_recall_handle_this_broker_never_gave_out_is_a_bad_request(wire, admin):
     req = pb.RecallMessageRequest(topic=pb.Resource(name=typed_topic(admin, "DELAY")), recall_handle="h")
     r = wire.call("RecallMessage", req)
-    assert r.status.code == pb.UNSUPPORTED and "recall" in r.status.message
+    assert r.status.code == pb.BAD_REQUEST and "recall handle" in r.status.message
 
 
 def test_a_message_sent_without_a_born_host_is_born_at_the_callers_address(wire):

@@ -73,7 +73,9 @@ def cmd_produce(args) -> dict:
             if args.message_group:
                 msg.message_group = args.message_group
             if args.delay_s is not None:
-                msg.delivery_timestamp = int(time.time() * 1000) + args.delay_s * 1000
+                # this client (5.1.2) writes the value into Timestamp.seconds, though its docs say ms:
+                # give it seconds, rounded up so the message is never due sooner than asked
+                msg.delivery_timestamp = int(time.time()) + 1 + args.delay_s
             try:
                 if args.use_async:
                     futures.append(producer.send_async(msg))

@@ -1,0 +1,1 @@
+"""Timer (delay) messages: scheduled in a system topic, put in their real topic when due."""
