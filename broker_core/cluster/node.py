@@ -24,7 +24,7 @@ from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server
 from txmq.broker.server.config import BrokerConfig
 from txmq.broker.store.message_store import MessageStore
 
-from .coordination import CoordinationUnavailable, EtcdGroup, LeaderRecord
+from .coordination import Coordination, CoordinationUnavailable, EtcdGroup, LeaderRecord
 from .epochs import LeaderEpochs
 from .replication import SERVICE_NAME, Follower, ReplicationLeader, replication_method_handlers
 from .roles import RoleRouter
@@ -51,7 +51,6 @@ class ReplicaNode:
         self.waiting_on: LeaderRecord | None = None  # a leader key this replica does not follow (its own old one)
         self.elections_won = 0
         self.demotions = 0
-        self.last_role_change = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_keepalive = 0.0
@@ -79,7 +78,7 @@ class ReplicaNode:
             advertised = cfg.advertised_host or (host if host not in WILDCARD_HOSTS else "127.0.0.1")
             self.me = f"{advertised}:{self.port}"
             self.server.start()
-            self.etcd = EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)
+            self.etcd: Coordination = EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)
         except BaseException:
             self.store.close()
             raise
@@ -281,7 +280,6 @@ class ReplicaNode:
         self.broker = broker
         self.router.serve(handlers)
         self.elections_won += 1
-        self.last_role_change = time.monotonic()
         log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over)", self.group, self.me,
                     record.epoch, end, time.monotonic() - t0)
 
@@ -300,7 +298,6 @@ class ReplicaNode:
             self.store.close()
         self.lead = None
         self.demotions += 1
-        self.last_role_change = time.monotonic()
         if reopen:
             self.store = MessageStore(store_config(self.config, replica=True))
 

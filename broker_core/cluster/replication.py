@@ -274,7 +274,6 @@ class Follower:
         self.state_dir = state_dir
         self.leader_end = 0
         self.confirmed = 0
-        self.last_fetch_ok = 0.0
         self.caught_up_at = time.monotonic()
         self.error: str | None = None  # a reason this replica cannot follow at all (fatal)
         self.truncated_bytes = 0
@@ -314,10 +313,6 @@ class Follower:
             except Exception:  # the next round tries again; the node sees the lag
                 log.exception("group %s: dispatching replicated bytes failed", self.group)
                 self._stop.wait(0.5)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
 
     def _next_fetch(self, versions: dict[str, int]):
         """The fetch from this log's end, sent now (it tells the leader this replica holds the log)."""
@@ -377,7 +372,6 @@ class Follower:
         self.leader_end = resp.leader_end
         self.confirmed = resp.confirmed
         now = time.monotonic()
-        self.last_fetch_ok = now
         if end >= resp.leader_end:
             self.caught_up_at = now
 
