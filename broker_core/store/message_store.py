@@ -356,7 +356,7 @@ class MessageStore:
         replay = self.recovery.replay
         assert replay is not None and self.config.replica, "only a replica dispatches replicated bytes"
         with self._replay_lock:
-            return replay.feed()
+            return replay.feed(compiled=True)
 
     def truncate_log(self, offset: int) -> int:
         """Cut a follower's log back to `offset` (where it diverged from the leader's, a group

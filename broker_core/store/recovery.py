@@ -43,6 +43,7 @@ from txmq.broker.store.message import (
 )
 from txmq.broker.store.record import RecordCorrupted, decode_record, is_blank, verify_record
 from txmq.broker.store.record_layout import BLANK_MIN_BYTES
+from txmq.broker.store.replay_columns import scan_groups
 
 READ_CHUNK = 8 << 20
 REDISPATCH_BATCH = 4096
@@ -221,9 +222,23 @@ class Replay:
                 self.split = [e for e in self.split if e.position < end]
         self.dispatcher.hold = self.split_begin
 
-    def feed(self) -> int:
+    def _feed_compiled(self) -> None:
+        """Dispatch the complete groups the compiled scan takes from `position` on."""
+        while (got := scan_groups(self.commitlog, self.position)) is not None:
+            assert got.start == self.position == self.safe_end and got.end > got.start, "scanned from a group boundary"
+            self.dispatcher.dispatch(got.queue_writes, [], [], got.end, notify=False,
+                                     index_columns=(got.index_hashes, got.index_phys, got.index_times))
+            self.position = self.safe_end = got.end
+            self.scanned += got.records
+            self.redispatched += got.queued
+
+    def feed(self, *, compiled: bool = False) -> int:
         """Scan and dispatch every valid record from `position` to the end of the data; returns
-        `safe_end`. Records of a group whose end is not there yet wait for the next feed."""
+        `safe_end`. Records of a group whose end is not there yet wait for the next feed.
+        `compiled`: take the common records with replay_columns' compiled scan first (a
+        follower's log, which only grows while it is fed)."""
+        if compiled and not self.pending and self.split is None:
+            self._feed_compiled()
         for pos, msg, end in scan(self.commitlog, self.position):
             self.position = end
             if msg is None:
