@@ -26,6 +26,7 @@ from txmq.broker.protocol import replication_pb2 as pb
 from txmq.broker.protocol.method_table import build_method_table
 from txmq.broker.store.durable import write_bytes_atomically
 from txmq.broker.store.message_store import MessageStore
+from txmq.broker.store.replay_columns import load_compiled
 from txmq.broker.transaction.snapshot import drop_snapshots
 
 from .coordination import LeaderRecord
@@ -303,6 +304,7 @@ class Follower:
 
     def _dispatch(self) -> None:
         """Flush (under --flush sync) and dispatch what the fetch loop appended, off its path."""
+        load_compiled()
         while not self._stop.is_set():
             self._appended.wait()
             self._appended.clear()
@@ -314,9 +316,10 @@ class Follower:
                 log.exception("group %s: dispatching replicated bytes failed", self.group)
                 self._stop.wait(0.5)
 
-    def _next_fetch(self, versions: dict[str, int]):
-        """The fetch from this log's end, sent now (it tells the leader this replica holds the log)."""
-        return self._fetch.future(pb.FetchRequest(
+    def _fetch_from_end(self, versions: dict[str, int]) -> pb.FetchResponse:
+        """The fetch from this log's end (it tells the leader this replica holds the log). A
+        blocking call: a future would start a gRPC polling thread per fetch."""
+        return self._fetch(pb.FetchRequest(
             group=self.group, epoch=self.leader.epoch, replica=self.me,
             offset=self.store.commitlog.write_end, max_bytes=FETCH_MAX_BYTES, max_wait_ms=FETCH_WAIT_MS,
             file_versions=versions), timeout=10, metadata=self._metadata())
@@ -324,15 +327,12 @@ class Follower:
     def _run(self) -> None:
         synced = False
         versions: dict[str, int] = {}  # the leader's metadata-file versions this replica holds
-        in_flight = None  # the next fetch, sent before the bytes of the last one are dispatched
         while not self._stop.is_set():
             try:
                 if not synced:
                     self._cut_divergent_tail()
                     synced = True
-                if in_flight is None:
-                    in_flight = self._next_fetch(versions)
-                resp, in_flight = in_flight.result(), None
+                resp = self._fetch_from_end(versions)
                 if resp.status.code != native_status.OK_CODE:
                     exc = native_status.error_from(resp.status)
                     if isinstance(exc, IllegalOffset):
@@ -345,22 +345,18 @@ class Follower:
                     self._take_file(f)
                     versions[f.name] = f.version
                 if resp.data:
-                    # acknowledge at once (holding the bytes is what a sync write waits for, as
-                    # with Kafka's and RocketMQ's followers); the dispatch thread flushes and
-                    # builds the queues meanwhile
-                    in_flight = self._next_fetch(versions)
+                    # the next fetch acknowledges these bytes at once (holding them is what a sync
+                    # write waits for, as with Kafka's and RocketMQ's followers); the dispatch
+                    # thread flushes and builds the queues meanwhile
                     self._appended.set()
             except grpc.RpcError as exc:
-                in_flight = None
                 log.debug("group %s: fetch from %s failed: %s", self.group, self.leader.endpoint, exc)
                 self._stop.wait(0.05)
             except _CannotFollow as exc:
-                in_flight = None
                 self.error = str(exc)
                 log.error("group %s: cannot follow %s: %s", self.group, self.leader.endpoint, exc)
                 return
             except Exception:  # keep following: the node sees the lag
-                in_flight = None
                 log.exception("group %s: replication from %s failed", self.group, self.leader.endpoint)
                 self._stop.wait(0.5)
 
