@@ -33,6 +33,9 @@ log = logging.getLogger("txmq.cluster")
 
 TICK_S = 0.1
 STATUS_EVERY_S = 0.5
+# How often a follower reads the leader key while that leader answers its fetches: a leader
+# that dies, is fenced or stops answering sends it back to reading it every tick.
+LEADER_READ_WHILE_SERVED_S = 1.0
 IDENTITY_FILE = "replica.json"
 EPOCH_FILE = "leader-epochs.json"
 
@@ -55,6 +58,7 @@ class ReplicaNode:
         self._thread: threading.Thread | None = None
         self._next_keepalive = 0.0
         self._next_status = 0.0
+        self._next_leader_read = 0.0
         self.etcd_ok = False
 
     # --- start and stop -------------------------------------------------------------
@@ -179,7 +183,11 @@ class ReplicaNode:
             self._put_status()
         elif now >= self._next_status:
             self._put_status()
+        if self.lead is None and now < self._next_leader_read and self.follower is not None \
+                and self.follower.served_recently():
+            return  # the leader it follows answers it: nothing for a follower to decide
         leader = self.etcd.leader()
+        self._next_leader_read = now + LEADER_READ_WHILE_SERVED_S
         if self.lead is not None:
             self._lead_tick(leader)
         else:

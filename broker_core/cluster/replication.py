@@ -180,9 +180,10 @@ class ReplicationLeader:
 
     def fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
         self._check_group(req.group)
-        if self.fenced or req.epoch != self.record.epoch:
+        if self.fenced or req.epoch != self.record.epoch or not self._lease_alive():
             raise NotLeader(f"group {self.group}: fetch for epoch {req.epoch}, this replica leads epoch "
-                            f"{self.record.epoch}{' (fenced)' if self.fenced else ''}")
+                            f"{self.record.epoch}{' (fenced)' if self.fenced else ''}"
+                            f"{' (its lease ran out)' if not self._lease_alive() else ''}")
         end = self.store.commitlog.settled_end
         if req.offset > end:
             raise IllegalOffset(f"group {self.group}: follower {req.replica} asks from {req.offset}, past the "
@@ -276,6 +277,7 @@ class Follower:
         self.leader_end = 0
         self.confirmed = 0
         self.caught_up_at = time.monotonic()
+        self.answered_at = 0.0  # when the leader last answered a fetch (monotonic)
         self.error: str | None = None  # a reason this replica cannot follow at all (fatal)
         self.truncated_bytes = 0
         self._stop = threading.Event()
@@ -360,6 +362,11 @@ class Follower:
                 log.exception("group %s: replication from %s failed", self.group, self.leader.endpoint)
                 self._stop.wait(0.5)
 
+    def served_recently(self) -> bool:
+        """Whether the leader answered a fetch within a long poll's wait (and a little): it is
+        alive, unfenced and still holds its lease (fetch checks both)."""
+        return time.monotonic() - self.answered_at < FETCH_WAIT_MS / 1000 + 0.25
+
     def _apply(self, resp: pb.FetchResponse) -> None:
         if resp.data:
             self.store.append_replicated(resp.offset, resp.data)
@@ -367,7 +374,7 @@ class Follower:
         self.epochs.adopt([Epoch(e.epoch, e.start_offset) for e in resp.epochs], end)
         self.leader_end = resp.leader_end
         self.confirmed = resp.confirmed
-        now = time.monotonic()
+        now = self.answered_at = time.monotonic()
         if end >= resp.leader_end:
             self.caught_up_at = now
 
