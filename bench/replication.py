@@ -12,6 +12,8 @@ single broker's (issue #31's bar: >= 0.5; failover p99 <= 5 s).
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -29,8 +31,19 @@ BODY = b"x" * 1024
 BATCH = 100
 
 
-def rate(endpoints: str, seconds: float, threads: int, work) -> float:
-    """Messages per second that `threads` clients get through `work(client, n)` in `seconds`."""
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU the processes used so far (Linux /proc)."""
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def rate(endpoints: str, seconds: float, threads: int, work, pids: list[int]) -> tuple[float, float]:
+    """(messages per second that `threads` clients get through `work(client, n)` in `seconds`,
+    CPU microseconds the server processes `pids` spent per message)."""
     done = [0] * threads
     stop = time.monotonic() + seconds
 
@@ -43,12 +56,13 @@ def rate(endpoints: str, seconds: float, threads: int, work) -> float:
                 n += 1
 
     t0 = time.monotonic()
+    cpu0 = cpu_seconds(pids)
     workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
     for w in workers:
         w.start()
     for w in workers:
         w.join()
-    return sum(done) / (time.monotonic() - t0)
+    return sum(done) / (time.monotonic() - t0), (cpu_seconds(pids) - cpu0) * 1e6 / max(1, sum(done))
 
 
 def sends(client: NativeClient, n: int) -> int:
@@ -97,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1,
                    help="measure each workload this many times, single broker and group alternating (a shared "
                         "host's noise hits both alike); prints each pair and the median ratio")
+    p.add_argument("--skip-throughput", action="store_true", help="measure the failover time only")
     p.add_argument("--replica-flush", choices=("async", "sync"), default="sync",
                    help="the replicas' own --flush (default sync: the same disk guarantee as the single broker)")
     args = p.parse_args(argv)
@@ -113,26 +128,30 @@ def main(argv: list[str] | None = None) -> int:
         # the client is given the leader first, as a client that found it through a route would
         endpoints = ";".join([leader] + [r.endpoint for r in group.replicas if r.endpoint != leader])
         results = {}
-        for name, work in (("1 KiB sends, batches of 100", sends), ("100-message transactions", transactions)):
+        workloads = (("1 KiB sends, batches of 100", sends), ("100-message transactions", transactions))
+        for name, work in () if args.skip_throughput else workloads:
             ratios = []
             for _ in range(args.repeat):
-                one = rate(single.endpoint, args.seconds, args.threads, work)
-                three = rate(endpoints, args.seconds, args.threads, work)
+                one, one_cpu = rate(single.endpoint, args.seconds, args.threads, work, [single.proc.pid])
+                three, three_cpu = rate(endpoints, args.seconds, args.threads, work,
+                                        [r.proc.pid for r in group.replicas] + [etcd.proc.pid])
                 ratios.append(three / one)
                 print(f"{name:32s} single broker (--flush sync) {one:10.0f} msg/s   3 replicas (sync) {three:10.0f} "
-                      f"msg/s   ratio {three / one:.3f}", flush=True)
+                      f"msg/s   ratio {three / one:.3f}   server CPU/msg {one_cpu:.0f} us vs {three_cpu:.0f} us",
+                      flush=True)
             results[name] = statistics.median(ratios)
             if args.repeat > 1:
                 print(f"{name:32s} median ratio over {args.repeat} runs: {results[name]:.3f}", flush=True)
         times = failover_times(group, args.rounds)
         if times:
             print(f"failover (kill -9 of the leader to the first acknowledged write), {len(times)} rounds: "
-                  f"p50 {statistics.median(times):.2f} s, p99 {pct(times, 0.99):.2f} s, max {max(times):.2f} s",
-                  flush=True)
+                  f"p50 {statistics.median(times):.2f} s, p99 {pct(times, 0.99):.2f} s, max {max(times):.2f} s "
+                  f"({' '.join(f'{t:.2f}' for t in times)})", flush=True)
     finally:
         group.stop()
         single.stop()
         etcd.kill()
+        shutil.rmtree(root, ignore_errors=True)  # preallocated segments: a few runs would fill /tmp
     return 0
 
 

@@ -13,6 +13,7 @@ so its queues, index and, once promoted, transaction table are the leader's.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -66,7 +67,9 @@ class ReplicationLeader:
         self.lag_max_s = lag_max_s
         self.timeout_s = timeout_s
         self._lease_alive = lease_alive
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # the confirmed offset and fencing: writes waiting to be acknowledged
+        self._bytes = threading.Condition(lock)  # new bytes: fetches waiting for them
         self._publish_lock = threading.Lock()
         now = time.monotonic()
         self.followers: dict[str, FollowerProgress] = {f: FollowerProgress(0, now, now) for f in in_sync}
@@ -77,12 +80,13 @@ class ReplicationLeader:
         self.fenced = False
         self.fenced_reason = ""
         self.acks_refused = 0
+        self._metadata_paths = [(name, str(store.config.data_dir / name)) for name in METADATA_FILES]
 
     # --- the store's hook -----------------------------------------------------------
 
     def written(self, end: int) -> None:
-        with self._cond:
-            self._cond.notify_all()  # fetches waiting for bytes
+        with self._bytes:
+            self._bytes.notify_all()  # fetches waiting for bytes, not the writes waiting for acknowledgement
         if not self.in_sync:
             self._advance()
 
@@ -135,6 +139,7 @@ class ReplicationLeader:
             self.fenced = True
             self.fenced_reason = reason
             self._cond.notify_all()
+            self._bytes.notify_all()
 
     # --- in-sync set ----------------------------------------------------------------------
 
@@ -199,12 +204,12 @@ class ReplicationLeader:
             self._advance()
         wait_s = min(req.max_wait_ms or FETCH_WAIT_MS, 5000) / 1000
         deadline = now + wait_s
-        with self._cond:
+        with self._bytes:
             while self.store.commitlog.settled_end <= req.offset and not self.fenced:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._cond.wait(left)
+                self._bytes.wait(left)
         data = self.store.read_log(req.offset, min(req.max_bytes or FETCH_MAX_BYTES, FETCH_MAX_BYTES))
         leader_end = self.store.commitlog.settled_end
         with self._cond:
@@ -217,12 +222,12 @@ class ReplicationLeader:
 
     def _changed_files(self, known) -> list[pb.MetadataFile]:
         out = []
-        for name in METADATA_FILES:
-            path = self.store.config.data_dir / name
+        for name, path in self._metadata_paths:
             try:
-                version = path.stat().st_mtime_ns
+                version = os.stat(path).st_mtime_ns  # (os.stat on a str: a pathlib stat per file per fetch showed)
                 if known.get(name) != version:
-                    out.append(pb.MetadataFile(name=name, version=version, content=path.read_bytes()))
+                    with open(path, "rb") as f:
+                        out.append(pb.MetadataFile(name=name, version=version, content=f.read()))
             except FileNotFoundError:
                 continue
         return out
