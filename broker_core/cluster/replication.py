@@ -13,6 +13,7 @@ so its queues, index and, once promoted, transaction table are the leader's.
 from __future__ import annotations
 
 import logging
+import queue
 import os
 import threading
 import time
@@ -24,7 +25,7 @@ import grpc
 from txmq.broker.errors import IllegalOffset, NotLeader, ReplicationTimeout, TxmqError
 from txmq.broker.protocol import native_status
 from txmq.broker.protocol import replication_pb2 as pb
-from txmq.broker.protocol.method_table import build_method_table
+from txmq.broker.protocol.method_table import STREAM_STREAM, UNARY_UNARY, build_method_table
 from txmq.broker.store.durable import write_bytes_atomically
 from txmq.broker.store.message_store import MessageStore
 from txmq.broker.store.replay_columns import load_compiled
@@ -41,6 +42,7 @@ FETCH_MAX_BYTES = 8 << 20
 # Metadata kept beside the CommitLog, copied whole to followers when it changes.
 METADATA_FILES = ("topics.json", "offsets.json", "topic_types.json")
 FETCH_WAIT_MS = 500
+FETCH_STALL_S = 10.0  # a fetch unanswered this long is given up (the leader answers within FETCH_WAIT_MS)
 
 
 @dataclass
@@ -260,10 +262,32 @@ def replication_method_handlers(current: Callable[[], ReplicationLeader | None],
                 return response_class(status=native_status.status_for(exc))
         return handler
 
-    return {name: grpc.unary_unary_rpc_method_handler(
+    def follow(requests, context):
+        """Fetch after fetch on one stream: each answered as the Fetch RPC answers it, by the
+        leader this replica runs when the request comes (NotLeader once it steps down)."""
+        try:
+            authorize(context)
+        except TxmqError as exc:
+            yield pb.FetchResponse(status=native_status.status_for(exc))
+            return
+        for request in requests:
+            leader = current()
+            try:
+                if leader is None:
+                    raise NotLeader(f"this replica does not lead group {group} now")
+                yield leader.fetch(request)
+            except TxmqError as exc:
+                yield pb.FetchResponse(status=native_status.status_for(exc))
+
+    handlers = {name: grpc.unary_unary_rpc_method_handler(
         serve({"EpochEnd": "epoch_end", "Fetch": "fetch"}[name], m.response_class),
         request_deserializer=m.request_class.FromString, response_serializer=m.response_class.SerializeToString)
-        for name, m in METHODS.items()}
+        for name, m in METHODS.items() if m.kind == UNARY_UNARY}
+    m = METHODS["Follow"]
+    assert m.kind == STREAM_STREAM and set(METHODS) == {"EpochEnd", "Fetch", "Follow"}, "every RPC has its handler"
+    handlers["Follow"] = grpc.stream_stream_rpc_method_handler(
+        follow, request_deserializer=m.request_class.FromString, response_serializer=m.response_class.SerializeToString)
+    return handlers
 
 
 class Follower:
@@ -294,6 +318,13 @@ class Follower:
         self._fetch = self._channel.unary_unary(
             METHODS["Fetch"].path, request_serializer=pb.FetchRequest.SerializeToString,
             response_deserializer=pb.FetchResponse.FromString)
+        self._follow = self._channel.stream_stream(
+            METHODS["Follow"].path, request_serializer=pb.FetchRequest.SerializeToString,
+            response_deserializer=pb.FetchResponse.FromString)
+        self.streaming = True  # False against a leader without Follow: a Fetch call per round instead
+        self._stream = None  # the open Follow call (its responses), and the queue its requests come from
+        self._requests: queue.SimpleQueue | None = None
+        self._asked_at: float | None = None  # when the request now unanswered was sent
         self._thread = threading.Thread(target=self._run, name=f"txmq-follow-{leader.endpoint}", daemon=True)
         self._appended = threading.Event()  # bytes the dispatch thread has yet to flush and dispatch
         self._dispatch_thread = threading.Thread(target=self._dispatch, name="txmq-follow-dispatch", daemon=True)
@@ -305,16 +336,21 @@ class Follower:
     def stop(self) -> None:
         self._stop.set()
         self._appended.set()
+        stream = self._stream
+        if stream is not None:
+            stream.cancel()  # a fetch thread waiting for an answer gets CANCELLED at once
         self._thread.join(10)
         self._dispatch_thread.join(10)
         self._channel.close()
 
     def _dispatch(self) -> None:
         """Flush (under --flush sync) and dispatch what the fetch loop appended, off its path."""
-        load_compiled()
         while not self._stop.is_set():
-            self._appended.wait()
+            if not self._appended.wait(1.0):
+                self._cancel_if_stalled()
+                continue
             self._appended.clear()
+            load_compiled()  # once, on the first bytes: not while a group starts and elects (it costs CPU)
             try:
                 if self.sync_flush:
                     self.store.commitlog.flush()
@@ -324,12 +360,41 @@ class Follower:
                 self._stop.wait(0.5)
 
     def _fetch_from_end(self, versions: dict[str, int]) -> pb.FetchResponse:
-        """The fetch from this log's end (it tells the leader this replica holds the log). A
-        blocking call: a future would start a gRPC polling thread per fetch."""
-        return self._fetch(pb.FetchRequest(
+        """The fetch from this log's end (it tells the leader this replica holds the log): the next
+        request on the Follow stream, opened when there is none; a Fetch call against a leader
+        that has no Follow."""
+        request = pb.FetchRequest(
             group=self.group, epoch=self.leader.epoch, replica=self.me,
             offset=self.store.commitlog.write_end, max_bytes=FETCH_MAX_BYTES, max_wait_ms=FETCH_WAIT_MS,
-            file_versions=versions), timeout=10, metadata=self._metadata())
+            file_versions=versions)
+        if not self.streaming:
+            return self._fetch(request, timeout=FETCH_STALL_S, metadata=self._metadata())
+        if self._stream is None:
+            self._requests = queue.SimpleQueue()
+            self._stream = self._follow(iter(self._requests.get, None), metadata=self._metadata())
+        self._asked_at = time.monotonic()
+        self._requests.put(request)
+        try:
+            return next(self._stream)
+        except StopIteration:
+            raise _StreamEnded("the leader ended the Follow stream") from None
+        finally:
+            self._asked_at = None
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._requests.put(None)  # ends the request iterator
+            self._stream.cancel()
+            self._stream = self._requests = None
+
+    def _cancel_if_stalled(self) -> None:
+        """A request unanswered past FETCH_STALL_S (a leader paused, a connection gone silent):
+        cancel the stream, as a Fetch call's deadline would end the call; the fetch loop reopens it."""
+        asked_at, stream = self._asked_at, self._stream
+        if asked_at is not None and stream is not None and time.monotonic() - asked_at > FETCH_STALL_S:
+            log.info("group %s: no answer from %s for %.0fs: reopening the Follow stream", self.group,
+                     self.leader.endpoint, FETCH_STALL_S)
+            stream.cancel()
 
     def _run(self) -> None:
         synced = False
@@ -356,16 +421,24 @@ class Follower:
                     # write waits for, as with Kafka's and RocketMQ's followers); the dispatch
                     # thread flushes and builds the queues meanwhile
                     self._appended.set()
-            except grpc.RpcError as exc:
+            except (grpc.RpcError, _StreamEnded) as exc:
+                self._close_stream()
+                if isinstance(exc, grpc.RpcError) and exc.code() == grpc.StatusCode.UNIMPLEMENTED and self.streaming:
+                    self.streaming = False
+                    log.info("group %s: leader %s has no Follow stream: fetching call by call", self.group,
+                             self.leader.endpoint)
+                    continue
                 log.debug("group %s: fetch from %s failed: %s", self.group, self.leader.endpoint, exc)
                 self._stop.wait(0.05)
             except _CannotFollow as exc:
+                self._close_stream()
                 self.error = str(exc)
                 log.error("group %s: cannot follow %s: %s", self.group, self.leader.endpoint, exc)
                 return
             except Exception:  # keep following: the node sees the lag
                 log.exception("group %s: replication from %s failed", self.group, self.leader.endpoint)
                 self._stop.wait(0.5)
+        self._close_stream()
 
     def served_recently(self) -> bool:
         """Whether the leader answered a fetch within a long poll's wait (and a little): it is
@@ -421,4 +494,8 @@ class Follower:
 
 
 class _CannotFollow(Exception):
+    pass
+
+
+class _StreamEnded(Exception):
     pass

@@ -36,10 +36,10 @@ def _compiled():
     return replay_numba
 
 
+@functools.cache
 def load_compiled() -> None:
-    """Load the compiled scan now (numba's import and the cached machine code), so that a
-    follower's first dispatch does not wait for it; the buffer is read-only as scan_groups's
-    (numba compiles per array type)."""
+    """Load the compiled scan now (numba's import and the cached machine code); the buffer is
+    read-only as scan_groups's (numba compiles per array type)."""
     k = _compiled()
     k.scan_records(np.frombuffer(b"", dtype=np.uint8), 0, 0, np.empty((0, k.COLUMNS), dtype=np.int64), k.TABLES,
                    k.UNIQ_PREFIX_CRC, k.CRC_PREFIX_BYTES, k.TAGS_NAME, k.UNIQ_NAME, k.KEYS_NAME)
