@@ -265,11 +265,16 @@ class ReplicaNode:
             # Serve only once the in-sync followers hold this log's whole tail (which may hold
             # writes of the last epoch nobody confirmed): readers must never see what a later
             # failover could lose.
-            if not lead.wait_confirmed(end, cfg.replica_lag_max_s):
-                behind = {f for f in lead.in_sync if lead.followers[f].offset < end}
-                if not self.etcd.set_in_sync(record, sorted((set(lead.in_sync) - behind) | {self.me})):
-                    raise RuntimeError("the in-sync set could not be written: another replica leads")
-                lead.set_in_sync(set(lead.in_sync) - behind)
+            deadline = time.monotonic() + cfg.replica_lag_max_s
+            while not lead.wait_confirmed(end, max(0.0, min(deadline - time.monotonic(), self.etcd.ttl / 4))):
+                if time.monotonic() >= deadline:
+                    behind = {f for f in lead.in_sync if lead.followers[f].offset < end}
+                    if not self.etcd.set_in_sync(record, sorted((set(lead.in_sync) - behind) | {self.me})):
+                        raise RuntimeError("the in-sync set could not be written: another replica leads")
+                    lead.set_in_sync(set(lead.in_sync) - behind)
+                    break
+                self._renew_lease_taking_over()
+            self._renew_lease_taking_over()
             store.write_lock.replication = lead
             core = BrokerCore(cfg, store=store)
             core.replication_status = self.status
@@ -290,6 +295,13 @@ class ReplicaNode:
         self.elections_won += 1
         log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over)", self.group, self.me,
                     record.epoch, end, time.monotonic() - t0)
+
+    def _renew_lease_taking_over(self) -> None:
+        """Renew the lease as the tick would (this thread runs the tick, and a take-over on a loaded
+        host can outlast the lease: the new leader would be fenced as it starts serving)."""
+        if not self.etcd.keepalive():
+            raise RuntimeError("its etcd lease expired while it took over")
+        self._next_keepalive = time.monotonic() + self.etcd.ttl / 4
 
     def _step_down(self, reason: str, *, reopen: bool = True) -> None:
         """Stop acknowledging at once, close the leader's services, and (unless stopping) reopen

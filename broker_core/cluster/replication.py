@@ -372,6 +372,8 @@ class Follower:
         if self._stream is None:
             self._requests = queue.SimpleQueue()
             self._stream = self._follow(iter(self._requests.get, None), metadata=self._metadata())
+            if self._stop.is_set():
+                self._stream.cancel()  # stop() may have looked before this stream was there
         self._asked_at = time.monotonic()
         self._requests.put(request)
         try:
