@@ -289,4 +289,10 @@ def test_a_group_serving_tls_and_auth_replicates_and_keeps_its_log_from_unsigned
     with pytest.raises(grpc.RpcError) as refused:
         fetch(rpb.FetchRequest(group=group.name, epoch=leader.epoch, replica="thief:1", offset=0), timeout=10)
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    follow = channel.stream_stream(METHODS["Follow"].path, request_serializer=rpb.FetchRequest.SerializeToString,
+                                   response_deserializer=rpb.FetchResponse.FromString)
+    with pytest.raises(grpc.RpcError) as refused:
+        list(follow(iter([rpb.FetchRequest(group=group.name, epoch=leader.epoch, replica="thief:1", offset=0)]),
+                    timeout=10))
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     channel.close()
