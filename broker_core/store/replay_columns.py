@@ -71,7 +71,7 @@ def scan_groups(commitlog: CommitLog, position: int) -> ScannedGroups | None:
         return None
     buf = np.frombuffer(seg.read(position - seg.start, min(available, SCAN_BYTES)), dtype=np.uint8)
     k = _compiled()
-    rows = np.empty((SCAN_ROWS, k.COLUMNS), dtype=np.int64)
+    rows = np.empty((min(SCAN_ROWS, len(buf) // MIN_RECORD_SIZE), k.COLUMNS), dtype=np.int64)
     n = k.scan_records(buf, position, seg_cap_end, rows, k.TABLES, k.UNIQ_PREFIX_CRC, k.CRC_PREFIX_BYTES,
                        k.TAGS_NAME, k.UNIQ_NAME, k.KEYS_NAME)
     flags = rows[:n, k.SYS_FLAG]
