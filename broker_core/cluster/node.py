@@ -280,6 +280,7 @@ class ReplicaNode:
             core.replication_status = self.status
             broker = Broker(cfg, core)
             handlers = broker.service_handlers()
+            self._renew_lease_taking_over()  # the core rebuilt the transaction table: long after a busy epoch
             broker.start_beside(self.port, name_flight_host=True)
         except BaseException:
             log.exception("group %s: %s could not start serving as leader", self.group, self.me)
