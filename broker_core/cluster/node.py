@@ -15,7 +15,9 @@ import json
 import logging
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import grpc
 
@@ -276,11 +278,11 @@ class ReplicaNode:
                 self._renew_lease_taking_over()
             self._renew_lease_taking_over()
             store.write_lock.replication = lead
-            core = BrokerCore(cfg, store=store)
+            with self._lease_renewed_meanwhile():  # the core rebuilds the transaction table: long after a busy epoch
+                core = BrokerCore(cfg, store=store)
             core.replication_status = self.status
             broker = Broker(cfg, core)
             handlers = broker.service_handlers()
-            self._renew_lease_taking_over()  # the core rebuilt the transaction table: long after a busy epoch
             broker.start_beside(self.port, name_flight_host=True)
         except BaseException:
             log.exception("group %s: %s could not start serving as leader", self.group, self.me)
@@ -303,6 +305,34 @@ class ReplicaNode:
         if not self.etcd.keepalive():
             raise RuntimeError("its etcd lease expired while it took over")
         self._next_keepalive = time.monotonic() + self.etcd.ttl / 4
+
+    @contextmanager
+    def _lease_renewed_meanwhile(self) -> Iterator[None]:
+        """Renew the lease from another thread while the body runs (this thread, which renews it,
+        is busy); raise on leaving if it was lost meanwhile."""
+        done = threading.Event()
+        lost: list[str] = []
+
+        def renew() -> None:
+            while not done.wait(self.etcd.ttl / 4):
+                try:
+                    if not self.etcd.keepalive():
+                        lost.append("its etcd lease expired while it took over")
+                        return
+                except CoordinationUnavailable as exc:
+                    lost.append(f"etcd unreachable while it took over: {exc}")
+                    return
+
+        renewer = threading.Thread(target=renew, name="txmq-take-over-lease", daemon=True)
+        renewer.start()
+        try:
+            yield
+        finally:
+            done.set()
+            renewer.join()
+        if lost:
+            raise RuntimeError(lost[0])
+        self._renew_lease_taking_over()
 
     def _step_down(self, reason: str, *, reopen: bool = True) -> None:
         """Stop acknowledging at once, close the leader's services, and (unless stopping) reopen
