@@ -225,5 +225,10 @@ class BrokerUnavailable(TxmqError):
     """The broker cannot be reached or is shutting down (client side)."""
 
 
+class BrokerUnreachable(BrokerUnavailable):
+    """No endpoint of the broker could be connected to: the call was never sent (client side),
+    so a write may safely go elsewhere."""
+
+
 class StoreError(TxmqError):
     """An I/O failure or an invariant violation inside the store: the broker is unhealthy."""

@@ -491,10 +491,48 @@ class NativeService:
         if queue_count < 0:
             raise errors.BadRequest(f"queue_count must be positive, got {queue_count}")
         topic_type = TopicType.parse(request.message_type) if request.message_type else None
+        routes = self.core.routes
+        if routes is not None and not request.group_only:
+            # a cluster topic: its queues spread over the groups, this group creating its share
+            routes.create_topic(request.name, queue_count, topic_type.value if topic_type else "")
+            return pb.TopicResponse(status=ok_status(), topic=self._topic_view(self._topic(request.name))
+                                    if self.store.topics.exists(request.name) else pb.TopicView(name=request.name))
         config = self.store.topics.create(request.name, queue_count)
         if topic_type is not None:
             self.core.topic_types.set(request.name, topic_type)
+        if routes is not None:
+            routes.refresh()  # another group registered this topic: route it from now on
         return pb.TopicResponse(status=ok_status(), topic=self._topic_view(config))
+
+    def Routes(self, request, context) -> pb.RoutesResponse:
+        identity = self._identity(context)
+        for topic in request.topics:
+            if not (identity.may_subscribe(topic) or identity.may_publish(topic)):
+                identity.require_subscribe(topic)
+        routes = self.core.routes
+        if routes is None:  # one group, unnamed, holding every queue of its topics
+            host, port = self.core.advertised or self.core.config.listen_host_port
+            me = f"{host}:{port}"
+            names = list(request.topics) or [t.name for t in self.store.topics.list()]
+            topics = [pb.TopicRoute(name=n, message_type=self.core.topic_types.get(n).value,
+                                    queues=[pb.QueueRoute(group="", queue_id=q) for q in self._queue_ids(n)])
+                      for n in names]
+            return pb.RoutesResponse(status=ok_status(), cluster=False, topics=topics,
+                                     groups=[pb.GroupRoute(name="", leader=me, endpoints=[me])])
+        layouts = routes.topics()
+        topics = []
+        for name in list(request.topics) or sorted(layouts):
+            layout = routes.topic(name)
+            if layout is not None:
+                queues = [pb.QueueRoute(group=q.group, queue_id=q.queue_id) for q in layout.queues]
+                mtype = layout.message_type
+            else:  # a topic of this group alone (auto-created by a send, or made before the cluster)
+                queues = [pb.QueueRoute(group=routes.group, queue_id=q) for q in self._queue_ids(name)]
+                mtype = self.core.topic_types.get(name).value
+            topics.append(pb.TopicRoute(name=name, queues=queues, message_type=mtype))
+        groups = [pb.GroupRoute(name=g.name, leader=g.leader or "", endpoints=list(g.endpoints))
+                  for g in routes.groups().values()]
+        return pb.RoutesResponse(status=ok_status(), cluster=True, groups=groups, topics=topics)
 
     def ListTopics(self, request, context) -> pb.ListTopicsResponse:
         identity = self._identity(context)

@@ -1,0 +1,207 @@
+"""ClusterClient: a cluster of broker groups as one, from any broker's endpoint.
+
+It asks a broker for the routes (which group holds which queue of a topic, and each group's
+live replicas), keeps one NativeClient per group (which fails over between that group's
+replicas by itself), and refreshes the routes every `route_ttl_s` and after a failure.
+A producer's group is chosen round-robin over the topic's queues, skipping groups that
+latency fault tolerance keeps out (client/fault_tolerance.py); reads name their group.
+Outside a cluster the broker answers one group, "", and this is a plain NativeClient.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+
+from txmq.broker import errors
+from txmq.broker.client.fault_tolerance import LatencyFaultTolerance
+from txmq.broker.client.native_client import NativeClient, parse_endpoints
+from txmq.broker.client.types import Message, QueueRef, Routes, SendSummary
+
+log = logging.getLogger(__name__)
+
+# How long a group's client retries replicas it cannot reach before the call fails and the
+# group is avoided: above a group's failover time (p99 3.6 s in bench/replication.py).
+GROUP_UNREACHABLE_S = 5.0
+
+# {topic: {(group, queue id): offset}}: offsets of a cluster's queues
+ClusterOffsets = dict[str, dict[tuple[str, int], int]]
+
+
+class ClusterClient:
+    def __init__(self, bootstrap: str, *, route_ttl_s: float = 2.0, fault_tolerance: bool = True,
+                 **client_kwargs: Any) -> None:
+        self.bootstrap = parse_endpoints(bootstrap)
+        self.route_ttl_s = route_ttl_s
+        self.client_kwargs = dict(client_kwargs)
+        self.client_kwargs.setdefault("retry_unavailable_s", GROUP_UNREACHABLE_S)
+        self.client_kwargs.setdefault("fail_fast", True)
+        self.faults = LatencyFaultTolerance(enabled=fault_tolerance)
+        self._lock = threading.RLock()
+        self._clients: dict[str, NativeClient] = {}
+        self._retired: list[NativeClient] = []
+        self._endpoints: dict[str, tuple[str, ...]] = {}
+        self._routes: Routes | None = None
+        self._routes_at = 0.0
+        self._turn: dict[str, itertools.count] = {}
+        self._boot = NativeClient(";".join(self.bootstrap), **self.client_kwargs)
+
+    # ---- routes --------------------------------------------------------------------
+
+    def routes(self, topics: Sequence[str] = (), *, refresh: bool = False) -> Routes:
+        """The routes of `topics` (fetched when unknown, stale or `refresh`)."""
+        with self._lock:
+            known = self._routes
+            fresh = known is not None and time.monotonic() - self._routes_at < self.route_ttl_s
+            if not refresh and fresh and all(t in known.topics for t in topics):
+                return known
+            wanted = sorted(set(topics) | (set(known.topics) if known else set()))
+            routes = self._ask(wanted)
+            self._apply(routes)
+            return routes
+
+    def _ask(self, topics: Sequence[str]) -> Routes:
+        """Ask the bootstrap broker, then any known replica: one live broker is enough."""
+        try:
+            return self._boot.routes(topics)
+        except errors.BrokerUnavailable as first:
+            for client in list(self._clients.values()):
+                try:
+                    return client.routes(topics)
+                except errors.BrokerUnavailable:
+                    continue
+            raise first
+
+    def _apply(self, routes: Routes) -> None:
+        old = self._routes
+        self._routes, self._routes_at = routes, time.monotonic()
+        for group, endpoints in routes.groups.items():
+            if old is not None and old.leaders.get(group) != routes.leaders.get(group):
+                self.faults.forgive(group)  # a new leader: the old one's penalty is not its own
+            if endpoints and set(endpoints) != set(self._endpoints.get(group, ())):
+                # a new client when the group's replicas changed; the old one finishes its calls
+                self._endpoints[group] = tuple(endpoints)
+                old_client = self._clients.get(group)
+                if old_client is not None:
+                    self._retired.append(old_client)  # closed with this client: a call may still use it
+                self._clients[group] = NativeClient(";".join(endpoints), **self.client_kwargs)
+
+    def group(self, name: str) -> NativeClient:
+        """The client of group `name` (the bootstrap broker's for an unnamed single group)."""
+        with self._lock:
+            client = self._clients.get(name)
+            if client is None:
+                self.routes(refresh=True)
+                client = self._clients.get(name)
+            if client is None:
+                raise errors.BrokerUnavailable(f"group {name!r} is not in the cluster's routes (no live replica)")
+            return client
+
+    def queues(self, topic: str) -> tuple[QueueRef, ...]:
+        return self.routes([topic]).queues(topic)
+
+    # ---- admin --------------------------------------------------------------------
+
+    def create_topic(self, name: str, queue_count: int = 4, message_type: str | None = None) -> tuple[QueueRef, ...]:
+        """Create a topic with `queue_count` queues spread over the groups; its queues."""
+        self._boot.create_topic(name, queue_count, message_type)
+        return self.routes([name], refresh=True).queues(name)
+
+    # ---- sends --------------------------------------------------------------------
+
+    def _choose(self, topic: str) -> str:
+        """A group for the next send to `topic`: round-robin over its queues, so a group takes
+        sends in proportion to the queues it holds; groups electing a leader are skipped."""
+        routes = self.routes([topic])
+        live = [q.group for q in routes.queues(topic) if routes.leaders.get(q.group) or not routes.cluster]
+        if not live:
+            raise errors.BrokerUnavailable(f"no group holding queues of {topic!r} has a leader now")
+        turn = self._turn.setdefault(topic, itertools.count())
+        return self.faults.pick(live, next(turn))
+
+    def _send_with(self, topic: str, send) -> SendSummary:
+        """Run `send(client)` on a chosen group; a group that could not be reached (nothing
+        was sent) is avoided and the next is tried, so a down group does not stop a topic."""
+        tried: set[str] = set()
+        while True:
+            group = self._choose(topic)
+            if group in tried:
+                group = next((g for g in dict.fromkeys(q.group for q in self.queues(topic)) if g not in tried), group)
+            tried.add(group)
+            started = time.monotonic()
+            try:
+                summary = send(self.group(group))
+            except errors.BrokerUnreachable:
+                self.faults.update(group, 0, failed=True)
+                self.routes([topic], refresh=True)
+                if len(tried) >= len({q.group for q in self.queues(topic)}):
+                    raise
+                log.warning("group %s unreachable; sending %s to another group", group, topic)
+                continue
+            except errors.BrokerUnavailable:
+                self.faults.update(group, 0, failed=True)
+                raise
+            self.faults.update(group, (time.monotonic() - started) * 1000)
+            return dataclasses.replace(summary, group=group)
+
+    def send(self, messages: Sequence[Message], *, topic: str) -> SendSummary:
+        return self._send_with(topic, lambda c: c.send(messages, topic=topic))
+
+    def send_arrow(self, batch: pa.RecordBatch | pa.Table | Iterable[Any], *, topic: str) -> SendSummary:
+        return self._send_with(topic, lambda c: c.send_arrow(batch, topic=topic))
+
+    # ---- reads --------------------------------------------------------------------
+
+    def _per_group(self, topics: Sequence[str], call) -> ClusterOffsets:
+        """`call(client, topics)` on every group holding queues of `topics`, in parallel, merged."""
+        routes = self.routes(topics)
+        groups = sorted({q.group for t in topics for q in routes.queues(t)})
+        out: ClusterOffsets = {t: {} for t in topics}
+        with ThreadPoolExecutor(max(1, len(groups))) as pool:
+            answers = list(pool.map(lambda g: (g, call(self.group(g), [t for t in topics if any(
+                q.group == g for q in routes.queues(t))])), groups))
+        for group, offsets in answers:
+            for topic, queues in offsets.items():
+                for queue_id, offset in queues.items():
+                    out[topic][(group, queue_id)] = offset
+        return out
+
+    def snapshot_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
+        """Each group's consistent cut of `topics`: a transaction lives in one group, so the
+        cuts together show every transaction whole or not at all."""
+        return self._per_group(topics, lambda c, ts: c.snapshot_offsets(ts))
+
+    def min_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
+        return self._per_group(topics, lambda c, ts: c.min_offsets(ts))
+
+    def read_queue(self, topic: str, group: str, queue_id: int, start: int, end: int, **kwargs: Any) -> Iterator:
+        return self.group(group).read_queue(topic, queue_id, start, end, **kwargs)
+
+    def commit_offsets(self, consumer_group: str, offsets: Mapping[str, Mapping[tuple[str, int], int]]) -> None:
+        by_group: dict[str, dict[str, dict[int, int]]] = {}
+        for topic, queues in offsets.items():
+            for (group, queue_id), offset in queues.items():
+                by_group.setdefault(group, {}).setdefault(topic, {})[queue_id] = offset
+        for group, part in by_group.items():
+            self.group(group).commit_offsets(consumer_group, part)
+
+    # ---- lifecycle -----------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()) + self._retired, {}
+        for client in clients + [self._boot]:
+            client.close()
+
+    def __enter__(self) -> "ClusterClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

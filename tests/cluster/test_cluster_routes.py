@@ -1,0 +1,120 @@
+"""A cluster of broker groups: topics spread over groups through the route registry in etcd,
+routes from any broker, the native client's choice of group, the official client from one
+bootstrap endpoint (real etcd, real broker processes, one replica per group to stay quick)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import Counter
+
+import pytest
+
+from txmq.broker import errors
+from txmq.broker.client.cluster_client import ClusterClient
+from txmq.broker.client.native_client import NativeClient
+from txmq.broker.client.types import Message
+from txmq.broker.cluster.etcd_process import EtcdProcess
+from txmq.broker.cluster.local_group import LocalGroup
+
+pytestmark = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed (make etcd)")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """etcd of its own and three groups of one replica each."""
+    root = tmp_path_factory.mktemp("cluster")
+    etcd = EtcdProcess(root / "etcd").start()
+    groups = []
+    try:
+        for name in ("g1", "g2", "g3"):
+            groups.append(LocalGroup(root, etcd, name, replicas=1, args=["--replication", "async"]).start())
+        yield groups
+    finally:
+        for g in groups:
+            g.stop()
+        etcd.kill()
+
+
+def cluster_bodies(client: ClusterClient, topic: str) -> Counter:
+    cut = client.snapshot_offsets([topic])[topic]
+    out: Counter = Counter()
+    for (group, queue_id), end in sorted(cut.items()):
+        for pulled in client.read_queue(topic, group, queue_id, 0, end):
+            out.update(pulled.batch.column("body").to_pylist())
+    return out
+
+
+def test_a_topic_created_through_one_broker_spreads_its_queues_over_every_group(cluster):
+    with ClusterClient(cluster[1].endpoints) as client:
+        queues = client.create_topic("spread", 7)
+    assert [(q.group, q.queue_id) for q in queues] == [
+        ("g1", 0), ("g2", 0), ("g3", 0), ("g1", 1), ("g2", 1), ("g3", 1), ("g1", 2)]
+    for group, share in (("g1", 3), ("g2", 2), ("g3", 2)):
+        with NativeClient(cluster[int(group[1]) - 1].endpoints) as c:
+            assert c.describe_topic("spread").queue_count == share
+
+
+def test_any_broker_answers_the_same_routes_with_each_groups_leader(cluster):
+    with ClusterClient(cluster[0].endpoints) as client:
+        client.create_topic("routes", 3)
+    answers = []
+    for g in cluster:
+        with NativeClient(g.endpoints) as c:
+            routes = c.routes(["routes"])
+        answers.append((routes.topics["routes"], routes.leaders))
+    assert all(a == answers[0] for a in answers)
+    assert answers[0][1] == {g.name: g.wait_leader().endpoint for g in cluster}
+
+
+def test_the_native_client_spreads_sends_over_the_groups_and_reads_each_once(cluster):
+    with ClusterClient(cluster[2].endpoints) as client:
+        client.create_topic("orders", 6)
+        groups = Counter()
+        for i in range(60):
+            summary = client.send([Message("orders", f"o-{i}".encode())], topic="orders")
+            groups[summary.group] += 1
+        assert groups == Counter({"g1": 20, "g2": 20, "g3": 20})
+        seen = cluster_bodies(client, "orders")
+    assert seen == Counter({f"o-{i}".encode(): 1 for i in range(60)})
+
+
+def test_growing_a_cluster_topic_keeps_every_queue_in_its_group(cluster):
+    with ClusterClient(cluster[0].endpoints) as client:
+        before = client.create_topic("grows", 3)
+        after = client.create_topic("grows", 5)
+        assert after[:3] == before
+        with pytest.raises(errors.IllegalQueue, match="cannot shrink"):
+            client.create_topic("grows", 2)
+
+
+def test_a_topic_of_one_broker_routes_as_a_single_unnamed_group(tmp_path):
+    from txmq.broker.embedded import EmbeddedBroker
+
+    with EmbeddedBroker(tmp_path / "single") as broker, ClusterClient(broker.endpoint) as client:
+        client.create_topic("alone", 2)
+        assert [(q.group, q.queue_id) for q in client.queues("alone")] == [("", 0), ("", 1)]
+        assert client.send([Message("alone", b"x")], topic="alone").group == ""
+        assert cluster_bodies(client, "alone") == Counter({b"x": 1})
+
+
+def test_sends_avoid_a_group_that_is_down_and_its_queues_leave_the_routes(tmp_path):
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    groups = [LocalGroup(tmp_path, etcd, name, replicas=1, args=["--lease-ttl", "1s", "--replication", "async"]).start()
+              for name in ("a", "b")]
+    try:
+        with ClusterClient(groups[0].endpoints) as client:
+            client.create_topic("failing", 4)
+            groups[1].replicas[0].kill()
+            sent = Counter()
+            for i in range(20):
+                sent[client.send([Message("failing", f"f-{i}".encode())], topic="failing").group] += 1
+            assert sent == Counter({"a": 20})
+            deadline = time.monotonic() + 10
+            while {q.group for q in client.queues("failing")} and client.routes(refresh=True).leaders.get("b"):
+                assert time.monotonic() < deadline, "the dead group's leader never left the routes"
+                time.sleep(0.2)
+    finally:
+        for g in groups:
+            g.stop()
+        etcd.kill()
