@@ -118,3 +118,44 @@ def test_sends_avoid_a_group_that_is_down_and_its_queues_leave_the_routes(tmp_pa
         for g in groups:
             g.stop()
         etcd.kill()
+
+
+def test_the_official_client_spreads_over_groups_from_one_bootstrap_endpoint_and_consumes_each_once(cluster):
+    from tests.interop.conftest import official_client_available, run_client
+
+    if not official_client_available():
+        pytest.skip("the official client's venv is missing (make interop-venv)")
+    with ClusterClient(cluster[0].endpoints) as client:
+        client.create_topic("official-spread", 6)
+        sent = run_client(cluster[0].replicas[0].endpoint, "produce", "--topic", "official-spread",
+                          "--count", "60", "--prefix", "s", timeout=120)
+        assert not sent["errors"], sent["errors"][:3]
+        stored = cluster_bodies(client, "official-spread")
+    assert stored == Counter({f"s-{i}".encode(): 1 for i in range(60)})
+    per_group = Counter()
+    for g in cluster:
+        with NativeClient(g.endpoints) as c:
+            per_group[g.name] = sum(q.max_offset for q in c.describe_topic("official-spread").queues.values())
+    assert all(per_group[g.name] > 0 for g in cluster), f"a group took no sends: {per_group}"
+    got = run_client(cluster[0].replicas[0].endpoint, "simple", "--topic", "official-spread", "--group", "readers",
+                     "--expect", "60", "--timeout", "60", timeout=120)
+    acked = Counter(r["body"] for r in got["received"] if r.get("acked"))
+    assert acked == Counter({f"s-{i}": 1 for i in range(60)}), got["errors"][:3]
+
+
+def test_the_cli_creates_a_cluster_topic_and_describes_each_queue_with_its_group_and_leader(cluster):
+    import json
+    import subprocess
+    import sys
+
+    def txmq(*args: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "txmq.broker.cli", "--broker", cluster[2].endpoints, *args,
+                              "--json"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    txmq("topic", "create", "cli-spread", "--queues", "4")
+    data = txmq("topic", "describe", "cli-spread")
+    leaders = {g.name: g.wait_leader().endpoint for g in cluster}
+    assert [(q["queue_id"], q["group"], q["leader"]) for q in data["queues"]] == [
+        (0, "g1", leaders["g1"]), (0, "g2", leaders["g2"]), (0, "g3", leaders["g3"]), (1, "g1", leaders["g1"])]
