@@ -15,7 +15,8 @@ import itertools
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
@@ -180,6 +181,50 @@ class ClusterClient:
 
     def min_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
         return self._per_group(topics, lambda c, ts: c.min_offsets(ts))
+
+    def offsets_for_timestamp(self, topics: Sequence[str], timestamp_ms: int) -> ClusterOffsets:
+        return self._per_group(topics, lambda c, ts: c.offsets_for_timestamp(ts, timestamp_ms))
+
+    def committed_offsets(self, consumer_group: str, topics: Sequence[str]) -> ClusterOffsets:
+        """The consumer group's committed offsets (queues it never committed are absent)."""
+        def committed(client: NativeClient, ts: list[str]) -> dict[str, dict[int, int]]:
+            try:
+                lag = client.group_lag(consumer_group, ts)
+            except errors.ConsumerGroupNotFound:
+                return {}
+            return {t: {q: e.committed for q, e in qs.items() if e.committed >= 0} for t, qs in lag.items()}
+        return self._per_group(topics, committed)
+
+    def wait_for_offsets(self, topics: Sequence[str], known: Mapping[str, Mapping[tuple[str, int], int]],
+                         timeout_ms: int) -> ClusterOffsets:
+        """Long poll every group at once: the cluster's cut as soon as one group has moved past
+        `known`, else at the timeout."""
+        routes = self.routes(topics)
+        groups = sorted({q.group for t in topics for q in routes.queues(t)})
+        pool = ThreadPoolExecutor(max(1, len(groups)))
+
+        def wait(group: str) -> None:
+            mine = [t for t in topics if any(q.group == group for q in routes.queues(t))]
+            part = {t: {q: o for (g, q), o in known.get(t, {}).items() if g == group} for t in mine}
+            self.group(group).wait_for_offsets(mine, part, timeout_ms)
+
+        try:
+            waits = [pool.submit(wait, g) for g in groups]
+            futures_wait(waits, timeout=timeout_ms / 1000.0 + 1.0, return_when=FIRST_COMPLETED)
+        finally:
+            pool.shutdown(wait=False)  # the other groups' long polls end at their timeout
+        return self.snapshot_offsets(topics)
+
+    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False) -> list[str]:
+        try:
+            return self._boot.consumer_heartbeat(group, member_id, ttl_ms, leave=leave)
+        except errors.BrokerUnavailable:
+            for client in list(self._clients.values()):
+                try:
+                    return client.consumer_heartbeat(group, member_id, ttl_ms, leave=leave)
+                except errors.BrokerUnavailable:
+                    continue
+            raise
 
     def read_queue(self, topic: str, group: str, queue_id: int, start: int, end: int, **kwargs: Any) -> Iterator:
         return self.group(group).read_queue(topic, queue_id, start, end, **kwargs)

@@ -540,6 +540,11 @@ class NativeClient:
             out.setdefault(e.topic, {})[e.queue_id] = GroupLag(e.committed, e.max_offset, e.lag)
         return out
 
+    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False) -> list[str]:
+        """Say `member_id` of consumer group `group` is alive for `ttl_ms` (or leaves); the live members."""
+        req = pb.ConsumerHeartbeatRequest(group=group, member_id=member_id, ttl_ms=ttl_ms, leave=leave)
+        return list(self._call("ConsumerHeartbeat", req).members)
+
     def stats(self) -> dict:
         import json
 

@@ -225,6 +225,20 @@ class EtcdGroup:
         return self._txn([{"key": _b64(key), "result": "EQUAL", **target}],
                          [{"request_put": {"key": _b64(key), "value": _b64(value)}}])
 
+    def put(self, key: str, value: bytes, lease: int = 0) -> None:
+        self._post("/kv/put", {"key": _b64(key), "value": _b64(value), **({"lease": lease} if lease else {})})
+
+    def delete(self, key: str) -> None:
+        self._post("/kv/deleterange", {"key": _b64(key)})
+
+    def grant(self, ttl_s: int) -> int:
+        """A new lease of its own (not this replica's): for keys that outlive no client."""
+        return int(self._post("/lease/grant", {"TTL": max(1, int(ttl_s)), "ID": 0})["ID"])
+
+    def refresh(self, lease: int) -> bool:
+        """Renew `lease`; False when it has expired."""
+        return int(self._post("/lease/keepalive", {"ID": lease}).get("result", {}).get("TTL", -1)) > 0
+
     def close(self) -> None:
         if self.lease_id is not None:
             try:
@@ -239,6 +253,10 @@ class EtcdKV(Protocol):
 
     def range_prefix(self, prefix: str) -> list[tuple[str, bytes, int]]: ...
     def put_if_revision(self, key: str, value: bytes, mod_revision: int) -> bool: ...
+    def put(self, key: str, value: bytes, lease: int = 0) -> None: ...
+    def delete(self, key: str) -> None: ...
+    def grant(self, ttl_s: int) -> int: ...
+    def refresh(self, lease: int) -> bool: ...
 
 
 def cluster_status(endpoints: list[tuple[str, int]], group: str | None = None) -> dict[str, Any]:

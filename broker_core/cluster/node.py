@@ -30,6 +30,7 @@ from .coordination import Coordination, CoordinationUnavailable, EtcdGroup, Lead
 from .epochs import LeaderEpochs
 from .replication import SERVICE_NAME, Follower, ReplicationLeader, replication_method_handlers
 from .roles import RoleRouter
+from .membership import EtcdMembership
 from .routes import GroupRoute, RouteRegistry, RouteView
 
 log = logging.getLogger("txmq.cluster")
@@ -84,6 +85,7 @@ class ReplicaNode:
             self.me = f"{advertised}:{self.port}"
             self.server.start()
             self.etcd: Coordination = EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)
+            self.membership = EtcdMembership(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s))
             self.routes = RouteView(RouteRegistry(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)),
                                     self.group, self._create_share)
         except BaseException:
@@ -320,6 +322,7 @@ class ReplicaNode:
             core = BrokerCore(cfg, store=store)
             core.replication_status = self.status
             core.routes = self.routes
+            core.membership = self.membership
             broker = Broker(cfg, core)
             handlers = broker.service_handlers()
             broker.start_beside(self.port, name_flight_host=True)

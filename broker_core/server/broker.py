@@ -36,6 +36,7 @@ from txmq.broker.errors import TopicNotFound
 from txmq.broker.server.auth import Authenticator, AuthInterceptor
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
+from txmq.broker.server.membership import LocalMembership, Membership
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.metrics_http import MetricsServer, start_metrics_server
 from txmq.broker.server.rpc_metrics import RpcMetrics
@@ -111,6 +112,7 @@ class BrokerCore:
             self.advertised: tuple[str, int] | None = None  # set by Broker.start once it listens
             self.replication_status = None  # a group's leader: set by cluster/node.py
             self.routes = None  # a group's leader in a cluster: set by cluster/node.py
+            self.membership: Membership = LocalMembership()  # a cluster's leader: etcd's (cluster/node.py)
             self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
                          else Authenticator.disabled())
             self.pop = PopService(self)

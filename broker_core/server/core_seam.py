@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 from txmq.broker.server.auth import Authenticator
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig
+from txmq.broker.server.membership import Membership
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.server.topic_types import TopicTypes
@@ -97,6 +98,7 @@ class ServiceCore(Protocol):
     replication_status: Callable[[], dict] | None
     # a group's leader in a cluster: where every group's queues are; None outside a cluster
     routes: ClusterRoutes | None
+    membership: Membership  # consumer groups' live members (in etcd in a cluster)
 
     def topic_queue_count(self, topic: str, *, create: bool | None = None) -> int: ...
 

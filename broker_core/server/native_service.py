@@ -504,6 +504,12 @@ class NativeService:
             routes.refresh()  # another group registered this topic: route it from now on
         return pb.TopicResponse(status=ok_status(), topic=self._topic_view(config))
 
+    def ConsumerHeartbeat(self, request, context) -> pb.ConsumerHeartbeatResponse:
+        self._identity(context)  # signed like every call when auth is on
+        members = self.core.membership.heartbeat(request.group, request.member_id, request.ttl_ms,
+                                                 leave=request.leave)
+        return pb.ConsumerHeartbeatResponse(status=ok_status(), members=members)
+
     def Routes(self, request, context) -> pb.RoutesResponse:
         identity = self._identity(context)
         for topic in request.topics:

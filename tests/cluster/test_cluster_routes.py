@@ -159,3 +159,29 @@ def test_the_cli_creates_a_cluster_topic_and_describes_each_queue_with_its_group
     leaders = {g.name: g.wait_leader().endpoint for g in cluster}
     assert [(q["queue_id"], q["group"], q["leader"]) for q in data["queues"]] == [
         (0, "g1", leaders["g1"]), (0, "g2", leaders["g2"]), (0, "g3", leaders["g3"]), (1, "g1", leaders["g1"])]
+
+
+def test_consumers_of_a_group_divide_a_cluster_topics_queues_through_etcd(cluster):
+    from tests.client.test_pull_consumer import _join
+    from txmq.broker.client import PullConsumer
+
+    with ClusterClient(cluster[0].endpoints) as c0, ClusterClient(cluster[1].endpoints) as c1:
+        c0.create_topic("shared", 6)
+        a = PullConsumer(c0, ["shared"], group="readers", allocation="consistent_hash", member_id="a",
+                         heartbeat_ttl_ms=300)
+        b = PullConsumer(c1, ["shared"], group="readers", allocation="consistent_hash", member_id="b",
+                         heartbeat_ttl_ms=300)
+        _join(a, b)
+        assert a.assigned["shared"].isdisjoint(b.assigned["shared"])
+        assert a.assigned["shared"] | b.assigned["shared"] == {(q.group, q.queue_id) for q in c0.queues("shared")}
+        for i in range(30):
+            c0.send([Message("shared", f"s-{i}".encode())], topic="shared")
+        got = Counter()
+        deadline = time.monotonic() + 20
+        while sum(got.values()) < 30 and time.monotonic() < deadline:
+            for consumer in (a, b):
+                for batch in consumer.poll(timeout_ms=200):
+                    got.update(batch.column("body").to_pylist())
+        assert got == Counter({f"s-{i}".encode(): 1 for i in range(30)})
+        a.close()
+        b.close()
