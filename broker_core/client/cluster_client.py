@@ -15,16 +15,18 @@ import itertools
 import logging
 import threading
 import time
+import zlib
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
 from txmq.broker import errors
 from txmq.broker.client.fault_tolerance import LatencyFaultTolerance
 from txmq.broker.client.native_client import NativeClient, parse_endpoints
-from txmq.broker.client.types import Message, QueueRef, Routes, SendSummary
+from txmq.broker.client.types import (CheckRequest, EndSummary, Message, PrepareSummary, PullResult, QueueRef, Routes,
+                                     SendSummary, TopicInfo, TransactionInfo)
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +43,9 @@ class ClusterClient:
                  **client_kwargs: Any) -> None:
         self.bootstrap = parse_endpoints(bootstrap)
         self.route_ttl_s = route_ttl_s
-        self.client_kwargs = dict(client_kwargs)
-        self.client_kwargs.setdefault("retry_unavailable_s", GROUP_UNREACHABLE_S)
-        self.client_kwargs.setdefault("fail_fast", True)
+        # a group's client gives up on its replicas soon enough for a send to go to another group;
+        # the bootstrap client (a lone broker's only one) waits as a NativeClient does
+        self.client_kwargs = {"retry_unavailable_s": GROUP_UNREACHABLE_S, "fail_fast": True, **client_kwargs}
         self.faults = LatencyFaultTolerance(enabled=fault_tolerance)
         self._lock = threading.RLock()
         self._clients: dict[str, NativeClient] = {}
@@ -52,7 +54,8 @@ class ClusterClient:
         self._routes: Routes | None = None
         self._routes_at = 0.0
         self._turn: dict[str, itertools.count] = {}
-        self._boot = NativeClient(";".join(self.bootstrap), **self.client_kwargs)
+        self._tx_groups: dict[str, str] = {}  # transaction id -> the group found holding it
+        self._boot = NativeClient(";".join(self.bootstrap), **client_kwargs)
 
     # ---- routes --------------------------------------------------------------------
 
@@ -83,6 +86,9 @@ class ClusterClient:
     def _apply(self, routes: Routes) -> None:
         old = self._routes
         self._routes, self._routes_at = routes, time.monotonic()
+        if not routes.cluster:  # a lone broker: its one group is the bootstrap connection itself
+            self._clients[""] = self._boot
+            return
         for group, endpoints in routes.groups.items():
             if old is not None and old.leaders.get(group) != routes.leaders.get(group):
                 self.faults.forgive(group)  # a new leader: the old one's penalty is not its own
@@ -226,8 +232,22 @@ class ClusterClient:
                     continue
             raise
 
-    def read_queue(self, topic: str, group: str, queue_id: int, start: int, end: int, **kwargs: Any) -> Iterator:
+    def read_queue(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> Iterator:
+        """Queue (group, queue id) of `topic`, range [start, end), as the group's `read_queue` streams it."""
+        group, queue_id = queue
         return self.group(group).read_queue(topic, queue_id, start, end, **kwargs)
+
+    def pull_arrow(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> PullResult:
+        group, queue_id = queue
+        return self.group(group).pull_arrow(topic, queue_id, start, end, **kwargs)
+
+    def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
+        """Every topic: a cluster's registered ones (queues per group are in `routes`), or a lone broker's."""
+        routes = self.routes(refresh=True)
+        if not routes.cluster:
+            return self._boot.list_topics(include_system=include_system)
+        return [TopicInfo(name, len(queues), 6, {}, routes.message_types.get(name) or "MIXED")
+                for name, queues in sorted(routes.topics.items())]
 
     def commit_offsets(self, consumer_group: str, offsets: Mapping[str, Mapping[tuple[str, int], int]]) -> None:
         by_group: dict[str, dict[str, dict[int, int]]] = {}
@@ -237,12 +257,76 @@ class ClusterClient:
         for group, part in by_group.items():
             self.group(group).commit_offsets(consumer_group, part)
 
+    # ---- transactions ----------------------------------------------------------------
+    # A transaction lives in one group: the one its id hashes to among every group the cluster
+    # ever had (groups that elected once stay listed, so the choice holds while one is down).
+    # Calls about an id look there first and, if that group does not know it, in the others:
+    # a group added since the transaction began moves the hash, not the transaction.
+
+    def transaction_group(self, transaction_id: str) -> str:
+        with self._lock:
+            pinned = self._tx_groups.get(transaction_id)
+        if pinned is not None:
+            return pinned
+        groups = sorted(self.routes().groups)
+        if not groups:
+            raise errors.BrokerUnavailable("the cluster's routes list no group")
+        return groups[zlib.crc32(transaction_id.encode()) % len(groups)]
+
+    def _pin(self, transaction_id: str, group: str) -> None:
+        with self._lock:
+            if len(self._tx_groups) > 10_000:
+                self._tx_groups.clear()
+            self._tx_groups[transaction_id] = group
+
+    def _on_transaction(self, transaction_id: str, call):
+        """`call(client)` on the transaction's group; on UnknownTransaction, on each other group."""
+        first = self.transaction_group(transaction_id)
+        try:
+            return call(self.group(first))
+        except errors.UnknownTransaction:
+            for group in sorted(self.routes().groups):
+                if group == first:
+                    continue
+                try:
+                    result = call(self.group(group))
+                except (errors.UnknownTransaction, errors.BrokerUnavailable):
+                    continue
+                self._pin(transaction_id, group)
+                return result
+            raise
+
+    def prepare_stream(self, transaction_id: str, batches: Iterable[pa.RecordBatch | pa.Table], *,
+                       topic: str | None = None, producer_group: str, sender: str,
+                       return_message_ids: bool = False) -> PrepareSummary:
+        group = self.transaction_group(transaction_id) if transaction_id else self._choose(topic or "")
+        summary = self.group(group).prepare_stream(transaction_id, batches, topic=topic, producer_group=producer_group,
+                                                   sender=sender, return_message_ids=return_message_ids)
+        self._pin(summary.transaction_id, group)
+        return summary
+
+    def end_transaction(self, transaction_id: str, resolution: str, **kwargs: Any) -> EndSummary:
+        return self._on_transaction(transaction_id, lambda c: c.end_transaction(transaction_id, resolution, **kwargs))
+
+    def get_transaction(self, transaction_id: str) -> TransactionInfo:
+        return self._on_transaction(transaction_id, lambda c: c.get_transaction(transaction_id))
+
+    def resume_transaction(self, transaction_id: str) -> None:
+        self._on_transaction(transaction_id, lambda c: c.resume_transaction(transaction_id))
+
+    def checkback_session(self, producer_group: str, topics: Sequence[str],
+                          handler: Callable[[CheckRequest], str]) -> "_Sessions":
+        """A check-back session on every group: any of them may hold the producer's halves."""
+        routes = self.routes(refresh=True)
+        groups = sorted(g for g in routes.groups if routes.leaders.get(g) or not routes.cluster)
+        return _Sessions([self.group(g).checkback_session(producer_group, topics, handler) for g in groups])
+
     # ---- lifecycle -----------------------------------------------------------------
 
     def close(self) -> None:
         with self._lock:
             clients, self._clients = list(self._clients.values()) + self._retired, {}
-        for client in clients + [self._boot]:
+        for client in {id(c): c for c in clients + [self._boot]}.values():
             client.close()
 
     def __enter__(self) -> "ClusterClient":
@@ -250,3 +334,14 @@ class ClusterClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Sessions:
+    """Check-back sessions on several groups, closed together."""
+
+    def __init__(self, sessions: list) -> None:
+        self.sessions = sessions
+
+    def close(self) -> None:
+        for session in self.sessions:
+            session.close()

@@ -96,8 +96,7 @@ class _Cluster(Generic[K]):
         return self.client.wait_for_offsets(topics, known, timeout_ms)
 
     def read(self, topic, key, start, end, **kwargs):
-        group, queue_id = key
-        return self.client.read_queue(topic, group, queue_id, start, end, **kwargs)
+        return self.client.read_queue(topic, key, start, end, **kwargs)
 
     def committed(self, group, topics):
         return self.client.committed_offsets(group, topics)

@@ -101,14 +101,16 @@ class RouteRegistry:
     def groups(self) -> dict[str, GroupRoute]:
         leaders: dict[str, str] = {}
         members: dict[str, list[str]] = {}
+        names: set[str] = set()  # every group that ever elected (its epoch key stays): a stable list
         for key, value, _ in self.etcd.range_prefix(ROOT):
             name, _, rest = key[len(ROOT):].partition("/")
+            names.add(name)
             if rest == "leader":
                 leaders[name] = str(json.loads(value)["endpoint"])
             elif rest.startswith("members/"):
                 members.setdefault(name, []).append(rest[len("members/"):])
         out = {}
-        for name in sorted(set(leaders) | set(members)):
+        for name in sorted(names):
             leader = leaders.get(name)
             rest = sorted(m for m in members.get(name, []) if m != leader)
             out[name] = GroupRoute(name, leader, tuple(([leader] if leader else []) + rest))

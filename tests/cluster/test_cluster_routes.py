@@ -40,7 +40,7 @@ def cluster_bodies(client: ClusterClient, topic: str) -> Counter:
     cut = client.snapshot_offsets([topic])[topic]
     out: Counter = Counter()
     for (group, queue_id), end in sorted(cut.items()):
-        for pulled in client.read_queue(topic, group, queue_id, 0, end):
+        for pulled in client.read_queue(topic, (group, queue_id), 0, end):
             out.update(pulled.batch.column("body").to_pylist())
     return out
 
