@@ -57,6 +57,10 @@ class ClusterClient:
         self._tx_groups: dict[str, str] = {}  # transaction id -> the group found holding it
         self._boot = NativeClient(";".join(self.bootstrap), **client_kwargs)
 
+    @property
+    def client_id(self) -> str:
+        return self._boot.client_id
+
     # ---- routes --------------------------------------------------------------------
 
     def routes(self, topics: Sequence[str] = (), *, refresh: bool = False) -> Routes:
@@ -133,7 +137,7 @@ class ClusterClient:
         turn = self._turn.setdefault(topic, itertools.count())
         return self.faults.pick(live, next(turn))
 
-    def _send_with(self, topic: str, send) -> SendSummary:
+    def _send_with(self, topic: str, send) -> tuple[str, Any]:
         """Run `send(client)` on a chosen group; a group that could not be reached (nothing
         was sent) is avoided and the next is tried, so a down group does not stop a topic."""
         tried: set[str] = set()
@@ -156,13 +160,15 @@ class ClusterClient:
                 self.faults.update(group, 0, failed=True)
                 raise
             self.faults.update(group, (time.monotonic() - started) * 1000)
-            return dataclasses.replace(summary, group=group)
+            return group, summary
 
     def send(self, messages: Sequence[Message], *, topic: str) -> SendSummary:
-        return self._send_with(topic, lambda c: c.send(messages, topic=topic))
+        group, summary = self._send_with(topic, lambda c: c.send(messages, topic=topic))
+        return dataclasses.replace(summary, group=group)
 
     def send_arrow(self, batch: pa.RecordBatch | pa.Table | Iterable[Any], *, topic: str) -> SendSummary:
-        return self._send_with(topic, lambda c: c.send_arrow(batch, topic=topic))
+        group, summary = self._send_with(topic, lambda c: c.send_arrow(batch, topic=topic))
+        return dataclasses.replace(summary, group=group)
 
     # ---- reads --------------------------------------------------------------------
 
@@ -305,6 +311,30 @@ class ClusterClient:
         self._pin(summary.transaction_id, group)
         return summary
 
+    def prepare(self, transaction_id: str, messages: Sequence[Message], *, topic: str | None = None,
+                producer_group: str = "", sender: str = "", return_message_ids: bool = True) -> PrepareSummary:
+        """Halves in the protobuf form: a new transaction ("") goes to a group chosen as a send's is."""
+        def prepare(client: NativeClient) -> PrepareSummary:
+            return client.prepare(transaction_id, messages, topic=topic, producer_group=producer_group,
+                                  sender=sender, return_message_ids=return_message_ids)
+
+        if transaction_id:
+            group = self.transaction_group(transaction_id)
+            summary = prepare(self.group(group))
+        else:  # a new transaction: wherever a send would go, avoiding groups that are down
+            group, summary = self._send_with(topic or (messages[0].topic if messages else "") or "", prepare)
+        self._pin(summary.transaction_id, group)
+        return summary
+
+    def list_transactions(self, *, state: str = "PENDING", topic: str | None = None,
+                          limit: int = 1000) -> list[TransactionInfo]:
+        """The transactions of every group with a leader (each group's first `limit`)."""
+        routes = self.routes(refresh=True)
+        out: list[TransactionInfo] = []
+        for group in sorted(g for g in routes.groups if routes.leaders.get(g) or not routes.cluster):
+            out += self.group(group).list_transactions(state=state, topic=topic, limit=limit)
+        return out
+
     def end_transaction(self, transaction_id: str, resolution: str, **kwargs: Any) -> EndSummary:
         return self._on_transaction(transaction_id, lambda c: c.end_transaction(transaction_id, resolution, **kwargs))
 
@@ -341,6 +371,10 @@ class _Sessions:
 
     def __init__(self, sessions: list) -> None:
         self.sessions = sessions
+
+    def wait_registered(self, timeout_s: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        return all(session.wait_registered(max(0.0, deadline - time.monotonic())) for session in self.sessions)
 
     def close(self) -> None:
         for session in self.sessions:
