@@ -185,3 +185,42 @@ def test_consumers_of_a_group_divide_a_cluster_topics_queues_through_etcd(cluste
         assert got == Counter({f"s-{i}".encode(): 1 for i in range(30)})
         a.close()
         b.close()
+
+
+def test_a_transaction_producer_over_the_cluster_commits_on_every_group_and_check_back_finds_its_halves(cluster):
+    from txmq.broker.client import LocalTransactionState, TransactionProducer
+
+    class Listener:
+        def execute_local_transaction(self, message, arg):
+            return LocalTransactionState.UNKNOWN if arg % 3 == 0 else LocalTransactionState.COMMIT
+
+        def check_local_transaction(self, message):
+            return LocalTransactionState.COMMIT
+
+    with ClusterClient(cluster[1].endpoints) as client:
+        client.create_topic("cluster-tx", 6)
+        used = Counter()
+        with TransactionProducer(client, "cluster-shop", Listener(), topics=["cluster-tx"]) as producer:
+            for i in range(30):
+                result = producer.send_message_in_transaction(Message("cluster-tx", f"t-{i}".encode()), i)
+                used[client.transaction_group(result.transaction_id)] += 1
+            deadline = time.monotonic() + 30
+            while client.list_transactions(state="PENDING"):
+                assert time.monotonic() < deadline, "check-back left transactions pending"
+                time.sleep(0.3)
+        assert set(used) == {"g1", "g2", "g3"}
+        assert cluster_bodies(client, "cluster-tx") == Counter({f"t-{i}".encode(): 1 for i in range(30)})
+
+
+def test_the_official_client_commits_transactions_on_every_group_from_one_bootstrap_endpoint(cluster):
+    from tests.interop.conftest import official_client_available, run_client
+
+    if not official_client_available():
+        pytest.skip("the official client's venv is missing (make interop-venv)")
+    with ClusterClient(cluster[0].endpoints) as client:
+        client.create_topic("official-tx-spread", 6)
+        result = run_client(cluster[2].replicas[0].endpoint, "transaction", "--topic", "official-tx-spread",
+                            "--mode", "commit", "--count", "30", "--prefix", "x", timeout=120)
+        assert not result["errors"], result["errors"][:3]
+        stored = cluster_bodies(client, "official-tx-spread")
+    assert stored == Counter({f"x-{i}".encode(): 1 for i in range(30)})
