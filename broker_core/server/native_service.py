@@ -494,9 +494,12 @@ class NativeService:
         routes = self.core.routes
         if routes is not None and not request.group_only:
             # a cluster topic: its queues spread over the groups, this group creating its share
-            routes.create_topic(request.name, queue_count, topic_type.value if topic_type else "")
-            return pb.TopicResponse(status=ok_status(), topic=self._topic_view(self._topic(request.name))
-                                    if self.store.topics.exists(request.name) else pb.TopicView(name=request.name))
+            layout = routes.create_topic(request.name, queue_count, topic_type.value if topic_type else "")
+            # the view of this group's share, counting the whole topic's queues (Routes lists where they are)
+            view = (self._topic_view(self._topic(request.name)) if self.store.topics.exists(request.name)
+                    else pb.TopicView(name=request.name, message_type=layout.message_type or "MIXED"))
+            view.queue_count = len(layout.queues)
+            return pb.TopicResponse(status=ok_status(), topic=view)
         config = self.store.topics.create(request.name, queue_count)
         if topic_type is not None:
             self.core.topic_types.set(request.name, topic_type)
