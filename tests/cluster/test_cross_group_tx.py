@@ -104,11 +104,12 @@ def cluster_of(group_factory):
 
     def make(n: int = 2, *, replicas: int = 1, coordinator_replicas: int | None = None, args=None) -> Cluster:
         groups = {}
+        prefix = f"x{uuid.uuid4().hex[:8]}"  # parametrized tests would share group_factory's names in one etcd
         for i in range(n):
             count = coordinator_replicas if (coordinator_replicas and i == 0) else replicas
             # a lone replica has no follower to wait for: sync replication would refuse every write
             alone = ["--replication", "async"] if count == 1 else []
-            g = group_factory(args=[*FAST_CHECKS, *alone, *(args or [])], replicas=count)
+            g = group_factory(f"{prefix}-{i}", args=[*FAST_CHECKS, *alone, *(args or [])], replicas=count)
             groups[g.name] = g
         c = Cluster(groups)
         made.append(c)
