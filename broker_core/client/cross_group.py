@@ -10,13 +10,15 @@ group, or none does.
 1. Halves go to each group as usual, each carrying the transaction's coordinator group
    (derived from the id over the sorted group names: decision.coordinator_for) and the
    participant groups.
-2. commit()/rollback() records the decision at the coordinator (Decide: the first
-   decision wins, so a check-back that rolled the transaction back first is reported as a
-   TransactionConflict).
-3. Each participant is told the decision (EndTransaction, retried: it is idempotent). A
-   participant applies nothing but the coordinator's decision: it asks the coordinator
-   itself before it commits. One that is not reached settles through check-back, which
-   asks the coordinator first.
+2. commit()/rollback() records the decision at the coordinator (the first decision wins,
+   so a check-back that rolled the transaction back first is reported as a
+   TransactionConflict). When the coordinator group holds halves, its own EndTransaction
+   records it (a coordinator resolves its halves only after recording the decision): one
+   round trip less than Decide followed by EndTransaction. Otherwise Decide records it.
+3. Then every other participant is told the decision (EndTransaction, retried: it is
+   idempotent). A participant applies nothing but the coordinator's decision: it asks the
+   coordinator itself before it commits. One that is not reached settles through
+   check-back, which asks the coordinator first.
 
 With a single group there is no coordinator: the transaction is a plain one (no extra
 round trip, no properties added).
@@ -161,19 +163,33 @@ class CrossGroupTransaction:
             ended = self.end_on(group, wanted)
             self.decision = wanted
             return CrossGroupResult(self.transaction_id, wanted, None, {group: ended} if ended else {}, {})
-        decided = self.decide(wanted)
-        result = self.settle(decided)
+        decided, first = self._decide_at_coordinator(wanted)
+        result = self.settle(decided, skip=first)
         if decided != wanted:
             raise errors.TransactionConflict(
                 f"transaction {self.transaction_id} was decided {decided} by its coordinator group "
                 f"{self.coordinator} first: {wanted} refused ({decided} applied on every group)")
         return result
 
-    def settle(self, decision: str) -> CrossGroupResult:
+    def _decide_at_coordinator(self, wanted: str) -> tuple[str, dict[str, EndSummary]]:
+        """(the decision, {coordinator: its EndSummary} when its EndTransaction recorded it)."""
+        if self.prepared.get(self.coordinator):
+            try:
+                summary = self._end_retrying(self.coordinator, wanted)
+            except errors.TransactionConflict:
+                pass  # decided otherwise first: read it below, then apply it everywhere
+            else:
+                if summary is not None:
+                    self.decision = wanted
+                    return wanted, {self.coordinator: summary}
+        return self.decide(wanted), {}
+
+    def settle(self, decision: str, *, skip: Mapping[str, EndSummary] | None = None) -> CrossGroupResult:
         """Tell every participant `decision` (the coordinator's), in parallel, each retried for
-        end_retry_s; what is left unsettled then is settled by check-back."""
-        futures = {g: _POOL.submit(self._end_retrying, g, decision) for g in self.groups}
-        ended: dict[str, EndSummary] = {}
+        end_retry_s; what is left unsettled then is settled by check-back. `skip`: groups told
+        already, with their answers."""
+        ended: dict[str, EndSummary] = dict(skip or {})
+        futures = {g: _POOL.submit(self._end_retrying, g, decision) for g in self.groups if g not in ended}
         unsettled: dict[str, str] = {}
         for group, future in futures.items():
             try:
