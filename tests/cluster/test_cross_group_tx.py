@@ -321,3 +321,45 @@ def test_a_three_replica_coordinator_keeps_its_decision_across_a_leader_kill(clu
     group.wait_leader(not_epoch=old.epoch)
     assert tx.decide("ROLLBACK") == "COMMIT", "the new leader derived the decision from the replicated log"
     cluster.wait_all_or_nothing(sent, committed=True)
+
+
+def test_groups_serving_tls_and_auth_reach_each_others_coordinator_and_check_the_caller(cluster_of, tmp_path):
+    import json
+
+    from tests.support.tls import self_signed
+
+    cert, key = self_signed(tmp_path)
+    accounts = tmp_path / "auth.json"
+    accounts.write_text(json.dumps({"accounts": [
+        {"access_key": "ops", "secret_key": "ops-secret", "admin": True, "publish": ["*"], "subscribe": ["*"]},
+        {"access_key": "shop-app", "secret_key": "s1", "producer_groups": [PRODUCER_GROUP], "publish": ["*"],
+         "subscribe": ["*"]},
+        {"access_key": "other-app", "secret_key": "s2", "producer_groups": ["other"], "publish": ["*"],
+         "subscribe": ["*"]}]}))
+    cluster = cluster_of(2, args=["--tls-cert", str(cert), "--tls-key", str(key), "--auth-file", str(accounts)])
+
+    def clients(access_key: str, secret_key: str) -> dict[str, NativeClient]:
+        return {n: NativeClient(g.endpoints, tls=True, ca_file=str(cert), access_key=access_key,
+                                secret_key=secret_key, timeout_s=20) for n, g in cluster.groups.items()}
+
+    shop, other = clients("shop-app", "s1"), clients("other-app", "s2")
+    try:
+        coordinator, participant = cluster.names()
+        tx = CrossGroupTransaction(shop, producer_group=PRODUCER_GROUP,
+                                   transaction_id=tx_id_coordinated_by(coordinator, cluster.names()))
+        for name in cluster.names():
+            tx.prepare(name, [Message(cluster.topics[name], f"secure-{name}".encode())])
+        intruder = CrossGroupTransaction(other, producer_group=PRODUCER_GROUP, transaction_id=tx.transaction_id)
+        with pytest.raises(errors.Forbidden):
+            intruder.decide("ROLLBACK")  # not an owner of the producer group
+        # the participant reaches the coordinator over TLS, signed as the replicas' admin account
+        shop[participant].end_transaction(tx.transaction_id, "COMMIT", producer_group=PRODUCER_GROUP)
+        assert tx.get_decision() == "COMMIT"
+        assert tx.commit().decision == "COMMIT"
+        with NativeClient(cluster.groups[participant].endpoints, tls=True, ca_file=str(cert), access_key="ops",
+                          secret_key="ops-secret") as admin:
+            assert Counter(topic_bodies(admin, cluster.topics[participant])) == Counter(
+                {f"secure-{participant}".encode(): 1})
+    finally:
+        for c in (*shop.values(), *other.values()):
+            c.close()
