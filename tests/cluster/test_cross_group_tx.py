@@ -363,3 +363,36 @@ def test_groups_serving_tls_and_auth_reach_each_others_coordinator_and_check_the
     finally:
         for c in (*shop.values(), *other.values()):
             c.close()
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_random_group_at_a_random_step_always_ends_all_or_nothing_exactly_once(cluster_of):
+    import random
+
+    rng = random.Random(27)
+    cluster = cluster_of(3)
+    names = cluster.names()
+    sessions = answer_checks(cluster, "ROLLBACK")  # a producer asked before any decision says ROLLBACK
+    try:
+        for _ in range(8):
+            tx = cluster.transaction(rng.choice(names))
+            sent = cluster.prepare_all(tx)
+            step = rng.choice(["before the decision", "after the decision", "midway through the commits"])
+            victim = rng.choice(names)
+            if step != "before the decision":
+                assert tx.decide("COMMIT") == "COMMIT"
+            if step == "midway through the commits":
+                tx.end_on(next(n for n in names if n != victim), "COMMIT")
+            cluster.groups[victim].replicas[0].kill()
+            cluster.groups[victim].replicas[0].restart()
+            cluster.groups[victim].wait_leader()
+            if step == "before the decision" and rng.random() < 0.5:
+                try:  # the client's commit races the check-backs' ROLLBACK: whichever is recorded first wins
+                    tx.commit()
+                except errors.TransactionConflict:
+                    pass
+            wait_until(lambda: tx.get_decision() is not None, what=f"a decision ({step}, {victim} killed)")
+            cluster.wait_all_or_nothing(sent, committed=tx.get_decision() == "COMMIT")
+    finally:
+        for s in sessions:
+            s.close()
