@@ -195,6 +195,9 @@ class ClusterDecisions:
 
     # --- DecisionAuthority --------------------------------------------------------
 
+    def is_coordinator(self, cross: CrossGroup) -> bool:
+        return cross.coordinator == self.group
+
     def settle(self, transaction_id: str, cross: CrossGroup, proposal: Resolution) -> Resolution:
         if cross.coordinator == self.group:
             return self.engine.decide(transaction_id, proposal, cross.participants).resolution

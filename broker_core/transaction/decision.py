@@ -91,6 +91,9 @@ def cross_group_of(properties: Mapping[str, str]) -> CrossGroup | None:
 class DecisionAuthority(Protocol):
     """How a participant's engine reaches a transaction's coordinator (cluster/cross_tx.py)."""
 
+    def is_coordinator(self, cross: CrossGroup) -> bool:
+        """Whether this group coordinates `cross` (its engine then holds the decision itself)."""
+
     def settle(self, transaction_id: str, cross: CrossGroup, proposal: Resolution) -> Resolution:
         """Record `proposal` at the coordinator unless it holds a decision already, and return the
         decision (the first one wins). Raises CoordinatorUnavailable when it cannot be reached."""

@@ -203,6 +203,8 @@ class TransactionEngine:
             return self._end(tx, resolution, source, include_senders, wait_reserved)
         if tx.state is TxState.DISCARDED and resolution is Resolution.ROLLBACK:
             return EndResult(TxState.DISCARDED, False)  # a discard recorded ROLLBACK at the coordinator first
+        if self._authority().is_coordinator(cross):
+            return self._end_as_coordinator(tx, cross, resolution, source, include_senders, wait_reserved)
         # no participant resolves a cross-group transaction but as its coordinator decided (first decision wins)
         decided = self._settle(tx, cross, resolution)
         result = self._end(tx, decided, source, include_senders, wait_reserved)
@@ -212,8 +214,39 @@ class TransactionEngine:
                 f"{cross.coordinator}: {resolution.name} refused ({decided.name} applied here)")
         return result
 
+    def _end_as_coordinator(self, tx: Transaction, cross: CrossGroup, resolution: Resolution, source: str,
+                            include_senders: Iterable[str] | None, wait_reserved: bool) -> EndResult:
+        """The coordinator group resolving its own halves: with no decision yet, the DECIDE op
+        goes in the same store group as its COMMIT (or ROLLBACK), one write instead of two, so
+        the decision and this group's part of it survive a crash together or not at all."""
+        tx_id = tx.transaction_id
+        with self._decide_lock(tx_id):
+            known = self.decision(tx_id)
+            if known is not None:
+                decided, decide_op, decision = known.resolution, None, None
+            else:
+                decided = resolution
+                now = self._now_ms()
+                decision = Decision(resolution, cross.participants, now)
+                decide_op = build_op(OpRecord(tx_id, OpKind.DECIDE, None, 0, now, decision=resolution.name,
+                                              participants=cross.participants))
+            result = self._end(tx, decided, source, include_senders, wait_reserved, decide_op)
+            if decision is not None:
+                # nothing was written when the transaction had ended here already: no decision then
+                if not result.newly_ended:
+                    raise TransactionConflict(f"transaction {tx_id} ended on its coordinator group without a "
+                                              f"recorded decision: it was not resolved as a cross-group transaction")
+                with self._table_lock:
+                    self._decisions[tx_id] = decision
+                self.metrics.count("decisions")
+        if decided is not resolution:
+            raise TransactionConflict(
+                f"transaction {tx_id} was decided {decided.name} by its coordinator group "
+                f"{cross.coordinator}: {resolution.name} refused ({decided.name} applied here)")
+        return result
+
     def _end(self, tx: Transaction, resolution: Resolution, source: str, include_senders: Iterable[str] | None,
-             wait_reserved: bool) -> EndResult:
+             wait_reserved: bool, decide_op: Message | None = None) -> EndResult:
         transaction_id = tx.transaction_id
         with tx.exclusive(), collector_paused():
             if tx.state.is_final:
@@ -228,10 +261,10 @@ class TransactionEngine:
                 raise UnknownTransaction(f"transaction {transaction_id} has no half messages")
             now = self._now_ms()
             if resolution is Resolution.COMMIT:
-                committed = self._commit(tx, include_senders, now, wait_reserved)
+                committed = self._commit(tx, include_senders, now, wait_reserved, decide_op)
                 state = TxState.COMMITTED
             else:
-                self._append_op_and_finish(tx, OpKind.ROLLBACK, TxState.ROLLED_BACK, now)
+                self._append_op_and_finish(tx, OpKind.ROLLBACK, TxState.ROLLED_BACK, now, decide_op)
                 committed, state = [], TxState.ROLLED_BACK
             if source in CHECK_SOURCES:
                 self.metrics.count("checks_answered")
@@ -319,7 +352,7 @@ class TransactionEngine:
         recorded already, and return the decision in force (the first one wins). The DECIDE op is
         in the store (replicated under sync replication) before this returns."""
         check_transaction_id(transaction_id)
-        with self._decide_locks[hash(transaction_id) % len(self._decide_locks)]:
+        with self._decide_lock(transaction_id):
             with self._table_lock:
                 known = self._decisions.get(transaction_id)
             if known is not None:
@@ -346,6 +379,10 @@ class TransactionEngine:
         CoordinatorUnavailable when it cannot be asked."""
         assert tx.cross is not None, "only a cross-group transaction has a coordinator"
         return self._authority().lookup(tx.transaction_id, tx.cross)
+
+    def _decide_lock(self, transaction_id: str) -> threading.Lock:
+        """Serializes the decisions of one transaction id (first wins) without one lock for all."""
+        return self._decide_locks[hash(transaction_id) % len(self._decide_locks)]
 
     def _settle(self, tx: Transaction, cross: CrossGroup, proposal: Resolution) -> Resolution:
         decided = self._authority().settle(tx.transaction_id, cross, proposal)
@@ -523,7 +560,8 @@ class TransactionEngine:
                 if self._table.get(tx.transaction_id) is tx:
                     del self._table[tx.transaction_id]
 
-    def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int, wait_reserved: bool = True):
+    def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int, wait_reserved: bool = True,
+                decide_op: Message | None = None):
         """Append the final records (copies of the selected halves, the engine's prepare time
         dropped) and the op record as one group, then mark the transaction committed."""
         wanted = None if include_senders is None else frozenset(include_senders)
@@ -533,16 +571,21 @@ class TransactionEngine:
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
         with self._gate.shared():
             # the halves are dead once copied: resolved, no check-back reads them again
-            results = self.store.append_group_copies(finals, [op], wait_reserved=wait_reserved, sources_dead=True)
+            ops = [op] if decide_op is None else [decide_op, op]  # a decision first: recovery meets it first
+            results = self.store.append_group_copies(finals, ops, wait_reserved=wait_reserved, sources_dead=True)
             self._finish(tx, TxState.COMMITTED, now, _count_topics(finals.topics) if wanted is None else None)
         count = len(finals)
         self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, count)
         return AppendResults(count, lambda: list(results[:count]))  # the finals' results, not the op's
 
-    def _append_op_and_finish(self, tx: Transaction, kind: OpKind, state: TxState, now: int) -> None:
+    def _append_op_and_finish(self, tx: Transaction, kind: OpKind, state: TxState, now: int,
+                              decide_op: Message | None = None) -> None:
         op = build_op(OpRecord(tx.transaction_id, kind, None, len(tx.halves), now))
         with self._gate.shared():
-            self.store.append([op], allow_system=True)
+            if decide_op is None:
+                self.store.append([op], allow_system=True)
+            else:  # the decision and this group's ROLLBACK: one group, both or neither survive a crash
+                self.store.append_group([decide_op, op], allow_system=True)
             self._finish(tx, state, now)
         self.metrics.resolved(kind.value, (now - tx.created_ms) / 1000)
 

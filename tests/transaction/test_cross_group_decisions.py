@@ -34,6 +34,9 @@ class InProcessAuthority:
         self.down: set[str] = set()
         self.calls = 0
 
+    def of(self, me: str) -> "GroupAuthority":
+        return GroupAuthority(self, me)
+
     def _coordinator(self, cross: CrossGroup) -> TransactionEngine:
         self.calls += 1
         if cross.coordinator in self.down:
@@ -46,6 +49,23 @@ class InProcessAuthority:
     def lookup(self, transaction_id, cross):
         decision = self._coordinator(cross).decision(transaction_id)
         return decision.resolution if decision is not None else None
+
+
+class GroupAuthority:
+    """One group's view of the in-process authority: it decides its own transactions itself."""
+
+    def __init__(self, shared: InProcessAuthority, me: str) -> None:
+        self.shared = shared
+        self.me = me
+
+    def is_coordinator(self, cross):
+        return cross.coordinator == self.me
+
+    def settle(self, transaction_id, cross, proposal):
+        return self.shared.settle(transaction_id, cross, proposal)
+
+    def lookup(self, transaction_id, cross):
+        return self.shared.lookup(transaction_id, cross)
 
 
 class NoProducer:
@@ -63,8 +83,8 @@ def cluster(tmp_path, clock):
     engines = {g: TransactionEngine(stores[g], TransactionConfig(transaction_timeout_s=1, check_interval_s=1),
                                     clock=clock) for g in GROUPS}
     authority = InProcessAuthority(engines)
-    for e in engines.values():
-        e.authority = authority
+    for g, e in engines.items():
+        e.authority = authority.of(g)
     return engines, stores, authority
 
 
@@ -198,7 +218,7 @@ def test_the_coordinator_of_a_pending_transaction_survives_restart(cluster, cloc
         if drop_snapshots:
             shutil.rmtree(engines["gb"].state_dir)
         reopened = TransactionEngine(stores["gb"], TransactionConfig(), clock=clock)
-        reopened.authority = authority
+        reopened.authority = authority.of("gb")
         authority.down.add("ga")
         with pytest.raises(CoordinatorUnavailable):
             reopened.end(tx, COMMIT)
@@ -222,3 +242,29 @@ def test_a_single_group_transaction_never_asks_a_coordinator(cluster):
     engines["ga"].prepare([msg("orders")], transaction_id="plain")
     engines["ga"].end("plain", COMMIT)
     assert authority.calls == 0
+
+
+def test_the_coordinators_own_commit_carries_its_decision_in_the_same_write(cluster, clock):
+    engines, stores, _ = cluster
+    tx = tx_for("ga")
+    engines["ga"].prepare([cross_msg(tx)], transaction_id=tx)
+    writes = len(stores["ga"].visible("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0))
+    assert engines["ga"].end(tx, COMMIT).newly_ended
+    ops = stores["ga"].visible("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0)[writes:]
+    assert [op.body.count(b'"DECIDE"') for op in ops] == [1, 0], "the DECIDE op, then the COMMIT op"
+    assert engines["ga"].decision(tx).resolution is COMMIT
+    reopened = TransactionEngine(stores["ga"], TransactionConfig(), clock=clock)
+    assert reopened.decision(tx).resolution is COMMIT and reopened.get(tx).state is TxState.COMMITTED
+    with pytest.raises(TransactionConflict):
+        engines["ga"].end(tx, ROLLBACK)
+
+
+def test_the_coordinators_own_rollback_records_rollback(cluster):
+    engines, stores, _ = cluster
+    tx = tx_for("ga")
+    for g in GROUPS:
+        engines[g].prepare([cross_msg(tx)], transaction_id=tx)
+    engines["ga"].end(tx, ROLLBACK)
+    with pytest.raises(TransactionConflict):
+        engines["gb"].end(tx, COMMIT)
+    assert engines["gb"].get(tx).state is TxState.ROLLED_BACK
