@@ -110,8 +110,7 @@ class CrossGroupTransaction:
 
     def prepare_many(self, messages_by_group: Mapping[str, Sequence[Message]]) -> dict[str, PrepareSummary]:
         """prepare() on several groups at once (in parallel)."""
-        futures = {g: _POOL.submit(self.prepare, g, msgs) for g, msgs in messages_by_group.items()}
-        return {g: f.result() for g, f in futures.items()}
+        return _in_parallel(self.prepare, messages_by_group)
 
     # --- phase 2: the decision -------------------------------------------------------------
 
@@ -189,15 +188,17 @@ class CrossGroupTransaction:
         end_retry_s; what is left unsettled then is settled by check-back. `skip`: groups told
         already, with their answers."""
         ended: dict[str, EndSummary] = dict(skip or {})
-        futures = {g: _POOL.submit(self._end_retrying, g, decision) for g in self.groups if g not in ended}
         unsettled: dict[str, str] = {}
-        for group, future in futures.items():
+
+        def end(group: str, _: object) -> None:
             try:
-                summary = future.result()
+                summary = self._end_retrying(group, decision)
                 if summary is not None:
                     ended[group] = summary
             except _RETRYABLE as exc:
                 unsettled[group] = f"{type(exc).__name__}: {exc}"
+
+        _in_parallel(end, {g: None for g in self.groups if g not in ended})
         return CrossGroupResult(self.transaction_id, decision, self.coordinator, ended, unsettled)
 
     def _end_retrying(self, group: str, decision: str) -> EndSummary | None:
@@ -211,6 +212,19 @@ class CrossGroupTransaction:
                     raise
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
+
+
+def _in_parallel(fn, args_by_group: Mapping[str, Any]) -> dict[str, Any]:
+    """{group: fn(group, args)}, the calls in parallel: all but the last on the pool, the last
+    in this thread (a hand-off less; with one group, none)."""
+    items = list(args_by_group.items())
+    futures = {g: _POOL.submit(fn, g, a) for g, a in items[:-1]}
+    out = {}
+    if items:
+        last, args = items[-1]
+        out[last] = fn(last, args)
+    out.update((g, f.result()) for g, f in futures.items())
+    return {g: out[g] for g, _ in items}
 
 
 __all__ = ["CrossGroupResult", "CrossGroupTransaction", "GroupClient"]
