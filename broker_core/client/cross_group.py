@@ -75,13 +75,13 @@ class CrossGroupTransaction:
                  end_retry_s: float = 30.0) -> None:
         """`groups`: the participant groups, fixed now (every half names them); all of `clients`'
         groups by default. `end_retry_s`: how long commit()/rollback() keep telling a participant."""
-        self.clients = dict(clients)
-        self.groups = tuple(sorted(set(groups if groups is not None else self.clients)))
+        self.groups = tuple(sorted(set(groups if groups is not None else clients)))
         if not self.groups:
             raise ValueError("a transaction needs at least one group")
-        missing = [g for g in self.groups if g not in self.clients]
+        missing = [g for g in self.groups if g not in clients]
         if missing:
             raise ValueError(f"no client for groups {missing}")
+        self.clients = {g: clients[g] for g in self.groups}
         self.transaction_id = transaction_id or uuid.uuid4().hex.upper()
         self.producer_group = producer_group
         self.sender = sender

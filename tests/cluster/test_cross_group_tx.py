@@ -17,6 +17,7 @@ from txmq.broker import errors
 from txmq.broker.client.cross_group import CrossGroupTransaction
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
+from txmq.broker.protocol import coordinator_pb2 as cpb
 from txmq.broker.transaction.decision import coordinator_for
 
 PRODUCER_GROUP = "shop"
@@ -164,12 +165,16 @@ def test_a_conflicting_decision_is_refused_and_the_first_one_applies_everywhere(
     cluster = cluster_of(2)
     tx = cluster.transaction()
     sent = cluster.prepare_all(tx)
+    other = next(n for n in cluster.names() if n != tx.coordinator)
+    misrouted = cpb.DecideRequest(transaction_id=tx.transaction_id, decision=cpb.DECISION_COMMIT,
+                                  participants=cluster.names(), coordinator=tx.coordinator)
+    with pytest.raises(errors.BadRequest, match="coordinated by"):
+        cluster.clients[other]._call("Decide", misrouted)  # only the coordinator group records a decision
     assert tx.decide("ROLLBACK") == "ROLLBACK"
     assert tx.decide("COMMIT") == "ROLLBACK", "the first decision wins"
     with pytest.raises(errors.TransactionConflict):
         tx.commit()  # rolls every participant back, then reports the conflict
     # a participant told COMMIT directly asks the coordinator first and refuses it too
-    other = next(n for n in cluster.names() if n != tx.coordinator)
     with pytest.raises(errors.TransactionConflict):
         cluster.clients[other].end_transaction(tx.transaction_id, "COMMIT", producer_group=PRODUCER_GROUP)
     cluster.wait_all_or_nothing(sent, committed=False)
