@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 REACH_TIMEOUT_S = 3.0
 CALL_TIMEOUT_S = 2.0
 LEADER_CACHE_S = 5.0
+# After a coordinator could not be reached, calls to it fail at once for this long: a check-back
+# round over many transactions of one dead coordinator must not wait REACH_TIMEOUT_S for each.
+DOWN_HOLD_S = 1.0
 
 _TO_PB = {Resolution.COMMIT: cpb.DECISION_COMMIT, Resolution.ROLLBACK: cpb.DECISION_ROLLBACK}
 _FROM_PB = {v: k for k, v in _TO_PB.items()}
@@ -179,6 +182,7 @@ class ClusterDecisions:
         self._leader: dict[str, tuple[str, float]] = {}  # group -> (endpoint, monotonic time read)
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, dict[str, Callable]] = {}
+        self._down_until: dict[str, tuple[float, str]] = {}  # group -> (monotonic time, why)
 
     @classmethod
     def for_broker(cls, engine: TransactionEngine, config: BrokerConfig, auth: Authenticator) -> "ClusterDecisions":
@@ -225,6 +229,11 @@ class ClusterDecisions:
     def _call(self, group: str, name: str, request):
         """One call to `group`'s leader, retried across its failover for reach_timeout_s;
         CoordinatorUnavailable after that (the caller's transaction stays pending)."""
+        with self._lock:
+            down = self._down_until.get(group)
+        if down is not None and time.monotonic() < down[0]:
+            raise errors.CoordinatorUnavailable(
+                f"coordinator group {group!r} could not be reached ({down[1]}); the transaction stays pending")
         deadline = time.monotonic() + self.reach_timeout_s
         last = "no leader in etcd"
         while True:
@@ -240,6 +249,8 @@ class ClusterDecisions:
                     last = f"{endpoint}: {type(exc).__name__}: {exc}"
                 self._forget_leader(group, endpoint)
             if time.monotonic() >= deadline:
+                with self._lock:
+                    self._down_until[group] = (time.monotonic() + DOWN_HOLD_S, last)
                 raise errors.CoordinatorUnavailable(
                     f"coordinator group {group!r} could not be reached ({last}); the transaction stays pending")
             time.sleep(0.1)

@@ -401,3 +401,29 @@ def test_kill_9_of_a_random_group_at_a_random_step_always_ends_all_or_nothing_ex
     finally:
         for s in sessions:
             s.close()
+
+
+def test_an_unreachable_coordinator_is_given_up_on_quickly_for_a_while(tmp_path):
+    """A check-back round over many transactions of one dead coordinator must not wait for each."""
+    from txmq.broker.cluster.cross_tx import DOWN_HOLD_S, ClusterDecisions
+    from txmq.broker.transaction import Resolution
+    from txmq.broker.transaction.decision import CrossGroup
+
+    class NoLeaders:
+        asked = 0
+
+        def leader_of(self, group):
+            NoLeaders.asked += 1
+            return None
+
+    decisions = ClusterDecisions(engine=None, group="ga", leaders=NoLeaders(), channel_to=None,
+                                 metadata=lambda: [], reach_timeout_s=0.3)
+    cross = CrossGroup("gb", ("ga", "gb"))
+    t0 = time.monotonic()
+    with pytest.raises(errors.CoordinatorUnavailable):
+        decisions.settle("t1", cross, Resolution.COMMIT)
+    asked = NoLeaders.asked
+    for i in range(20):
+        with pytest.raises(errors.CoordinatorUnavailable):
+            decisions.lookup(f"t{i}", cross)
+    assert NoLeaders.asked == asked and time.monotonic() - t0 < 0.3 + DOWN_HOLD_S
