@@ -568,7 +568,8 @@ class TransactionEngine:
         selected = tx.halves if wanted is None else tx.halves.of_senders(wanted)
         finals = _copies_of(selected, None, None, SYSFLAG_TRANSACTION_COMMIT)
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
-                               tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
+                               tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now,
+                               participants=tx.cross.participants if tx.cross is not None else ()))
         with self._gate.shared():
             # the halves are dead once copied: resolved, no check-back reads them again
             ops = [op] if decide_op is None else [decide_op, op]  # a decision first: recovery meets it first
@@ -580,7 +581,8 @@ class TransactionEngine:
 
     def _append_op_and_finish(self, tx: Transaction, kind: OpKind, state: TxState, now: int,
                               decide_op: Message | None = None) -> None:
-        op = build_op(OpRecord(tx.transaction_id, kind, None, len(tx.halves), now))
+        op = build_op(OpRecord(tx.transaction_id, kind, None, len(tx.halves), now,
+                               participants=tx.cross.participants if tx.cross is not None else ()))
         with self._gate.shared():
             if decide_op is None:
                 self.store.append([op], allow_system=True)

@@ -13,8 +13,9 @@ senders' halves were made visible, the rest were rolled back by the same record.
 
 A coordinator group's decision for a cross-group transaction (decision.py) is an op
 record too, DECIDE, with `"decision": "COMMIT"|"ROLLBACK"` and `"groups": [..]` (the
-participants): it lives in the op queue so that recovery, snapshots and followers
-carry it exactly as they carry the table, and it changes nothing in the table.
+participants). It lives in the op queue so that recovery, snapshots and followers carry
+it exactly as they carry the table, and it changes nothing in the table. A cross-group
+transaction's COMMIT and ROLLBACK ops carry `"groups"` too, for a reader's cluster-wide cut.
 Recovery replays these records in queue order to rebuild the table.
 """
 
@@ -51,7 +52,7 @@ class OpRecord:
     half_count: int
     at_ms: int
     decision: str | None = None  # DECIDE only: "COMMIT" or "ROLLBACK"
-    participants: tuple[str, ...] = ()  # DECIDE only
+    participants: tuple[str, ...] = ()  # cross-group: the participant groups (on DECIDE, COMMIT and ROLLBACK)
 
 
 def build_op(op: OpRecord) -> Message:
@@ -60,7 +61,9 @@ def build_op(op: OpRecord) -> Message:
             "senders": list(op.senders) if op.senders is not None else None,
             "halves": op.half_count, "ms": op.at_ms}
     if op.kind is OpKind.DECIDE:
-        body["decision"], body["groups"] = op.decision, list(op.participants)
+        body["decision"] = op.decision
+    if op.participants:  # a reader's cluster-wide cut finds a cross-group commit's other groups here
+        body["groups"] = list(op.participants)
     return Message(
         topic=OP_HALF_TOPIC,
         body=json.dumps(body, separators=(",", ":")).encode(),

@@ -268,3 +268,16 @@ def test_the_coordinators_own_rollback_records_rollback(cluster):
     with pytest.raises(TransactionConflict):
         engines["gb"].end(tx, COMMIT)
     assert engines["gb"].get(tx).state is TxState.ROLLED_BACK
+
+
+def test_a_cross_group_commit_op_names_the_participant_groups_for_a_cluster_wide_cut(cluster):
+    from txmq.broker.transaction.op import OpKind, parse_op
+
+    engines, stores, _ = cluster
+    tx = tx_for("ga")
+    engines["gb"].prepare([cross_msg(tx)], transaction_id=tx)
+    engines["gb"].end(tx, COMMIT)
+    [op] = [parse_op(m) for m in stores["gb"].visible("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0)]
+    assert (op.kind, op.participants) == (OpKind.COMMIT, GROUPS)
+    [final] = stores["gb"].visible("orders", 0)
+    assert final.properties[PROP_COORDINATOR] == "ga" and final.properties[PROP_PARTICIPANTS] == "ga,gb"
