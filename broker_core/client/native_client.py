@@ -48,6 +48,7 @@ from txmq.broker.client.types import (
     TransactionInfo,
 )
 from txmq.broker.protocol import native_pb2 as pb
+from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.protocol.native_status import raise_for
 
@@ -205,7 +206,7 @@ class NativeClient:
             if self._channel is None:
                 self._channel = self._open_channel()
                 self._stubs = {}
-                for m in NATIVE_METHODS:
+                for m in (*NATIVE_METHODS, *COORDINATOR_METHODS):  # the coordinator's: client/cross_group.py
                     factory = self._channel.unary_stream if m.kind == UNARY_STREAM else self._channel.unary_unary
                     self._stubs[m.name] = factory(m.path, request_serializer=m.request_class.SerializeToString,
                                                   response_deserializer=m.response_class.FromString)

@@ -118,6 +118,12 @@ class BrokerCore:
             self.pop = PopService(self)
             self.topic_types = TopicTypes(self.store.topics.path.with_name("topic_types.json"))
             # the timer runs where writes are taken: a replica derives nothing for it until it leads
+            # a group's broker reaches the coordinators of cross-group transactions (cluster/cross_tx.py)
+            self.decisions = None
+            if config.etcd and config.group:
+                from txmq.broker.cluster.cross_tx import ClusterDecisions
+
+                self.decisions = self.engine.authority = ClusterDecisions.for_broker(self.engine, config, self.auth)
             self.timer = TimerService(self.store, self.store.config.data_dir / "timer", max_delay_s=config.timer_max_delay_s,
                                       clock=clock)
         except BaseException:
@@ -166,7 +172,10 @@ class BrokerCore:
         if self._closed:
             return
         self._closed = True
-        for stop in (self.timer.stop, self.checkback.stop, self.pop.stop, self.engine.close):
+        stops = [self.timer.stop, self.checkback.stop, self.pop.stop, self.engine.close]
+        if self.decisions is not None:
+            stops.append(self.decisions.close)
+        for stop in stops:
             try:
                 stop()
             except Exception:  # keep closing: the store must still be closed cleanly
@@ -210,15 +219,18 @@ class Broker:
 
     def service_handlers(self) -> dict[str, dict[str, grpc.RpcMethodHandler]]:
         """{service name: {method name: handler}} of the RocketMQ and native services over this core."""
-        from txmq.broker.protocol import native_methods
+        from txmq.broker.cluster.cross_tx import CoordinatorService, coordinator_method_handlers
+        from txmq.broker.protocol import coordinator_methods, native_methods
         from txmq.broker.protocol.rocketmq_methods import SERVICE_NAME
         from txmq.broker.server.messaging_service import rocketmq_method_handlers
         from txmq.broker.server.native_service import NativeService, native_method_handlers
 
         self._short_calls = short_call_pool(self.config.short_call_workers, self.config.flush)
         native = self.native = NativeService(self.core)
+        coordinator = CoordinatorService(self.core.engine, self.config.group, self.core.auth)
         return {SERVICE_NAME: rocketmq_method_handlers(self.core, self._short_calls),
-                native_methods.SERVICE_NAME: native_method_handlers(native)}
+                native_methods.SERVICE_NAME: native_method_handlers(native),
+                coordinator_methods.SERVICE_NAME: coordinator_method_handlers(coordinator)}
 
     def start_beside(self, port: int, *, name_flight_host: bool = False) -> None:
         """Start what runs beside the gRPC server on `port` (bound by the caller, serving

@@ -186,7 +186,10 @@ class NativeService:
         """Only an owner of the transaction's producer group may end or inspect it (auth on)."""
         identity = self._identity(context)
         if identity.authenticated and not identity.admin:
-            identity.require_producer_group(self.engine.get(transaction_id).producer_group)
+            info = self.engine.get(transaction_id)
+            # an ended transaction keeps no producer group, and a repeat or a conflict on it writes nothing
+            if not info.state.is_final:
+                identity.require_producer_group(info.producer_group)
 
     # ---- topics ------------------------------------------------------------
     def _topic(self, name: str, *, create: bool = False):
