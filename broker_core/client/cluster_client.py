@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import pyarrow as pa
 
 from txmq.broker import errors
+from txmq.broker.client.cross_group import CrossGroupTransaction
 from txmq.broker.client.fault_tolerance import LatencyFaultTolerance
 from txmq.broker.client.native_client import NativeClient, parse_endpoints
 from txmq.broker.client.types import (CheckRequest, EndSummary, Message, PrepareSummary, PullResult, QueueRef, Routes,
@@ -55,6 +56,7 @@ class ClusterClient:
         self._routes_at = 0.0
         self._turn: dict[str, itertools.count] = {}
         self._tx_groups: dict[str, str] = {}  # transaction id -> the group found holding it
+        self._cross: dict[str, CrossGroupTransaction] = {}  # prepared here across groups, not yet ended
         self._boot = NativeClient(";".join(self.bootstrap), **client_kwargs)
 
     @property
@@ -321,10 +323,34 @@ class ClusterClient:
         if transaction_id:
             group = self.transaction_group(transaction_id)
             summary = prepare(self.group(group))
-        else:  # a new transaction: wherever a send would go, avoiding groups that are down
-            group, summary = self._send_with(topic or (messages[0].topic if messages else "") or "", prepare)
+            self._pin(summary.transaction_id, group)
+            return summary
+        topics = list(dict.fromkeys((m.topic or topic or "") for m in messages))
+        if len(topics) > 1:
+            placed = {t: self._choose(t) for t in topics}
+            if len(set(placed.values())) > 1:
+                return self._prepare_across(messages, topic, placed, producer_group, sender)
+        # a new transaction: wherever a send would go, avoiding groups that are down
+        group, summary = self._send_with(topics[0] if topics else "", prepare)
         self._pin(summary.transaction_id, group)
         return summary
+
+    def _prepare_across(self, messages: Sequence[Message], topic: str | None, placed: dict[str, str],
+                        producer_group: str, sender: str) -> PrepareSummary:
+        """One transaction over the groups its topics were placed on: a coordinator group records
+        its decision before any group applies it (client/cross_group.py)."""
+        by_group: dict[str, list[int]] = {}
+        for i, m in enumerate(messages):
+            by_group.setdefault(placed[m.topic or topic or ""], []).append(i)
+        tx = CrossGroupTransaction({g: self.group(g) for g in by_group}, producer_group=producer_group, sender=sender)
+        summaries = tx.prepare_many({g: [messages[i] for i in idx] for g, idx in by_group.items()})
+        ids: list[str] = [""] * len(messages)
+        for group, idx in by_group.items():
+            for i, message_id in zip(idx, summaries[group].message_ids):
+                ids[i] = message_id
+        with self._lock:
+            self._cross[tx.transaction_id] = tx
+        return PrepareSummary(tx.transaction_id, sum(s.count for s in summaries.values()), ids)
 
     def list_transactions(self, *, state: str = "PENDING", topic: str | None = None,
                           limit: int = 1000) -> list[TransactionInfo]:
@@ -336,6 +362,16 @@ class ClusterClient:
         return out
 
     def end_transaction(self, transaction_id: str, resolution: str, **kwargs: Any) -> EndSummary:
+        with self._lock:
+            cross = self._cross.pop(transaction_id, None)
+        if cross is not None:
+            if kwargs.get("include_senders") is not None:
+                raise errors.Unsupported("a transaction across groups commits every sender's halves: "
+                                         "include_senders is for single-group transactions")
+            result = cross.commit() if str(resolution).upper() == "COMMIT" else cross.rollback()
+            return EndSummary(state="COMMITTED" if result.decision == "COMMIT" else "ROLLED_BACK",
+                              newly_ended=bool(result.ended),
+                              committed_count=sum(e.committed_count for e in result.ended.values()))
         return self._on_transaction(transaction_id, lambda c: c.end_transaction(transaction_id, resolution, **kwargs))
 
     def get_transaction(self, transaction_id: str) -> TransactionInfo:

@@ -18,6 +18,7 @@ import json
 import logging
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -70,9 +71,12 @@ class GroupRoute:
         return self.members or ((self.leader,) if self.leader else ())
 
 
-def spread(queue_count: int, groups: list[str], existing: tuple[QueueRef, ...] = ()) -> tuple[QueueRef, ...]:
-    """`existing` extended to `queue_count` queues dealt round-robin over `groups`, each group
-    numbering its new queues after the ones it holds: a grown topic keeps every queue where it was."""
+def spread(queue_count: int, groups: list[str], existing: tuple[QueueRef, ...] = (), *,
+           first: int = 0) -> tuple[QueueRef, ...]:
+    """`existing` extended to `queue_count` queues dealt round-robin over `groups` from the
+    `first`-th (a topic's name picks it, so small topics do not all start on one group), each
+    group numbering its new queues after the ones it holds: a grown topic keeps every queue
+    where it was."""
     if queue_count < len(existing):
         raise IllegalQueue(f"a cluster topic cannot shrink from {len(existing)} to {queue_count} queues "
                            f"(its messages would become unreachable)")
@@ -84,7 +88,7 @@ def spread(queue_count: int, groups: list[str], existing: tuple[QueueRef, ...] =
     out = list(existing)
     order = sorted(groups)
     for i in range(queue_count - len(existing)):
-        group = order[(len(existing) + i) % len(order)]
+        group = order[(first + len(existing) + i) % len(order)]
         out.append(QueueRef(group, held.get(group, 0)))
         held[group] = held.get(group, 0) + 1
     result = tuple(out)
@@ -135,7 +139,7 @@ class RouteRegistry:
             mtype = message_type or (current.message_type if current else "")
             if current is not None and len(existing) == queue_count and mtype == current.message_type:
                 return current
-            layout = TopicLayout(name, spread(queue_count, groups, existing), mtype)
+            layout = TopicLayout(name, spread(queue_count, groups, existing, first=zlib.crc32(name.encode())), mtype)
             if self.etcd.put_if_revision(TOPICS_ROOT + name, layout.to_json(), current.revision if current else 0):
                 return self.topic(name) or layout
         raise BrokerUnavailable(f"topic {name!r}: its route kept changing under concurrent creates")

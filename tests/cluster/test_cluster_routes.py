@@ -19,6 +19,8 @@ from txmq.broker.cluster.local_group import LocalGroup
 
 pytestmark = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed (make etcd)")
 
+FAST_CHECKS = ["--transaction-timeout", "1s", "--check-interval", "1s"]
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
@@ -28,7 +30,7 @@ def cluster(tmp_path_factory):
     groups = []
     try:
         for name in ("g1", "g2", "g3"):
-            groups.append(LocalGroup(root, etcd, name, replicas=1, args=["--replication", "async"]).start())
+            groups.append(LocalGroup(root, etcd, name, replicas=1, args=["--replication", "async", *FAST_CHECKS]).start())
         yield groups
     finally:
         for g in groups:
@@ -48,11 +50,12 @@ def cluster_bodies(client: ClusterClient, topic: str) -> Counter:
 def test_a_topic_created_through_one_broker_spreads_its_queues_over_every_group(cluster):
     with ClusterClient(cluster[1].endpoints) as client:
         queues = client.create_topic("spread", 7)
-    assert [(q.group, q.queue_id) for q in queues] == [
-        ("g1", 0), ("g2", 0), ("g3", 0), ("g1", 1), ("g2", 1), ("g3", 1), ("g1", 2)]
-    for group, share in (("g1", 3), ("g2", 2), ("g3", 2)):
-        with NativeClient(cluster[int(group[1]) - 1].endpoints) as c:
-            assert c.describe_topic("spread").queue_count == share
+    order = [q.group for q in queues]
+    assert sorted(order[:3]) == ["g1", "g2", "g3"] and order[3:] == order[:3] + order[:1], "not round-robin"
+    assert [q.queue_id for q in queues] == [0, 0, 0, 1, 1, 1, 2]
+    for g in cluster:
+        with NativeClient(g.endpoints) as c:
+            assert c.describe_topic("spread").queue_count == order.count(g.name)
 
 
 def test_any_broker_answers_the_same_routes_with_each_groups_leader(cluster):
@@ -157,8 +160,9 @@ def test_the_cli_creates_a_cluster_topic_and_describes_each_queue_with_its_group
     txmq("topic", "create", "cli-spread", "--queues", "4")
     data = txmq("topic", "describe", "cli-spread")
     leaders = {g.name: g.wait_leader().endpoint for g in cluster}
-    assert [(q["queue_id"], q["group"], q["leader"]) for q in data["queues"]] == [
-        (0, "g1", leaders["g1"]), (0, "g2", leaders["g2"]), (0, "g3", leaders["g3"]), (1, "g1", leaders["g1"])]
+    rows = [(q["queue_id"], q["group"], q["leader"]) for q in data["queues"]]
+    assert [r[0] for r in rows] == [0, 0, 0, 1] and sorted(r[1] for r in rows[:3]) == ["g1", "g2", "g3"]
+    assert rows[3][1] == rows[0][1] and all(leader == leaders[group] for _, group, leader in rows)
 
 
 def test_consumers_of_a_group_divide_a_cluster_topics_queues_through_etcd(cluster):
@@ -224,3 +228,37 @@ def test_the_official_client_commits_transactions_on_every_group_from_one_bootst
         assert not result["errors"], result["errors"][:3]
         stored = cluster_bodies(client, "official-tx-spread")
     assert stored == Counter({f"x-{i}".encode(): 1 for i in range(30)})
+
+
+def test_a_transaction_producer_sending_to_topics_on_two_groups_commits_both_or_neither(cluster):
+    from txmq.broker.client import LocalTransactionState, TransactionProducer
+
+    with ClusterClient(cluster[0].endpoints) as client:
+        homes = {}
+        for i in range(12):  # one-queue topics until two sit on different groups
+            name = f"pair-{i}"
+            homes[name] = client.create_topic(name, 1)[0].group
+            if len(set(homes.values())) > 1:
+                break
+        first = next(iter(homes))
+        second = next(t for t, g in homes.items() if g != homes[first])
+
+        class Listener:
+            def execute_local_transaction(self, message, arg):
+                return arg
+
+            def check_local_transaction(self, message):
+                return LocalTransactionState.COMMIT
+
+        outcomes = [LocalTransactionState.COMMIT, LocalTransactionState.ROLLBACK, LocalTransactionState.UNKNOWN]
+        with TransactionProducer(client, "pairs", Listener(), topics=[first, second]) as producer:
+            results = [producer.send_messages_in_transaction(
+                [Message(first, f"a-{n}".encode()), Message(second, f"b-{n}".encode())], outcome)
+                for n, outcome in enumerate(outcomes)]
+            deadline = time.monotonic() + 30
+            while client.list_transactions(state="PENDING"):
+                assert time.monotonic() < deadline, "check-back left the cross-group transaction pending"
+                time.sleep(0.3)
+        assert [r.state for r in results] == ["COMMITTED", "ROLLED_BACK", "PENDING"]
+        assert cluster_bodies(client, first) == Counter({b"a-0": 1, b"a-2": 1})
+        assert cluster_bodies(client, second) == Counter({b"b-0": 1, b"b-2": 1})
