@@ -189,8 +189,9 @@ class ClusterClient:
         return out
 
     def snapshot_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
-        """Each group's consistent cut of `topics`: a transaction lives in one group, so the
-        cuts together show every transaction whole or not at all."""
+        """Each group's consistent cut of `topics`: a single-group transaction is whole or absent
+        in them; one across groups may show on one group before another applies its decision
+        (no cluster-wide cut yet: docs/cluster.md)."""
         return self._per_group(topics, lambda c, ts: c.snapshot_offsets(ts))
 
     def min_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
