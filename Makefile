@@ -77,7 +77,7 @@ proto: venv
 demo: venv
 	$(VPY) examples/orders_points/run_demo.py $(DEMO_ARGS)
 
-# A broker group of three replicas on etcd: writes go on across a leader kill.
+# The orders -> points pipeline on 3 groups of 3 replicas around etcd, through a leader kill.
 demo-cluster: venv etcd
 	$(VPY) examples/cluster/run_demo.py
 

@@ -113,15 +113,27 @@ def cmd_topic_list(args) -> None:
 
 
 def cmd_topic_describe(args) -> None:
-    with _client(args) as c:
-        t = c.describe_topic(args.name)
-    rows = [{"queue": q, "min_offset": r.min_offset, "max_offset": r.max_offset, "messages": r.max_offset - r.min_offset}
-            for q, r in sorted(t.queues.items())]
+    """The topic's queues in their global order, each with its group and the group's leader
+    (a cluster spreads them over groups; a lone broker is one group named "")."""
+    from txmq.broker.client.cluster_client import ClusterClient
+
+    with ClusterClient(args.broker, timeout_s=args.timeout, retry_unavailable_s=min(args.timeout, 3.0)) as c:
+        routes = c.routes([args.name])
+        views = {g: c.group(g).describe_topic(args.name) for g in dict.fromkeys(q.group for q in routes.queues(args.name))}
+    first = next(iter(views.values()))
+    rows = []
+    for q in routes.queues(args.name):
+        r = views[q.group].queues.get(q.queue_id)
+        rows.append({"queue_id": q.queue_id, "group": q.group, "leader": routes.leaders.get(q.group) or "",
+                     "min_offset": r.min_offset if r else 0, "max_offset": r.max_offset if r else 0,
+                     "messages": (r.max_offset - r.min_offset) if r else 0})
+    data = {"name": args.name, "message_type": routes.message_types.get(args.name) or first.message_type,
+            "queue_count": len(rows), "permission": first.permission, "cluster": routes.cluster, "queues": rows}
     if args.json:
-        _emit(args, _topic_dict(t))
+        _emit(args, data)
     else:
-        print(f"topic {t.name}: {t.message_type} messages, {t.queue_count} queues, permission {t.permission}")
-        print(_table(rows, ["queue", "min_offset", "max_offset", "messages"]))
+        print(f"topic {args.name}: {data['message_type']} messages, {len(rows)} queues, permission {first.permission}")
+        print(_table(rows, ["queue_id", "group", "leader", "min_offset", "max_offset", "messages"]))
 
 
 def cmd_topic_delete(args) -> None:

@@ -172,6 +172,11 @@ class TransactionConflict(TransactionError):
     """
 
 
+class CoordinatorUnavailable(TransactionError):
+    """The coordinator group of a cross-group transaction could not be reached (or has no leader):
+    nothing was resolved on this participant, which stays pending. Retry; check-back retries too."""
+
+
 class TransactionAlreadyEnded(TransactionError):
     """Halves were added to a transaction that is already committed, rolled back or discarded.
 
@@ -223,6 +228,11 @@ class ReplicationTimeout(RequestTimeout):
 
 class BrokerUnavailable(TxmqError):
     """The broker cannot be reached or is shutting down (client side)."""
+
+
+class BrokerUnreachable(BrokerUnavailable):
+    """No endpoint of the broker could be connected to: the call was never sent (client side),
+    so a write may safely go elsewhere."""
 
 
 class StoreError(TxmqError):

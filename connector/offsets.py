@@ -1,8 +1,10 @@
 """Source offsets: the JSON form Spark checkpoints, and the pure planning around it.
 
-An offset is a cut: {topic: {queue_id: next_offset}} (end-exclusive, like the
-client's snapshots). Spark stores it as JSON, whose keys are strings, so queue
-ids travel as strings in the checkpoint and as ints everywhere else.
+An offset is a cut: {topic: {queue: next_offset}} (end-exclusive, like the
+client's snapshots), a queue being (group, queue id) as in a cluster of broker
+groups; outside a cluster the group is "". Spark stores the cut as JSON:
+{"topic": {"0": 42}} for a lone broker's queues, {"topic": {"g1": {"0": 42}}}
+for a cluster's (JSON keys are strings; queue ids are ints everywhere else).
 
 Everything here is pure (no client): resolving a startingOffsets spec against
 known earliest/latest cuts, picking up new queues, splitting a trigger's row
@@ -13,19 +15,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .options import EARLIEST, LATEST, InvalidOption
+from .options import EARLIEST, LATEST, InvalidOption, QueueKey, parse_queue_offsets, queue_name
 
-Cut = dict[str, dict[int, int]]
+Cut = dict[str, dict[QueueKey, int]]
 
 
-def to_json(cut: Cut) -> dict[str, dict[str, int]]:
-    """The checkpointed form: sorted, string queue ids (stable JSON for Spark)."""
-    return {t: {str(q): int(cut[t][q]) for q in sorted(cut[t])} for t in sorted(cut)}
+def to_json(cut: Cut) -> dict[str, dict]:
+    """The checkpointed form: sorted, string queue ids, nested by group in a cluster (stable JSON for Spark)."""
+    out: dict[str, dict] = {}
+    for t in sorted(cut):
+        keys = sorted(cut[t])
+        if all(g == "" for g, _ in keys):
+            out[t] = {str(q): int(cut[t][(g, q)]) for g, q in keys}
+        else:
+            nested: dict[str, dict[str, int]] = {}
+            for g, q in keys:
+                nested.setdefault(g, {})[str(q)] = int(cut[t][(g, q)])
+            out[t] = nested
+    return out
 
 
 def from_json(raw: dict) -> Cut:
     try:
-        return {str(t): {int(q): int(o) for q, o in queues.items()} for t, queues in raw.items()}
+        return {str(t): parse_queue_offsets(queues) for t, queues in raw.items()}
     except (AttributeError, TypeError, ValueError):
         raise ValueError(f"not a txmq source offset: {raw!r}") from None
 
@@ -34,7 +46,7 @@ def total(cut: Cut) -> int:
     return sum(sum(q.values()) for q in cut.values())
 
 
-def backlog(start: Cut, end: Cut) -> dict[tuple[str, int], int]:
+def backlog(start: Cut, end: Cut) -> dict[tuple[str, QueueKey], int]:
     """Rows between two cuts per queue (queues missing from `start` count from 0)."""
     out = {}
     for t, queues in end.items():
@@ -45,7 +57,7 @@ def backlog(start: Cut, end: Cut) -> dict[tuple[str, int], int]:
     return out
 
 
-def resolve_spec(spec: dict[str, dict[int, int]], earliest: Cut, latest: Cut, *, option: str) -> Cut:
+def resolve_spec(spec: Cut, earliest: Cut, latest: Cut, *, option: str) -> Cut:
     """Turn a JSON offsets option into a cut: -2 → earliest, -1 → latest, checked against the queues.
 
     Queues of a named topic that the spec leaves out start at earliest (like
@@ -59,7 +71,8 @@ def resolve_spec(spec: dict[str, dict[int, int]], earliest: Cut, latest: Cut, *,
         for q, off in queues.items():
             if q not in latest[topic]:
                 raise InvalidOption(
-                    f"option '{option}': topic {topic!r} has no queue {q} (queues: {sorted(latest[topic])})"
+                    f"option '{option}': topic {topic!r} has no queue {queue_name(q)} "
+                    f"(queues: {', '.join(queue_name(k) for k in sorted(latest[topic]))})"
                 )
             if off == EARLIEST:
                 cut[topic][q] = earliest[topic].get(q, 0)
@@ -67,7 +80,8 @@ def resolve_spec(spec: dict[str, dict[int, int]], earliest: Cut, latest: Cut, *,
                 cut[topic][q] = latest[topic][q]
             elif off > latest[topic][q]:
                 raise InvalidOption(
-                    f"option '{option}': offset {off} of {topic}/{q} is beyond the queue's end {latest[topic][q]}"
+                    f"option '{option}': offset {off} of {topic}/{queue_name(q)} is beyond the queue's end "
+                    f"{latest[topic][q]}"
                 )
             else:
                 cut[topic][q] = off
@@ -123,6 +137,7 @@ class QueueRange:
     """One Spark partition: rows [start, end) of one queue. Primitives only (pickled to executors)."""
 
     topic: str
+    group: str
     queue_id: int
     start: int
     end: int
@@ -140,6 +155,6 @@ def plan_ranges(start: Cut, end: Cut, max_rows_per_partition: int) -> list[Queue
             s, e = start.get(t, {}).get(q, 0), end[t][q]
             while s < e:
                 stop = min(e, s + max_rows_per_partition)
-                ranges.append(QueueRange(t, q, s, stop))
+                ranges.append(QueueRange(t, q[0], q[1], s, stop))
                 s = stop
     return ranges

@@ -89,8 +89,29 @@ def parse_endpoints(value: str | None) -> str:
     return ";".join(parts)
 
 
-def parse_offsets_spec(name: str, value: str | None) -> str | dict[str, dict[int, int]] | None:
-    """'earliest' | 'latest' | JSON {"topic": {"queueId": offset}} (-2 earliest, -1 latest)."""
+QueueKey = tuple[str, int]  # (group, queue id); the group is "" outside a cluster
+
+
+def queue_name(key: QueueKey) -> str:
+    group, queue_id = key
+    return f"{group}/{queue_id}" if group else str(queue_id)
+
+
+def parse_queue_offsets(queues: dict) -> dict[QueueKey, int]:
+    """{"0": 42} (a lone broker's queues) or {"g1": {"0": 42}} (a cluster's) as {(group, queue id): 42}."""
+    out: dict[QueueKey, int] = {}
+    for key, value in queues.items():
+        if isinstance(value, dict):
+            for qid, off in value.items():
+                out[(str(key), int(qid))] = off
+        else:
+            out[("", int(key))] = value
+    return out
+
+
+def parse_offsets_spec(name: str, value: str | None) -> str | dict[str, dict[QueueKey, int]] | None:
+    """'earliest' | 'latest' | JSON {"topic": {"queueId": offset}} or, in a cluster,
+    {"topic": {"group": {"queueId": offset}}} (-2 earliest, -1 latest)."""
     if value is None:
         return None
     low = value.lower()
@@ -105,22 +126,22 @@ def parse_offsets_spec(name: str, value: str | None) -> str | dict[str, dict[int
         ) from None
     if not isinstance(raw, dict) or not raw:
         raise InvalidOption(f"option '{name}' JSON must be a non-empty object of topics, got {value!r}")
-    spec: dict[str, dict[int, int]] = {}
+    spec: dict[str, dict[QueueKey, int]] = {}
     for topic, queues in raw.items():
         if not isinstance(queues, dict):
             raise InvalidOption(f"option '{name}': topic {topic!r} must map to {{queueId: offset}}, got {queues!r}")
-        spec[topic] = {}
-        for qid, off in queues.items():
-            try:
-                q = int(qid)
-            except (TypeError, ValueError):
-                raise InvalidOption(f"option '{name}': queue id {qid!r} of topic {topic!r} is not an integer") from None
+        try:
+            parsed = parse_queue_offsets(queues)
+        except (TypeError, ValueError):
+            raise InvalidOption(f"option '{name}': a queue id of topic {topic!r} is not an integer: "
+                                f"{json.dumps(queues)}") from None
+        for key, off in parsed.items():
             if not isinstance(off, int) or isinstance(off, bool) or off < -2:
                 raise InvalidOption(
-                    f"option '{name}': offset {off!r} of {topic}/{q} must be an integer >= 0, "
+                    f"option '{name}': offset {off!r} of {topic}/{queue_name(key)} must be an integer >= 0, "
                     "-2 (earliest) or -1 (latest)"
                 )
-            spec[topic][q] = off
+        spec[topic] = parsed
     return spec
 
 
@@ -149,12 +170,13 @@ class Connection:
                           timeout / 1000 if timeout else 30.0, local_reads)
 
     def client(self) -> ConnectorClient:
-        """A new NativeClient (imported late: executors open clients lazily)."""
-        from txmq.broker.client import NativeClient
+        """A new ClusterClient (imported late: executors open clients lazily): a cluster's groups
+        from any of its brokers, or a lone broker as one group named ""."""
+        from txmq.broker.client.cluster_client import ClusterClient
 
-        return NativeClient(self.endpoints, access_key=self.access_key, secret_key=self.secret_key,
-                            tls=self.tls, ca_file=self.ca_file, timeout_s=self.timeout_s,
-                            local_reads=self.local_reads)
+        return ClusterClient(self.endpoints, access_key=self.access_key, secret_key=self.secret_key,
+                             tls=self.tls, ca_file=self.ca_file, timeout_s=self.timeout_s,
+                             local_reads=self.local_reads)
 
 
 _SOURCE_OPTIONS = {

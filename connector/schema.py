@@ -45,10 +45,17 @@ SOURCE_SCHEMA = StructType(
         StructField("bornTimestamp", TimestampType()),
         StructField("storeTimestamp", TimestampType()),
         StructField("transactionId", StringType()),
+        StructField("group", StringType()),  # the broker group holding the queue ("" outside a cluster)
     ]
 )
 
 SOURCE_COLUMNS = tuple(SOURCE_SCHEMA.fieldNames())
+
+
+@lru_cache(maxsize=1)
+def _schema_without_group() -> pa.Schema:
+    schema = source_arrow_schema()
+    return schema.remove(schema.get_field_index("group"))
 
 
 @lru_cache(maxsize=1)
@@ -71,20 +78,27 @@ def _conform_column(column: pa.Array, target: pa.DataType) -> pa.Array:
     return column.cast(target)
 
 
-def conform_source_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Return `batch` with exactly the source schema: its columns in order, Spark's types.
+def conform_source_batch(batch: pa.RecordBatch, group: str = "") -> pa.RecordBatch:
+    """Return `batch` of queues of `group` with exactly the source schema: its columns in order,
+    Spark's types.
 
-    The client's pull returns "the Spark schema" by contract, but the checks Spark
-    runs are strict, so every batch passes through here: a column the broker did
-    not fill (e.g. no transactionId on plain messages) becomes nulls.
+    The client's pull returns "the Spark schema" but the group by contract (a broker knows
+    nothing of the cluster's routes), and the checks Spark runs are strict, so every batch
+    passes through here: a column the broker did not fill (e.g. no transactionId on plain
+    messages) becomes nulls.
     """
     schema = source_arrow_schema()
     if batch.schema.equals(schema):
         return batch
+    if batch.num_columns == len(schema) - 1 and batch.schema.equals(_schema_without_group()):
+        return pa.RecordBatch.from_arrays([*batch.columns, pa.repeat(pa.scalar(group, pa.string()), batch.num_rows)],
+                                          schema=schema)
     names = set(batch.schema.names)
     arrays = []
     for field in schema:
-        if field.name in names:
+        if field.name == "group" and "group" not in names:
+            arrays.append(pa.repeat(pa.scalar(group, pa.string()), batch.num_rows))
+        elif field.name in names:
             arrays.append(_conform_column(batch.column(field.name), field.type))
         else:
             arrays.append(pa.nulls(batch.num_rows, type=field.type))

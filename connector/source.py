@@ -45,7 +45,7 @@ from txmq.broker.store.message import SYSTEM_TOPICS
 
 from . import offsets as off
 from .client_seam import ConnectorClient, PlannerClient, QueueReader
-from .options import Connection, InvalidOption, SourceOptions, parse_tags
+from .options import Connection, InvalidOption, QueueKey, SourceOptions, parse_tags, queue_name
 from .pushdown import combine, push
 from .schema import SOURCE_SCHEMA, conform_source_batch
 
@@ -70,14 +70,18 @@ def executor_client(conn: Connection) -> ConnectorClient:
 
 
 class TxmqInputPartition(InputPartition):
-    """Rows [start, end) of one queue. Only primitives: it is pickled to executors."""
+    """Rows [start, end) of one queue, (group, queue id). Only primitives: it is pickled to executors."""
 
-    def __init__(self, topic: str, queue_id: int, start: int, end: int) -> None:
-        super().__init__((topic, queue_id, start, end))
-        self.topic, self.queue_id, self.start, self.end = topic, queue_id, start, end
+    def __init__(self, topic: str, group: str, queue_id: int, start: int, end: int) -> None:
+        super().__init__((topic, group, queue_id, start, end))
+        self.topic, self.group, self.queue_id, self.start, self.end = topic, group, queue_id, start, end
+
+    @property
+    def queue(self) -> str:
+        return f"{self.topic}/{queue_name((self.group, self.queue_id))}"
 
     def __repr__(self) -> str:
-        return f"TxmqInputPartition({self.topic}/{self.queue_id} [{self.start}, {self.end}))"
+        return f"TxmqInputPartition({self.queue} [{self.start}, {self.end}))"
 
 
 _heap_frozen = False
@@ -118,13 +122,13 @@ def read_queue_range(conn: Connection, part: TxmqInputPartition, *, tags: str | 
     pos = part.start
     while pos < part.end:
         try:
-            for result in client.read_queue(part.topic, part.queue_id, pos, part.end, tags=tag_expr, sql=sql,
-                                            batch_bytes=PULL_BATCH_BYTES):
+            for result in client.read_queue(part.topic, (part.group, part.queue_id), pos, part.end, tags=tag_expr,
+                                            sql=sql, batch_bytes=PULL_BATCH_BYTES):
                 if result.next_offset <= pos:
-                    raise RuntimeError(f"txmq source: read of {part.topic}/{part.queue_id} at {pos} made no progress")
+                    raise RuntimeError(f"txmq source: read of {part.queue} at {pos} made no progress")
                 pos = result.next_offset
                 if result.batch.num_rows:
-                    yield conform_source_batch(result.batch)
+                    yield conform_source_batch(result.batch, part.group)
         except DataDeleted as e:
             pos = _after_data_loss(e, part, pos, fail_on_data_loss)
 
@@ -133,13 +137,13 @@ def _after_data_loss(e: DataDeleted, part: TxmqInputPartition, pos: int, fail_on
     """Where to go on after [pos, e.min_offset) was deleted by retention (or raise, by default)."""
     if fail_on_data_loss:
         raise DataDeleted(
-            f"txmq source: offsets [{pos}, {e.min_offset}) of {part.topic}/{part.queue_id} were "
+            f"txmq source: offsets [{pos}, {e.min_offset}) of {part.queue} were "
             "deleted by retention before they were read (data loss). Set the option "
             "failOnDataLoss=false to skip them with a warning instead.",
             min_offset=e.min_offset,
         ) from e
-    log.warning("txmq source: skipping offsets [%d, %d) of %s/%d deleted by retention (failOnDataLoss=false)",
-                pos, e.min_offset, part.topic, part.queue_id)
+    log.warning("txmq source: skipping offsets [%d, %d) of %s deleted by retention (failOnDataLoss=false)",
+                pos, e.min_offset, part.queue)
     if e.min_offset <= pos:
         raise e
     return e.min_offset
@@ -268,26 +272,26 @@ class _Planner:
             return end
         return high
 
-    def _store_time(self, topic: str, queue_id: int, offset: int) -> int | None:
+    def _store_time(self, topic: str, queue: QueueKey, offset: int) -> int | None:
         """Store time (ms) of one message, read with a one-row pull."""
         try:
-            result = self.client.pull_arrow(topic, queue_id, offset, offset + 1)
+            result = self.client.pull_arrow(topic, queue, offset, offset + 1)
         except DataDeleted:
             return None
         if result.batch is None or result.batch.num_rows == 0:
             return None
         return _epoch_ms(result.batch.column("storeTimestamp")[0])
 
-    def _transaction_ids(self, topic: str, queue_id: int, start: int, end: int) -> list[str | None]:
+    def _transaction_ids(self, topic: str, queue: QueueKey, start: int, end: int) -> list[str | None]:
         """The transactionId of every message in [start, end) of one queue (None for plain messages)."""
         ids: list[str | None] = []
-        for result in self.client.read_queue(topic, queue_id, start, end):
+        for result in self.client.read_queue(topic, queue, start, end):
             ids.extend(result.batch.column("transactionId").to_pylist())
         ids.extend([None] * (end - start - len(ids)))
         return ids
 
     def partitions(self, start: off.Cut, end: off.Cut) -> list[TxmqInputPartition]:
-        return [TxmqInputPartition(r.topic, r.queue_id, r.start, r.end)
+        return [TxmqInputPartition(r.topic, r.group, r.queue_id, r.start, r.end)
                 for r in off.plan_ranges(start, end, self.options.max_rows_per_partition)]
 
 

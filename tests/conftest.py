@@ -55,6 +55,7 @@ def group_factory(tmp_path, etcd, request):
     from txmq.broker.cluster.local_group import LocalGroup
 
     made: list[LocalGroup] = []
+    etcd.clear()  # the groups and topics of earlier tests are gone with them
 
     def make(name: str | None = None, *, args: list[str] | None = None, **kw) -> LocalGroup:
         g = LocalGroup(tmp_path, etcd, name or f"{request.node.name[:40]}-{len(made)}".replace("[", "-")

@@ -39,6 +39,8 @@ from txmq.broker.client.types import (
     PrepareSummary,
     PullResult,
     QueueRange,
+    QueueRef,
+    Routes,
     QueueSlice,
     ReceivedMessage,
     SendSummary,
@@ -46,6 +48,7 @@ from txmq.broker.client.types import (
     TransactionInfo,
 )
 from txmq.broker.protocol import native_pb2 as pb
+from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.protocol.native_status import raise_for
 
@@ -157,8 +160,12 @@ class NativeClient:
     def __init__(self, endpoints: str = DEFAULT_ENDPOINT, *, access_key: str | None = None,
                  secret_key: str | None = None, tls: bool = False, ca_file: str | None = None,
                  timeout_s: float = 30.0, retry_unavailable_s: float | None = None,
-                 local_reads: bool = False) -> None:
+                 local_reads: bool = False, fail_fast: bool = False) -> None:
+        """`fail_fast`: a write that cannot reach any endpoint fails with BrokerUnreachable once
+        `retry_unavailable_s` has passed, instead of waiting for a lone endpoint to come back
+        (a ClusterClient then sends to another group)."""
         self.endpoints = parse_endpoints(endpoints)
+        self.fail_fast = fail_fast
         self.access_key = access_key
         self.secret_key = secret_key
         self.tls = tls
@@ -199,7 +206,7 @@ class NativeClient:
             if self._channel is None:
                 self._channel = self._open_channel()
                 self._stubs = {}
-                for m in NATIVE_METHODS:
+                for m in (*NATIVE_METHODS, *COORDINATOR_METHODS):  # the coordinator's: client/cross_group.py
                     factory = self._channel.unary_stream if m.kind == UNARY_STREAM else self._channel.unary_unary
                     self._stubs[m.name] = factory(m.path, request_serializer=m.request_class.SerializeToString,
                                                   response_deserializer=m.response_class.FromString)
@@ -258,7 +265,7 @@ class NativeClient:
         resend = name not in NON_IDEMPOTENT
         # With several endpoints (a broker group's replicas) a write does not wait for one that is
         # down: gRPC refuses it at once, before sending anything, and the next endpoint is tried.
-        several = len(self.endpoints) > 1
+        several = len(self.endpoints) > 1 or self.fail_fast
         while True:
             stub = self._callables()[name]
             remaining = max(0.001, deadline - time.monotonic())
@@ -278,13 +285,16 @@ class NativeClient:
                 if not resend and not unsent:
                     self._fail_over()
                 elif code == grpc.StatusCode.UNAVAILABLE and not self._closed \
-                        and time.monotonic() + backoff < (deadline if unsent else retry_until):
+                        and time.monotonic() + backoff < retry_until:
                     log.debug("broker %s unavailable, retrying in %.2fs", target, backoff)
                     self._fail_over()
                     time.sleep(backoff * (0.5 + random.random() / 2))
                     # a group's next leader answers within seconds: ask it often
                     backoff = min(backoff * 2, GROUP_BACKOFF_MAX_S if several else BACKOFF_MAX_S)
                     continue
+                if unsent:
+                    raise errors.BrokerUnreachable(f"{name}: no endpoint of {', '.join(self.endpoints)} could be "
+                                                   f"reached; nothing was sent") from None
                 raise _grpc_error(exc, name, target) from None
             raise_for(response.status)
             return response
@@ -294,6 +304,17 @@ class NativeClient:
         """Create (or update) a topic; message_type is RocketMQ 5's NORMAL, FIFO, DELAY, TRANSACTION or MIXED."""
         request = pb.CreateTopicRequest(name=name, queue_count=queue_count, message_type=message_type or "")
         return _topic_info(self._call("CreateTopic", request).topic)
+
+    def routes(self, topics: Sequence[str] = ()) -> Routes:
+        """The cluster's groups and where each queue of `topics` lives (every registered topic
+        when none is named); outside a cluster, one group named "" holding every queue."""
+        resp = self._call("Routes", pb.RoutesRequest(topics=list(topics)))
+        return Routes(cluster=resp.cluster,
+                      groups={g.name: tuple(g.endpoints) for g in resp.groups},
+                      leaders={g.name: g.leader or None for g in resp.groups},
+                      topics={t.name: tuple(QueueRef(t.name, q.group, q.queue_id) for q in t.queues)
+                              for t in resp.topics},
+                      message_types={t.name: t.message_type for t in resp.topics})
 
     def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
         resp = self._call("ListTopics", pb.ListTopicsRequest(include_system=include_system))
@@ -519,6 +540,11 @@ class NativeClient:
         for e in resp.entries:
             out.setdefault(e.topic, {})[e.queue_id] = GroupLag(e.committed, e.max_offset, e.lag)
         return out
+
+    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False) -> list[str]:
+        """Say `member_id` of consumer group `group` is alive for `ttl_ms` (or leaves); the live members."""
+        req = pb.ConsumerHeartbeatRequest(group=group, member_id=member_id, ttl_ms=ttl_ms, leave=leave)
+        return list(self._call("ConsumerHeartbeat", req).members)
 
     def stats(self) -> dict:
         import json

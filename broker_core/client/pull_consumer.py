@@ -4,106 +4,243 @@ Each poll takes a consistent cut (long-polling when nothing is new) and pulls
 every queue up to it, so a committed transaction's messages arrive in the same
 poll. Offsets advance only over what was returned; `commit()` stores them for
 a consumer group, and a consumer with a group resumes from its committed offsets.
+
+Given a ClusterClient it reads every group of a cluster, its queues keyed (group, queue id).
+With `allocation` ("average" or "consistent_hash") the members of a consumer group divide
+the queues among themselves: each heartbeats to the brokers, learns the live members and
+reads only its share, re-dividing when a member joins or leaves (RocketMQ's rebalance).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Sequence
+import time
+import uuid
+from typing import Any, Generic, Hashable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import pyarrow as pa
 
 from txmq.broker import errors
 from txmq.broker.client._connection import client_for
+from txmq.broker.client.allocation import STRATEGIES, allocate
+from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.store.sql92 import SqlFilter
 
 log = logging.getLogger(__name__)
 
-Offsets = dict[str, dict[int, int]]
+K = TypeVar("K", bound=Hashable)  # a queue's key: its id in one group, (group, id) in a cluster
+Offsets = dict[str, dict[Any, int]]
+
+
+class _Queues(Protocol[K]):
+    """The calls a consumer makes, over one group or a cluster."""
+
+    def snapshot(self, topics: Sequence[str]) -> dict[str, dict[K, int]]: ...
+    def earliest(self, topics: Sequence[str]) -> dict[str, dict[K, int]]: ...
+    def at_time(self, topics: Sequence[str], timestamp_ms: int) -> dict[str, dict[K, int]]: ...
+    def wait(self, topics: Sequence[str], known: Mapping[str, Mapping[K, int]], timeout_ms: int) -> dict[str, dict[K, int]]: ...
+    def read(self, topic: str, key: K, start: int, end: int, **kwargs: Any) -> Iterator: ...
+    def committed(self, group: str, topics: Sequence[str]) -> dict[str, dict[K, int]]: ...
+    def commit(self, group: str, offsets: Mapping[str, Mapping[K, int]]) -> None: ...
+    def heartbeat(self, group: str, member: str, ttl_ms: int, leave: bool) -> list[str]: ...
+
+
+class _OneGroup(Generic[K]):
+    def __init__(self, client: NativeClient) -> None:
+        self.client = client
+
+    def snapshot(self, topics):
+        return self.client.snapshot_offsets(topics)
+
+    def earliest(self, topics):
+        return self.client.min_offsets(topics)
+
+    def at_time(self, topics, timestamp_ms):
+        return self.client.offsets_for_timestamp(topics, timestamp_ms)
+
+    def wait(self, topics, known, timeout_ms):
+        return self.client.wait_for_offsets(topics, known, timeout_ms)
+
+    def read(self, topic, key, start, end, **kwargs):
+        return self.client.read_queue(topic, key, start, end, **kwargs)
+
+    def committed(self, group, topics):
+        try:
+            lag = self.client.group_lag(group, topics)
+        except errors.ConsumerGroupNotFound:
+            return {}
+        return {t: {q: e.committed for q, e in qs.items() if e.committed >= 0} for t, qs in lag.items()}
+
+    def commit(self, group, offsets):
+        self.client.commit_offsets(group, offsets)
+
+    def heartbeat(self, group, member, ttl_ms, leave):
+        return self.client.consumer_heartbeat(group, member, ttl_ms, leave=leave)
+
+
+class _Cluster(Generic[K]):
+    def __init__(self, client: ClusterClient) -> None:
+        self.client = client
+
+    def snapshot(self, topics):
+        return self.client.snapshot_offsets(topics)
+
+    def earliest(self, topics):
+        return self.client.min_offsets(topics)
+
+    def at_time(self, topics, timestamp_ms):
+        return self.client.offsets_for_timestamp(topics, timestamp_ms)
+
+    def wait(self, topics, known, timeout_ms):
+        return self.client.wait_for_offsets(topics, known, timeout_ms)
+
+    def read(self, topic, key, start, end, **kwargs):
+        return self.client.read_queue(topic, key, start, end, **kwargs)
+
+    def committed(self, group, topics):
+        return self.client.committed_offsets(group, topics)
+
+    def commit(self, group, offsets):
+        self.client.commit_offsets(group, offsets)
+
+    def heartbeat(self, group, member, ttl_ms, leave):
+        return self.client.consumer_heartbeat(group, member, ttl_ms, leave=leave)
 
 
 class PullConsumer:
     """Pulls committed messages of `topics` from `start` ("earliest", "latest", a timestamp in ms, or offsets),
     only those passing `tags` ("a || b") and `sql` (a SQL92 filter) when given."""
 
-    def __init__(self, broker: NativeClient | str, topics: Sequence[str], *, group: str | None = None,
+    def __init__(self, broker: NativeClient | ClusterClient | str, topics: Sequence[str], *, group: str | None = None,
                  start: str | int | Offsets = "earliest", tags: str | None = None, sql: str | None = None,
-                 max_bytes: int = 2 << 20,
-                 skip_deleted: bool = True, **client_kwargs: Any) -> None:
+                 max_bytes: int = 2 << 20, skip_deleted: bool = True, allocation: str | None = None,
+                 member_id: str | None = None, heartbeat_ttl_ms: int = 10_000, **client_kwargs: Any) -> None:
         if not topics:
             raise ValueError("a PullConsumer needs at least one topic")
         if sql:
             # Checked before any read too, so a bad expression fails now, not at the first message.
             SqlFilter.compile(sql)
-        self.client, self._owned = client_for(broker, **client_kwargs)
+        if allocation is not None and allocation not in STRATEGIES:
+            raise ValueError(f"unknown allocation {allocation!r} (use {', '.join(STRATEGIES)})")
+        if allocation is not None and not group:
+            raise ValueError("dividing queues (allocation=...) needs a consumer group (group=...)")
+        if isinstance(broker, ClusterClient):
+            self.client, self._owned = broker, False
+            self._queues: _Queues = _Cluster(broker)
+        else:
+            self.client, self._owned = client_for(broker, **client_kwargs)
+            self._queues = _OneGroup(self.client)
         self.topics = list(topics)
         self.group = group
         self.tags = tags
         self.sql = sql
         self.max_bytes = max_bytes
         self.skip_deleted = skip_deleted
+        self.allocation = allocation
+        self.member_id = member_id or f"consumer-{uuid.uuid4().hex[:12]}"
+        self.heartbeat_ttl_ms = heartbeat_ttl_ms
+        self.members: list[str] = []
+        self.assigned: dict[str, set] | None = None  # None: every queue (no allocation)
+        self._next_heartbeat = 0.0
+        self._start = start
         self.positions: Offsets = self._initial_positions(start)
 
-    def _initial_positions(self, start: str | int | Offsets) -> Offsets:
+    def _initial_positions(self, start: str | int | Offsets, topics: Sequence[str] | None = None) -> Offsets:
+        topics = list(topics or self.topics)
         if isinstance(start, dict):
-            base = self.client.min_offsets(self.topics)
+            base = self._queues.earliest(topics)
             for topic, queues in start.items():
                 base.setdefault(topic, {}).update(queues)
             positions = base
         elif start == "latest":
-            positions = self.client.snapshot_offsets(self.topics)
+            positions = self._queues.snapshot(topics)
         elif isinstance(start, int):
-            positions = self.client.offsets_for_timestamp(self.topics, start)
+            positions = self._queues.at_time(topics, start)
         elif start == "earliest":
-            positions = self.client.min_offsets(self.topics)
+            positions = self._queues.earliest(topics)
         else:
             raise ValueError(f"start must be 'earliest', 'latest', a timestamp (ms) or offsets, not {start!r}")
         if self.group:
-            self._apply_committed(positions)
+            for topic, queues in self._queues.committed(self.group, topics).items():
+                positions.setdefault(topic, {}).update(queues)
         return positions
 
-    def _apply_committed(self, positions: Offsets) -> None:
-        try:
-            lag = self.client.group_lag(self.group, self.topics)
-        except errors.ConsumerGroupNotFound:
+    # ---- rebalance ------------------------------------------------------------------
+
+    def _rebalance(self, cut: Offsets) -> None:
+        """Heartbeat when due; when the members changed, commit the positions of queues this
+        member gives up and start the queues it takes from the group's committed offsets."""
+        if self.allocation is None or time.monotonic() < self._next_heartbeat:
             return
-        for topic, queues in lag.items():
-            for queue_id, entry in queues.items():
-                if entry.committed >= 0:
-                    positions.setdefault(topic, {})[queue_id] = entry.committed
+        self._next_heartbeat = time.monotonic() + self.heartbeat_ttl_ms / 3000.0
+        members = self._queues.heartbeat(self.group, self.member_id, self.heartbeat_ttl_ms, False)
+        if self.member_id not in members:
+            members = sorted(set(members) | {self.member_id})
+        every = sorted((t, q) for t, queues in cut.items() for q in queues)
+        mine = allocate(self.allocation, every, members, self.member_id)
+        assigned: dict[str, set] = {t: set() for t in self.topics}
+        for topic, key in mine:
+            assigned[topic].add(key)
+        if assigned == self.assigned and members == self.members:
+            return
+        if self.assigned is not None:
+            given_up = {t: {q: self.positions[t][q] for q in self.assigned.get(t, set()) - assigned.get(t, set())
+                            if q in self.positions.get(t, {})} for t in self.topics}
+            if any(given_up.values()):
+                self._queues.commit(self.group, {t: qs for t, qs in given_up.items() if qs})
+            for topic, queues in given_up.items():
+                for key in queues:
+                    del self.positions[topic][key]
+        log.info("consumer %s of %s: members %s, %d queues", self.member_id, self.group, members, len(mine))
+        taken = self._initial_positions(self._start)
+        for topic in self.topics:
+            held = self.assigned.get(topic, set()) if self.assigned is not None else set()
+            for key in assigned[topic] - held:
+                self.positions.setdefault(topic, {})[key] = taken.get(topic, {}).get(key, 0)
+        self.members, self.assigned = members, assigned
+
+    def _mine(self, cut: Offsets) -> Offsets:
+        if self.assigned is None:
+            return cut
+        return {t: {q: end for q, end in queues.items() if q in self.assigned.get(t, set())} for t, queues in cut.items()}
+
+    # ---- reads ----------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 1000) -> list[pa.RecordBatch]:
         """Every committed message past the current positions, up to a consistent cut; [] on timeout."""
-        cut = self.client.snapshot_offsets(self.topics)
-        if not self._behind(cut) and timeout_ms > 0:
-            cut = self.client.wait_for_offsets(self.topics, self.positions, timeout_ms)
+        cut = self._queues.snapshot(self.topics)
+        self._rebalance(cut)
+        if not self._behind(self._mine(cut)) and timeout_ms > 0:
+            # others' queues count as known at the cut: only a move past it wakes this member
+            known = {t: {**queues, **self.positions.get(t, {})} for t, queues in cut.items()}
+            cut = self._queues.wait(self.topics, known, timeout_ms)
         batches: list[pa.RecordBatch] = []
-        for topic, queues in cut.items():
-            for queue_id, end in queues.items():
-                batches.extend(self._pull_queue(topic, queue_id, end))
+        for topic, queues in self._mine(cut).items():
+            for key, end in queues.items():
+                batches.extend(self._pull_queue(topic, key, end))
         return batches
 
     def _behind(self, cut: Offsets) -> bool:
         return any(end > self.positions.get(t, {}).get(q, 0) for t, qs in cut.items() for q, end in qs.items())
 
-    def _pull_queue(self, topic: str, queue_id: int, end: int) -> list[pa.RecordBatch]:
+    def _pull_queue(self, topic: str, key: Any, end: int) -> list[pa.RecordBatch]:
         out = []
-        position = self.positions.setdefault(topic, {}).get(queue_id, 0)
+        position = self.positions.setdefault(topic, {}).get(key, 0)
         while position < end:
             try:
-                for result in self.client.read_queue(topic, queue_id, position, end, tags=self.tags,
-                                                     sql=self.sql, batch_bytes=self.max_bytes):
+                for result in self._queues.read(topic, key, position, end, tags=self.tags, sql=self.sql,
+                                                batch_bytes=self.max_bytes):
                     if result.batch.num_rows:
                         out.append(result.batch)
                     position = result.next_offset
             except errors.DataDeleted as exc:
                 if not self.skip_deleted or exc.min_offset <= position:
                     raise
-                log.warning("%s:%d offsets %d..%d were deleted by retention; skipping", topic, queue_id,
+                log.warning("%s:%s offsets %d..%d were deleted by retention; skipping", topic, key,
                             position, exc.min_offset)
                 position = exc.min_offset
-        self.positions[topic][queue_id] = position
+        self.positions[topic][key] = position
         return out
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
@@ -112,14 +249,20 @@ class PullConsumer:
             yield from self.poll(timeout_ms=5000)
 
     def commit(self) -> None:
-        """Store the current positions as the group's committed offsets."""
+        """Store the current positions (of the queues this member holds) as the group's committed offsets."""
         if not self.group:
             raise ValueError("commit needs a consumer group (PullConsumer(group=...))")
-        self.client.commit_offsets(self.group, self.positions)
+        self._queues.commit(self.group, self._mine(self.positions))
 
     def close(self) -> None:
-        if self._owned:
-            self.client.close()
+        try:
+            if self.allocation is not None and self.members:
+                self._queues.heartbeat(self.group, self.member_id, self.heartbeat_ttl_ms, True)  # leave at once
+        except errors.TxmqError:
+            pass  # its heartbeat runs out instead
+        finally:
+            if self._owned:
+                self.client.close()
 
     def __enter__(self) -> "PullConsumer":
         return self

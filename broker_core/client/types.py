@@ -111,6 +111,7 @@ class SendSummary:
     count: int
     slices: list[QueueSlice]
     message_ids: list[str]
+    group: str = ""  # the group that stored them (ClusterClient sends)
 
 
 @dataclass(frozen=True)
@@ -173,3 +174,30 @@ class TransactionSendResult:
     local_state: LocalTransactionState
     state: str  # the broker's state after the end (PENDING when left to check-back)
     count: int
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    """A queue of a cluster topic: RocketMQ's (topic, broker name, queue id), a group standing
+    for the broker. Outside a cluster the group is ""."""
+
+    topic: str
+    group: str
+    queue_id: int
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where a cluster's queues live (the native Routes call)."""
+
+    cluster: bool
+    groups: dict[str, tuple[str, ...]]  # group -> live replica endpoints, the leader first
+    leaders: dict[str, str | None]  # group -> its leader's endpoint, None while it elects
+    topics: dict[str, tuple[QueueRef, ...]]  # topic -> its queues in their global order
+    message_types: dict[str, str] = field(default_factory=dict)
+
+    def queues(self, topic: str) -> tuple[QueueRef, ...]:
+        try:
+            return self.topics[topic]
+        except KeyError:
+            raise KeyError(f"no route for topic {topic!r}") from None

@@ -211,6 +211,34 @@ class EtcdGroup:
             [{"key": _b64(self.prefix + "leader"), "result": "EQUAL", "target": "VALUE", "value": _b64(leader.raw)}],
             [{"request_delete_range": {"key": _b64(self.prefix + "leader")}}])
 
+    # --- plain keys (the route registry) ------------------------------------------------
+
+    def range_prefix(self, prefix: str) -> list[tuple[str, bytes, int]]:
+        """(key, value, mod revision) of every key under `prefix`."""
+        kvs = self._post("/kv/range", {"key": _b64(prefix), "range_end": _prefix_end(prefix)}).get("kvs") or []
+        return [(_unb64(kv["key"]).decode(), _unb64(kv["value"]), int(kv["mod_revision"])) for kv in kvs]
+
+    def put_if_revision(self, key: str, value: bytes, mod_revision: int) -> bool:
+        """Write `key` only if its mod revision is still `mod_revision` (0: only if absent)."""
+        target = ({"target": "CREATE", "create_revision": 0} if mod_revision == 0
+                  else {"target": "MOD", "mod_revision": mod_revision})
+        return self._txn([{"key": _b64(key), "result": "EQUAL", **target}],
+                         [{"request_put": {"key": _b64(key), "value": _b64(value)}}])
+
+    def put(self, key: str, value: bytes, lease: int = 0) -> None:
+        self._post("/kv/put", {"key": _b64(key), "value": _b64(value), **({"lease": lease} if lease else {})})
+
+    def delete(self, key: str) -> None:
+        self._post("/kv/deleterange", {"key": _b64(key)})
+
+    def grant(self, ttl_s: int) -> int:
+        """A new lease of its own (not this replica's): for keys that outlive no client."""
+        return int(self._post("/lease/grant", {"TTL": max(1, int(ttl_s)), "ID": 0})["ID"])
+
+    def refresh(self, lease: int) -> bool:
+        """Renew `lease`; False when it has expired."""
+        return int(self._post("/lease/keepalive", {"ID": lease}).get("result", {}).get("TTL", -1)) > 0
+
     def close(self) -> None:
         if self.lease_id is not None:
             try:
@@ -218,6 +246,17 @@ class EtcdGroup:
             except CoordinationUnavailable:
                 pass
             self.lease_id = None
+
+
+class EtcdKV(Protocol):
+    """Plain reads and compare-and-swap writes: what the route registry needs of etcd."""
+
+    def range_prefix(self, prefix: str) -> list[tuple[str, bytes, int]]: ...
+    def put_if_revision(self, key: str, value: bytes, mod_revision: int) -> bool: ...
+    def put(self, key: str, value: bytes, lease: int = 0) -> None: ...
+    def delete(self, key: str) -> None: ...
+    def grant(self, ttl_s: int) -> int: ...
+    def refresh(self, lease: int) -> bool: ...
 
 
 def cluster_status(endpoints: list[tuple[str, int]], group: str | None = None) -> dict[str, Any]:

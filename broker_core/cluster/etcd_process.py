@@ -59,6 +59,14 @@ class EtcdProcess:
         self.kill()
         raise RuntimeError("etcd did not become healthy")
 
+    def clear(self, prefix: str = "/txmq/") -> None:
+        """Delete every key under `prefix`: a fresh cluster on this member (tests reuse one etcd)."""
+        from .coordination import EtcdGroup
+
+        etcd = EtcdGroup([("127.0.0.1", self.client_port)], "_", 1)
+        for key, _, _ in etcd.range_prefix(prefix):
+            etcd.delete(key)
+
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()

@@ -23,18 +23,23 @@ import grpc
 
 from txmq.broker.server.auth import Authenticator, authorization_header, format_date_time
 from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config, WILDCARD_HOSTS
+from txmq.broker.errors import NotLeader
 from txmq.broker.server.config import BrokerConfig
+from txmq.broker.server.topic_types import TopicType
 from txmq.broker.store.message_store import MessageStore
 
 from .coordination import Coordination, CoordinationUnavailable, EtcdGroup, LeaderRecord
 from .epochs import LeaderEpochs
 from .replication import SERVICE_NAME, Follower, ReplicationLeader, replication_method_handlers
 from .roles import RoleRouter
+from .membership import EtcdMembership
+from .routes import GroupRoute, RouteRegistry, RouteView
 
 log = logging.getLogger("txmq.cluster")
 
 TICK_S = 0.1
 STATUS_EVERY_S = 0.5
+RECONCILE_EVERY_S = 1.0
 # How often a follower reads the leader key while that leader answers its fetches: a leader
 # that dies, is fenced or stops answering sends it back to reading it every tick.
 LEADER_READ_WHILE_SERVED_S = 1.0
@@ -60,6 +65,7 @@ class ReplicaNode:
         self._thread: threading.Thread | None = None
         self._next_keepalive = 0.0
         self._next_status = 0.0
+        self._next_reconcile = 0.0
         self._next_leader_read = 0.0
         self.etcd_ok = False
 
@@ -85,6 +91,9 @@ class ReplicaNode:
             self.me = f"{advertised}:{self.port}"
             self.server.start()
             self.etcd: Coordination = EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)
+            self.membership = EtcdMembership(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s))
+            self.routes = RouteView(RouteRegistry(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)),
+                                    self.group, self._create_share)
         except BaseException:
             self.store.close()
             raise
@@ -205,6 +214,9 @@ class ReplicaNode:
             self._step_down(lead.fenced_reason or "its etcd lease expired")
             self.etcd.resign(leader)  # the key may outlive the fencing (etcd restored the lease): an election follows
             return
+        if time.monotonic() >= self._next_reconcile:
+            self._next_reconcile = time.monotonic() + RECONCILE_EVERY_S
+            self._reconcile_topics()
         drop, add = lead.in_sync_changes()
         if drop or add:
             members = (set(lead.in_sync) - drop) | add
@@ -247,6 +259,50 @@ class ReplicaNode:
             self.follower.stop()
             self.follower = None
 
+    # --- cluster topics ---------------------------------------------------------------
+
+    def _create_share(self, route: GroupRoute, topic: str, share: int, message_type: str) -> None:
+        """Create a group's share of a cluster topic: here when it is this group, else through
+        that group's leader (signed as a replica: only an admin may create topics)."""
+        if route.name == self.group:
+            self._create_local(topic, share, message_type)
+            return
+        from txmq.broker.protocol import native_pb2
+        from txmq.broker.protocol.native_methods import NATIVE_METHODS_BY_NAME
+        from txmq.broker.protocol.native_status import raise_for
+        method = NATIVE_METHODS_BY_NAME["CreateTopic"]
+        channel = self._peer_channel(route.leader)
+        try:
+            call = channel.unary_unary(method.path, request_serializer=method.request_class.SerializeToString,
+                                       response_deserializer=method.response_class.FromString)
+            response = call(native_pb2.CreateTopicRequest(name=topic, queue_count=share, message_type=message_type,
+                                                          group_only=True),
+                            metadata=self._peer_metadata(), timeout=5.0)
+            raise_for(response.status)
+        finally:
+            channel.close()
+
+    def _create_local(self, topic: str, share: int, message_type: str) -> None:
+        broker = self.broker
+        if broker is None:
+            raise NotLeader(f"group {self.group}: {self.me} does not lead")
+        core = broker.core
+        existing = core.store.topics.exists(topic) and core.store.topics.get(topic).queue_count
+        if not existing or existing < share:  # a share only grows: its queues never move
+            core.store.topics.create(topic, share)
+        if message_type:
+            core.topic_types.set(topic, TopicType.parse(message_type))
+
+    def _reconcile_topics(self) -> None:
+        """Create what the registry gives this group and it lacks (a create while it was down)."""
+        if self.broker is None:
+            return
+        for topic, (share, message_type) in self.routes.shares().items():
+            try:
+                self._create_local(topic, share, message_type)
+            except Exception:
+                log.exception("group %s: could not create its share of topic %s", self.group, topic)
+
     # --- role changes ----------------------------------------------------------------
 
     def _promote(self, record: LeaderRecord) -> None:
@@ -281,6 +337,8 @@ class ReplicaNode:
             with self._lease_renewed_meanwhile():  # the core rebuilds the transaction table: long after a busy epoch
                 core = BrokerCore(cfg, store=store)
             core.replication_status = self.status
+            core.routes = self.routes
+            core.membership = self.membership
             broker = Broker(cfg, core)
             handlers = broker.service_handlers()
             broker.start_beside(self.port, name_flight_host=True)

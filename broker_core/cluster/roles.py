@@ -16,12 +16,13 @@ from typing import Callable, Iterable
 import grpc
 
 from txmq.broker.protocol.method_table import STREAM_STREAM, STREAM_UNARY, UNARY_STREAM, UNARY_UNARY, Method
+from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
 from txmq.broker.protocol.native_methods import NATIVE_METHODS
 from txmq.broker.protocol.rocketmq_methods import ROCKETMQ_METHODS
 
 log = logging.getLogger(__name__)
 
-CLIENT_METHODS: tuple[Method, ...] = tuple(ROCKETMQ_METHODS) + tuple(NATIVE_METHODS)
+CLIENT_METHODS: tuple[Method, ...] = tuple(ROCKETMQ_METHODS) + tuple(NATIVE_METHODS) + tuple(COORDINATOR_METHODS)
 _HOP_HEADERS = ("user-agent", "grpc-", ":")
 
 

@@ -36,6 +36,7 @@ from txmq.broker.errors import TopicNotFound
 from txmq.broker.server.auth import Authenticator, AuthInterceptor
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
+from txmq.broker.server.membership import LocalMembership, Membership
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.metrics_http import MetricsServer, start_metrics_server
 from txmq.broker.server.rpc_metrics import RpcMetrics
@@ -110,11 +111,19 @@ class BrokerCore:
             self.rpc_metrics = RpcMetrics()
             self.advertised: tuple[str, int] | None = None  # set by Broker.start once it listens
             self.replication_status = None  # a group's leader: set by cluster/node.py
+            self.routes = None  # a group's leader in a cluster: set by cluster/node.py
+            self.membership: Membership = LocalMembership()  # a cluster's leader: etcd's (cluster/node.py)
             self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
                          else Authenticator.disabled())
             self.pop = PopService(self)
             self.topic_types = TopicTypes(self.store.topics.path.with_name("topic_types.json"))
             # the timer runs where writes are taken: a replica derives nothing for it until it leads
+            # a group's broker reaches the coordinators of cross-group transactions (cluster/cross_tx.py)
+            self.decisions = None
+            if config.etcd and config.group:
+                from txmq.broker.cluster.cross_tx import ClusterDecisions
+
+                self.decisions = self.engine.authority = ClusterDecisions.for_broker(self.engine, config, self.auth)
             self.timer = TimerService(self.store, self.store.config.data_dir / "timer", max_delay_s=config.timer_max_delay_s,
                                       clock=clock)
         except BaseException:
@@ -163,7 +172,10 @@ class BrokerCore:
         if self._closed:
             return
         self._closed = True
-        for stop in (self.timer.stop, self.checkback.stop, self.pop.stop, self.engine.close):
+        stops = [self.timer.stop, self.checkback.stop, self.pop.stop, self.engine.close]
+        if self.decisions is not None:
+            stops.append(self.decisions.close)
+        for stop in stops:
             try:
                 stop()
             except Exception:  # keep closing: the store must still be closed cleanly
@@ -207,15 +219,18 @@ class Broker:
 
     def service_handlers(self) -> dict[str, dict[str, grpc.RpcMethodHandler]]:
         """{service name: {method name: handler}} of the RocketMQ and native services over this core."""
-        from txmq.broker.protocol import native_methods
+        from txmq.broker.cluster.cross_tx import CoordinatorService, coordinator_method_handlers
+        from txmq.broker.protocol import coordinator_methods, native_methods
         from txmq.broker.protocol.rocketmq_methods import SERVICE_NAME
         from txmq.broker.server.messaging_service import rocketmq_method_handlers
         from txmq.broker.server.native_service import NativeService, native_method_handlers
 
         self._short_calls = short_call_pool(self.config.short_call_workers, self.config.flush)
         native = self.native = NativeService(self.core)
+        coordinator = CoordinatorService(self.core.engine, self.config.group, self.core.auth)
         return {SERVICE_NAME: rocketmq_method_handlers(self.core, self._short_calls),
-                native_methods.SERVICE_NAME: native_method_handlers(native)}
+                native_methods.SERVICE_NAME: native_method_handlers(native),
+                coordinator_methods.SERVICE_NAME: coordinator_method_handlers(coordinator)}
 
     def start_beside(self, port: int, *, name_flight_host: bool = False) -> None:
         """Start what runs beside the gRPC server on `port` (bound by the caller, serving

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable, Protocol, Sequence
 from txmq.broker.server.auth import Authenticator
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig
+from txmq.broker.server.membership import Membership
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.server.topic_types import TopicTypes
@@ -22,8 +23,25 @@ from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.transaction.engine import TransactionEngine
 
-if TYPE_CHECKING:  # pop.py takes a ServiceCore itself
+if TYPE_CHECKING:  # pop.py takes a ServiceCore itself; routes are the cluster's, which imports the server
+    from txmq.broker.cluster.routes import GroupRoute, TopicLayout
     from txmq.broker.server.pop import PopService
+
+
+class ClusterRoutes(Protocol):
+    """The route registry as a group's leader serves it (cluster/routes.py `RouteView`)."""
+
+    group: str  # this broker's group
+
+    def topic(self, name: str) -> "TopicLayout | None": ...
+
+    def groups(self) -> "dict[str, GroupRoute]": ...
+
+    def topics(self) -> "dict[str, TopicLayout]": ...
+
+    def create_topic(self, name: str, queue_count: int, message_type: str) -> "TopicLayout": ...
+
+    def refresh(self) -> None: ...
 
 
 class ServiceStore(Protocol):
@@ -78,6 +96,9 @@ class ServiceCore(Protocol):
     topic_types: TopicTypes  # each topic's RocketMQ 5 message type (routes announce it, sends obey it)
     # a replicated group's leader: its replication figures (cluster/node.py); None for a single broker
     replication_status: Callable[[], dict] | None
+    # a group's leader in a cluster: where every group's queues are; None outside a cluster
+    routes: ClusterRoutes | None
+    membership: Membership  # consumer groups' live members (in etcd in a cluster)
 
     def topic_queue_count(self, topic: str, *, create: bool | None = None) -> int: ...
 

@@ -37,7 +37,7 @@ from txmq.broker.server.pop import parse_filter
 from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.server.short_calls import run_on
 from txmq.broker.server.telemetry import serve_telemetry
-from txmq.broker.server.topic_types import check_accepts
+from txmq.broker.server.topic_types import TopicType, check_accepts
 from txmq.broker.transaction.state import Resolution
 from txmq.broker.server.core_seam import ServiceCore
 
@@ -121,6 +121,12 @@ def _duration_ms(d) -> int:
     return d.seconds * 1000 + d.nanos // 1_000_000
 
 
+def _endpoints_of(host_port: str) -> pb.Endpoints:
+    host, _, port = host_port.rpartition(":")
+    scheme = pb.IPv6 if ":" in host else (pb.IPv4 if host.replace(".", "").isdigit() else pb.DOMAIN_NAME)
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
+
+
 class MessagingService:
     def __init__(self, core: ServiceCore) -> None:
         self.core = core
@@ -150,15 +156,44 @@ class MessagingService:
 
     def _queues(self, topic_res: pb.Resource, count: int, endpoints: pb.Endpoints, *,
                 accepted: tuple[int, ...] = ()) -> list[pb.MessageQueue]:
-        broker = pb.Broker(name=self.config.broker_name, id=0, endpoints=endpoints)
+        # a group's replicas are one RocketMQ broker, named for the group
+        broker = pb.Broker(name=self.config.group or self.config.broker_name, id=0, endpoints=endpoints)
         topic = pb.Resource(name=topic_res.name, resource_namespace=topic_res.resource_namespace)
         return [pb.MessageQueue(topic=topic, id=i, permission=pb.READ_WRITE, broker=broker,
                                 accept_message_types=accepted) for i in range(count)]
+
+    def _cluster_brokers(self, topic: str, requested: pb.Endpoints | None) -> list[tuple[pb.Broker, list[int]]]:
+        """In a cluster, each group holding queues of a registered `topic` (with a leader now) as
+        a RocketMQ broker named for the group, with its queue ids; [] for any other topic."""
+        routes = self.core.routes
+        layout = routes.topic(topic) if routes is not None else None
+        if layout is None:
+            return []
+        groups = routes.groups()
+        out = []
+        for name in sorted({q.group for q in layout.queues}):
+            route = groups.get(name)
+            if route is None or not route.leader:
+                continue  # a group electing a leader is left out until it has one
+            endpoints = (self._endpoints(requested) if name == routes.group
+                         else _endpoints_of(route.leader))
+            out.append((pb.Broker(name=name, id=0, endpoints=endpoints),
+                        [q.queue_id for q in layout.queues if q.group == name]))
+        return out
 
     def QueryRoute(self, req: pb.QueryRouteRequest, call: Call) -> pb.QueryRouteResponse:
         topic = check_topic(req.topic.name)
         if not (call.identity.may_publish(topic) or call.identity.may_subscribe(topic)):
             call.identity.require_publish(topic)
+        cluster = self._cluster_brokers(topic, req.endpoints)
+        if cluster:
+            mtype = self.core.routes.topic(topic).message_type
+            accepted = (TopicType.parse(mtype) if mtype else TopicType.MIXED).accepted
+            res = pb.Resource(name=req.topic.name, resource_namespace=req.topic.resource_namespace)
+            queues = [pb.MessageQueue(topic=res, id=q, permission=pb.READ_WRITE, broker=broker,
+                                      accept_message_types=accepted)
+                      for broker, ids in cluster for q in ids]
+            return pb.QueryRouteResponse(status=st.ok(), message_queues=queues)
         count = self.core.topic_queue_count(topic)
         # each queue announces the topic's type, as the proxy does: producers refuse any other
         accepted = self.core.topic_types.get(topic).accepted
@@ -169,10 +204,17 @@ class MessagingService:
         topic = check_topic(req.topic.name)
         check_group(req.group.name)
         call.identity.require_subscribe(topic)
-        self.core.topic_queue_count(topic)
         # Pop consumption spans every queue of the topic, so (like RocketMQ's proxy)
         # one assignment per broker with queue id -1 is enough: a push consumer then
         # holds one long poll per topic instead of one per queue.
+        cluster = self._cluster_brokers(topic, req.endpoints)
+        if not cluster:
+            self.core.topic_queue_count(topic)
+        else:  # one assignment per group: its consumers pop across that group's queues
+            res = pb.Resource(name=req.topic.name, resource_namespace=req.topic.resource_namespace)
+            return pb.QueryAssignmentResponse(status=st.ok(), assignments=[
+                pb.Assignment(message_queue=pb.MessageQueue(topic=res, id=-1, permission=pb.READ_WRITE, broker=broker))
+                for broker, _ in cluster])
         queue = self._queues(req.topic, 1, self._endpoints(req.endpoints))[0]
         queue.id = -1
         return pb.QueryAssignmentResponse(status=st.ok(), assignments=[pb.Assignment(message_queue=queue)])

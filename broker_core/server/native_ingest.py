@@ -32,6 +32,7 @@ from txmq.broker.protocol import native_pb2
 from txmq.broker.protocol.native_arrow import check_send_schema
 from txmq.broker.store.property_names import is_user_property
 from txmq.broker.timer.schedule import TIME_PROPERTIES
+from txmq.broker.transaction.decision import CROSS_GROUP_PROPERTIES
 from txmq.broker.store.message import (
     PROP_KEYS,
     PROP_SHARDING_KEY,
@@ -123,7 +124,7 @@ def _build_message(topic: str | None, body: bytes | None, tag: str | None, keys:
         # Arrow map values arrive as a list of (key, value) pairs, protobuf maps as a mapping: update takes both.
         props.update(properties)
         for name in props:
-            if not is_user_property(name) and name not in TIME_PROPERTIES:
+            if not is_user_property(name) and name not in TIME_PROPERTIES and name not in CROSS_GROUP_PROPERTIES:
                 raise IllegalPropertyKey(f"message {row}: property {name!r} is reserved by the broker "
                                          "(use tag/keys/shardingKey/messageId columns instead)")
     if tag:

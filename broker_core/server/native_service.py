@@ -186,7 +186,10 @@ class NativeService:
         """Only an owner of the transaction's producer group may end or inspect it (auth on)."""
         identity = self._identity(context)
         if identity.authenticated and not identity.admin:
-            identity.require_producer_group(self.engine.get(transaction_id).producer_group)
+            info = self.engine.get(transaction_id)
+            # an ended transaction keeps no producer group, and a repeat or a conflict on it writes nothing
+            if not info.state.is_final:
+                identity.require_producer_group(info.producer_group)
 
     # ---- topics ------------------------------------------------------------
     def _topic(self, name: str, *, create: bool = False):
@@ -491,10 +494,57 @@ class NativeService:
         if queue_count < 0:
             raise errors.BadRequest(f"queue_count must be positive, got {queue_count}")
         topic_type = TopicType.parse(request.message_type) if request.message_type else None
+        routes = self.core.routes
+        if routes is not None and not request.group_only:
+            # a cluster topic: its queues spread over the groups, this group creating its share
+            layout = routes.create_topic(request.name, queue_count, topic_type.value if topic_type else "")
+            # the view of this group's share, counting the whole topic's queues (Routes lists where they are)
+            view = (self._topic_view(self._topic(request.name)) if self.store.topics.exists(request.name)
+                    else pb.TopicView(name=request.name, message_type=layout.message_type or "MIXED"))
+            view.queue_count = len(layout.queues)
+            return pb.TopicResponse(status=ok_status(), topic=view)
         config = self.store.topics.create(request.name, queue_count)
         if topic_type is not None:
             self.core.topic_types.set(request.name, topic_type)
+        if routes is not None:
+            routes.refresh()  # another group registered this topic: route it from now on
         return pb.TopicResponse(status=ok_status(), topic=self._topic_view(config))
+
+    def ConsumerHeartbeat(self, request, context) -> pb.ConsumerHeartbeatResponse:
+        self._identity(context)  # signed like every call when auth is on
+        members = self.core.membership.heartbeat(request.group, request.member_id, request.ttl_ms,
+                                                 leave=request.leave)
+        return pb.ConsumerHeartbeatResponse(status=ok_status(), members=members)
+
+    def Routes(self, request, context) -> pb.RoutesResponse:
+        identity = self._identity(context)
+        for topic in request.topics:
+            if not (identity.may_subscribe(topic) or identity.may_publish(topic)):
+                identity.require_subscribe(topic)
+        routes = self.core.routes
+        if routes is None:  # one group, unnamed, holding every queue of its topics
+            host, port = self.core.advertised or self.core.config.listen_host_port
+            me = f"{host}:{port}"
+            names = list(request.topics) or [t.name for t in self.store.topics.list()]
+            topics = [pb.TopicRoute(name=n, message_type=self.core.topic_types.get(n).value,
+                                    queues=[pb.QueueRoute(group="", queue_id=q) for q in self._queue_ids(n)])
+                      for n in names]
+            return pb.RoutesResponse(status=ok_status(), cluster=False, topics=topics,
+                                     groups=[pb.GroupRoute(name="", leader=me, endpoints=[me])])
+        layouts = routes.topics()
+        topics = []
+        for name in list(request.topics) or sorted(layouts):
+            layout = routes.topic(name)
+            if layout is not None:
+                queues = [pb.QueueRoute(group=q.group, queue_id=q.queue_id) for q in layout.queues]
+                mtype = layout.message_type
+            else:  # a topic of this group alone (auto-created by a send, or made before the cluster)
+                queues = [pb.QueueRoute(group=routes.group, queue_id=q) for q in self._queue_ids(name)]
+                mtype = self.core.topic_types.get(name).value
+            topics.append(pb.TopicRoute(name=name, queues=queues, message_type=mtype))
+        groups = [pb.GroupRoute(name=g.name, leader=g.leader or "", endpoints=list(g.endpoints))
+                  for g in routes.groups().values()]
+        return pb.RoutesResponse(status=ok_status(), cluster=True, groups=groups, topics=topics)
 
     def ListTopics(self, request, context) -> pb.ListTopicsResponse:
         identity = self._identity(context)

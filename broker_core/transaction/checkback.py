@@ -12,6 +12,12 @@ For each due transaction: older than the orphan timeout → discarded; checked
 `max_checks` times → discarded; otherwise the listener is asked to deliver a
 check to a live producer. A delivered check burns one of the transaction's
 checks; an undelivered one does not (no producer was there to answer).
+
+A cross-group transaction (decision.py) asks its coordinator group first: a decision
+there is applied at once; with none, the producer is asked as above, and its answer
+(an EndTransaction) is recorded at the coordinator before it is applied; a discard
+records ROLLBACK there first. While the coordinator cannot be reached the transaction
+stays pending and is tried again next interval: nothing is resolved without it.
 """
 
 from __future__ import annotations
@@ -24,9 +30,11 @@ from typing import Protocol
 
 from txmq.broker.store.message import Message, StoredMessage
 
+from txmq.broker.errors import CoordinatorUnavailable
+
 from .config import TransactionConfig
 from .engine import TransactionEngine
-from .state import TransactionInfo
+from .state import Transaction, TransactionInfo
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +49,8 @@ class CheckRound:
     checked: int = 0  # delivered to a producer
     undelivered: int = 0
     discarded: int = 0
+    decided: int = 0  # cross-group: resolved as their coordinator had decided
+    coordinator_down: int = 0  # cross-group: left pending, the coordinator could not be asked
     more_due: bool = False  # the round stopped at max_checks_per_round
     seconds: float = 0.0
 
@@ -59,10 +69,13 @@ class CheckbackService:
         now = self.engine.now_ms()
         limit = self.config.max_checks_per_round
         claimed = self.engine.claim_due(now, limit)
-        checked = undelivered = discarded = 0
+        checked = undelivered = discarded = decided = coordinator_down = 0
         retry_ms = now + int(self.config.check_interval_s * 1000)
         for tx in claimed:
             try:
+                if tx.cross is not None and self._apply_coordinator_decision(tx):
+                    decided += 1
+                    continue
                 verdict = self.engine.check_verdict(tx, now)
                 if verdict.startswith("discard"):
                     if self.engine.discard(tx.transaction_id, reason=verdict.split(":", 1)[1]):
@@ -72,11 +85,26 @@ class CheckbackService:
                 self.engine.record_check(tx, delivered, now)
                 checked += delivered
                 undelivered += not delivered
+            except CoordinatorUnavailable as exc:  # pending it stays: asked again next interval
+                log.warning("check-back of cross-group transaction %s: %s", tx.transaction_id, exc)
+                coordinator_down += 1
+                self.engine.release_claim(tx, retry_ms)
             except Exception:  # e.g. the discard's store append failed: try again next interval
                 log.exception("check-back of transaction %s failed", tx.transaction_id)
                 self.engine.release_claim(tx, retry_ms)
         self.engine.maybe_snapshot()
-        return CheckRound(checked, undelivered, discarded, len(claimed) >= limit, time.monotonic() - started)
+        return CheckRound(checked, undelivered, discarded, decided, coordinator_down, len(claimed) >= limit,
+                          time.monotonic() - started)
+
+    def _apply_coordinator_decision(self, tx: Transaction) -> bool:
+        """Resolve a pending cross-group transaction as its coordinator decided; False when it has
+        not decided (the producer is asked then). CoordinatorUnavailable propagates."""
+        decision = self.engine.coordinator_decision(tx)
+        if decision is None:
+            return False
+        self.engine.end(tx.transaction_id, decision, source="coordinator")
+        self.engine.metrics.count("coordinator_answers")
+        return True
 
     def _deliver(self, tx) -> bool:
         try:

@@ -32,6 +32,8 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from txmq.broker.errors import (
+    BadRequest,
+    CoordinatorUnavailable,
     TransactionAlreadyEnded,
     TransactionConflict,
     UnknownTransaction,
@@ -50,6 +52,7 @@ from txmq.broker.store.message import (
 from txmq.broker.store.record_copy import RecordCopies
 
 from .config import TransactionConfig
+from .decision import CrossGroup, Decision, DecisionAuthority, cross_group_of
 from .gate import SharedExclusiveGate
 from .gc_pause import collector_paused
 from .half import (
@@ -98,6 +101,11 @@ class TransactionEngine:
         self._due_seq = itertools.count()
         self._snapshot_lock = threading.Lock()
         self._last_snapshot_s = 0.0
+        # cross-group transactions: decisions this group holds as a coordinator (derived from DECIDE
+        # ops like the table), and how this group reaches other coordinators (set by the broker)
+        self._decisions: dict[str, Decision] = {}
+        self._decide_locks = [threading.Lock() for _ in range(64)]
+        self.authority: DecisionAuthority | None = None
         self.state_dir = Path(self.config.state_dir or Path(store.config.data_dir) / "transaction")
         self.recovery_stats: dict = {}
         self._recover()
@@ -114,6 +122,7 @@ class TransactionEngine:
         them, so a producer's retry never doubles half of a batch.
         """
         immunity_s = check_transactional(messages)
+        cross = _cross_of(messages)
 
         def append_halves(tx_id: str, now: int):
             halves = build_halves(messages, transaction_id=tx_id, producer_group=producer_group,
@@ -121,7 +130,7 @@ class TransactionEngine:
             return self.store.append_group(halves, allow_system=True)
 
         return self._prepare(append_halves, [m.topic for m in messages], [m.queue_id for m in messages],
-                             immunity_s, transaction_id, producer_group, sender)
+                             immunity_s, transaction_id, producer_group, sender, cross)
 
     def prepare_bodies(self, topics: Sequence[str], bodies: Sequence[bytes], queue_ids: Sequence[int],
                        unique_keys: Sequence[str] | None, *, born_timestamp: int, transaction_id: str | None = None,
@@ -145,13 +154,20 @@ class TransactionEngine:
 
     def _prepare(self, append_halves: Callable[[str, int], Sequence], topics: Sequence[str],
                  queue_ids: Sequence[int], immunity_s: int | None, transaction_id: str | None,
-                 producer_group: str, sender: str) -> PrepareResult:
+                 producer_group: str, sender: str, cross: CrossGroup | None = None) -> PrepareResult:
         """Admit the prepare, append its halves (append_halves(tx id, now)) and add them to the table."""
         tx_id = check_transaction_id(transaction_id) if transaction_id is not None else _new_id()
         now = self._now_ms()
         tx = self._admit_prepare(tx_id, producer_group, now)
         applied = False
         try:
+            if cross is not None:
+                with tx.cond:
+                    if tx.cross is not None and tx.cross != cross:
+                        raise BadRequest(f"transaction {tx_id} is coordinated by {tx.cross.coordinator} over "
+                                         f"{','.join(tx.cross.participants)}; these halves name {cross.coordinator} "
+                                         f"over {','.join(cross.participants)}")
+                    tx.cross = cross
             with collector_paused():
                 immunity = immunity_ms(immunity_s, self.config.transaction_timeout_s, self.config.max_immunity_s)
                 with self._gate.shared():
@@ -182,6 +198,56 @@ class TransactionEngine:
         tx = self._lookup(transaction_id)
         if isinstance(tx, FinalRecord):
             return _repeat_or_conflict(transaction_id, tx.state, resolution)
+        cross = tx.cross
+        if cross is None:
+            return self._end(tx, resolution, source, include_senders, wait_reserved)
+        if tx.state is TxState.DISCARDED and resolution is Resolution.ROLLBACK:
+            return EndResult(TxState.DISCARDED, False)  # a discard recorded ROLLBACK at the coordinator first
+        if self._authority().is_coordinator(cross):
+            return self._end_as_coordinator(tx, cross, resolution, source, include_senders, wait_reserved)
+        # no participant resolves a cross-group transaction but as its coordinator decided (first decision wins)
+        decided = self._settle(tx, cross, resolution)
+        result = self._end(tx, decided, source, include_senders, wait_reserved)
+        if decided is not resolution:
+            raise TransactionConflict(
+                f"transaction {transaction_id} was decided {decided.name} by its coordinator group "
+                f"{cross.coordinator}: {resolution.name} refused ({decided.name} applied here)")
+        return result
+
+    def _end_as_coordinator(self, tx: Transaction, cross: CrossGroup, resolution: Resolution, source: str,
+                            include_senders: Iterable[str] | None, wait_reserved: bool) -> EndResult:
+        """The coordinator group resolving its own halves: with no decision yet, the DECIDE op
+        goes in the same store group as its COMMIT (or ROLLBACK), one write instead of two, so
+        the decision and this group's part of it survive a crash together or not at all."""
+        tx_id = tx.transaction_id
+        with self._decide_lock(tx_id):
+            known = self.decision(tx_id)
+            if known is not None:
+                decided, decide_op, decision = known.resolution, None, None
+            else:
+                decided = resolution
+                now = self._now_ms()
+                decision = Decision(resolution, cross.participants, now)
+                decide_op = build_op(OpRecord(tx_id, OpKind.DECIDE, None, 0, now, decision=resolution.name,
+                                              participants=cross.participants))
+            result = self._end(tx, decided, source, include_senders, wait_reserved, decide_op)
+            if decision is not None:
+                # nothing was written when the transaction had ended here already: no decision then
+                if not result.newly_ended:
+                    raise TransactionConflict(f"transaction {tx_id} ended on its coordinator group without a "
+                                              f"recorded decision: it was not resolved as a cross-group transaction")
+                with self._table_lock:
+                    self._decisions[tx_id] = decision
+                self.metrics.count("decisions")
+        if decided is not resolution:
+            raise TransactionConflict(
+                f"transaction {tx_id} was decided {decided.name} by its coordinator group "
+                f"{cross.coordinator}: {resolution.name} refused ({decided.name} applied here)")
+        return result
+
+    def _end(self, tx: Transaction, resolution: Resolution, source: str, include_senders: Iterable[str] | None,
+             wait_reserved: bool, decide_op: Message | None = None) -> EndResult:
+        transaction_id = tx.transaction_id
         with tx.exclusive(), collector_paused():
             if tx.state.is_final:
                 return _repeat_or_conflict(transaction_id, tx.state, resolution)
@@ -195,10 +261,10 @@ class TransactionEngine:
                 raise UnknownTransaction(f"transaction {transaction_id} has no half messages")
             now = self._now_ms()
             if resolution is Resolution.COMMIT:
-                committed = self._commit(tx, include_senders, now, wait_reserved)
+                committed = self._commit(tx, include_senders, now, wait_reserved, decide_op)
                 state = TxState.COMMITTED
             else:
-                self._append_op_and_finish(tx, OpKind.ROLLBACK, TxState.ROLLED_BACK, now)
+                self._append_op_and_finish(tx, OpKind.ROLLBACK, TxState.ROLLED_BACK, now, decide_op)
                 committed, state = [], TxState.ROLLED_BACK
             if source in CHECK_SOURCES:
                 self.metrics.count("checks_answered")
@@ -258,6 +324,11 @@ class TransactionEngine:
         tx = self._lookup(transaction_id)
         if isinstance(tx, FinalRecord):
             return False
+        if tx.cross is not None and tx.state is TxState.PENDING:
+            # ROLLBACK is recorded at the coordinator first: a COMMIT decided there meanwhile wins
+            if self._settle(tx, tx.cross, Resolution.ROLLBACK) is Resolution.COMMIT:
+                self._end(tx, Resolution.COMMIT, "coordinator", None, True)
+                return False
         with tx.exclusive():
             if tx.state is not TxState.PENDING or not tx.halves:
                 return False
@@ -273,6 +344,56 @@ class TransactionEngine:
             self.metrics.resolved("DISCARD", (now - tx.created_ms) / 1000)
             log.info("transaction %s discarded (%s) after %d checks", transaction_id, reason, tx.checks)
             return True
+
+    # --- cross-group transactions (decision.py) -------------------------------------
+
+    def decide(self, transaction_id: str, resolution: Resolution, participants: Sequence[str]) -> Decision:
+        """As the coordinator group: record `resolution` for `transaction_id` unless a decision is
+        recorded already, and return the decision in force (the first one wins). The DECIDE op is
+        in the store (replicated under sync replication) before this returns."""
+        check_transaction_id(transaction_id)
+        with self._decide_lock(transaction_id):
+            with self._table_lock:
+                known = self._decisions.get(transaction_id)
+            if known is not None:
+                return known
+            now = self._now_ms()
+            groups = tuple(sorted(set(participants)))
+            op = build_op(OpRecord(transaction_id, OpKind.DECIDE, None, 0, now, decision=resolution.name,
+                                   participants=groups))
+            with self._gate.shared():
+                self.store.append([op], allow_system=True)
+                decision = Decision(resolution, groups, now)
+                with self._table_lock:
+                    self._decisions[transaction_id] = decision
+            self.metrics.count("decisions")
+            return Decision(resolution, groups, now, newly_decided=True)
+
+    def decision(self, transaction_id: str) -> Decision | None:
+        """The decision this group holds as coordinator for `transaction_id` (None: none)."""
+        with self._table_lock:
+            return self._decisions.get(transaction_id)
+
+    def coordinator_decision(self, tx: Transaction) -> Resolution | None:
+        """What the coordinator of a pending cross-group transaction decided (None: nothing yet);
+        CoordinatorUnavailable when it cannot be asked."""
+        assert tx.cross is not None, "only a cross-group transaction has a coordinator"
+        return self._authority().lookup(tx.transaction_id, tx.cross)
+
+    def _decide_lock(self, transaction_id: str) -> threading.Lock:
+        """Serializes the decisions of one transaction id (first wins) without one lock for all."""
+        return self._decide_locks[hash(transaction_id) % len(self._decide_locks)]
+
+    def _settle(self, tx: Transaction, cross: CrossGroup, proposal: Resolution) -> Resolution:
+        decided = self._authority().settle(tx.transaction_id, cross, proposal)
+        assert isinstance(decided, Resolution), decided
+        return decided
+
+    def _authority(self) -> DecisionAuthority:
+        if self.authority is None:
+            raise CoordinatorUnavailable("this broker is not in a broker group: it cannot reach the coordinator "
+                                         "of a cross-group transaction")
+        return self.authority
 
     def lowest_pending_half(self) -> int | None:
         """The CommitLog offset of the first half of the oldest-written pending transaction (None:
@@ -307,7 +428,7 @@ class TransactionEngine:
                     op_offset=self.store.max_offset(OP_HALF_TOPIC, 0),
                     written_ms=self._now_ms(),
                     rows=[encode_tx(tx) for tx in list(self._table.values()) if tx.halves],
-                    finals=dict(self._finals))
+                    finals=dict(self._finals), decisions=dict(self._decisions))
             self._prune_finals(snap)
             path = write_snapshot(self.state_dir, snap)
             self._last_snapshot_s = time.monotonic()
@@ -439,26 +560,34 @@ class TransactionEngine:
                 if self._table.get(tx.transaction_id) is tx:
                     del self._table[tx.transaction_id]
 
-    def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int, wait_reserved: bool = True):
+    def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int, wait_reserved: bool = True,
+                decide_op: Message | None = None):
         """Append the final records (copies of the selected halves, the engine's prepare time
         dropped) and the op record as one group, then mark the transaction committed."""
         wanted = None if include_senders is None else frozenset(include_senders)
         selected = tx.halves if wanted is None else tx.halves.of_senders(wanted)
         finals = _copies_of(selected, None, None, SYSFLAG_TRANSACTION_COMMIT)
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
-                               tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now))
+                               tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now,
+                               participants=tx.cross.participants if tx.cross is not None else ()))
         with self._gate.shared():
             # the halves are dead once copied: resolved, no check-back reads them again
-            results = self.store.append_group_copies(finals, [op], wait_reserved=wait_reserved, sources_dead=True)
+            ops = [op] if decide_op is None else [decide_op, op]  # a decision first: recovery meets it first
+            results = self.store.append_group_copies(finals, ops, wait_reserved=wait_reserved, sources_dead=True)
             self._finish(tx, TxState.COMMITTED, now, _count_topics(finals.topics) if wanted is None else None)
         count = len(finals)
         self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, count)
         return AppendResults(count, lambda: list(results[:count]))  # the finals' results, not the op's
 
-    def _append_op_and_finish(self, tx: Transaction, kind: OpKind, state: TxState, now: int) -> None:
-        op = build_op(OpRecord(tx.transaction_id, kind, None, len(tx.halves), now))
+    def _append_op_and_finish(self, tx: Transaction, kind: OpKind, state: TxState, now: int,
+                              decide_op: Message | None = None) -> None:
+        op = build_op(OpRecord(tx.transaction_id, kind, None, len(tx.halves), now,
+                               participants=tx.cross.participants if tx.cross is not None else ()))
         with self._gate.shared():
-            self.store.append([op], allow_system=True)
+            if decide_op is None:
+                self.store.append([op], allow_system=True)
+            else:  # the decision and this group's ROLLBACK: one group, both or neither survive a crash
+                self.store.append_group([decide_op, op], allow_system=True)
             self._finish(tx, state, now)
         self.metrics.resolved(kind.value, (now - tx.created_ms) / 1000)
 
@@ -486,6 +615,13 @@ class TransactionEngine:
 
     def _prune_finals(self, snap: TableSnapshot) -> None:
         horizon = snap.written_ms - int(self.config.resolved_retention_s * 1000)
+        old_decisions = [k for k, d in snap.decisions.items() if d.at_ms < horizon]
+        if old_decisions:
+            with self._table_lock:
+                for k in old_decisions:
+                    snap.decisions.pop(k, None)
+                    if k in self._decisions and self._decisions[k].at_ms < horizon:
+                        del self._decisions[k]
         stale = [k for k, f in snap.finals.items() if f.resolved_ms < horizon]
         if not stale:
             return
@@ -501,7 +637,7 @@ class TransactionEngine:
         rebuilt = recover_table(self.store, load_snapshots(self.state_dir),
                                 default_immunity_s=self.config.transaction_timeout_s,
                                 max_immunity_s=self.config.max_immunity_s)
-        self._table, self._finals = rebuilt.table, rebuilt.finals
+        self._table, self._finals, self._decisions = rebuilt.table, rebuilt.finals, rebuilt.decisions
         interval_ms = int(self.config.check_interval_s * 1000)
         pending: dict[str, int] = {}
         for tx in self._table.values():
@@ -516,7 +652,7 @@ class TransactionEngine:
         self.recovery_stats = {
             "from_snapshot": rebuilt.from_snapshot, "halves_replayed": rebuilt.halves_replayed,
             "ops_replayed": rebuilt.ops_replayed, "transactions": len(self._table),
-            "finals": len(self._finals), "seconds": time.monotonic() - started}
+            "finals": len(self._finals), "decisions": len(self._decisions), "seconds": time.monotonic() - started}
         if rebuilt.halves_replayed or rebuilt.ops_replayed or not rebuilt.from_snapshot:
             self.snapshot()  # a stale snapshot must never look valid after the store grows again
         else:
@@ -549,6 +685,14 @@ def _count_topics(topics: Iterable[str]) -> dict[str, int]:
     if isinstance(topics, (list, tuple)) and topics and topics.count(topics[0]) == len(topics):
         return {topics[0]: len(topics)}
     return Counter(topics)
+
+
+def _cross_of(messages: Sequence[Message]) -> CrossGroup | None:
+    """The cross-group part of one prepare call: every message names the same coordinator, or none does."""
+    found = {cross_group_of(m.properties) if m.properties else None for m in messages}
+    if len(found) > 1:
+        raise BadRequest("the messages of one prepare name different coordinator groups (or some name none)")
+    return found.pop()
 
 
 def _new_id() -> str:

@@ -29,6 +29,8 @@ class TransactionMetrics:
         self.checks_sent = 0
         self.checks_undelivered = 0
         self.checks_answered = 0
+        self.decisions = 0  # cross-group decisions recorded as coordinator
+        self.coordinator_answers = 0  # pending cross-group transactions resolved by their coordinator's decision
         self._bucket_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
         self._latency_sum_s = 0.0
         self._latency_count = 0
@@ -90,6 +92,8 @@ class TransactionMetrics:
                 "checks_sent": self.checks_sent,
                 "checks_undelivered": self.checks_undelivered,
                 "checks_answered": self.checks_answered,
+                "decisions": self.decisions,
+                "coordinator_answers": self.coordinator_answers,
                 "resolution_latency_s": {"buckets": cumulative, "sum": self._latency_sum_s,
                                          "count": self._latency_count},
             }

@@ -10,6 +10,12 @@ once, so its op body names the transaction and the operation instead:
 
 `senders` is set on a COMMIT restricted with include_senders: only those
 senders' halves were made visible, the rest were rolled back by the same record.
+
+A coordinator group's decision for a cross-group transaction (decision.py) is an op
+record too, DECIDE, with `"decision": "COMMIT"|"ROLLBACK"` and `"groups": [..]` (the
+participants). It lives in the op queue so that recovery, snapshots and followers carry
+it exactly as they carry the table, and it changes nothing in the table. A cross-group
+transaction's COMMIT and ROLLBACK ops carry `"groups"` too, for a reader's cluster-wide cut.
 Recovery replays these records in queue order to rebuild the table.
 """
 
@@ -35,6 +41,7 @@ class OpKind(enum.Enum):
     ROLLBACK = "ROLLBACK"
     DISCARD = "DISCARD"
     RESUME = "RESUME"
+    DECIDE = "DECIDE"
 
 
 @dataclass(frozen=True)
@@ -44,12 +51,19 @@ class OpRecord:
     senders: tuple[str, ...] | None
     half_count: int
     at_ms: int
+    decision: str | None = None  # DECIDE only: "COMMIT" or "ROLLBACK"
+    participants: tuple[str, ...] = ()  # cross-group: the participant groups (on DECIDE, COMMIT and ROLLBACK)
 
 
 def build_op(op: OpRecord) -> Message:
+    assert (op.kind is OpKind.DECIDE) == (op.decision in ("COMMIT", "ROLLBACK")), "a decision is a DECIDE's alone"
     body = {"tx": op.transaction_id, "op": op.kind.value,
             "senders": list(op.senders) if op.senders is not None else None,
             "halves": op.half_count, "ms": op.at_ms}
+    if op.kind is OpKind.DECIDE:
+        body["decision"] = op.decision
+    if op.participants:  # a reader's cluster-wide cut finds a cross-group commit's other groups here
+        body["groups"] = list(op.participants)
     return Message(
         topic=OP_HALF_TOPIC,
         body=json.dumps(body, separators=(",", ":")).encode(),
@@ -64,12 +78,18 @@ def parse_op(stored: StoredMessage | Message) -> OpRecord | None:
     try:
         body = json.loads(stored.body)
         senders = body.get("senders")
+        kind = OpKind(body["op"])
+        decision = str(body["decision"]) if kind is OpKind.DECIDE else None
+        if kind is OpKind.DECIDE and decision not in ("COMMIT", "ROLLBACK"):
+            return None
         return OpRecord(
             transaction_id=str(body["tx"]),
-            kind=OpKind(body["op"]),
+            kind=kind,
             senders=tuple(senders) if senders is not None else None,
             half_count=int(body.get("halves", 0)),
             at_ms=int(body.get("ms", 0)),
+            decision=decision,
+            participants=tuple(body.get("groups") or ()),
         )
     except (ValueError, KeyError, TypeError):
         return None

@@ -15,13 +15,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Iterator
 
-from txmq.broker.errors import DataDeleted
+from txmq.broker.errors import BadRequest, DataDeleted
 from txmq.broker.store.message import HALF_TOPIC, OP_HALF_TOPIC, PROP_TRANSACTION_ID, StoredMessage
 
+from .decision import Decision, cross_group_of
 from .half import half_ref_from_stored, immunity_ms, prepared_ms, stored_immunity_s
 from .op import OpKind, parse_op
 from .snapshot import TableSnapshot
-from .state import FinalRecord, Transaction, TxState
+from .state import FinalRecord, Resolution, Transaction, TxState
 from .store_seam import EngineStore
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ _BATCH = 1024
 class RecoveredTable:
     table: dict[str, Transaction] = field(default_factory=dict)
     finals: dict[str, FinalRecord] = field(default_factory=dict)
+    decisions: dict[str, Decision] = field(default_factory=dict)
     halves_replayed: int = 0
     ops_replayed: int = 0
     from_snapshot: bool = False
@@ -47,6 +49,7 @@ def recover_table(store: EngineStore, snapshots: list[TableSnapshot], *, default
         out.from_snapshot = True
         out.table = {tx.transaction_id: tx for tx in usable.transactions}
         out.finals = dict(usable.finals)
+        out.decisions = dict(usable.decisions)
         half_from, op_from = usable.half_offset, usable.op_offset
     else:
         if snapshots:
@@ -93,6 +96,11 @@ def _apply_half(out: RecoveredTable, known: dict[str, set[int]], half: StoredMes
         return
     seen.add(half.physical_offset)
     tx.halves.append(half_ref_from_stored(half))
+    if tx.cross is None:
+        try:
+            tx.cross = cross_group_of(half.properties)
+        except BadRequest:  # the engine refused such halves: not written by it
+            log.warning("half at %d names a malformed coordinator", half.physical_offset)
     created = prepared_ms(half)
     if created is not None:
         tx.created_ms = min(tx.created_ms, created)
@@ -103,6 +111,10 @@ def _apply_op(out: RecoveredTable, stored: StoredMessage) -> None:
     op = parse_op(stored)
     if op is None:
         log.warning("skipping unreadable op record at %d", stored.physical_offset)
+        return
+    if op.kind is OpKind.DECIDE:  # a coordinator's decision: the first one recorded wins
+        assert op.decision is not None
+        out.decisions.setdefault(op.transaction_id, Decision(Resolution[op.decision], op.participants, op.at_ms))
         return
     if op.transaction_id in out.finals:
         return

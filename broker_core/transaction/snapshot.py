@@ -23,7 +23,8 @@ from pathlib import Path
 
 from txmq.broker.store.durable import write_bytes_atomically
 
-from .state import FinalRecord, HalfRef, HalfRefs, Transaction, TxState
+from .decision import CrossGroup, Decision
+from .state import FinalRecord, HalfRef, HalfRefs, Resolution, Transaction, TxState
 
 _PREFIX = "txtable-"
 _SUFFIX = ".json"
@@ -40,6 +41,7 @@ class TableSnapshot:
     transactions: list[Transaction] = field(default_factory=list)  # as loaded
     rows: list[list] = field(default_factory=list)  # as captured for writing (encode_tx)
     finals: dict[str, FinalRecord] = field(default_factory=dict)
+    decisions: dict[str, Decision] = field(default_factory=dict)  # held as a cross-group coordinator
     seq: int = 0
 
 
@@ -49,13 +51,17 @@ def encode_tx(tx: Transaction) -> list:
     the writer, outside the lock, turns them into arrays in HalfRef's field order. A Spark
     micro-batch of a million halves is captured in microseconds; building a list per half took
     0.75 s, during which every prepare and EndTransaction waited."""
-    return [tx.transaction_id, _STATE_CODES[tx.state], tx.producer_group, tx.created_ms, tx.immunity_ms,
-            tx.checks, tx.last_check_ms, tx.resumed_ms, tx.halves.captured()]
+    row = [tx.transaction_id, _STATE_CODES[tx.state], tx.producer_group, tx.created_ms, tx.immunity_ms,
+           tx.checks, tx.last_check_ms, tx.resumed_ms, tx.halves.captured()]
+    if tx.cross is not None:  # two more columns, only on cross-group transactions
+        row += [tx.cross.coordinator, list(tx.cross.participants)]
+    return row
 
 
 def _decode_tx(row: list) -> Transaction:
-    tx_id, code, group, created, immunity, checks, last_check, resumed, halves = row
+    tx_id, code, group, created, immunity, checks, last_check, resumed, halves, *cross = row
     return Transaction(
+        cross=CrossGroup(cross[0], tuple(cross[1])) if cross else None,
         transaction_id=tx_id, producer_group=group, state=_CODE_STATES[code], created_ms=created,
         immunity_ms=immunity, checks=checks, last_check_ms=last_check, resumed_ms=resumed,
         halves=HalfRefs(HalfRef(p, s, q, t, qid, snd) for p, s, q, t, qid, snd in halves))
@@ -77,6 +83,7 @@ def write_snapshot(state_dir: Path, snap: TableSnapshot) -> Path:
         "written_ms": snap.written_ms,
         "transactions": snap.rows,
         "finals": {k: [_STATE_CODES[f.state], f.resolved_ms] for k, f in snap.finals.items()},
+        "decisions": {k: [d.resolution.name, d.at_ms, list(d.participants)] for k, d in snap.decisions.items()},
     }
     path = state_dir / f"{_PREFIX}{snap.seq:012d}{_SUFFIX}"
     text = json.dumps(doc, separators=(",", ":"), default=_halves_as_rows)  # the C encoder (not json.dump's)
@@ -96,6 +103,8 @@ def load_snapshots(state_dir: Path) -> list[TableSnapshot]:
                 half_offset=doc["half_offset"], op_offset=doc["op_offset"], written_ms=doc["written_ms"],
                 transactions=[_decode_tx(row) for row in doc["transactions"]],
                 finals={k: FinalRecord(_CODE_STATES[c], ms) for k, (c, ms) in doc["finals"].items()},
+                decisions={k: Decision(Resolution[r], tuple(groups), ms)
+                           for k, (r, ms, groups) in doc.get("decisions", {}).items()},
                 seq=doc["seq"]))
         except (OSError, ValueError, KeyError, TypeError):
             continue

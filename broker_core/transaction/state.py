@@ -17,11 +17,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, islice, repeat
 from operator import lt
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 from txmq.broker.store.message import AppendResult
+
+if TYPE_CHECKING:  # decision.py imports Resolution from here
+    from .decision import CrossGroup
 
 
 _STRIPE_MASK = 1023
@@ -259,6 +262,7 @@ class Transaction:
     next_check_ms: int = 0  # when the check-back service looks at it next
     inflight: int = 0
     ending: bool = False
+    cross: "CrossGroup | None" = None  # set when its halves name a coordinator group (decision.py)
 
     # This transaction's condition: one of a fixed pool, chosen by id. A Condition
     # per transaction would cost more than the rest of the record (100 000 pending

@@ -1,76 +1,136 @@
-"""A broker group of three replicas on etcd, on this machine: transactions go on across a leader kill.
+"""`make demo-cluster`: the orders → points pipeline on a cluster of broker groups, through a leader kill.
 
-Run with `make demo-cluster`. It starts an etcd member and three replica processes on
-loopback (as three hosts would run them), commits transactions of 10 orders each
-through a client given every replica's endpoint, kills the leader with SIGKILL half-way,
-and shows the failover, the group's status, and that every committed order is there once.
+1. starts an etcd member and 3 groups of 3 replicas each on loopback (as nine hosts would
+   run them), `--replication sync`;
+2. creates the "orders" and "points" topics, their queues spread over the groups;
+3. starts the Spark points job (spark-submit, local[2]) with every replica as its broker list;
+4. the order service pays orders in SQLite, each in a broker transaction, over the groups;
+   half-way, the leader of one group is killed with SIGKILL, and that group elects another;
+5. waits for check-back to resolve every UNKNOWN, drains the Spark job, applies the points;
+6. checks: every user's points equal the sum of their committed orders, exactly.
+
+    python examples/cluster/run_demo.py [--orders 200] [--groups 3] [--replicas 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import shutil
 import sys
-import tempfile
+import threading
 import time
-from collections import Counter
 from pathlib import Path
 
-from txmq.broker.client.native_client import NativeClient
-from txmq.broker.client.types import Message
-from txmq.broker.cluster.coordination import cluster_status
-from txmq.broker.cluster.etcd_process import EtcdProcess
-from txmq.broker.cluster.local_group import LocalGroup
-from txmq.broker.errors import TxmqError
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent / "orders_points"))  # the single-broker demo's services, unchanged
 
-TRANSACTIONS = 60
+from order_service import OrderService, make_orders  # noqa: E402
+from points_consumer import apply_available  # noqa: E402
+from run_demo import say, start_spark_job, verify, wait_until_resolved  # noqa: E402
+from txmq.broker.client.cluster_client import ClusterClient  # noqa: E402
+from txmq.broker.cluster.coordination import cluster_status  # noqa: E402
+from txmq.broker.cluster.etcd_process import EtcdProcess  # noqa: E402
+from txmq.broker.cluster.local_group import LocalGroup  # noqa: E402
 
 
-def main() -> int:
-    root = Path(tempfile.mkdtemp(prefix="txmq-cluster-demo-"))
-    etcd = EtcdProcess(root / "etcd").start()
-    group = LocalGroup(root, etcd, "orders", args=["--replication", "sync"])
+def run(order_count: int, n_groups: int, replicas: int, work: Path) -> bool:
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    etcd = EtcdProcess(work / "etcd").start()
+    groups = [LocalGroup(work, etcd, f"g{i + 1}", replicas=replicas,
+                         args=["--replication", "sync", "--transaction-timeout", "2s", "--check-interval", "500ms"])
+              for i in range(n_groups)]
+    spark_job = None
     try:
-        group.start()
-        first = group.wait_leader()
-        print(f"etcd on {etcd.endpoint}; group 'orders' of {len(group.replicas)} replicas; "
-              f"{first.endpoint} leads epoch {first.epoch}")
-        committed: list[bytes] = []
-        killed_at = None
-        with NativeClient(group.endpoints, timeout_s=30) as client:
-            client.create_topic("orders", 4)
-            for t in range(TRANSACTIONS):
-                bodies = [b"order-%d-%d" % (t, i) for i in range(10)]
-                while True:
-                    try:
-                        tx = client.prepare("", [Message("orders", b) for b in bodies]).transaction_id
-                        client.end_transaction(tx, "COMMIT")
-                        break
-                    except TxmqError as exc:  # the group is electing: nothing of it was committed
-                        print(f"  transaction {t}: {type(exc).__name__}, trying again")
-                        time.sleep(0.2)
-                committed += bodies
-                if t == TRANSACTIONS // 2:
-                    print(f"kill -9 of the leader {first.endpoint}")
-                    group.replica(first.endpoint).kill()
-                    killed_at = time.monotonic()
-                elif killed_at is not None and t == TRANSACTIONS // 2 + 1:
-                    print(f"first transaction committed {time.monotonic() - killed_at:.2f} s after the kill")
-            cut = client.snapshot_offsets(["orders"])["orders"]
-            seen: Counter = Counter()
-            for qid, end in cut.items():
-                for result in client.read_queue("orders", qid, 0, end):
-                    seen.update(result.batch.column("body").to_pylist())
-        status = cluster_status([("127.0.0.1", etcd.client_port)], "orders")["groups"]["orders"]
-        print(json.dumps(status, indent=1))
-        ok = all(seen[b] == 1 for b in committed) and max(seen.values()) == 1
-        print(f"{len(committed)} committed orders, {sum(seen.values())} visible, "
-              f"{'each exactly once' if ok else 'NOT exactly once'}; now led by {status['leader']} "
-              f"(epoch {status['epoch']})")
-        return 0 if ok else 1
+        say(f"[1/6] etcd on {etcd.endpoint}; starting {n_groups} groups of {replicas} replicas ...")
+        for g in groups:
+            g.start()
+            say(f"      group {g.name}: {g.wait_leader().endpoint} leads")
+        brokers = ";".join(g.endpoints for g in groups)
+        with ClusterClient(brokers) as client:
+            queues = client.create_topic("orders", 2 * n_groups)
+            client.create_topic("points", 2 * n_groups)
+            say(f"[2/6] topics orders and points: queues {', '.join(f'{q.group}/{q.queue_id}' for q in queues)}")
+            say("[3/6] starting the Spark points job (spark-submit, local[2]) ...")
+            spark_job = start_spark_job(brokers, work)
+            victim = groups[-1]
+            doomed = victim.wait_leader()
+
+            def kill_leader() -> None:
+                say(f"      kill -9 of group {victim.name}'s leader {doomed.endpoint}")
+                victim.replica(doomed.endpoint).kill()
+                new = victim.wait_leader(not_epoch=doomed.epoch, timeout_s=60)
+                say(f"      group {victim.name}: {new.endpoint} leads epoch {new.epoch}")
+
+            say(f"[4/6] placing {order_count} orders over the groups; a leader dies half-way ...")
+            killer = None
+            with OrderService(brokers, work / "orders.db") as service:
+                orders = make_orders(order_count)
+                for n, order in enumerate(orders, 1):
+                    while True:
+                        try:
+                            service.place(order)
+                            break
+                        except Exception as exc:  # noqa: BLE001 - a group electing: the order was not paid
+                            say(f"      order {order.order_id}: {type(exc).__name__}, trying again")
+                            time.sleep(0.3)
+                    if n == order_count // 2:
+                        killer = threading.Thread(target=kill_leader)
+                        killer.start()
+                    if n % 50 == 0:
+                        say(f"      {n} orders placed")
+                outcome = dict(service.counts)
+                if killer is not None:
+                    killer.join()
+                say("      the broker's check-back asks the order service about unanswered transactions ...")
+                wait_until_resolved(client, timeout_s=180)
+        say("[5/6] draining the Spark job ...")
+        (work / "stop").touch()
+        if spark_job.wait(timeout=900) != 0:
+            say(f"      the Spark job failed; see {work / 'spark.log'}")
+            return False
+        say("[6/6] the points service applies what Spark published ...")
+        apply_available(brokers, work / "points.db")
+        ok, facts = verify(work / "orders.db", work / "points.db")
+        status = cluster_status([("127.0.0.1", etcd.client_port)])["groups"]
+        say("")
+        say("Cluster")
+        for name, g in sorted(status.items()):
+            say(f"  {name}: leader {g['leader']} (epoch {g['epoch']}), in sync: "
+                f"{sum(1 for m in g['members'] if m['in_sync'])} of {len(g['members'])}")
+        say("Summary")
+        say(f"  orders committed / rolled back / left to check-back: {outcome['COMMIT']} / {outcome['ROLLBACK']} / "
+            f"{outcome['UNKNOWN']}")
+        say(f"  committed orders in the database:    {facts['orders_committed_in_db']}")
+        say(f"  points messages applied:             {facts['points_messages_applied']}")
+        say(f"  points awarded / expected:           {facts['points_total']} / {facts['expected_points_total']}")
+        say(f"  exactly-once verified:               {'yes' if ok else 'NO'}")
+        (work / "summary.json").write_text(json.dumps({"ok": ok, **facts}))
+        return ok
     finally:
-        group.stop()
+        if spark_job and spark_job.poll() is None:
+            spark_job.kill()
+        for g in groups:
+            g.stop()
         etcd.kill()
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--orders", type=int, default=200)
+    parser.add_argument("--groups", type=int, default=3)
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--work-dir", type=Path, default=ROOT / ".demo-cluster")
+    args = parser.parse_args()
+    try:
+        ok = run(args.orders, args.groups, args.replicas, args.work_dir)
+    except KeyboardInterrupt:
+        say("\ninterrupted: everything stopped")
+        sys.exit(130)
+    sys.exit(0 if ok else 1)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from txmq.broker.client import LocalTransactionState, Message, TransactionProducer
+from txmq.broker.client.cluster_client import ClusterClient
 
 ORDERS_TOPIC = "orders"
 PRODUCER_GROUP = "order-service"
@@ -82,10 +83,13 @@ class OrderListener:
         return LocalTransactionState.COMMIT
 
     def check_local_transaction(self, message) -> LocalTransactionState:
-        """The broker asks about an unanswered transaction: the order table is the truth."""
+        """The broker asks about an unanswered transaction: the order table is the truth. The row
+        names the transaction that paid it, so the halves of an attempt that failed and was
+        retried (a broker lost mid-send) roll back instead of publishing the order twice."""
         order_id = message.keys[0]
-        row = self.db.execute("SELECT 1 FROM orders WHERE order_id = ?", (order_id,)).fetchone()
-        return LocalTransactionState.COMMIT if row else LocalTransactionState.ROLLBACK
+        row = self.db.execute("SELECT tx_id FROM orders WHERE order_id = ?", (order_id,)).fetchone()
+        paid_by_it = row is not None and row[0] == message.transaction_id
+        return LocalTransactionState.COMMIT if paid_by_it else LocalTransactionState.ROLLBACK
 
 
 def make_orders(count: int, seed: int = 7) -> list[Order]:
@@ -105,7 +109,10 @@ class OrderService:
 
     def __init__(self, broker: str, db_path: Path) -> None:
         self.db = open_db(db_path)
-        self.producer = TransactionProducer(broker, PRODUCER_GROUP, OrderListener(self.db), topics=[ORDERS_TOPIC])
+        # a ClusterClient: one broker, or any broker of a cluster whose groups share the orders
+        self.client = ClusterClient(broker)
+        self.producer = TransactionProducer(self.client, PRODUCER_GROUP, OrderListener(self.db),
+                                            topics=[ORDERS_TOPIC])
         self.counts = {"COMMIT": 0, "ROLLBACK": 0, "UNKNOWN": 0}
 
     def __enter__(self) -> "OrderService":
@@ -114,6 +121,7 @@ class OrderService:
 
     def __exit__(self, *exc: object) -> None:
         self.producer.shutdown()
+        self.client.close()
         self.db.close()
 
     def place(self, order: Order) -> str:

@@ -14,15 +14,16 @@ import json
 import sqlite3
 from pathlib import Path
 
-from txmq.broker.client import NativeClient, PullConsumer
+from txmq.broker.client import PullConsumer
+from txmq.broker.client.cluster_client import ClusterClient
 
 POINTS_TOPIC = "points"
 
 SCHEMA = [
     "CREATE TABLE IF NOT EXISTS points (user TEXT PRIMARY KEY, points INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS applied (order_id TEXT PRIMARY KEY)",
-    "CREATE TABLE IF NOT EXISTS positions (topic TEXT, queue_id INTEGER, next_offset INTEGER,"
-    " PRIMARY KEY (topic, queue_id))",
+    "CREATE TABLE IF NOT EXISTS positions (topic TEXT, grp TEXT, queue_id INTEGER, next_offset INTEGER,"
+    " PRIMARY KEY (topic, grp, queue_id))",
 ]
 
 
@@ -33,10 +34,11 @@ def open_ledger(path: Path) -> sqlite3.Connection:
     return db
 
 
-def stored_positions(db: sqlite3.Connection) -> dict[str, dict[int, int]]:
-    positions: dict[str, dict[int, int]] = {}
-    for topic, queue_id, offset in db.execute("SELECT topic, queue_id, next_offset FROM positions"):
-        positions.setdefault(topic, {})[queue_id] = offset
+def stored_positions(db: sqlite3.Connection) -> dict[str, dict[tuple[str, int], int]]:
+    """{topic: {(group, queue id): next offset}}; the group is "" for a lone broker."""
+    positions: dict[str, dict[tuple[str, int], int]] = {}
+    for topic, group, queue_id, offset in db.execute("SELECT topic, grp, queue_id, next_offset FROM positions"):
+        positions.setdefault(topic, {})[(group, queue_id)] = offset
     return positions
 
 
@@ -44,7 +46,7 @@ def apply_available(broker: str, db_path: Path) -> int:
     """Apply every committed points message not yet applied; returns how many were applied now."""
     db = open_ledger(db_path)
     applied = 0
-    with NativeClient(broker) as client:
+    with ClusterClient(broker) as client:  # one broker, or every group of a cluster
         consumer = PullConsumer(client, [POINTS_TOPIC], start=stored_positions(db) or "earliest")
         while batches := consumer.poll(timeout_ms=0):
             db.execute("BEGIN")
@@ -56,8 +58,8 @@ def apply_available(broker: str, db_path: Path) -> int:
                                "SET points = points + excluded.points", (entry["user"], entry["points"]))
                     applied += 1
             for topic, queues in consumer.positions.items():
-                for queue_id, offset in queues.items():
-                    db.execute("INSERT OR REPLACE INTO positions VALUES (?, ?, ?)", (topic, queue_id, offset))
+                for (group, queue_id), offset in queues.items():
+                    db.execute("INSERT OR REPLACE INTO positions VALUES (?, ?, ?, ?)", (topic, group, queue_id, offset))
             db.execute("COMMIT")
     db.close()
     return applied

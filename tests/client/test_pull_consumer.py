@@ -52,3 +52,59 @@ def test_group_lag_of_unknown_group_raises(client, unique):
 
     with pytest.raises(errors.ConsumerGroupNotFound):
         client.group_lag(f"nobody_{unique}")
+
+
+def _join(*consumers) -> list:
+    """Poll each member until all see the same members (heartbeats every ttl/3): what they read meanwhile."""
+    import time
+
+    got = []
+    for _ in range(50):
+        for c in consumers:
+            got += c.poll(timeout_ms=0)
+        if len({tuple(c.members) for c in consumers}) == 1 and len(consumers[0].members) == len(consumers):
+            return got
+        time.sleep(0.12)
+    raise AssertionError("the members never agreed")
+
+
+def test_members_of_a_group_divide_the_queues_and_read_each_message_once(client, topic, unique):
+    group = f"split_{unique}"
+    a = PullConsumer(client, [topic], group=group, allocation="average", member_id="a", heartbeat_ttl_ms=300)
+    b = PullConsumer(client, [topic], group=group, allocation="average", member_id="b", heartbeat_ttl_ms=300)
+    _join(a, b)
+    assert sorted(a.assigned[topic]) == [0, 1] and sorted(b.assigned[topic]) == [2, 3]
+    client.send_arrow(bodies_batch(40), topic=topic)
+    got = a.poll(timeout_ms=0) + b.poll(timeout_ms=0)
+    assert sorted(_bodies(got)) == sorted(f"m{i}".encode() for i in range(40))
+    a.close()
+    b.close()
+
+
+def test_a_member_leaving_hands_its_queues_over_from_their_committed_offsets(client, topic, unique):
+    import time
+
+    group = f"handover_{unique}"
+    a = PullConsumer(client, [topic], group=group, allocation="average", member_id="a", heartbeat_ttl_ms=300)
+    b = PullConsumer(client, [topic], group=group, allocation="average", member_id="b", heartbeat_ttl_ms=300)
+    _join(a, b)
+    client.send_arrow(bodies_batch(20, prefix="x"), topic=topic)
+    seen = _bodies(a.poll(timeout_ms=0) + b.poll(timeout_ms=0))
+    a.commit()
+    a.close()  # leaves the group at once
+    client.send_arrow(bodies_batch(20, prefix="y"), topic=topic)
+    time.sleep(0.12)
+    seen += _bodies(b.poll(timeout_ms=0))
+    assert sorted(b.assigned[topic]) == [0, 1, 2, 3] and b.members == ["b"]
+    expected = [f"x{i}".encode() for i in range(20)] + [f"y{i}".encode() for i in range(20)]
+    assert sorted(seen) == sorted(expected)
+    b.close()
+
+
+def test_allocation_needs_a_group_and_a_known_strategy(client, topic):
+    import pytest
+
+    with pytest.raises(ValueError, match="consumer group"):
+        PullConsumer(client, [topic], allocation="average")
+    with pytest.raises(ValueError, match="unknown allocation"):
+        PullConsumer(client, [topic], group="g", allocation="round_robin")

@@ -64,7 +64,7 @@ def test_bad_source_option_is_refused_naming_it(options, named):
 
 
 def test_ending_offsets_are_for_batch_queries():
-    assert parse(streaming=False, endingOffsets='{"orders": {"0": 5, "1": -1}}').ending == {"orders": {0: 5, 1: -1}}
+    assert parse(streaming=False, endingOffsets='{"orders": {"0": 5, "1": -1}}').ending == {"orders": {("", 0): 5, ("", 1): -1}}
     with pytest.raises(InvalidOption, match="endingOffsets"):
         parse(streaming=False, endingOffsets='{"orders": {"0": -2}}')
 

@@ -32,7 +32,8 @@ class ThreeRowPulls:
         self.batch_bytes: list[int] = []
         self.pulled = threading.Condition()
 
-    def read_queue(self, topic, queue_id, start, end, *, tags=None, sql=None, batch_bytes=0):
+    def read_queue(self, topic, queue, start, end, *, tags=None, sql=None, batch_bytes=0):
+        queue_id = queue[1]
         self.batch_bytes.append(batch_bytes)
         while start < end:
             stop = min(end, start + 3)
@@ -53,13 +54,13 @@ def _connection(monkeypatch, client) -> Connection:
 
 def test_a_partition_is_read_whole_and_in_offset_order(monkeypatch):
     conn = _connection(monkeypatch, ThreeRowPulls())
-    batches = list(read_queue_range(conn, TxmqInputPartition("t", 0, 2, 12), tags=None, fail_on_data_loss=True))
+    batches = list(read_queue_range(conn, TxmqInputPartition("t", "", 0, 2, 12), tags=None, fail_on_data_loss=True))
     assert [o for b in batches for o in b.column("queueOffset").to_pylist()] == list(range(2, 12))
 
 
 def test_a_partition_abandoned_early_stops_pulling(monkeypatch):
     client = ThreeRowPulls()
-    rows = read_queue_range(_connection(monkeypatch, client), TxmqInputPartition("t", 0, 0, 300), tags=None,
+    rows = read_queue_range(_connection(monkeypatch, client), TxmqInputPartition("t", "", 0, 0, 300), tags=None,
                             fail_on_data_loss=True)
     next(rows)
     rows.close()
@@ -70,7 +71,7 @@ def test_a_partition_abandoned_early_stops_pulling(monkeypatch):
 
 def test_a_partition_is_read_as_one_stream_of_batches_of_the_source_size(monkeypatch):
     client = ThreeRowPulls()
-    list(read_queue_range(_connection(monkeypatch, client), TxmqInputPartition("t", 0, 0, 6), tags=None,
+    list(read_queue_range(_connection(monkeypatch, client), TxmqInputPartition("t", "", 0, 0, 6), tags=None,
                           fail_on_data_loss=True))
     assert client.batch_bytes == [PULL_BATCH_BYTES] and client.starts == [0, 3]
 
@@ -90,7 +91,8 @@ from txmq.spark.options import Connection
 
 
 class Pulls:
-    def read_queue(self, topic, queue_id, start, end, *, tags=None, sql=None, batch_bytes=0):
+    def read_queue(self, topic, queue, start, end, *, tags=None, sql=None, batch_bytes=0):
+        queue_id = queue[1]
         while start < end:
             stop = min(end, start + 3)
             rows = [{"topic": topic, "queueId": queue_id, "queueOffset": o, "body": b"m"} for o in range(start, stop)]
@@ -101,11 +103,11 @@ class Pulls:
 conn = Connection("stand-in:1")
 source._clients[conn] = Pulls()
 options = types.SimpleNamespace(connection=conn, tags=None, filter=None, fail_on_data_loss=True)
-reads = source.read_in_worker(options, source.TxmqInputPartition("t", 0, 0, 9))
+reads = source.read_in_worker(options, source.TxmqInputPartition("t", "", 0, 0, 9))
 next(reads)
 first = (len(freezes), gc.get_freeze_count())
 rows = sum(b.num_rows for b in reads) + 3
-rows += sum(b.num_rows for b in source.read_in_worker(options, source.TxmqInputPartition("t", 1, 0, 7)))
+rows += sum(b.num_rows for b in source.read_in_worker(options, source.TxmqInputPartition("t", "", 1, 0, 7)))
 print(*first, len(freezes), rows)
 """
 

@@ -10,7 +10,7 @@ from txmq.spark.schema import conform_source_batch, sink_arrow_batch, source_arr
 
 def test_source_arrow_schema_has_the_documented_columns():
     assert source_arrow_schema().names == ["topic", "queueId", "queueOffset", "messageId", "tag", "keys", "body",
-                                           "properties", "bornTimestamp", "storeTimestamp", "transactionId"]
+                                           "properties", "bornTimestamp", "storeTimestamp", "transactionId", "group"]
 
 
 def test_a_batch_missing_columns_and_with_ms_timestamps_is_conformed():

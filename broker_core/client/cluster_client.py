@@ -1,0 +1,418 @@
+"""ClusterClient: a cluster of broker groups as one, from any broker's endpoint.
+
+It asks a broker for the routes (which group holds which queue of a topic, and each group's
+live replicas), keeps one NativeClient per group (which fails over between that group's
+replicas by itself), and refreshes the routes every `route_ttl_s` and after a failure.
+A producer's group is chosen round-robin over the topic's queues, skipping groups that
+latency fault tolerance keeps out (client/fault_tolerance.py); reads name their group.
+Outside a cluster the broker answers one group, "", and this is a plain NativeClient.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+import zlib
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import pyarrow as pa
+
+from txmq.broker import errors
+from txmq.broker.client.cross_group import CrossGroupTransaction
+from txmq.broker.client.fault_tolerance import LatencyFaultTolerance
+from txmq.broker.client.native_client import NativeClient, parse_endpoints
+from txmq.broker.client.types import (CheckRequest, EndSummary, Message, PrepareSummary, PullResult, QueueRef, Routes,
+                                     SendSummary, TopicInfo, TransactionInfo)
+
+log = logging.getLogger(__name__)
+
+# How long a group's client retries replicas it cannot reach before the call fails and the
+# group is avoided: above a group's failover time (p99 3.6 s in bench/replication.py).
+GROUP_UNREACHABLE_S = 5.0
+
+# {topic: {(group, queue id): offset}}: offsets of a cluster's queues
+ClusterOffsets = dict[str, dict[tuple[str, int], int]]
+
+
+class ClusterClient:
+    def __init__(self, bootstrap: str, *, route_ttl_s: float = 2.0, fault_tolerance: bool = True,
+                 **client_kwargs: Any) -> None:
+        self.bootstrap = parse_endpoints(bootstrap)
+        self.route_ttl_s = route_ttl_s
+        # a group's client gives up on its replicas soon enough for a send to go to another group;
+        # the bootstrap client (a lone broker's only one) waits as a NativeClient does
+        self.client_kwargs = {"retry_unavailable_s": GROUP_UNREACHABLE_S, "fail_fast": True, **client_kwargs}
+        self.faults = LatencyFaultTolerance(enabled=fault_tolerance)
+        self._lock = threading.RLock()
+        self._clients: dict[str, NativeClient] = {}
+        self._retired: list[NativeClient] = []
+        self._endpoints: dict[str, tuple[str, ...]] = {}
+        self._routes: Routes | None = None
+        self._routes_at = 0.0
+        self._turn: dict[str, itertools.count] = {}
+        self._tx_groups: dict[str, str] = {}  # transaction id -> the group found holding it
+        self._cross: dict[str, CrossGroupTransaction] = {}  # prepared here across groups, not yet ended
+        self._boot = NativeClient(";".join(self.bootstrap), **client_kwargs)
+
+    @property
+    def client_id(self) -> str:
+        return self._boot.client_id
+
+    # ---- routes --------------------------------------------------------------------
+
+    def routes(self, topics: Sequence[str] = (), *, refresh: bool = False) -> Routes:
+        """The routes of `topics` (fetched when unknown, stale or `refresh`)."""
+        with self._lock:
+            known = self._routes
+            fresh = known is not None and time.monotonic() - self._routes_at < self.route_ttl_s
+            if not refresh and fresh and all(t in known.topics for t in topics):
+                return known
+            wanted = sorted(set(topics) | (set(known.topics) if known else set()))
+            routes = self._ask(wanted)
+            self._apply(routes)
+            return routes
+
+    def _ask(self, topics: Sequence[str]) -> Routes:
+        """Ask the bootstrap broker, then any known replica: one live broker is enough."""
+        try:
+            return self._boot.routes(topics)
+        except errors.BrokerUnavailable as first:
+            for client in list(self._clients.values()):
+                try:
+                    return client.routes(topics)
+                except errors.BrokerUnavailable:
+                    continue
+            raise first
+
+    def _apply(self, routes: Routes) -> None:
+        old = self._routes
+        self._routes, self._routes_at = routes, time.monotonic()
+        if not routes.cluster:  # a lone broker: its one group is the bootstrap connection itself
+            self._clients[""] = self._boot
+            return
+        for group, endpoints in routes.groups.items():
+            if old is not None and old.leaders.get(group) != routes.leaders.get(group):
+                self.faults.forgive(group)  # a new leader: the old one's penalty is not its own
+            if endpoints and set(endpoints) != set(self._endpoints.get(group, ())):
+                # a new client when the group's replicas changed; the old one finishes its calls
+                self._endpoints[group] = tuple(endpoints)
+                old_client = self._clients.get(group)
+                if old_client is not None:
+                    self._retired.append(old_client)  # closed with this client: a call may still use it
+                self._clients[group] = NativeClient(";".join(endpoints), **self.client_kwargs)
+
+    def group(self, name: str) -> NativeClient:
+        """The client of group `name` (the bootstrap broker's for an unnamed single group)."""
+        with self._lock:
+            client = self._clients.get(name)
+            if client is None:
+                self.routes(refresh=True)
+                client = self._clients.get(name)
+            if client is None:
+                raise errors.BrokerUnavailable(f"group {name!r} is not in the cluster's routes (no live replica)")
+            return client
+
+    def queues(self, topic: str) -> tuple[QueueRef, ...]:
+        return self.routes([topic]).queues(topic)
+
+    # ---- admin --------------------------------------------------------------------
+
+    def create_topic(self, name: str, queue_count: int = 4, message_type: str | None = None) -> tuple[QueueRef, ...]:
+        """Create a topic with `queue_count` queues spread over the groups; its queues."""
+        self._boot.create_topic(name, queue_count, message_type)
+        return self.routes([name], refresh=True).queues(name)
+
+    # ---- sends --------------------------------------------------------------------
+
+    def _choose(self, topic: str) -> str:
+        """A group for the next send to `topic`: round-robin over its queues, so a group takes
+        sends in proportion to the queues it holds; groups electing a leader are skipped."""
+        routes = self.routes([topic])
+        live = [q.group for q in routes.queues(topic) if routes.leaders.get(q.group) or not routes.cluster]
+        if not live:
+            raise errors.BrokerUnavailable(f"no group holding queues of {topic!r} has a leader now")
+        turn = self._turn.setdefault(topic, itertools.count())
+        return self.faults.pick(live, next(turn))
+
+    def _send_with(self, topic: str, send) -> tuple[str, Any]:
+        """Run `send(client)` on a chosen group; a group that could not be reached (nothing
+        was sent) is avoided and the next is tried, so a down group does not stop a topic."""
+        tried: set[str] = set()
+        while True:
+            group = self._choose(topic)
+            if group in tried:
+                group = next((g for g in dict.fromkeys(q.group for q in self.queues(topic)) if g not in tried), group)
+            tried.add(group)
+            started = time.monotonic()
+            try:
+                summary = send(self.group(group))
+            except errors.BrokerUnreachable:
+                self.faults.update(group, 0, failed=True)
+                self.routes([topic], refresh=True)
+                if len(tried) >= len({q.group for q in self.queues(topic)}):
+                    raise
+                log.warning("group %s unreachable; sending %s to another group", group, topic)
+                continue
+            except errors.BrokerUnavailable:
+                self.faults.update(group, 0, failed=True)
+                raise
+            self.faults.update(group, (time.monotonic() - started) * 1000)
+            return group, summary
+
+    def send(self, messages: Sequence[Message], *, topic: str) -> SendSummary:
+        group, summary = self._send_with(topic, lambda c: c.send(messages, topic=topic))
+        return dataclasses.replace(summary, group=group)
+
+    def send_arrow(self, batch: pa.RecordBatch | pa.Table | Iterable[Any], *, topic: str) -> SendSummary:
+        group, summary = self._send_with(topic, lambda c: c.send_arrow(batch, topic=topic))
+        return dataclasses.replace(summary, group=group)
+
+    # ---- reads --------------------------------------------------------------------
+
+    def _per_group(self, topics: Sequence[str], call) -> ClusterOffsets:
+        """`call(client, topics)` on every group holding queues of `topics`, in parallel, merged."""
+        routes = self.routes(topics)
+        groups = sorted({q.group for t in topics for q in routes.queues(t)})
+        out: ClusterOffsets = {t: {} for t in topics}
+        with ThreadPoolExecutor(max(1, len(groups))) as pool:
+            answers = list(pool.map(lambda g: (g, call(self.group(g), [t for t in topics if any(
+                q.group == g for q in routes.queues(t))])), groups))
+        for group, offsets in answers:
+            for topic, queues in offsets.items():
+                for queue_id, offset in queues.items():
+                    out[topic][(group, queue_id)] = offset
+        return out
+
+    def snapshot_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
+        """Each group's consistent cut of `topics`: a single-group transaction is whole or absent
+        in them; one across groups may show on one group before another applies its decision
+        (no cluster-wide cut yet: docs/cluster.md)."""
+        return self._per_group(topics, lambda c, ts: c.snapshot_offsets(ts))
+
+    def min_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
+        return self._per_group(topics, lambda c, ts: c.min_offsets(ts))
+
+    def offsets_for_timestamp(self, topics: Sequence[str], timestamp_ms: int) -> ClusterOffsets:
+        return self._per_group(topics, lambda c, ts: c.offsets_for_timestamp(ts, timestamp_ms))
+
+    def committed_offsets(self, consumer_group: str, topics: Sequence[str]) -> ClusterOffsets:
+        """The consumer group's committed offsets (queues it never committed are absent)."""
+        def committed(client: NativeClient, ts: list[str]) -> dict[str, dict[int, int]]:
+            try:
+                lag = client.group_lag(consumer_group, ts)
+            except errors.ConsumerGroupNotFound:
+                return {}
+            return {t: {q: e.committed for q, e in qs.items() if e.committed >= 0} for t, qs in lag.items()}
+        return self._per_group(topics, committed)
+
+    def wait_for_offsets(self, topics: Sequence[str], known: Mapping[str, Mapping[tuple[str, int], int]],
+                         timeout_ms: int) -> ClusterOffsets:
+        """Long poll every group at once: the cluster's cut as soon as one group has moved past
+        `known`, else at the timeout."""
+        routes = self.routes(topics)
+        groups = sorted({q.group for t in topics for q in routes.queues(t)})
+        pool = ThreadPoolExecutor(max(1, len(groups)))
+
+        def wait(group: str) -> None:
+            mine = [t for t in topics if any(q.group == group for q in routes.queues(t))]
+            part = {t: {q: o for (g, q), o in known.get(t, {}).items() if g == group} for t in mine}
+            self.group(group).wait_for_offsets(mine, part, timeout_ms)
+
+        try:
+            waits = [pool.submit(wait, g) for g in groups]
+            futures_wait(waits, timeout=timeout_ms / 1000.0 + 1.0, return_when=FIRST_COMPLETED)
+        finally:
+            pool.shutdown(wait=False)  # the other groups' long polls end at their timeout
+        return self.snapshot_offsets(topics)
+
+    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False) -> list[str]:
+        try:
+            return self._boot.consumer_heartbeat(group, member_id, ttl_ms, leave=leave)
+        except errors.BrokerUnavailable:
+            for client in list(self._clients.values()):
+                try:
+                    return client.consumer_heartbeat(group, member_id, ttl_ms, leave=leave)
+                except errors.BrokerUnavailable:
+                    continue
+            raise
+
+    def read_queue(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> Iterator:
+        """Queue (group, queue id) of `topic`, range [start, end), as the group's `read_queue` streams it."""
+        group, queue_id = queue
+        return self.group(group).read_queue(topic, queue_id, start, end, **kwargs)
+
+    def pull_arrow(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> PullResult:
+        group, queue_id = queue
+        return self.group(group).pull_arrow(topic, queue_id, start, end, **kwargs)
+
+    def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
+        """Every topic: a cluster's registered ones (queues per group are in `routes`), or a lone broker's."""
+        routes = self.routes(refresh=True)
+        if not routes.cluster:
+            return self._boot.list_topics(include_system=include_system)
+        return [TopicInfo(name, len(queues), 6, {}, routes.message_types.get(name) or "MIXED")
+                for name, queues in sorted(routes.topics.items())]
+
+    def commit_offsets(self, consumer_group: str, offsets: Mapping[str, Mapping[tuple[str, int], int]]) -> None:
+        by_group: dict[str, dict[str, dict[int, int]]] = {}
+        for topic, queues in offsets.items():
+            for (group, queue_id), offset in queues.items():
+                by_group.setdefault(group, {}).setdefault(topic, {})[queue_id] = offset
+        for group, part in by_group.items():
+            self.group(group).commit_offsets(consumer_group, part)
+
+    # ---- transactions ----------------------------------------------------------------
+    # A transaction lives in one group: the one its id hashes to among every group the cluster
+    # ever had (groups that elected once stay listed, so the choice holds while one is down).
+    # Calls about an id look there first and, if that group does not know it, in the others:
+    # a group added since the transaction began moves the hash, not the transaction.
+
+    def transaction_group(self, transaction_id: str) -> str:
+        with self._lock:
+            pinned = self._tx_groups.get(transaction_id)
+        if pinned is not None:
+            return pinned
+        groups = sorted(self.routes().groups)
+        if not groups:
+            raise errors.BrokerUnavailable("the cluster's routes list no group")
+        return groups[zlib.crc32(transaction_id.encode()) % len(groups)]
+
+    def _pin(self, transaction_id: str, group: str) -> None:
+        with self._lock:
+            if len(self._tx_groups) > 10_000:
+                self._tx_groups.clear()
+            self._tx_groups[transaction_id] = group
+
+    def _on_transaction(self, transaction_id: str, call):
+        """`call(client)` on the transaction's group; on UnknownTransaction, on each other group."""
+        first = self.transaction_group(transaction_id)
+        try:
+            return call(self.group(first))
+        except errors.UnknownTransaction:
+            for group in sorted(self.routes().groups):
+                if group == first:
+                    continue
+                try:
+                    result = call(self.group(group))
+                except (errors.UnknownTransaction, errors.BrokerUnavailable):
+                    continue
+                self._pin(transaction_id, group)
+                return result
+            raise
+
+    def prepare_stream(self, transaction_id: str, batches: Iterable[pa.RecordBatch | pa.Table], *,
+                       topic: str | None = None, producer_group: str, sender: str,
+                       return_message_ids: bool = False) -> PrepareSummary:
+        group = self.transaction_group(transaction_id) if transaction_id else self._choose(topic or "")
+        summary = self.group(group).prepare_stream(transaction_id, batches, topic=topic, producer_group=producer_group,
+                                                   sender=sender, return_message_ids=return_message_ids)
+        self._pin(summary.transaction_id, group)
+        return summary
+
+    def prepare(self, transaction_id: str, messages: Sequence[Message], *, topic: str | None = None,
+                producer_group: str = "", sender: str = "", return_message_ids: bool = True) -> PrepareSummary:
+        """Halves in the protobuf form: a new transaction ("") goes to a group chosen as a send's is."""
+        def prepare(client: NativeClient) -> PrepareSummary:
+            return client.prepare(transaction_id, messages, topic=topic, producer_group=producer_group,
+                                  sender=sender, return_message_ids=return_message_ids)
+
+        if transaction_id:
+            group = self.transaction_group(transaction_id)
+            summary = prepare(self.group(group))
+            self._pin(summary.transaction_id, group)
+            return summary
+        topics = list(dict.fromkeys((m.topic or topic or "") for m in messages))
+        if len(topics) > 1:
+            placed = {t: self._choose(t) for t in topics}
+            if len(set(placed.values())) > 1:
+                return self._prepare_across(messages, topic, placed, producer_group, sender)
+        # a new transaction: wherever a send would go, avoiding groups that are down
+        group, summary = self._send_with(topics[0] if topics else "", prepare)
+        self._pin(summary.transaction_id, group)
+        return summary
+
+    def _prepare_across(self, messages: Sequence[Message], topic: str | None, placed: dict[str, str],
+                        producer_group: str, sender: str) -> PrepareSummary:
+        """One transaction over the groups its topics were placed on: a coordinator group records
+        its decision before any group applies it (client/cross_group.py)."""
+        by_group: dict[str, list[int]] = {}
+        for i, m in enumerate(messages):
+            by_group.setdefault(placed[m.topic or topic or ""], []).append(i)
+        tx = CrossGroupTransaction({g: self.group(g) for g in by_group}, producer_group=producer_group, sender=sender)
+        summaries = tx.prepare_many({g: [messages[i] for i in idx] for g, idx in by_group.items()})
+        ids: list[str] = [""] * len(messages)
+        for group, idx in by_group.items():
+            for i, message_id in zip(idx, summaries[group].message_ids):
+                ids[i] = message_id
+        with self._lock:
+            self._cross[tx.transaction_id] = tx
+        return PrepareSummary(tx.transaction_id, sum(s.count for s in summaries.values()), ids)
+
+    def list_transactions(self, *, state: str = "PENDING", topic: str | None = None,
+                          limit: int = 1000) -> list[TransactionInfo]:
+        """The transactions of every group with a leader (each group's first `limit`)."""
+        routes = self.routes(refresh=True)
+        out: list[TransactionInfo] = []
+        for group in sorted(g for g in routes.groups if routes.leaders.get(g) or not routes.cluster):
+            out += self.group(group).list_transactions(state=state, topic=topic, limit=limit)
+        return out
+
+    def end_transaction(self, transaction_id: str, resolution: str, **kwargs: Any) -> EndSummary:
+        with self._lock:
+            cross = self._cross.pop(transaction_id, None)
+        if cross is not None:
+            if kwargs.get("include_senders") is not None:
+                raise errors.Unsupported("a transaction across groups commits every sender's halves: "
+                                         "include_senders is for single-group transactions")
+            result = cross.commit() if str(resolution).upper() == "COMMIT" else cross.rollback()
+            return EndSummary(state="COMMITTED" if result.decision == "COMMIT" else "ROLLED_BACK",
+                              newly_ended=bool(result.ended),
+                              committed_count=sum(e.committed_count for e in result.ended.values()))
+        return self._on_transaction(transaction_id, lambda c: c.end_transaction(transaction_id, resolution, **kwargs))
+
+    def get_transaction(self, transaction_id: str) -> TransactionInfo:
+        return self._on_transaction(transaction_id, lambda c: c.get_transaction(transaction_id))
+
+    def resume_transaction(self, transaction_id: str) -> None:
+        self._on_transaction(transaction_id, lambda c: c.resume_transaction(transaction_id))
+
+    def checkback_session(self, producer_group: str, topics: Sequence[str],
+                          handler: Callable[[CheckRequest], str]) -> "_Sessions":
+        """A check-back session on every group: any of them may hold the producer's halves."""
+        routes = self.routes(refresh=True)
+        groups = sorted(g for g in routes.groups if routes.leaders.get(g) or not routes.cluster)
+        return _Sessions([self.group(g).checkback_session(producer_group, topics, handler) for g in groups])
+
+    # ---- lifecycle -----------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()) + self._retired, {}
+        for client in {id(c): c for c in clients + [self._boot]}.values():
+            client.close()
+
+    def __enter__(self) -> "ClusterClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Sessions:
+    """Check-back sessions on several groups, closed together."""
+
+    def __init__(self, sessions: list) -> None:
+        self.sessions = sessions
+
+    def wait_registered(self, timeout_s: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout_s
+        return all(session.wait_registered(max(0.0, deadline - time.monotonic())) for session in self.sessions)
+
+    def close(self) -> None:
+        for session in self.sessions:
+            session.close()

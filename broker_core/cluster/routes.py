@@ -1,0 +1,225 @@
+"""The route registry (the NameServer's role): which group holds which queue of a topic.
+
+Keys in etcd:
+- /txmq/topics/<topic>   {"queues": [[group, queue_id], ...], "type": T}: a cluster topic's
+                         queues in their global order; written once by compare-and-swap and
+                         only ever extended, so a queue never moves to another group.
+- /txmq/groups/<g>/...   the groups themselves (coordination.py): a group routes only while
+                         its leader key, which lives on the leader's lease, exists. So a dead
+                         group's queues drop out of every route until it elects again.
+
+A queue is (topic, group, queue id), as in RocketMQ (topic, broker name, queue id): each
+group numbers its share of a topic's queues from 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Callable
+
+from txmq.broker.errors import BrokerUnavailable, IllegalQueue
+
+from .coordination import ROOT, EtcdKV
+
+log = logging.getLogger(__name__)
+
+TOPICS_ROOT = "/txmq/topics/"
+MISS_REFRESH_S = 0.1  # a topic missing from the cached routes is looked up again at most this often
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    group: str
+    queue_id: int
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    name: str
+    queues: tuple[QueueRef, ...]
+    message_type: str = ""  # "" = untyped (MIXED)
+    revision: int = 0  # etcd mod revision of the layout key
+
+    def share(self, group: str) -> int:
+        """How many queues `group` holds (its queue ids are 0..share-1)."""
+        return sum(1 for q in self.queues if q.group == group)
+
+    def to_json(self) -> bytes:
+        return json.dumps({"queues": [[q.group, q.queue_id] for q in self.queues],
+                           "type": self.message_type}).encode()
+
+    @classmethod
+    def parse(cls, name: str, raw: bytes, revision: int = 0) -> "TopicLayout":
+        data = json.loads(raw)
+        return cls(name, tuple(QueueRef(str(g), int(q)) for g, q in data["queues"]), str(data.get("type", "")),
+                   revision)
+
+
+@dataclass(frozen=True)
+class GroupRoute:
+    name: str
+    leader: str | None  # "H:P" of the leader, None while the group elects
+    members: tuple[str, ...]  # every live replica, the leader first: a client's fail-over list
+
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        return self.members or ((self.leader,) if self.leader else ())
+
+
+def spread(queue_count: int, groups: list[str], existing: tuple[QueueRef, ...] = (), *,
+           first: int = 0) -> tuple[QueueRef, ...]:
+    """`existing` extended to `queue_count` queues dealt round-robin over `groups` from the
+    `first`-th (a topic's name picks it, so small topics do not all start on one group), each
+    group numbering its new queues after the ones it holds: a grown topic keeps every queue
+    where it was."""
+    if queue_count < len(existing):
+        raise IllegalQueue(f"a cluster topic cannot shrink from {len(existing)} to {queue_count} queues "
+                           f"(its messages would become unreachable)")
+    if queue_count > len(existing) and not groups:
+        raise BrokerUnavailable("no broker group has a leader: the topic's queues have nowhere to go")
+    held: dict[str, int] = {}
+    for q in existing:
+        held[q.group] = max(held.get(q.group, 0), q.queue_id + 1)
+    out = list(existing)
+    order = sorted(groups)
+    for i in range(queue_count - len(existing)):
+        group = order[(first + len(existing) + i) % len(order)]
+        out.append(QueueRef(group, held.get(group, 0)))
+        held[group] = held.get(group, 0) + 1
+    result = tuple(out)
+    assert len(set(result)) == len(result), "a queue is listed twice"
+    return result
+
+
+class RouteRegistry:
+    """Reads and writes of the registry in etcd; every write is a compare-and-swap."""
+
+    def __init__(self, etcd: EtcdKV) -> None:
+        self.etcd = etcd
+
+    def groups(self) -> dict[str, GroupRoute]:
+        leaders: dict[str, str] = {}
+        members: dict[str, list[str]] = {}
+        names: set[str] = set()  # every group that ever elected (its epoch key stays): a stable list
+        for key, value, _ in self.etcd.range_prefix(ROOT):
+            name, _, rest = key[len(ROOT):].partition("/")
+            names.add(name)
+            if rest == "leader":
+                leaders[name] = str(json.loads(value)["endpoint"])
+            elif rest.startswith("members/"):
+                members.setdefault(name, []).append(rest[len("members/"):])
+        out = {}
+        for name in sorted(names):
+            leader = leaders.get(name)
+            rest = sorted(m for m in members.get(name, []) if m != leader)
+            out[name] = GroupRoute(name, leader, tuple(([leader] if leader else []) + rest))
+        return out
+
+    def topics(self) -> dict[str, TopicLayout]:
+        return {key[len(TOPICS_ROOT):]: TopicLayout.parse(key[len(TOPICS_ROOT):], value, rev)
+                for key, value, rev in self.etcd.range_prefix(TOPICS_ROOT)}
+
+    def topic(self, name: str) -> TopicLayout | None:
+        for key, value, rev in self.etcd.range_prefix(TOPICS_ROOT + name):
+            if key == TOPICS_ROOT + name:
+                return TopicLayout.parse(name, value, rev)
+        return None
+
+    def register(self, name: str, queue_count: int, message_type: str, groups: list[str]) -> TopicLayout:
+        """Create the topic's layout, or extend it to `queue_count` queues; concurrent creators
+        agree because the write is conditional on the revision read."""
+        for _ in range(16):
+            current = self.topic(name)
+            existing = current.queues if current else ()
+            mtype = message_type or (current.message_type if current else "")
+            if current is not None and len(existing) == queue_count and mtype == current.message_type:
+                return current
+            layout = TopicLayout(name, spread(queue_count, groups, existing, first=zlib.crc32(name.encode())), mtype)
+            if self.etcd.put_if_revision(TOPICS_ROOT + name, layout.to_json(), current.revision if current else 0):
+                return self.topic(name) or layout
+        raise BrokerUnavailable(f"topic {name!r}: its route kept changing under concurrent creates")
+
+
+@dataclass(frozen=True)
+class RouteSnapshot:
+    groups: dict[str, GroupRoute]
+    topics: dict[str, TopicLayout]
+    taken: float  # monotonic time of the read
+
+
+# (group's route, topic, the group's share of its queues, message type): create it there
+CreateShare = Callable[[GroupRoute, str, int, str], None]
+
+
+class RouteView:
+    """A broker's cached view of the registry: read at most every `max_age_s`, so QueryRoute
+    costs no etcd round trip per call and learns of a new leader within that time."""
+
+    def __init__(self, registry: RouteRegistry, group: str, create_share: CreateShare, *, max_age_s: float = 0.5,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.registry = registry
+        self.group = group
+        self.create_share = create_share
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._snapshot: RouteSnapshot | None = None
+
+    def snapshot(self, *, fresh: bool = False) -> RouteSnapshot:
+        with self._lock:
+            snap = self._snapshot
+            now = self.clock()
+            if fresh or snap is None or now - snap.taken > self.max_age_s:
+                snap = RouteSnapshot(self.registry.groups(), self.registry.topics(), now)
+                self._snapshot = snap
+            return snap
+
+    def refresh(self) -> None:
+        self.snapshot(fresh=True)
+
+    def topic(self, name: str) -> TopicLayout | None:
+        snap = self.snapshot()
+        if name not in snap.topics and self.clock() - snap.taken > MISS_REFRESH_S:
+            snap = self.snapshot(fresh=True)  # created through another broker since the last read
+        return snap.topics.get(name)
+
+    def groups(self) -> dict[str, GroupRoute]:
+        return self.snapshot().groups
+
+    def topics(self) -> dict[str, TopicLayout]:
+        return self.snapshot().topics
+
+    def live_groups(self) -> list[str]:
+        return sorted(name for name, g in self.snapshot(fresh=True).groups.items() if g.leader)
+
+    def create_topic(self, name: str, queue_count: int, message_type: str) -> TopicLayout:
+        """Register the topic's spread, then create each group's share: this group's first (its
+        failure is the caller's), the others' best effort, since each leader also creates what the
+        registry gives its group (`reconcile`) when it could not be reached now."""
+        layout = self.registry.register(name, queue_count, message_type, self.live_groups())
+        groups = self.snapshot(fresh=True).groups
+        own = layout.share(self.group)
+        if own and self.group in groups:
+            self.create_share(groups[self.group], name, own, layout.message_type)
+        for group in sorted(groups):
+            share = layout.share(group)
+            if group != self.group and share and groups[group].leader:
+                try:
+                    self.create_share(groups[group], name, share, layout.message_type)
+                except Exception as exc:  # the group's leader creates it when it reconciles
+                    log.warning("topic %s: group %s's share not created yet: %s", name, group, exc)
+        return layout
+
+    def shares(self) -> dict[str, tuple[int, str]]:
+        """{topic: (this group's share of its queues, message type)} for every registered topic."""
+        out = {}
+        for name, layout in self.topics().items():
+            share = layout.share(self.group)
+            if share:
+                out[name] = (share, layout.message_type)
+        return out
