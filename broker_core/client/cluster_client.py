@@ -202,13 +202,7 @@ class ClusterClient:
 
     def committed_offsets(self, consumer_group: str, topics: Sequence[str]) -> ClusterOffsets:
         """The consumer group's committed offsets (queues it never committed are absent)."""
-        def committed(client: NativeClient, ts: list[str]) -> dict[str, dict[int, int]]:
-            try:
-                lag = client.group_lag(consumer_group, ts)
-            except errors.ConsumerGroupNotFound:
-                return {}
-            return {t: {q: e.committed for q, e in qs.items() if e.committed >= 0} for t, qs in lag.items()}
-        return self._per_group(topics, committed)
+        return self._per_group(topics, lambda c, ts: c.committed_offsets(consumer_group, ts))
 
     def wait_for_offsets(self, topics: Sequence[str], known: Mapping[str, Mapping[tuple[str, int], int]],
                          timeout_ms: int) -> ClusterOffsets:

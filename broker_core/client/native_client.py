@@ -541,6 +541,14 @@ class NativeClient:
             out.setdefault(e.topic, {})[e.queue_id] = GroupLag(e.committed, e.max_offset, e.lag)
         return out
 
+    def committed_offsets(self, consumer_group: str, topics: Sequence[str]) -> dict[str, dict[int, int]]:
+        """The consumer group's committed offsets (queues it never committed are absent)."""
+        try:
+            lag = self.group_lag(consumer_group, topics)
+        except errors.ConsumerGroupNotFound:
+            return {}
+        return {t: {q: e.committed for q, e in qs.items() if e.committed >= 0} for t, qs in lag.items()}
+
     def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False) -> list[str]:
         """Say `member_id` of consumer group `group` is alive for `ttl_ms` (or leaves); the live members."""
         req = pb.ConsumerHeartbeatRequest(group=group, member_id=member_id, ttl_ms=ttl_ms, leave=leave)

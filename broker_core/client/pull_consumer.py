@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import Any, Generic, Hashable, Iterator, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Hashable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import pyarrow as pa
 
@@ -33,79 +33,19 @@ K = TypeVar("K", bound=Hashable)  # a queue's key: its id in one group, (group, 
 Offsets = dict[str, dict[Any, int]]
 
 
-class _Queues(Protocol[K]):
-    """The calls a consumer makes, over one group or a cluster."""
+class ConsumerClient(Protocol[K]):
+    """What a consumer calls: a NativeClient (queues keyed by id) or a ClusterClient (keyed (group, id))."""
 
-    def snapshot(self, topics: Sequence[str]) -> dict[str, dict[K, int]]: ...
-    def earliest(self, topics: Sequence[str]) -> dict[str, dict[K, int]]: ...
-    def at_time(self, topics: Sequence[str], timestamp_ms: int) -> dict[str, dict[K, int]]: ...
-    def wait(self, topics: Sequence[str], known: Mapping[str, Mapping[K, int]], timeout_ms: int) -> dict[str, dict[K, int]]: ...
-    def read(self, topic: str, key: K, start: int, end: int, **kwargs: Any) -> Iterator: ...
-    def committed(self, group: str, topics: Sequence[str]) -> dict[str, dict[K, int]]: ...
-    def commit(self, group: str, offsets: Mapping[str, Mapping[K, int]]) -> None: ...
-    def heartbeat(self, group: str, member: str, ttl_ms: int, leave: bool) -> list[str]: ...
-
-
-class _OneGroup(Generic[K]):
-    def __init__(self, client: NativeClient) -> None:
-        self.client = client
-
-    def snapshot(self, topics):
-        return self.client.snapshot_offsets(topics)
-
-    def earliest(self, topics):
-        return self.client.min_offsets(topics)
-
-    def at_time(self, topics, timestamp_ms):
-        return self.client.offsets_for_timestamp(topics, timestamp_ms)
-
-    def wait(self, topics, known, timeout_ms):
-        return self.client.wait_for_offsets(topics, known, timeout_ms)
-
-    def read(self, topic, key, start, end, **kwargs):
-        return self.client.read_queue(topic, key, start, end, **kwargs)
-
-    def committed(self, group, topics):
-        try:
-            lag = self.client.group_lag(group, topics)
-        except errors.ConsumerGroupNotFound:
-            return {}
-        return {t: {q: e.committed for q, e in qs.items() if e.committed >= 0} for t, qs in lag.items()}
-
-    def commit(self, group, offsets):
-        self.client.commit_offsets(group, offsets)
-
-    def heartbeat(self, group, member, ttl_ms, leave):
-        return self.client.consumer_heartbeat(group, member, ttl_ms, leave=leave)
-
-
-class _Cluster(Generic[K]):
-    def __init__(self, client: ClusterClient) -> None:
-        self.client = client
-
-    def snapshot(self, topics):
-        return self.client.snapshot_offsets(topics)
-
-    def earliest(self, topics):
-        return self.client.min_offsets(topics)
-
-    def at_time(self, topics, timestamp_ms):
-        return self.client.offsets_for_timestamp(topics, timestamp_ms)
-
-    def wait(self, topics, known, timeout_ms):
-        return self.client.wait_for_offsets(topics, known, timeout_ms)
-
-    def read(self, topic, key, start, end, **kwargs):
-        return self.client.read_queue(topic, key, start, end, **kwargs)
-
-    def committed(self, group, topics):
-        return self.client.committed_offsets(group, topics)
-
-    def commit(self, group, offsets):
-        self.client.commit_offsets(group, offsets)
-
-    def heartbeat(self, group, member, ttl_ms, leave):
-        return self.client.consumer_heartbeat(group, member, ttl_ms, leave=leave)
+    def snapshot_offsets(self, topics: Sequence[str]) -> dict[str, dict[K, int]]: ...
+    def min_offsets(self, topics: Sequence[str]) -> dict[str, dict[K, int]]: ...
+    def offsets_for_timestamp(self, topics: Sequence[str], timestamp_ms: int) -> dict[str, dict[K, int]]: ...
+    def wait_for_offsets(self, topics: Sequence[str], known: Mapping[str, Mapping[K, int]],
+                         timeout_ms: int) -> dict[str, dict[K, int]]: ...
+    def read_queue(self, topic: str, queue: K, start: int, end: int, **kwargs: Any) -> Iterator: ...
+    def committed_offsets(self, consumer_group: str, topics: Sequence[str]) -> dict[str, dict[K, int]]: ...
+    def commit_offsets(self, consumer_group: str, offsets: Mapping[str, Mapping[K, int]]) -> None: ...
+    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False) -> list[str]: ...
+    def close(self) -> None: ...
 
 
 class PullConsumer:
@@ -125,12 +65,8 @@ class PullConsumer:
             raise ValueError(f"unknown allocation {allocation!r} (use {', '.join(STRATEGIES)})")
         if allocation is not None and not group:
             raise ValueError("dividing queues (allocation=...) needs a consumer group (group=...)")
-        if isinstance(broker, ClusterClient):
-            self.client, self._owned = broker, False
-            self._queues: _Queues = _Cluster(broker)
-        else:
-            self.client, self._owned = client_for(broker, **client_kwargs)
-            self._queues = _OneGroup(self.client)
+        self.client: ConsumerClient
+        self.client, self._owned = client_for(broker, **client_kwargs)
         self.topics = list(topics)
         self.group = group
         self.tags = tags
@@ -149,20 +85,20 @@ class PullConsumer:
     def _initial_positions(self, start: str | int | Offsets, topics: Sequence[str] | None = None) -> Offsets:
         topics = list(topics or self.topics)
         if isinstance(start, dict):
-            base = self._queues.earliest(topics)
+            base = self.client.min_offsets(topics)
             for topic, queues in start.items():
                 base.setdefault(topic, {}).update(queues)
             positions = base
         elif start == "latest":
-            positions = self._queues.snapshot(topics)
+            positions = self.client.snapshot_offsets(topics)
         elif isinstance(start, int):
-            positions = self._queues.at_time(topics, start)
+            positions = self.client.offsets_for_timestamp(topics, start)
         elif start == "earliest":
-            positions = self._queues.earliest(topics)
+            positions = self.client.min_offsets(topics)
         else:
             raise ValueError(f"start must be 'earliest', 'latest', a timestamp (ms) or offsets, not {start!r}")
         if self.group:
-            for topic, queues in self._queues.committed(self.group, topics).items():
+            for topic, queues in self.client.committed_offsets(self.group, topics).items():
                 positions.setdefault(topic, {}).update(queues)
         return positions
 
@@ -174,7 +110,7 @@ class PullConsumer:
         if self.allocation is None or time.monotonic() < self._next_heartbeat:
             return
         self._next_heartbeat = time.monotonic() + self.heartbeat_ttl_ms / 3000.0
-        members = self._queues.heartbeat(self.group, self.member_id, self.heartbeat_ttl_ms, False)
+        members = self.client.consumer_heartbeat(self.group, self.member_id, self.heartbeat_ttl_ms)
         if self.member_id not in members:
             members = sorted(set(members) | {self.member_id})
         every = sorted((t, q) for t, queues in cut.items() for q in queues)
@@ -188,7 +124,7 @@ class PullConsumer:
             given_up = {t: {q: self.positions[t][q] for q in self.assigned.get(t, set()) - assigned.get(t, set())
                             if q in self.positions.get(t, {})} for t in self.topics}
             if any(given_up.values()):
-                self._queues.commit(self.group, {t: qs for t, qs in given_up.items() if qs})
+                self.client.commit_offsets(self.group, {t: qs for t, qs in given_up.items() if qs})
             for topic, queues in given_up.items():
                 for key in queues:
                     del self.positions[topic][key]
@@ -209,12 +145,12 @@ class PullConsumer:
 
     def poll(self, timeout_ms: int = 1000) -> list[pa.RecordBatch]:
         """Every committed message past the current positions, up to a consistent cut; [] on timeout."""
-        cut = self._queues.snapshot(self.topics)
+        cut = self.client.snapshot_offsets(self.topics)
         self._rebalance(cut)
         if not self._behind(self._mine(cut)) and timeout_ms > 0:
             # others' queues count as known at the cut: only a move past it wakes this member
             known = {t: {**queues, **self.positions.get(t, {})} for t, queues in cut.items()}
-            cut = self._queues.wait(self.topics, known, timeout_ms)
+            cut = self.client.wait_for_offsets(self.topics, known, timeout_ms)
         batches: list[pa.RecordBatch] = []
         for topic, queues in self._mine(cut).items():
             for key, end in queues.items():
@@ -229,7 +165,7 @@ class PullConsumer:
         position = self.positions.setdefault(topic, {}).get(key, 0)
         while position < end:
             try:
-                for result in self._queues.read(topic, key, position, end, tags=self.tags, sql=self.sql,
+                for result in self.client.read_queue(topic, key, position, end, tags=self.tags, sql=self.sql,
                                                 batch_bytes=self.max_bytes):
                     if result.batch.num_rows:
                         out.append(result.batch)
@@ -252,12 +188,12 @@ class PullConsumer:
         """Store the current positions (of the queues this member holds) as the group's committed offsets."""
         if not self.group:
             raise ValueError("commit needs a consumer group (PullConsumer(group=...))")
-        self._queues.commit(self.group, self._mine(self.positions))
+        self.client.commit_offsets(self.group, self._mine(self.positions))
 
     def close(self) -> None:
         try:
             if self.allocation is not None and self.members:
-                self._queues.heartbeat(self.group, self.member_id, self.heartbeat_ttl_ms, True)  # leave at once
+                self.client.consumer_heartbeat(self.group, self.member_id, self.heartbeat_ttl_ms, leave=True)  # at once
         except errors.TxmqError:
             pass  # its heartbeat runs out instead
         finally:

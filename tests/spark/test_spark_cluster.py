@@ -18,9 +18,10 @@ pytestmark = pytest.mark.spark
 
 
 def run_until_caught_up(spark, options: dict, src: str, dst: str, checkpoint: str, expected: int,
-                        client: NativeClient, timeout_s: float = 240) -> int:
+                        client, timeout_s: float = 240, bodies=topic_bodies) -> int:
     """Run the pipeline (Trigger.AvailableNow) again and again, as a scheduler would after a failed
-    run, until the sink topic holds `expected` rows; returns how many runs failed."""
+    run, until the sink topic holds `expected` rows (as `bodies(client, dst)` reads them); returns
+    how many runs failed."""
     failed = 0
     deadline = time.monotonic() + timeout_s
     while True:
@@ -39,11 +40,11 @@ def run_until_caught_up(spark, options: dict, src: str, dst: str, checkpoint: st
             failed += 1
 
         try:
-            if len(topic_bodies(client, dst)) >= expected:
+            if len(bodies(client, dst)) >= expected:
                 return failed
         except errors.TxmqError:
             pass  # the group is electing: look again after the next run
-        assert time.monotonic() < deadline, f"the pipeline did not catch up: {len(topic_bodies(client, dst))}"
+        assert time.monotonic() < deadline, f"the pipeline did not catch up: {len(bodies(client, dst))}"
         time.sleep(0.5)
 
 
@@ -120,26 +121,8 @@ def test_a_pipeline_over_two_groups_reads_every_group_and_stays_exactly_once_acr
         checkpoint = str(tmp_path / "checkpoint")
 
         def caught_up(expected: int) -> None:
-            deadline = time.monotonic() + 240
-            while True:
-                df = (spark.readStream.format("txmq").options(**options, topic="cevents", startingOffsets="earliest",
-                                                              maxOffsetsPerTrigger="40").load().select("body"))
-                query = (df.writeStream.format("txmq").options(**options, topic="ccopies")
-                         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
-                try:
-                    query.awaitTermination(120)
-                except Exception:  # noqa: BLE001 - a run that failed during the failover: run again
-                    pass
-                finally:
-                    if query.isActive:
-                        query.stop()
-                try:
-                    if len(cluster_bodies(client, "ccopies")) >= expected:
-                        return
-                except errors.TxmqError:
-                    pass
-                assert time.monotonic() < deadline, "the pipeline did not catch up"
-                time.sleep(0.5)
+            run_until_caught_up(spark, options, "cevents", "ccopies", checkpoint, expected, client,
+                                bodies=cluster_bodies)
 
         caught_up(100)
         killer.join()
