@@ -84,6 +84,7 @@ def test_fresh_clone_runs_the_demo(tmp_path: Path) -> None:
     assert "exactly-once verified:               yes" in result.stdout
 
 
+@pytest.mark.slow  # 2 min; tests/spark/test_spark_cluster.py runs the same pipeline over two groups by default
 def test_the_cluster_demo_runs_orders_to_points_over_three_groups_through_a_leader_kill(tmp_path: Path) -> None:
     import shutil
 
