@@ -29,6 +29,7 @@ from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS, SERVIC
 from txmq.broker.protocol.native_status import ok_status, raise_for, status_for
 from txmq.broker.server.auth import ANONYMOUS, Authenticator, authorization_header, format_date_time
 from txmq.broker.server.config import BrokerConfig
+from txmq.broker.server.native_service import unary_answering
 from txmq.broker.transaction.decision import CrossGroup, Decision, check_group_name
 from txmq.broker.transaction.engine import TransactionEngine
 from txmq.broker.transaction.half import check_transaction_id
@@ -118,21 +119,10 @@ def coordinator_method_handlers(service: CoordinatorService) -> dict[str, grpc.R
     for method in COORDINATOR_METHODS:
         impl = getattr(service, method.name)  # the method table names the RPCs
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-            _answering(impl, method.response_class), request_deserializer=method.request_class.FromString,
+            unary_answering(impl, method.response_class, "coordinator"),
+            request_deserializer=method.request_class.FromString,
             response_serializer=method.response_class.SerializeToString)
     return handlers
-
-
-def _answering(fn: Callable, response_class: type) -> Callable:
-    def handle(request, context):
-        try:
-            return fn(request, context)
-        except Exception as exc:  # every failure becomes a Status the caller can read
-            if not isinstance(exc, errors.TxmqError):
-                log.exception("coordinator %s failed", fn.__name__)
-            return response_class(status=status_for(exc))
-    handle.__name__ = fn.__name__
-    return handle
 
 
 # --- the participant's side ------------------------------------------------------------

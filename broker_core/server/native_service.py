@@ -619,13 +619,15 @@ def _slices(topics: list[str], queue_ids: list[int], queue_offsets: list[int]) -
             for (topic, queue_id), n in counts.items()]
 
 
-def _unary(fn: Callable, response_class: type) -> Callable:
+def unary_answering(fn: Callable, response_class: type, service: str = "native") -> Callable:
+    """`fn` as a unary handler of a service answering with a native Status: every failure becomes
+    the Status of its typed error (the one place errors meet codes), unexpected ones logged."""
     def handle(request, context):
         try:
             return fn(request, context)
         except Exception as exc:  # every failure becomes a Status the client can read
             if not isinstance(exc, errors.TxmqError):
-                log.exception("native %s failed", fn.__name__)
+                log.exception("%s %s failed", service, fn.__name__)
             return response_class(status=status_for(exc))
     handle.__name__ = fn.__name__
     return handle
@@ -655,7 +657,7 @@ def native_method_handlers(service: "NativeService") -> dict[str, grpc.RpcMethod
         impl = getattr(service, method.name)  # the method table names the RPCs: a lookup by name is the dispatch
         if method.kind == UNARY_UNARY:
             handlers[method.name] = grpc.unary_unary_rpc_method_handler(
-                _unary(impl, method.response_class), request_deserializer=method.request_class.FromString,
+                unary_answering(impl, method.response_class), request_deserializer=method.request_class.FromString,
                 response_serializer=method.response_class.SerializeToString)
         elif method.kind == UNARY_STREAM:
             handlers[method.name] = grpc.unary_stream_rpc_method_handler(
