@@ -32,7 +32,7 @@ from txmq.broker.client.types import (CheckRequest, EndSummary, Message, Prepare
 log = logging.getLogger(__name__)
 
 # How long a group's client retries replicas it cannot reach before the call fails and the
-# group is avoided: above a group's failover time (p99 3.6 s in bench/replication.py).
+# group is avoided: above a group's failover time (docs/benchmarks.md, "Broker groups").
 GROUP_UNREACHABLE_S = 5.0
 
 # {topic: {(group, queue id): offset}}: offsets of a cluster's queues

@@ -27,8 +27,7 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(HERE.parent / "orders_points"))  # the single-broker demo's services, unchanged
 
 from order_service import OrderService, make_orders  # noqa: E402
-from points_consumer import apply_available  # noqa: E402
-from run_demo import say, start_spark_job, verify, wait_until_resolved  # noqa: E402
+from run_demo import drain_and_apply, say, start_spark_job, wait_until_resolved  # noqa: E402
 from txmq.broker.client.cluster_client import ClusterClient  # noqa: E402
 from txmq.broker.cluster.coordination import cluster_status  # noqa: E402
 from txmq.broker.cluster.etcd_process import EtcdProcess  # noqa: E402
@@ -86,14 +85,10 @@ def run(order_count: int, n_groups: int, replicas: int, work: Path) -> bool:
                     killer.join()
                 say("      the broker's check-back asks the order service about unanswered transactions ...")
                 wait_until_resolved(client, timeout_s=180)
-        say("[5/6] draining the Spark job ...")
-        (work / "stop").touch()
-        if spark_job.wait(timeout=900) != 0:
-            say(f"      the Spark job failed; see {work / 'spark.log'}")
+        drained = drain_and_apply(spark_job, brokers, work, timeout_s=900)
+        if drained is None:
             return False
-        say("[6/6] the points service applies what Spark published ...")
-        apply_available(brokers, work / "points.db")
-        ok, facts = verify(work / "orders.db", work / "points.db")
+        ok, facts = drained
         status = cluster_status([("127.0.0.1", etcd.client_port)])["groups"]
         say("")
         say("Cluster")

@@ -72,6 +72,19 @@ def verify(orders_db: Path, points_db: Path) -> tuple[bool, dict[str, int]]:
     return ok, facts
 
 
+def drain_and_apply(spark_job: subprocess.Popen, broker: str, work: Path,
+                    timeout_s: float) -> tuple[bool, dict[str, int]] | None:
+    """Steps 5 and 6: let the Spark job drain and stop, apply the points, verify; None if Spark failed."""
+    say("[5/6] draining the Spark job ...")
+    (work / "stop").touch()
+    if spark_job.wait(timeout=timeout_s) != 0:
+        say(f"      the Spark job failed; see {work / 'spark.log'}")
+        return None
+    say("[6/6] the points service applies what Spark published ...")
+    apply_available(broker, work / "points.db")
+    return verify(work / "orders.db", work / "points.db")
+
+
 def run(order_count: int, work: Path) -> bool:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -92,14 +105,10 @@ def run(order_count: int, work: Path) -> bool:
                 outcome = service.place_all(make_orders(order_count), progress=say)
                 say("[4/6] the broker's check-back asks the order service about unanswered transactions ...")
                 wait_until_resolved(client, timeout_s=120)
-        say("[5/6] draining the Spark job ...")
-        (work / "stop").touch()
-        if spark_job.wait(timeout=600) != 0:
-            say(f"      the Spark job failed; see {work / 'spark.log'}")
+        drained = drain_and_apply(spark_job, broker.endpoint, work, timeout_s=600)
+        if drained is None:
             return False
-        say("[6/6] the points service applies what Spark published ...")
-        apply_available(broker.endpoint, work / "points.db")
-        ok, facts = verify(work / "orders.db", work / "points.db")
+        ok, facts = drained
         by_check = outcome["UNKNOWN"]
         say("")
         say("Summary")

@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 from txmq.broker import errors
+from tests.spark.support import topic_bodies
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
@@ -39,12 +40,7 @@ def cluster(tmp_path_factory):
 
 
 def cluster_bodies(client: ClusterClient, topic: str) -> Counter:
-    cut = client.snapshot_offsets([topic])[topic]
-    out: Counter = Counter()
-    for (group, queue_id), end in sorted(cut.items()):
-        for pulled in client.read_queue(topic, (group, queue_id), 0, end):
-            out.update(pulled.batch.column("body").to_pylist())
-    return out
+    return Counter(topic_bodies(client, topic))
 
 
 def test_a_topic_created_through_one_broker_spreads_its_queues_over_every_group(cluster):

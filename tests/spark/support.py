@@ -31,12 +31,3 @@ def topic_bodies(client, topic: str) -> list[bytes]:
             out.extend(r.batch.column("body").to_pylist())
     return out
 
-
-def cluster_bodies(client, topic: str) -> list[bytes]:
-    """Every visible message body of `topic` over a cluster's groups (a ClusterClient)."""
-    cut = client.snapshot_offsets([topic])[topic]
-    out = []
-    for queue, end in sorted(cut.items()):
-        for r in client.read_queue(topic, queue, 0, end):
-            out.extend(r.batch.column("body").to_pylist())
-    return out

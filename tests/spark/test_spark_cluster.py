@@ -18,10 +18,9 @@ pytestmark = pytest.mark.spark
 
 
 def run_until_caught_up(spark, options: dict, src: str, dst: str, checkpoint: str, expected: int,
-                        client, timeout_s: float = 240, bodies=topic_bodies) -> int:
+                        client, timeout_s: float = 240) -> int:
     """Run the pipeline (Trigger.AvailableNow) again and again, as a scheduler would after a failed
-    run, until the sink topic holds `expected` rows (as `bodies(client, dst)` reads them); returns
-    how many runs failed."""
+    run, until the sink topic holds `expected` rows; returns how many runs failed."""
     failed = 0
     deadline = time.monotonic() + timeout_s
     while True:
@@ -40,11 +39,11 @@ def run_until_caught_up(spark, options: dict, src: str, dst: str, checkpoint: st
             failed += 1
 
         try:
-            if len(bodies(client, dst)) >= expected:
+            if len(topic_bodies(client, dst)) >= expected:
                 return failed
         except errors.TxmqError:
             pass  # the group is electing: look again after the next run
-        assert time.monotonic() < deadline, f"the pipeline did not catch up: {len(bodies(client, dst))}"
+        assert time.monotonic() < deadline, f"the pipeline did not catch up: {len(topic_bodies(client, dst))}"
         time.sleep(0.5)
 
 
@@ -87,7 +86,6 @@ def test_a_pipeline_stays_exactly_once_across_a_leader_kill(spark, group_factory
 
 def test_a_pipeline_over_two_groups_reads_every_group_and_stays_exactly_once_across_a_leader_kill(
         spark, group_factory, tmp_path):
-    from tests.spark.support import cluster_bodies
     from txmq.broker.client.cluster_client import ClusterClient
 
     # a lone replica and a group of three, whose leader dies mid-run
@@ -121,15 +119,14 @@ def test_a_pipeline_over_two_groups_reads_every_group_and_stays_exactly_once_acr
         checkpoint = str(tmp_path / "checkpoint")
 
         def caught_up(expected: int) -> None:
-            run_until_caught_up(spark, options, "cevents", "ccopies", checkpoint, expected, client,
-                                bodies=cluster_bodies)
+            run_until_caught_up(spark, options, "cevents", "ccopies", checkpoint, expected, client)
 
         caught_up(100)
         killer.join()
         producer.join(120)
-        source = Counter(cluster_bodies(client, "cevents"))
+        source = Counter(topic_bodies(client, "cevents"))
         caught_up(sum(source.values()))
-        copies = Counter(cluster_bodies(client, "ccopies"))
+        copies = Counter(topic_bodies(client, "ccopies"))
         seen_groups = {r["group"] for r in spark.read.format("txmq").options(**options, topic="cevents").load()
                        .select("group").distinct().collect()}
     assert all(source[b] >= 1 for b in sent), "an acknowledged source write was lost"
