@@ -44,6 +44,9 @@ class PlannerClient(QueueReader, Protocol):
 
     def commit_offsets(self, group: str, offsets: Mapping[str, Mapping[int, int]]) -> None: ...
 
+    def consistent_cut(self, topics: Sequence[str], start: Mapping[str, Mapping[tuple[str, int], int]],
+                       snapshot: Mapping[str, Mapping[tuple[str, int], int]]) -> dict: ...
+
     def close(self) -> None: ...
 
 

@@ -200,6 +200,13 @@ class _Planner:
     def latest(self) -> off.Cut:
         return self._existing(self.client.snapshot_offsets, self.topics())
 
+    def across_groups(self, start: off.Cut, end: off.Cut) -> off.Cut:
+        """`end` lowered, where a transaction across broker groups is not yet applied on all of
+        them, to a cut it lies wholly above (a cut of one group is returned as it is)."""
+        if len({g for queues in end.values() for g, _ in queues}) <= 1:
+            return end
+        return self.client.consistent_cut(sorted(end), start, end)
+
     def earliest(self) -> off.Cut:
         return self._existing(self.client.min_offsets, self.topics())
 
@@ -363,6 +370,9 @@ class TxmqStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = self.planner.limited_end(start_cut, latest, limit.max_rows)
         else:
             end = latest
+        end = self.planner.across_groups(start_cut, end)
+        if end == start_cut:
+            return start
         self._last_batch_at = time.monotonic()
         return off.to_json(end)
 
@@ -411,6 +421,7 @@ class TxmqBatchReader(DataSourceReader):
             start = planner.resolve(o.starting, o.starting_timestamp, "earliest", "startingOffsets")
             end = planner.resolve(o.ending, o.ending_timestamp, "latest", "endingOffsets")
             start = off.with_new_queues(start, end)
+            end = planner.across_groups(start, end)
             bad = [(t, q) for t, qs in start.items() for q, s in qs.items() if s > end.get(t, {}).get(q, s)]
             if bad:
                 raise InvalidOption(f"startingOffsets is after endingOffsets for queue(s) {bad}")

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import pyarrow as pa
 
 from txmq.broker import errors
+from txmq.broker.client.cluster_cut import cluster_cut
 from txmq.broker.client.cross_group import CrossGroupTransaction
 from txmq.broker.client.fault_tolerance import LatencyFaultTolerance
 from txmq.broker.client.native_client import NativeClient, parse_endpoints
@@ -193,6 +194,14 @@ class ClusterClient:
         in them; one across groups may show on one group before another applies its decision
         (no cluster-wide cut yet: docs/cluster.md)."""
         return self._per_group(topics, lambda c, ts: c.snapshot_offsets(ts))
+
+    def consistent_cut(self, topics: Sequence[str], start: Mapping[str, Mapping[tuple[str, int], int]],
+                       snapshot: ClusterOffsets | None = None) -> ClusterOffsets:
+        """A cluster-wide consistent cut of `topics` between `start` (a consistent cut, e.g. the
+        previous batch's end) and `snapshot` (the groups' snapshots, taken now when None): no
+        transaction across groups lies partly below it (client/cluster_cut.py)."""
+        snapshot = self.snapshot_offsets(topics) if snapshot is None else snapshot
+        return cluster_cut(_GroupClients(self), {t: dict(q) for t, q in start.items()}, snapshot)
 
     def min_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
         return self._per_group(topics, lambda c, ts: c.min_offsets(ts))
@@ -395,6 +404,32 @@ class ClusterClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _GroupClients(Mapping[str, NativeClient]):
+    """Every routed group's client, looked up when the cut first needs it."""
+
+    def __init__(self, cluster: ClusterClient) -> None:
+        self.cluster = cluster
+
+    def __getitem__(self, name: str) -> NativeClient:
+        try:
+            return self.cluster.group(name)
+        except errors.BrokerUnavailable as exc:
+            raise KeyError(name) from exc
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            self[name]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cluster.routes().groups)
+
+    def __len__(self) -> int:
+        return len(self.cluster.routes().groups)
 
 
 class _Sessions:

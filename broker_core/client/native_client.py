@@ -51,6 +51,7 @@ from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.protocol.native_status import raise_for
+from txmq.broker.transaction.cross_records import CrossRecord
 
 if TYPE_CHECKING:
     from txmq.broker.client.checkback import CheckbackSession
@@ -344,6 +345,28 @@ class NativeClient:
         req = pb.WaitForOffsetsRequest(topics=list(topics), known=_topic_offsets(known), timeout_ms=timeout_ms)
         resp = self._call("WaitForOffsets", req, timeout_s=self.timeout_s + timeout_ms / 1000.0)
         return _offsets(resp.topics)
+
+    def cross_group_commits(self, windows: Sequence[tuple[str, int, int, int | None]],
+                            transaction_ids: Sequence[str] = ()) -> tuple[list[CrossRecord], dict[str, str]]:
+        """(the first final record of each cross-group transaction in each window (topic, queue id,
+        start, end; end None: to the queue's end), {transaction id: its state here}); the states
+        are read before the windows are scanned."""
+        req = pb.CrossGroupCommitsRequest(
+            windows=[pb.QueueWindow(topic=t, queue_id=q, start=s, end=e or 0, to_end=e is None)
+                     for t, q, s, e in windows],
+            transaction_ids=list(transaction_ids))
+        resp = self._call("CrossGroupCommits", req)
+        records = [CrossRecord(r.transaction_id, r.topic, r.queue_id, r.offset, tuple(r.participants))
+                   for r in resp.records]
+        return records, {s.transaction_id: s.state for s in resp.states}
+
+    def cut_before(self, topics: Sequence[str], topic: str, queue_id: int,
+                   offset: int) -> dict[str, dict[int, int]] | None:
+        """The consistent cut of `topics` just before entry `offset` of (topic, queue_id) became
+        visible; None when the broker no longer knows it."""
+        resp = self._call("CutBefore", pb.CutBeforeRequest(topics=list(topics), topic=topic, queue_id=queue_id,
+                                                           offset=offset))
+        return _offsets(resp.topics) if resp.known else None
 
     # ---- reads: the data plane (Arrow Flight) ------------------------------------
     def _locate_data_plane(self) -> tuple[str, int, bool]:

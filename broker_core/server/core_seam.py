@@ -5,7 +5,7 @@ The services adapt protobuf to these calls and nothing else, so a fake core need
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 
 from txmq.broker.server.auth import Authenticator
 from txmq.broker.server.checkback_router import CheckbackRouter
@@ -70,6 +70,11 @@ class ServiceStore(Protocol):
     def queue_ids(self, topic: str) -> list[int]: ...
 
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int: ...
+
+    def cut_before(self, topic: str, queue_id: int, offset: int,
+                   topics: Iterable[str]) -> dict[tuple[str, int], int] | None: ...
+
+    def wait_visible(self, timeout_s: float) -> bool: ...
 
     def get_by_message_id(self, msg_id: str) -> StoredMessage: ...
 

@@ -52,6 +52,7 @@ from txmq.broker.store.message import (
 from txmq.broker.store.metadata import TopicConfig
 from txmq.broker.server.topic_types import TopicType
 from txmq.broker.store.message_filter import MessageFilter
+from txmq.broker.transaction.cross_records import cross_group_records
 from txmq.broker.transaction.state import TransactionInfo
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,10 @@ def message_view(m: StoredMessage | Message) -> pb.MessageView:
         body=m.body, properties=user_properties(props), born_timestamp_ms=m.born_timestamp,
         store_timestamp_ms=stored.store_timestamp if stored is not None else 0, transaction_id=props.get(PROP_TRANSACTION_ID) or "",
     )
+
+
+# How long CrossGroupCommits waits for committed records to become visible before it gives up.
+VISIBLE_WAIT_S = 2.0
 
 
 def transaction_view(info: TransactionInfo) -> pb.TransactionView:
@@ -364,6 +369,46 @@ class NativeService:
         ts = request.timestamp_ms
         offsets = self._per_queue(list(request.topics), lambda t, q: self.store.offset_for_timestamp(t, q, ts))
         return pb.OffsetsResponse(status=ok_status(), topics=_offsets_to_pb(offsets))
+
+    def CrossGroupCommits(self, request: pb.CrossGroupCommitsRequest, context) -> pb.CrossGroupCommitsResponse:
+        self._require_subscribe(context, sorted({w.topic for w in request.windows}))
+        # states first, then the scan: a transaction seen COMMITTED here has its records in the scanned
+        # ranges once all that was dispatched is visible (a replicated leader publishes what is confirmed)
+        states = [pb.TransactionState(transaction_id=i, state=self._state_of(i)) for i in request.transaction_ids]
+        if states and not self.store.wait_visible(VISIBLE_WAIT_S):
+            raise errors.RequestTimeout(f"this group's replicas did not confirm its latest records within "
+                                        f"{VISIBLE_WAIT_S} s: the transactions' records cannot be located yet")
+        windows = []
+        for w in request.windows:
+            end = self.store.max_offset(w.topic, w.queue_id)
+            if not w.to_end:
+                if not 0 <= w.start <= w.end <= end:
+                    raise errors.IllegalOffset(f"window [{w.start}, {w.end}) of {w.topic}/{w.queue_id} is not "
+                                               f"within the queue [0, {end})")
+                end = w.end
+            windows.append((w.topic, w.queue_id, min(w.start, end), end))
+        records = [pb.CrossGroupRecord(transaction_id=r.transaction_id, topic=r.topic, queue_id=r.queue_id,
+                                       offset=r.offset, participants=list(r.participants))
+                   for r in cross_group_records(self.store, windows)]
+        return pb.CrossGroupCommitsResponse(status=ok_status(), records=records, states=states)
+
+    def _state_of(self, transaction_id: str) -> str:
+        try:
+            return self.engine.get(transaction_id).state.name
+        except errors.UnknownTransaction:
+            return "UNKNOWN"
+
+    def CutBefore(self, request: pb.CutBeforeRequest, context) -> pb.CutBeforeResponse:
+        if not request.topics:
+            raise errors.BadRequest("give at least one topic")
+        self._require_subscribe(context, list(request.topics))
+        cut = self.store.cut_before(request.topic, request.queue_id, request.offset, list(request.topics))
+        if cut is None:
+            return pb.CutBeforeResponse(status=ok_status(), known=False)
+        result: dict[str, dict[int, int]] = {t: {} for t in request.topics}
+        for (topic, queue_id), offset in cut.items():
+            result[topic][queue_id] = offset
+        return pb.CutBeforeResponse(status=ok_status(), known=True, topics=_offsets_to_pb(result))
 
     def WaitForOffsets(self, request: pb.WaitForOffsetsRequest, context) -> pb.WaitForOffsetsResponse:
         topics = list(request.topics)

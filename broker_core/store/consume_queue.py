@@ -18,9 +18,11 @@ its entries in it and a reader of the new pair finds older ones in the file.
 
 from __future__ import annotations
 
+import bisect
 import shutil
 import struct
 import threading
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +34,9 @@ ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = ENTRY.size  # 20
 TAIL_SPILL_BYTES = 4096 * 20  # entries kept in memory before one file write (see the module doc)
 ENTRY_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tag_hash", ">i8")])  # ENTRY as a numpy record
+# Publications remembered per queue (PublishHistory): enough for the cuts a cluster-wide cut
+# lowers to (transactions still being applied on other groups: milliseconds to seconds).
+PUBLISH_HISTORY = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +45,57 @@ class QueueEntry:
     physical_offset: int
     size: int
     tag_hash: int
+
+
+class PublishHistory:
+    """The queue's recent publications: (dispatch sequence number, max offset before it).
+
+    The dispatcher numbers every publication (one atomic group, or one batch, made
+    visible at once) under its lock. With these, the store can say what every
+    queue's max offset was just before a given entry became visible: a consistent
+    cut lying before that entry (MessageStore.cut_before). Bounded; what it no
+    longer holds, or never saw (before a restart), reads as unknown.
+    """
+
+    __slots__ = ("seqs", "befores", "valid_from")
+
+    def __init__(self) -> None:
+        self.seqs: deque[int] = deque()
+        self.befores: deque[int] = deque()
+        self.valid_from = 0  # answers hold for publications numbered from here on (all, since boot)
+
+    def record(self, seq: int, before: int) -> None:
+        """Under the dispatch lock, in increasing seq."""
+        assert not self.seqs or seq > self.seqs[-1], "publications are numbered in order"
+        if len(self.seqs) == PUBLISH_HISTORY:
+            self.valid_from = self.seqs.popleft() + 1  # the dropped one could be the answer for those up to it
+            self.befores.popleft()
+        elif self.valid_from == _NEVER:
+            self.valid_from = seq
+        self.seqs.append(seq)
+        self.befores.append(before)
+
+    def forget(self) -> None:
+        """The queue was cut back (a truncation): what came before is no longer comparable."""
+        self.seqs.clear()
+        self.befores.clear()
+        self.valid_from = _NEVER
+
+    def seq_of(self, offset: int, max_offset: int) -> int | None:
+        """The number of the publication that made entry `offset` visible (None: not remembered)."""
+        if offset >= max_offset or not self.befores or offset < self.befores[0]:
+            return None
+        return self.seqs[bisect.bisect_right(self.befores, offset) - 1]
+
+    def before(self, seq: int, max_offset: int) -> int | None:
+        """The max offset just before publication `seq` (None: not remembered)."""
+        if seq < self.valid_from:
+            return None
+        i = bisect.bisect_left(self.seqs, seq)
+        return self.befores[i] if i < len(self.seqs) else max_offset
+
+
+_NEVER = 1 << 62
 
 
 class ConsumeQueue:
@@ -72,6 +128,7 @@ class ConsumeQueue:
         self.written_offset = self.max_offset  # entries written (>= max_offset while a batch is published)
         self._tail: tuple[int, bytearray] = (self.written_offset, bytearray())  # entries not yet in the file
         self._tail_lock = threading.Lock()  # the writer's appends vs the flusher's spill
+        self.history = PublishHistory()
 
     # --- files -------------------------------------------------------------------
 
@@ -219,6 +276,7 @@ class ConsumeQueue:
                 keep.append(f)
         self._files = keep
         self.max_offset = self.written_offset = queue_offset
+        self.history.forget()
         self.min_offset = min(self.min_offset, queue_offset)
 
     def delete_below_physical(self, min_phys: int) -> int:

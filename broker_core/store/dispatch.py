@@ -248,6 +248,7 @@ class Dispatcher:
         # the CommitLog offset confirmed so far, and dispatches past it wait in `_unconfirmed`.
         self._confirmed: int | None = None
         self._unconfirmed: deque = deque()  # (end offset, [(queue, written end)], entries to notify)
+        self.publications = 0  # publications numbered since boot (each queue's PublishHistory)
         for topic, qid, path in discover_queues(self.queue_root):
             self._queues[(topic, qid)] = ConsumeQueue(path, topic, qid, entries_per_file)
 
@@ -310,7 +311,9 @@ class Dispatcher:
             self._dirty.update(touched)
         with self.lock:
             if self._confirmed is None or end_physical <= self._confirmed:
+                self.publications += 1
                 for cq in touched:
+                    cq.history.record(self.publications, cq.max_offset)
                     cq.max_offset = cq.written_offset
             else:
                 self._unconfirmed.append((end_physical, [(cq, cq.written_offset) for cq in touched],
@@ -330,8 +333,11 @@ class Dispatcher:
             self._confirmed = confirmed
             while self._unconfirmed and (confirmed is None or self._unconfirmed[0][0] <= confirmed):
                 _, written, entries = self._unconfirmed.popleft()
+                self.publications += 1
                 for cq, end in written:
-                    cq.max_offset = max(cq.max_offset, end)
+                    if end > cq.max_offset:
+                        cq.history.record(self.publications, cq.max_offset)
+                        cq.max_offset = end
                 if entries:
                     ready.append(entries)
         for entries in ready:
@@ -350,6 +356,33 @@ class Dispatcher:
         wanted = None if topics is None else set(topics)
         with self.lock:
             return {key: cq.max_offset for key, cq in self._queues.items() if wanted is None or key[0] in wanted}
+
+    def visible_through(self) -> int:
+        """CommitLog offset up to which every dispatched record is visible to readers."""
+        with self.lock:
+            end = self.dispatched_through
+            return end if self._confirmed is None else min(end, self._confirmed)
+
+    def snapshot_before(self, topic: str, queue_id: int, offset: int,
+                        topics: Iterable[str]) -> dict[tuple[str, int], int] | None:
+        """Max offset of every queue of `topics` just before entry `offset` of (topic, queue_id)
+        became visible: a cut as consistent as `snapshot`'s, lying before that entry's atomic
+        group. None when the queues' publish histories no longer (or never) held that moment."""
+        wanted = set(topics)
+        with self.lock:
+            cq = self._queues.get((topic, queue_id))
+            seq = None if cq is None else cq.history.seq_of(offset, cq.max_offset)
+            if seq is None:
+                return None
+            cut = {}
+            for key, q in self._queues.items():
+                if key[0] in wanted:
+                    before = q.history.before(seq, q.max_offset)
+                    if before is None:
+                        return None
+                    cut[key] = before
+            assert cut.get((topic, queue_id), offset) <= offset, "the cut lies before the entry"
+            return cut
 
     # --- durability ----------------------------------------------------------------
 

@@ -13,10 +13,13 @@ follow is handed to the full decode, which names what is wrong with it.
 
 from __future__ import annotations
 
+from typing import Iterator, Sequence
+
 import numpy as np
 import pyarrow as pa
 
-from txmq.broker.store.columnar_read import RecordBytes
+from txmq.broker.errors import StoreError
+from txmq.broker.store.columnar_read import RecordBytes, read_queue_bytes
 from txmq.broker.store.filter_read_numba import find_property_values, gather_values
 from txmq.broker.store.message_filter import MessageFilter, visible_to_sql
 from txmq.broker.store.pull_decode import decode_pull_batch, empty_pull_batch
@@ -48,11 +51,11 @@ def _value_array(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> p
     return binary.cast(pa.string())
 
 
-def prefilter(read: RecordBytes, message_filter: MessageFilter) -> np.ndarray | None:
-    """Which records may pass (the filter selects them, or the scan could not read them); None when
-    the scan cannot decide for this read (a value is not UTF-8): then every record is decoded."""
+def property_columns(read: RecordBytes, names: Sequence[str]) -> tuple[dict[str, pa.Array], np.ndarray]:
+    """The first value of each of `names` in every record of `read`, as string arrays (null where
+    absent), and which records the scan could not follow (left to the full decode). Raises
+    ArrowInvalid when a value is not UTF-8."""
     n = len(read.phys)
-    names = sorted(name for name in message_filter.sql.names if visible_to_sql(name))
     encoded = [name.encode() for name in names]
     name_len = np.array([len(b) for b in encoded], dtype=np.int64)
     name_at = np.zeros(len(encoded), dtype=np.int64)
@@ -65,12 +68,41 @@ def prefilter(read: RecordBytes, message_filter: MessageFilter) -> np.ndarray | 
     data = np.asarray(read.data)
     find_property_values(data, read.record_at, read.sizes.astype(np.int64, copy=False), name_bytes, name_at,
                          name_len, value_at, value_len, unreadable)
+    arrays = {name: _value_array(data, np.ascontiguousarray(value_at[:, k]), np.ascontiguousarray(value_len[:, k]))
+              for k, name in enumerate(names)}
+    return arrays, unreadable
+
+
+def prefilter(read: RecordBytes, message_filter: MessageFilter) -> np.ndarray | None:
+    """Which records may pass (the filter selects them, or the scan could not read them); None when
+    the scan cannot decide for this read (a value is not UTF-8): then every record is decoded."""
+    names = sorted(name for name in message_filter.sql.names if visible_to_sql(name))
     try:
-        arrays = {name: _value_array(data, np.ascontiguousarray(value_at[:, k]), np.ascontiguousarray(value_len[:, k]))
-                  for k, name in enumerate(names)}
+        arrays, unreadable = property_columns(read, names)
     except pa.ArrowInvalid:
         return None
-    return message_filter.sql.mask_columns(RecordColumnsOf(n, arrays)) | unreadable
+    return message_filter.sql.mask_columns(RecordColumnsOf(len(read.phys), arrays)) | unreadable
+
+
+def records_with_property(store, topic: str, queue_id: int, start: int, end: int, names: Sequence[str], *,
+                          batch: int = 65536) -> Iterator[tuple[int, dict[str, str | None]]]:
+    """(queue offset, {name: value}) of the records in [start, end) of a queue that carry the
+    property names[0], found by the compiled scan without decoding the others. A record the
+    scan cannot follow raises StoreError naming it: a caller relying on the answer must not
+    take an unreadable record for one without the property."""
+    pos = start
+    while pos < end:
+        read = read_queue_bytes(store, topic, queue_id, pos, min(batch, end - pos))
+        if not len(read.phys):
+            return
+        arrays, unreadable = property_columns(read, names)
+        if unreadable.any():
+            bad = pos + int(np.flatnonzero(unreadable)[0])
+            raise StoreError(f"record {topic}/{queue_id}@{bad} cannot be scanned for properties {list(names)}")
+        present = arrays[names[0]].is_valid()
+        for row in np.flatnonzero(np.asarray(present.to_numpy(zero_copy_only=False))).tolist():
+            yield pos + row, {name: arrays[name][row].as_py() for name in names}
+        pos = read.next_offset
 
 
 def filtered_pull_batch(read: RecordBytes, topic: str, queue_id: int, message_filter: MessageFilter) -> pa.RecordBatch:

@@ -539,6 +539,31 @@ class MessageStore:
                     snap.setdefault((name, qid), 0)
         return snap
 
+    def wait_visible(self, timeout_s: float) -> bool:
+        """Wait until every record dispatched so far is visible to readers (a replicated group's
+        leader publishes only what its replicas confirmed); False at the timeout."""
+        end = self.dispatcher.dispatched_through
+        deadline = time.monotonic() + timeout_s
+        while self.dispatcher.visible_through() < end:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def cut_before(self, topic: str, queue_id: int, offset: int,
+                   topics: Iterable[str]) -> dict[tuple[str, int], int] | None:
+        """The consistent cut of `topics` as it was just before entry `offset` of (topic,
+        queue_id) became visible (None: no longer known, e.g. from before a restart)."""
+        topics = list(topics)
+        snap = self.dispatcher.snapshot_before(topic, queue_id, offset, topics)
+        if snap is None:
+            return None
+        for name in topics:
+            if self.topics.exists(name):
+                for qid in range(self.topics.get(name).queue_count):
+                    snap.setdefault((name, qid), 0)
+        return snap
+
     def queue_ids(self, topic: str) -> list[int]:
         """Queues of `topic` that have entries."""
         return [q for q in self.dispatcher.queue_ids(topic)

@@ -1,0 +1,49 @@
+"""Where the final records of cross-group transactions lie: what a cluster-wide cut asks each group.
+
+A cross-group transaction's halves carry its participant groups (decision.PROP_PARTICIPANTS),
+and its final records keep them. A cut that reads several groups must find, in the ranges it
+is about to read, every such record, to check that each transaction is read on all of its
+groups or on none (client/cluster_cut.py). The records are found by the store's compiled
+property scan: derived from the log itself, so the answer holds across restarts and
+failovers, with no state of its own to recover.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from txmq.broker.store.filter_read import records_with_property
+from txmq.broker.store.message import PROP_TRANSACTION_ID
+
+from .decision import PROP_PARTICIPANTS
+
+
+@dataclass(frozen=True)
+class CrossRecord:
+    """The first final record of one cross-group transaction within one queue window."""
+
+    transaction_id: str
+    topic: str
+    queue_id: int
+    offset: int
+    participants: tuple[str, ...]
+
+
+def cross_group_records(store, windows: Iterable[tuple[str, int, int, int]]) -> list[CrossRecord]:
+    """The first record of each cross-group transaction in each window (topic, queue id, start, end)."""
+    out: list[CrossRecord] = []
+    for topic, queue_id, start, end in windows:
+        seen: set[str] = set()
+        for offset, values in records_with_property(store, topic, queue_id, start, end,
+                                                    (PROP_PARTICIPANTS, PROP_TRANSACTION_ID)):
+            tx_id = values[PROP_TRANSACTION_ID]
+            if not tx_id or tx_id in seen:
+                continue
+            seen.add(tx_id)
+            groups = tuple(sorted(filter(None, (values[PROP_PARTICIPANTS] or "").split(","))))
+            out.append(CrossRecord(tx_id, topic, queue_id, offset, groups))
+    return out
+
+
+__all__ = ["CrossRecord", "cross_group_records"]
