@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 
-from txmq.broker.client.types import CheckRequest, EndSummary, PrepareSummary, TopicInfo, TransactionInfo
+from txmq.broker.client.types import CheckRequest, EndSummary, PrepareSummary, QueueRef, TopicInfo, TransactionInfo
 
 
 class Pulled(Protocol):
@@ -59,12 +59,13 @@ class TransactionClient(Protocol):
 
     def prepare_stream(self, transaction_id: str, batches: Iterable[pa.RecordBatch | pa.Table], *,
                        topic: str | None = None, producer_group: str, sender: str,
-                       return_message_ids: bool = False) -> PrepareSummary: ...
+                       return_message_ids: bool = False, participants: Sequence[str] = ()) -> PrepareSummary: ...
 
     def end_transaction(self, transaction_id: str, resolution: str, *, include_senders: Sequence[str] | None = None,
-                        producer_group: str | None = None, source: str = "client") -> EndSummary: ...
+                        producer_group: str | None = None, source: str = "client",
+                        participants: Sequence[str] = ()) -> EndSummary: ...
 
-    def get_transaction(self, transaction_id: str) -> TransactionInfo: ...
+    def get_transaction(self, transaction_id: str, *, participants: Sequence[str] = ()) -> TransactionInfo: ...
 
     def resume_transaction(self, transaction_id: str) -> None: ...
 
@@ -76,3 +77,5 @@ class TransactionClient(Protocol):
 
 class ConnectorClient(PlannerClient, TransactionClient, Protocol):
     """Everything the connector calls: what `Connection.client()` returns."""
+
+    def queues(self, topic: str) -> tuple[QueueRef, ...]: ...

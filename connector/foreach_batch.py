@@ -41,7 +41,7 @@ from .client_seam import CheckbackHandle, ConnectorClient
 from .faults import crash_point
 from .options import SinkOptions
 from .schema import validate_sink_schema
-from .sink import send_halves
+from .sink import batch_participants, send_halves
 from .source import executor_client
 
 log = logging.getLogger("txmq.spark.foreach_batch")
@@ -76,6 +76,7 @@ class TransactionalBatch:
         self.check = check
         self.manifest_dir = _local_path(checkpoint_location) / "txmq-foreach-batch"
         self.nonce = txn.run_nonce()
+        self._participants: tuple[str, ...] | None = None
         self._checkback_wanted = checkback
         self._client: ConnectorClient | None = None
         self._session: CheckbackHandle | None = None
@@ -131,7 +132,7 @@ class TransactionalBatch:
         path = self._manifest_path(batch_id)
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump({"transaction_id": tx, "senders": senders}, f)
+            json.dump({"transaction_id": tx, "senders": senders, "participants": list(self.participants)}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -147,12 +148,26 @@ class TransactionalBatch:
         manifest = self._read_manifest(batch_id)
         if manifest is None or manifest["transaction_id"] != tx or not self.check(batch_id):
             return False
-        state = txn.state_name(self.client.get_transaction(tx).state)
+        across = {"participants": tuple(manifest.get("participants") or ())}
+        if not across["participants"]:
+            across = {}
+        state = txn.state_name(self.client.get_transaction(tx, **across).state)
         if state == txn.DISCARDED:
             self.client.resume_transaction(tx)
         self.client.end_transaction(tx, "COMMIT", include_senders=manifest["senders"],
-                                    producer_group=self.producer_group)
+                                    producer_group=self.producer_group, **across)
         return True
+
+    @property
+    def participants(self) -> tuple[str, ...]:
+        """The broker groups this helper's batch transactions span (sink.batch_participants),
+        fixed at its first batch; each manifest records them for later runs."""
+        if self._participants is None:
+            self._participants = batch_participants(self.client, self.options.topic)
+        return self._participants
+
+    def _across(self) -> dict:
+        return {"participants": self.participants} if self.participants else {}
 
     # --- the batch -------------------------------------------------------------------
 
@@ -162,7 +177,7 @@ class TransactionalBatch:
         while True:
             tx = txn.transaction_id(self.sink_id, batch_id, gen)
             try:
-                state = txn.state_name(self.client.get_transaction(tx).state)
+                state = txn.state_name(self.client.get_transaction(tx, **self._across()).state)
             except UnknownTransaction:
                 return tx
             if state == txn.COMMITTED:
@@ -172,7 +187,8 @@ class TransactionalBatch:
                     return None
                 if state == txn.PENDING:
                     try:
-                        self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group)
+                        self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group,
+                                                    **self._across())
                     except TransactionConflict:
                         continue  # it just committed (a check-back): look again
             gen += 1
@@ -180,7 +196,7 @@ class TransactionalBatch:
     def _send(self, batch_df, tx: str) -> list[tuple[str, int, bool]]:
         conn, topic, group, rows_per_rpc = (self.options.connection, self.options.topic, self.producer_group,
                                             self.options.max_batch_rows)
-        nonce = self.nonce
+        nonce, participants = self.nonce, self.participants
 
         def send_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
@@ -188,7 +204,8 @@ class TransactionalBatch:
             tc = TaskContext.get()
             sender = txn.sender_name(tc.partitionId(), tc.attemptNumber(), nonce)
             rows, committed = send_halves(executor_client(conn), batches, transaction_id=tx, sender=sender,
-                                          topic=topic, producer_group=group, max_batch_rows=rows_per_rpc)
+                                          topic=topic, producer_group=group, max_batch_rows=rows_per_rpc,
+                                          participants=participants)
             yield pa.RecordBatch.from_pylist([{"sender": sender, "rows": rows, "committed": committed}])
 
         return [(r.sender, r.rows, r.committed) for r in batch_df.mapInArrow(send_partition, _SENT_SCHEMA).collect()]
@@ -211,12 +228,13 @@ class TransactionalBatch:
                 self.local_transaction(batch_df, batch_id)
             except BaseException:
                 if senders:
-                    self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group)
+                    self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group,
+                                                **self._across())
                 raise
             crash_point("fb.after_local_transaction", batch_id)
             if senders:
                 self.client.end_transaction(tx, "COMMIT", include_senders=senders,
-                                            producer_group=self.producer_group)
+                                            producer_group=self.producer_group, **self._across())
             crash_point("fb.after_broker_commit", batch_id)
         finally:
             with self._lock:

@@ -70,7 +70,8 @@ def _task_identity() -> tuple[int, int, str | None]:
 
 
 def send_halves(client: TransactionClient, batches: Iterator[pa.RecordBatch], *, transaction_id: str, sender: str,
-                topic: str | None, producer_group: str, max_batch_rows: int) -> tuple[int, bool]:
+                topic: str | None, producer_group: str, max_batch_rows: int,
+                participants: tuple[str, ...] = ()) -> tuple[int, bool]:
     """Send every row as a half of `transaction_id`. Returns (rows sent, already committed).
 
     Already committed means a replay of a batch whose transaction committed in an
@@ -87,7 +88,11 @@ def send_halves(client: TransactionClient, batches: Iterator[pa.RecordBatch], *,
                 yield chunk
 
     try:  # one Flight stream for the whole partition: the broker stores a chunk while the next is sent
-        client.prepare_stream(transaction_id, chunks(), topic=topic, producer_group=producer_group, sender=sender)
+        if participants:
+            client.prepare_stream(transaction_id, chunks(), topic=topic, producer_group=producer_group, sender=sender,
+                                  participants=participants)
+        else:
+            client.prepare_stream(transaction_id, chunks(), topic=topic, producer_group=producer_group, sender=sender)
     except TransactionAlreadyEnded as e:
         if txn.state_name(e.state) == txn.COMMITTED:
             return 0, True
@@ -99,10 +104,14 @@ def send_halves(client: TransactionClient, batches: Iterator[pa.RecordBatch], *,
 
 
 def commit_transaction(client: TransactionClient, messages: Sequence[TxmqCommitMessage | None], *, producer_group: str,
-                       what: str) -> None:
-    """End the batch's transaction with COMMIT, visible: the halves of the listed (successful) attempts."""
+                       what: str, participants: tuple[str, ...] = ()) -> None:
+    """End the batch's transaction with COMMIT, visible: the halves of the listed (successful) attempts.
+    With `participants`, the transaction spans those broker groups (ClusterClient.end_transaction)."""
     msgs = [m for m in messages if m is not None]
     if any(m.already_committed for m in msgs):
+        if participants:  # decided in an earlier run: tell the groups it may not have reached (idempotent)
+            for tx in {m.transaction_id for m in msgs}:
+                client.end_transaction(tx, "COMMIT", producer_group=producer_group, participants=participants)
         return  # a replay of a committed batch: nothing was sent
     sending = [m for m in msgs if m.rows > 0]
     if not sending:
@@ -112,18 +121,21 @@ def commit_transaction(client: TransactionClient, messages: Sequence[TxmqCommitM
         raise RuntimeError(f"txmq sink: {what} wrote to several transactions {sorted(txs)}; failing the batch "
                            "(a transaction was ended while the batch ran); it will be replayed")
     tx = txs.pop()
+    across = {"participants": participants} if participants else {}
     try:
         client.end_transaction(tx, "COMMIT", include_senders=sorted({m.sender for m in sending}),
-                               producer_group=producer_group)
+                               producer_group=producer_group, **across)
     except TransactionConflict as e:
         raise TransactionConflict(f"txmq sink: {what}: transaction {tx} was rolled back before its commit "
                                   f"(orphan timeout or check-back?): {e}; the batch fails and is replayed") from e
 
 
-def rollback_transaction(client: TransactionClient, messages: Sequence[TxmqCommitMessage | None], *, producer_group: str) -> None:
+def rollback_transaction(client: TransactionClient, messages: Sequence[TxmqCommitMessage | None], *, producer_group: str,
+                         participants: tuple[str, ...] = ()) -> None:
+    across = {"participants": participants} if participants else {}
     for tx in {m.transaction_id for m in messages if m is not None and not m.already_committed}:
         try:
-            client.end_transaction(tx, "ROLLBACK", producer_group=producer_group)
+            client.end_transaction(tx, "ROLLBACK", producer_group=producer_group, **across)
         except (UnknownTransaction, TransactionConflict) as e:
             log.warning("txmq sink: rollback of %s: %s", tx, e)
 
@@ -132,9 +144,24 @@ class _WriterBase:
     def __init__(self, options: dict, schema: StructType) -> None:
         self.options = SinkOptions.parse(options)
         validate_sink_schema(schema, default_topic=self.options.topic)
+        # fixed on the driver when the query starts, so every task and commit names the same groups
+        self.participants = batch_participants(self._client(), self.options.topic)
 
     def _client(self) -> ConnectorClient:
         return executor_client(self.options.connection)
+
+
+def batch_participants(client: ConnectorClient, topic: str | None) -> tuple[str, ...]:
+    """The broker groups a batch's transaction spans: those holding queues of the sink's topic,
+    when there are several (each task writes to one of them); () keeps it in one group (a
+    single broker, or rows that name their topics)."""
+    if topic is None:
+        return ()
+    try:
+        groups = tuple(sorted({q.group for q in client.queues(topic)}))
+    except (KeyError, TopicNotFound):
+        return ()  # created later, or by auto-creation: one group
+    return groups if len(groups) > 1 else ()
 
 
 class TxmqStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
@@ -155,22 +182,24 @@ class TxmqStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
             raise RuntimeError("txmq sink: Spark did not tell the task its batch id (streaming.sql.batchId)")
         client = self._client()
         sender = txn.sender_name(partition, attempt, self.nonce)
-        tx, _gen, state = txn.probe(client, self.sink_id, int(batch_id))
+        tx, _gen, state = txn.probe(client, self.sink_id, int(batch_id), participants=self.participants)
         if state == txn.COMMITTED:
             return TxmqCommitMessage(tx, sender, 0, already_committed=True)
         crash_point("sink.before_halves", batch_id)
         rows, done = send_halves(client, iterator, transaction_id=tx, sender=sender, topic=self.options.topic,
-                                 producer_group=self.producer_group, max_batch_rows=self.options.max_batch_rows)
+                                 producer_group=self.producer_group, max_batch_rows=self.options.max_batch_rows,
+                                 participants=self.participants)
         return TxmqCommitMessage(tx, sender, rows, already_committed=done)
 
     def commit(self, messages: list, batchId: int) -> None:
         crash_point("sink.after_halves", batchId)
         commit_transaction(self._client(), messages, producer_group=self.producer_group,
-                           what=f"batch {batchId} of sink {self.sink_id}")
+                           what=f"batch {batchId} of sink {self.sink_id}", participants=self.participants)
         crash_point("sink.after_broker_commit", batchId)
 
     def abort(self, messages: list, batchId: int) -> None:
-        rollback_transaction(self._client(), messages, producer_group=self.producer_group)
+        rollback_transaction(self._client(), messages, producer_group=self.producer_group,
+                             participants=self.participants)
 
 
 class TxmqBatchWriter(_WriterBase, DataSourceArrowWriter):
@@ -186,15 +215,16 @@ class TxmqBatchWriter(_WriterBase, DataSourceArrowWriter):
         sender = txn.sender_name(partition, attempt, "w")
         rows, _ = send_halves(self._client(), iterator, transaction_id=self.transaction_id, sender=sender,
                               topic=self.options.topic, producer_group=self.producer_group,
-                              max_batch_rows=self.options.max_batch_rows)
+                              max_batch_rows=self.options.max_batch_rows, participants=self.participants)
         return TxmqCommitMessage(self.transaction_id, sender, rows)
 
     def commit(self, messages: list) -> None:
         commit_transaction(self._client(), messages, producer_group=self.producer_group,
-                           what=f"write job {self.transaction_id}")
+                           what=f"write job {self.transaction_id}", participants=self.participants)
 
     def abort(self, messages: list) -> None:
-        rollback_transaction(self._client(), messages, producer_group=self.producer_group)
+        rollback_transaction(self._client(), messages, producer_group=self.producer_group,
+                             participants=self.participants)
 
 
 def committed_batches(checkpoint_location: str) -> set[int]:

@@ -51,16 +51,18 @@ def sender_name(partition: int, attempt: int, nonce: str) -> str:
     return f"p{partition}.a{attempt}.{nonce}"
 
 
-def probe(client: TransactionClient, sink_id: str, batch_id: int, *, start_generation: int = 0) -> tuple[str, int, str | None]:
+def probe(client: TransactionClient, sink_id: str, batch_id: int, *, start_generation: int = 0,
+          participants: tuple[str, ...] = ()) -> tuple[str, int, str | None]:
     """The batch's live transaction: (id, generation, state or None if not started yet).
 
-    Skips generations that ended without committing.
+    Skips generations that ended without committing. With `participants` (a batch across
+    broker groups), a generation's state is its coordinator's decision.
     """
     gen = start_generation
     while True:
         tx = transaction_id(sink_id, batch_id, gen)
         try:
-            info = client.get_transaction(tx)
+            info = client.get_transaction(tx, participants=participants) if participants else client.get_transaction(tx)
         except UnknownTransaction:
             return tx, gen, None
         state = state_name(info.state)

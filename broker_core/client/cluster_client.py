@@ -310,12 +310,35 @@ class ClusterClient:
 
     def prepare_stream(self, transaction_id: str, batches: Iterable[pa.RecordBatch | pa.Table], *,
                        topic: str | None = None, producer_group: str, sender: str,
-                       return_message_ids: bool = False) -> PrepareSummary:
+                       return_message_ids: bool = False, participants: Sequence[str] = ()) -> PrepareSummary:
+        """Halves from Arrow batches. With several `participants` (a Spark batch's transaction
+        across groups, `topic` given), this sender's halves go to one of them that holds queues of
+        the topic, chosen by the sender's name, and every half names the participants."""
+        if len(participants) > 1:
+            if not transaction_id or not topic:
+                raise errors.BadRequest("a transaction across groups needs its id and one topic")
+            live = sorted({q.group for q in self.queues(topic)} & set(participants))
+            if not live:
+                raise errors.BrokerUnavailable(f"no participant group of transaction {transaction_id} "
+                                               f"({', '.join(participants)}) holds a live queue of {topic!r}")
+            group = live[zlib.crc32(sender.encode()) % len(live)]
+            return self.group(group).prepare_stream(transaction_id, batches, topic=topic,
+                                                    producer_group=producer_group, sender=sender,
+                                                    return_message_ids=return_message_ids,
+                                                    participants=sorted(set(participants)))
         group = self.transaction_group(transaction_id) if transaction_id else self._choose(topic or "")
         summary = self.group(group).prepare_stream(transaction_id, batches, topic=topic, producer_group=producer_group,
                                                    sender=sender, return_message_ids=return_message_ids)
         self._pin(summary.transaction_id, group)
         return summary
+
+    def across(self, transaction_id: str, participants: Sequence[str], *, producer_group: str = "",
+               end_retry_s: float = 5.0) -> CrossGroupTransaction:
+        """The transaction `transaction_id` over `participants` (its halves name them), to decide
+        and settle; a participant that is down is told later by its own check-back."""
+        clients = {g: _client_or_unreachable(self, g) for g in participants}
+        return CrossGroupTransaction(clients, producer_group=producer_group, transaction_id=transaction_id,
+                                     end_retry_s=end_retry_s)
 
     def prepare(self, transaction_id: str, messages: Sequence[Message], *, topic: str | None = None,
                 producer_group: str = "", sender: str = "", return_message_ids: bool = True) -> PrepareSummary:
@@ -365,7 +388,19 @@ class ClusterClient:
             out += self.group(group).list_transactions(state=state, topic=topic, limit=limit)
         return out
 
-    def end_transaction(self, transaction_id: str, resolution: str, **kwargs: Any) -> EndSummary:
+    def end_transaction(self, transaction_id: str, resolution: str, *, participants: Sequence[str] = (),
+                        **kwargs: Any) -> EndSummary:
+        """End a transaction. With several `participants`, it spans those groups: the decision
+        (with include_senders) is recorded at its coordinator, then each participant applies it."""
+        if len(participants) > 1:
+            tx = self.across(transaction_id, participants, producer_group=kwargs.get("producer_group") or "")
+            if str(resolution).upper() == "COMMIT":
+                result = tx.commit(kwargs.get("include_senders"))
+            else:
+                result = tx.rollback()
+            return EndSummary(state="COMMITTED" if result.decision == "COMMIT" else "ROLLED_BACK",
+                              newly_ended=bool(result.ended),
+                              committed_count=sum(e.committed_count for e in result.ended.values()))
         with self._lock:
             cross = self._cross.pop(transaction_id, None)
         if cross is not None:
@@ -378,8 +413,23 @@ class ClusterClient:
                               committed_count=sum(e.committed_count for e in result.ended.values()))
         return self._on_transaction(transaction_id, lambda c: c.end_transaction(transaction_id, resolution, **kwargs))
 
-    def get_transaction(self, transaction_id: str) -> TransactionInfo:
-        return self._on_transaction(transaction_id, lambda c: c.get_transaction(transaction_id))
+    def get_transaction(self, transaction_id: str, *, participants: Sequence[str] = ()) -> TransactionInfo:
+        """A transaction's state. One across `participants` is as its coordinator decided, else
+        PENDING where any participant holds halves of it (UnknownTransaction: nowhere)."""
+        if len(participants) <= 1:
+            return self._on_transaction(transaction_id, lambda c: c.get_transaction(transaction_id))
+        decision = self.across(transaction_id, participants).get_decision()
+        if decision is not None:
+            return TransactionInfo(transaction_id=transaction_id,
+                                   state="COMMITTED" if decision == "COMMIT" else "ROLLED_BACK", topics=(),
+                                   half_count=0, age_ms=0, check_times=0, producer_group="", senders=(),
+                                   created_ms=0)
+        for group in sorted(set(participants)):
+            try:
+                return self.group(group).get_transaction(transaction_id)
+            except (errors.UnknownTransaction, errors.BrokerUnavailable):
+                continue
+        raise errors.UnknownTransaction(f"transaction {transaction_id} is unknown on groups {', '.join(participants)}")
 
     def resume_transaction(self, transaction_id: str) -> None:
         self._on_transaction(transaction_id, lambda c: c.resume_transaction(transaction_id))
@@ -404,6 +454,26 @@ class ClusterClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Unreachable:
+    """Stands in for a group with no live replica: every call fails as retryable, so a cross-group
+    transaction records its decision and leaves this participant to its check-back."""
+
+    def __init__(self, group: str) -> None:
+        self.name = group
+
+    def _fail(self, *args: Any, **kwargs: Any) -> Any:
+        raise errors.BrokerUnavailable(f"group {self.name!r} has no live replica")
+
+    prepare = end_transaction = _call = _fail
+
+
+def _client_or_unreachable(cluster: ClusterClient, group: str) -> Any:
+    try:
+        return cluster.group(group)
+    except errors.BrokerUnavailable:
+        return _Unreachable(group)
 
 
 class _GroupClients(Mapping[str, NativeClient]):

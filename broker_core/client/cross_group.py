@@ -114,9 +114,10 @@ class CrossGroupTransaction:
 
     # --- phase 2: the decision -------------------------------------------------------------
 
-    def decide(self, resolution: str) -> str:
+    def decide(self, resolution: str, include_senders: Sequence[str] | None = None) -> str:
         """Record `resolution` at the coordinator unless it holds a decision already; returns the
-        decision in force (the first one wins). Single-group: nothing to record."""
+        decision in force (the first one wins). `include_senders`: a COMMIT of those senders'
+        halves only, on every group (the others roll back). Single-group: nothing to record."""
         resolution = resolution.upper()
         if resolution not in _DECISIONS:
             raise errors.BadRequest(f"resolution must be COMMIT or ROLLBACK, not {resolution!r}")
@@ -125,7 +126,9 @@ class CrossGroupTransaction:
             return resolution
         request = cpb.DecideRequest(transaction_id=self.transaction_id, decision=_DECISIONS[resolution],
                                     participants=list(self.groups), coordinator=self.coordinator,
-                                    producer_group=self.producer_group)
+                                    producer_group=self.producer_group,
+                                    restrict_senders=include_senders is not None,
+                                    include_senders=list(include_senders or ()))
         response = self.clients[self.coordinator]._call("Decide", request)
         self.decision = _NAMES[response.decision]
         return self.decision
@@ -140,50 +143,54 @@ class CrossGroupTransaction:
 
     # --- phase 3: the participants ---------------------------------------------------------
 
-    def end_on(self, group: str, resolution: str) -> EndSummary | None:
-        """Tell one participant the decision (idempotent); None when it holds no half of this transaction."""
+    def end_on(self, group: str, resolution: str, include_senders: Sequence[str] | None = None) -> EndSummary | None:
+        """Tell one participant the decision (idempotent; a participant applies the coordinator's
+        senders whatever it is told); None when it holds no half of this transaction."""
         try:
-            return self.clients[group].end_transaction(self.transaction_id, resolution,
+            return self.clients[group].end_transaction(self.transaction_id, resolution, include_senders=include_senders,
                                                        producer_group=self.producer_group or None)
         except errors.UnknownTransaction:
             return None
 
-    def commit(self) -> CrossGroupResult:
-        """Decide COMMIT at the coordinator, then commit on every participant. TransactionConflict
-        (after rolling the participants back) when ROLLBACK was decided first."""
-        return self._finish("COMMIT")
+    def commit(self, include_senders: Sequence[str] | None = None) -> CrossGroupResult:
+        """Decide COMMIT (of `include_senders`' halves only, when given) at the coordinator, then
+        commit on every participant. TransactionConflict (after rolling the participants back)
+        when ROLLBACK was decided first."""
+        return self._finish("COMMIT", include_senders)
 
     def rollback(self) -> CrossGroupResult:
         return self._finish("ROLLBACK")
 
-    def _finish(self, wanted: str) -> CrossGroupResult:
+    def _finish(self, wanted: str, include_senders: Sequence[str] | None = None) -> CrossGroupResult:
         if not self.cross:  # a plain transaction: EndTransaction alone, as TransactionProducer does
             group = self.groups[0]
-            ended = self.end_on(group, wanted)
+            ended = self.end_on(group, wanted, include_senders)
             self.decision = wanted
             return CrossGroupResult(self.transaction_id, wanted, None, {group: ended} if ended else {}, {})
-        decided, first = self._decide_at_coordinator(wanted)
-        result = self.settle(decided, skip=first)
+        decided, first = self._decide_at_coordinator(wanted, include_senders)
+        result = self.settle(decided, skip=first, include_senders=include_senders)
         if decided != wanted:
             raise errors.TransactionConflict(
                 f"transaction {self.transaction_id} was decided {decided} by its coordinator group "
                 f"{self.coordinator} first: {wanted} refused ({decided} applied on every group)")
         return result
 
-    def _decide_at_coordinator(self, wanted: str) -> tuple[str, dict[str, EndSummary]]:
+    def _decide_at_coordinator(self, wanted: str,
+                               include_senders: Sequence[str] | None) -> tuple[str, dict[str, EndSummary]]:
         """(the decision, {coordinator: its EndSummary} when its EndTransaction recorded it)."""
         if self.prepared.get(self.coordinator):
             try:
-                summary = self._end_retrying(self.coordinator, wanted)
+                summary = self._end_retrying(self.coordinator, wanted, include_senders)
             except errors.TransactionConflict:
                 pass  # decided otherwise first: read it below, then apply it everywhere
             else:
                 if summary is not None:
                     self.decision = wanted
                     return wanted, {self.coordinator: summary}
-        return self.decide(wanted), {}
+        return self.decide(wanted, include_senders), {}
 
-    def settle(self, decision: str, *, skip: Mapping[str, EndSummary] | None = None) -> CrossGroupResult:
+    def settle(self, decision: str, *, skip: Mapping[str, EndSummary] | None = None,
+               include_senders: Sequence[str] | None = None) -> CrossGroupResult:
         """Tell every participant `decision` (the coordinator's), in parallel, each retried for
         end_retry_s; what is left unsettled then is settled by check-back. `skip`: groups told
         already, with their answers."""
@@ -192,7 +199,7 @@ class CrossGroupTransaction:
 
         def end(group: str, _: object) -> None:
             try:
-                summary = self._end_retrying(group, decision)
+                summary = self._end_retrying(group, decision, include_senders)
                 if summary is not None:
                     ended[group] = summary
             except _RETRYABLE as exc:
@@ -201,12 +208,12 @@ class CrossGroupTransaction:
         _in_parallel(end, {g: None for g in self.groups if g not in ended})
         return CrossGroupResult(self.transaction_id, decision, self.coordinator, ended, unsettled)
 
-    def _end_retrying(self, group: str, decision: str) -> EndSummary | None:
+    def _end_retrying(self, group: str, decision: str, include_senders: Sequence[str] | None = None) -> EndSummary | None:
         deadline = time.monotonic() + self.end_retry_s
         backoff = 0.05
         while True:
             try:
-                return self.end_on(group, decision)
+                return self.end_on(group, decision, include_senders if decision == "COMMIT" else None)
             except _RETRYABLE:
                 if time.monotonic() + backoff >= deadline:
                     raise

@@ -483,15 +483,17 @@ class NativeClient:
 
     def prepare_stream(self, transaction_id: str, batches: Iterable[pa.RecordBatch | pa.Table], *,
                        topic: str | None = None, producer_group: str, sender: str,
-                       return_message_ids: bool = False) -> PrepareSummary:
+                       return_message_ids: bool = False, participants: Sequence[str] = ()) -> PrepareSummary:
         """`prepare_arrow` for many batches in one Flight stream: each batch's halves are added
         whole or not at all, in order; a failure raises (TransactionAlreadyEnded when the
-        transaction was resolved meanwhile)."""
+        transaction was resolved meanwhile). `participants`: the broker groups of a transaction
+        across groups (client/cross_group.py), named on every half."""
         tx_id, count, ids = transaction_id, 0, []
 
         def command() -> pb.PutCommand:
             return pb.PutCommand(kind=pb.PutCommand.PREPARE, default_topic=topic or "", transaction_id=tx_id,
-                                 producer_group=producer_group, sender=sender, return_message_ids=return_message_ids)
+                                 producer_group=producer_group, sender=sender, return_message_ids=return_message_ids,
+                                 participants=list(participants))
 
         def on_answer(answer: pb.PrepareResponse) -> None:
             nonlocal tx_id, count
@@ -513,8 +515,10 @@ class NativeClient:
                               message_ids=list(resp.message_ids))
 
     def end_transaction(self, transaction_id: str, resolution: str, *, include_senders: Sequence[str] | None = None,
-                        producer_group: str | None = None, source: str = "client") -> EndSummary:
+                        producer_group: str | None = None, source: str = "client",
+                        participants: Sequence[str] = ()) -> EndSummary:
         """COMMIT or ROLLBACK a transaction; idempotent. With include_senders, only their halves commit."""
+        _one_group(participants)
         code = _RESOLUTIONS.get(str(resolution.value if isinstance(resolution, Enum) else resolution).upper())
         if code is None:
             raise errors.BadRequest(f"resolution must be COMMIT or ROLLBACK, not {resolution!r}")
@@ -525,7 +529,8 @@ class NativeClient:
         resp = self._call("EndTransaction", req)
         return EndSummary(state=resp.state, newly_ended=resp.newly_ended, committed_count=resp.committed_count)
 
-    def get_transaction(self, transaction_id: str) -> TransactionInfo:
+    def get_transaction(self, transaction_id: str, *, participants: Sequence[str] = ()) -> TransactionInfo:
+        _one_group(participants)
         resp = self._call("GetTransaction", pb.GetTransactionRequest(transaction_id=transaction_id))
         return _tx_info(resp.transaction)
 
@@ -598,3 +603,9 @@ def _spec_batch(messages: Sequence[Message], topic: str | None) -> pb.MessageBat
                                     properties=send_properties(m), sharding_key=m.sharding_key or "",
                                     message_id=m.message_id or ""))
     return pb.MessageBatch(default_topic=topic or "", messages=specs)
+
+
+def _one_group(participants: Sequence[str]) -> None:
+    if len(set(participants)) > 1:
+        raise errors.Unsupported("a client of one broker group cannot end a transaction across groups: "
+                                 "use ClusterClient")

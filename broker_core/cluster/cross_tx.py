@@ -92,7 +92,8 @@ class CoordinatorService:
         if proposal is None:
             raise errors.BadRequest("Decide needs COMMIT or ROLLBACK")
         participants = [check_group_name(g) for g in request.participants]
-        decision = self.engine.decide(request.transaction_id, proposal, participants)
+        senders = list(request.include_senders) if request.restrict_senders else None
+        decision = self.engine.decide(request.transaction_id, proposal, participants, senders)
         if decision.resolution is not proposal:
             log.info("transaction %s: %s refused, %s was decided first", request.transaction_id, proposal.name,
                      decision.resolution.name)
@@ -104,13 +105,25 @@ class CoordinatorService:
         if decision is None:
             return cpb.GetDecisionResponse(status=ok_status(), decision=cpb.DECISION_UNKNOWN)
         return cpb.GetDecisionResponse(status=ok_status(), decision=resolution_to_pb(decision.resolution),
-                                       participants=list(decision.participants), decided_ms=decision.at_ms)
+                                       participants=list(decision.participants), decided_ms=decision.at_ms,
+                                       restrict_senders=decision.senders is not None,
+                                       include_senders=list(decision.senders or ()))
 
 
 def _decide_response(decision: Decision) -> cpb.DecideResponse:
     return cpb.DecideResponse(status=ok_status(), decision=resolution_to_pb(decision.resolution),
                               newly_decided=decision.newly_decided, participants=list(decision.participants),
-                              decided_ms=decision.at_ms)
+                              decided_ms=decision.at_ms, restrict_senders=decision.senders is not None,
+                              include_senders=list(decision.senders or ()))
+
+
+def decision_from_pb(response: cpb.DecideResponse | cpb.GetDecisionResponse) -> Decision | None:
+    """A Decide or GetDecision answer as a Decision (None: nothing decided yet)."""
+    resolution = resolution_from_pb(response.decision)
+    if resolution is None:
+        return None
+    return Decision(resolution, tuple(response.participants), response.decided_ms,
+                    senders=tuple(response.include_senders) if response.restrict_senders else None)
 
 
 def coordinator_method_handlers(service: CoordinatorService) -> dict[str, grpc.RpcMethodHandler]:
@@ -192,21 +205,22 @@ class ClusterDecisions:
     def is_coordinator(self, cross: CrossGroup) -> bool:
         return cross.coordinator == self.group
 
-    def settle(self, transaction_id: str, cross: CrossGroup, proposal: Resolution) -> Resolution:
+    def settle(self, transaction_id: str, cross: CrossGroup, proposal: Resolution,
+               senders: tuple[str, ...] | None = None) -> Decision:
         if cross.coordinator == self.group:
-            return self.engine.decide(transaction_id, proposal, cross.participants).resolution
+            return self.engine.decide(transaction_id, proposal, cross.participants, senders)
         request = cpb.DecideRequest(transaction_id=transaction_id, decision=resolution_to_pb(proposal),
-                                    participants=list(cross.participants), coordinator=cross.coordinator)
-        decided = resolution_from_pb(self._call(cross.coordinator, "Decide", request).decision)
+                                    participants=list(cross.participants), coordinator=cross.coordinator,
+                                    restrict_senders=senders is not None, include_senders=list(senders or ()))
+        decided = decision_from_pb(self._call(cross.coordinator, "Decide", request))
         assert decided is not None, "a Decide always answers a decision"
         return decided
 
-    def lookup(self, transaction_id: str, cross: CrossGroup) -> Resolution | None:
+    def lookup(self, transaction_id: str, cross: CrossGroup) -> Decision | None:
         if cross.coordinator == self.group:
-            decision = self.engine.decision(transaction_id)
-            return decision.resolution if decision is not None else None
+            return self.engine.decision(transaction_id)
         request = cpb.GetDecisionRequest(transaction_id=transaction_id, coordinator=cross.coordinator)
-        return resolution_from_pb(self._call(cross.coordinator, "GetDecision", request).decision)
+        return decision_from_pb(self._call(cross.coordinator, "GetDecision", request))
 
     def close(self) -> None:
         with self._lock:

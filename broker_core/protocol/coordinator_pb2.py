@@ -25,23 +25,23 @@ _sym_db = _symbol_database.Default()
 from txmq.broker.protocol import native_pb2 as txmq_dot_broker_dot_protocol_dot_native__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&txmq/broker/protocol/coordinator.proto\x12\x13txmq.coordinator.v1\x1a!txmq/broker/protocol/native.proto\"\x9b\x01\n\rDecideRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12/\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x1d.txmq.coordinator.v1.Decision\x12\x14\n\x0cparticipants\x18\x03 \x03(\t\x12\x13\n\x0b\x63oordinator\x18\x04 \x01(\t\x12\x16\n\x0eproducer_group\x18\x05 \x01(\t\"\xaa\x01\n\x0e\x44\x65\x63ideResponse\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.txmq.native.v1.Status\x12/\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x1d.txmq.coordinator.v1.Decision\x12\x15\n\rnewly_decided\x18\x03 \x01(\x08\x12\x14\n\x0cparticipants\x18\x04 \x03(\t\x12\x12\n\ndecided_ms\x18\x05 \x01(\x03\"Y\n\x12GetDecisionRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63oordinator\x18\x02 \x01(\t\x12\x16\n\x0eproducer_group\x18\x03 \x01(\t\"\x98\x01\n\x13GetDecisionResponse\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.txmq.native.v1.Status\x12/\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x1d.txmq.coordinator.v1.Decision\x12\x14\n\x0cparticipants\x18\x03 \x03(\t\x12\x12\n\ndecided_ms\x18\x04 \x01(\x03*L\n\x08\x44\x65\x63ision\x12\x14\n\x10\x44\x45\x43ISION_UNKNOWN\x10\x00\x12\x13\n\x0f\x44\x45\x43ISION_COMMIT\x10\x01\x12\x15\n\x11\x44\x45\x43ISION_ROLLBACK\x10\x02\x32\xcd\x01\n\x16TransactionCoordinator\x12Q\n\x06\x44\x65\x63ide\x12\".txmq.coordinator.v1.DecideRequest\x1a#.txmq.coordinator.v1.DecideResponse\x12`\n\x0bGetDecision\x12\'.txmq.coordinator.v1.GetDecisionRequest\x1a(.txmq.coordinator.v1.GetDecisionResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&txmq/broker/protocol/coordinator.proto\x12\x13txmq.coordinator.v1\x1a!txmq/broker/protocol/native.proto\"\xce\x01\n\rDecideRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12/\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x1d.txmq.coordinator.v1.Decision\x12\x14\n\x0cparticipants\x18\x03 \x03(\t\x12\x13\n\x0b\x63oordinator\x18\x04 \x01(\t\x12\x16\n\x0eproducer_group\x18\x05 \x01(\t\x12\x18\n\x10restrict_senders\x18\x06 \x01(\x08\x12\x17\n\x0finclude_senders\x18\x07 \x03(\t\"\xdd\x01\n\x0e\x44\x65\x63ideResponse\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.txmq.native.v1.Status\x12/\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x1d.txmq.coordinator.v1.Decision\x12\x15\n\rnewly_decided\x18\x03 \x01(\x08\x12\x14\n\x0cparticipants\x18\x04 \x03(\t\x12\x12\n\ndecided_ms\x18\x05 \x01(\x03\x12\x18\n\x10restrict_senders\x18\x06 \x01(\x08\x12\x17\n\x0finclude_senders\x18\x07 \x03(\t\"Y\n\x12GetDecisionRequest\x12\x16\n\x0etransaction_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63oordinator\x18\x02 \x01(\t\x12\x16\n\x0eproducer_group\x18\x03 \x01(\t\"\xcb\x01\n\x13GetDecisionResponse\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.txmq.native.v1.Status\x12/\n\x08\x64\x65\x63ision\x18\x02 \x01(\x0e\x32\x1d.txmq.coordinator.v1.Decision\x12\x14\n\x0cparticipants\x18\x03 \x03(\t\x12\x12\n\ndecided_ms\x18\x04 \x01(\x03\x12\x18\n\x10restrict_senders\x18\x05 \x01(\x08\x12\x17\n\x0finclude_senders\x18\x06 \x03(\t*L\n\x08\x44\x65\x63ision\x12\x14\n\x10\x44\x45\x43ISION_UNKNOWN\x10\x00\x12\x13\n\x0f\x44\x45\x43ISION_COMMIT\x10\x01\x12\x15\n\x11\x44\x45\x43ISION_ROLLBACK\x10\x02\x32\xcd\x01\n\x16TransactionCoordinator\x12Q\n\x06\x44\x65\x63ide\x12\".txmq.coordinator.v1.DecideRequest\x1a#.txmq.coordinator.v1.DecideResponse\x12`\n\x0bGetDecision\x12\'.txmq.coordinator.v1.GetDecisionRequest\x1a(.txmq.coordinator.v1.GetDecisionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'txmq.broker.protocol.coordinator_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DECISION']._serialized_start=675
-  _globals['_DECISION']._serialized_end=751
+  _globals['_DECISION']._serialized_start=828
+  _globals['_DECISION']._serialized_end=904
   _globals['_DECIDEREQUEST']._serialized_start=99
-  _globals['_DECIDEREQUEST']._serialized_end=254
-  _globals['_DECIDERESPONSE']._serialized_start=257
-  _globals['_DECIDERESPONSE']._serialized_end=427
-  _globals['_GETDECISIONREQUEST']._serialized_start=429
-  _globals['_GETDECISIONREQUEST']._serialized_end=518
-  _globals['_GETDECISIONRESPONSE']._serialized_start=521
-  _globals['_GETDECISIONRESPONSE']._serialized_end=673
-  _globals['_TRANSACTIONCOORDINATOR']._serialized_start=754
-  _globals['_TRANSACTIONCOORDINATOR']._serialized_end=959
+  _globals['_DECIDEREQUEST']._serialized_end=305
+  _globals['_DECIDERESPONSE']._serialized_start=308
+  _globals['_DECIDERESPONSE']._serialized_end=529
+  _globals['_GETDECISIONREQUEST']._serialized_start=531
+  _globals['_GETDECISIONREQUEST']._serialized_end=620
+  _globals['_GETDECISIONRESPONSE']._serialized_start=623
+  _globals['_GETDECISIONRESPONSE']._serialized_end=826
+  _globals['_TRANSACTIONCOORDINATOR']._serialized_start=907
+  _globals['_TRANSACTIONCOORDINATOR']._serialized_end=1112
 # @@protoc_insertion_point(module_scope)

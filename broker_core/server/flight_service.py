@@ -172,7 +172,8 @@ class TxmqFlightServer(flight.FlightServerBase):
             else:
                 response = self.service.prepare_rows(caller.identity, caller.client_id, transaction_id, command.producer_group,
                                                      command.sender, command.default_topic, table, (),
-                                                     return_message_ids=command.return_message_ids)
+                                                     return_message_ids=command.return_message_ids,
+                                                     participants=tuple(command.participants))
                 transaction_id = response.transaction_id
             writer.write(pa.py_buffer(response.SerializeToString()))
 

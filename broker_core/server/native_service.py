@@ -53,6 +53,7 @@ from txmq.broker.store.metadata import TopicConfig
 from txmq.broker.server.topic_types import TopicType
 from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.transaction.cross_records import cross_group_records
+from txmq.broker.transaction.decision import cross_group_properties
 from txmq.broker.transaction.state import TransactionInfo
 
 log = logging.getLogger(__name__)
@@ -281,12 +282,19 @@ class NativeService:
 
     def prepare_rows(self, identity, client_id: str, transaction_id: str, producer_group: str, sender: str,
                      default_topic: str, table: pa.Table | None, specs,
-                     *, return_message_ids: bool) -> pb.PrepareResponse:
+                     *, return_message_ids: bool, participants: tuple[str, ...] = ()) -> pb.PrepareResponse:
         """Add Arrow rows and/or MessageSpecs to a transaction as halves (a new one when
-        `transaction_id` is empty): all of them or, refused, none."""
+        `transaction_id` is empty): all of them or, refused, none. With `participants`, the
+        transaction spans those broker groups: each half names them and their coordinator."""
         self._check_open()
         started = time.perf_counter()
         identity.require_producer_group(producer_group)
+        cross = {}
+        if participants:
+            if not transaction_id:
+                raise errors.BadRequest("a transaction across groups needs its id from the start: the coordinator "
+                                        "group is derived from it")
+            cross = cross_group_properties(transaction_id, participants)
         rows = decode_rows(default_topic, table, specs, self._writable_queue_count(identity), self.selector)
         if isinstance(rows, PlainRows):  # topic and body only: halves encoded as columns
             topics = rows.topics
@@ -296,8 +304,10 @@ class NativeService:
             result = self.engine.prepare_bodies(topics, rows.bodies, rows.queue_ids, message_ids,
                                                 born_timestamp=rows.born_ms,
                                                 transaction_id=transaction_id or None,
-                                                producer_group=producer_group, sender=sender)
+                                                producer_group=producer_group, sender=sender, cross=cross)
         else:
+            for m in rows:
+                m.properties.update(cross)
             topics = [m.topic for m in rows]
             message_ids = self.ids.assign(rows)
             result = self.engine.prepare(rows, transaction_id=transaction_id or None,
@@ -389,7 +399,7 @@ class NativeService:
             windows.append((w.topic, w.queue_id, min(w.start, end), end))
         records = [pb.CrossGroupRecord(transaction_id=r.transaction_id, topic=r.topic, queue_id=r.queue_id,
                                        offset=r.offset, participants=list(r.participants))
-                   for r in cross_group_records(self.store, windows)]
+                   for r in cross_group_records(self.store, windows, self.engine.cross_commits)]
         return pb.CrossGroupCommitsResponse(status=ok_status(), records=records, states=states)
 
     def _state_of(self, transaction_id: str) -> str:

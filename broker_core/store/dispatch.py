@@ -357,6 +357,11 @@ class Dispatcher:
         with self.lock:
             return {key: cq.max_offset for key, cq in self._queues.items() if wanted is None or key[0] in wanted}
 
+    def written_snapshot(self) -> dict[tuple[str, int], int]:
+        """Entries written to every queue, published or not yet (a replicated leader's)."""
+        with self.lock:
+            return {key: cq.written_offset for key, cq in self._queues.items()}
+
     def visible_through(self) -> int:
         """CommitLog offset up to which every dispatched record is visible to readers."""
         with self.lock:

@@ -539,6 +539,10 @@ class MessageStore:
                     snap.setdefault((name, qid), 0)
         return snap
 
+    def written_offsets(self) -> dict[tuple[str, int], int]:
+        """Each queue's written end: at or past its max offset (visible end)."""
+        return self.dispatcher.written_snapshot()
+
     def wait_visible(self, timeout_s: float) -> bool:
         """Wait until every record dispatched so far is visible to readers (a replicated group's
         leader publishes only what its replicas confirmed); False at the timeout."""

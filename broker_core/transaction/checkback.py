@@ -102,7 +102,8 @@ class CheckbackService:
         decision = self.engine.coordinator_decision(tx)
         if decision is None:
             return False
-        self.engine.end(tx.transaction_id, decision, source="coordinator")
+        self.engine.end(tx.transaction_id, decision.resolution, source="coordinator",
+                        include_senders=decision.senders)
         self.engine.metrics.count("coordinator_answers")
         return True
 

@@ -10,8 +10,9 @@ failovers, with no state of its own to recover.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from txmq.broker.store.filter_read import records_with_property
 from txmq.broker.store.message import PROP_TRANSACTION_ID
@@ -30,10 +31,35 @@ class CrossRecord:
     participants: tuple[str, ...]
 
 
-def cross_group_records(store, windows: Iterable[tuple[str, int, int, int]]) -> list[CrossRecord]:
+class CrossCommitWatch:
+    """Which queue ranges may hold final records of cross-group transactions, so that a cut's
+    question about a range that cannot is answered without scanning it: a range written since
+    this engine started, of a topic no cross-group transaction committed to since then. What
+    was written before (by an earlier run, or by the leader a promoted replica followed) may."""
+
+    def __init__(self, written_at_start: Mapping[tuple[str, int], int]) -> None:
+        self.written_at_start = dict(written_at_start)
+        self.topics: frozenset[str] = frozenset()
+        self._lock = threading.Lock()
+
+    def committed(self, topics: Iterable[str]) -> None:
+        """A cross-group transaction's final records go to `topics` (called before they are written)."""
+        new = set(topics) - self.topics
+        if new:
+            with self._lock:
+                self.topics = self.topics | new
+
+    def may_hold(self, topic: str, queue_id: int, start: int) -> bool:
+        return topic in self.topics or start < self.written_at_start.get((topic, queue_id), 0)
+
+
+def cross_group_records(store, windows: Iterable[tuple[str, int, int, int]],
+                        watch: CrossCommitWatch | None = None) -> list[CrossRecord]:
     """The first record of each cross-group transaction in each window (topic, queue id, start, end)."""
     out: list[CrossRecord] = []
     for topic, queue_id, start, end in windows:
+        if watch is not None and not watch.may_hold(topic, queue_id, start):
+            continue
         seen: set[str] = set()
         for offset, values in records_with_property(store, topic, queue_id, start, end,
                                                     (PROP_PARTICIPANTS, PROP_TRANSACTION_ID)):
@@ -46,4 +72,4 @@ def cross_group_records(store, windows: Iterable[tuple[str, int, int, int]]) -> 
     return out
 
 
-__all__ = ["CrossRecord", "cross_group_records"]
+__all__ = ["CrossCommitWatch", "CrossRecord", "cross_group_records"]

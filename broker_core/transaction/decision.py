@@ -39,6 +39,9 @@ class Decision:
     participants: tuple[str, ...]
     at_ms: int
     newly_decided: bool = False  # this call wrote it (False: it was there already)
+    # a COMMIT of only these senders' halves, on every participant (the others roll back): a
+    # Spark batch's successful task attempts; None: every half
+    senders: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -94,9 +97,11 @@ class DecisionAuthority(Protocol):
     def is_coordinator(self, cross: CrossGroup) -> bool:
         """Whether this group coordinates `cross` (its engine then holds the decision itself)."""
 
-    def settle(self, transaction_id: str, cross: CrossGroup, proposal: Resolution) -> Resolution:
-        """Record `proposal` at the coordinator unless it holds a decision already, and return the
-        decision (the first one wins). Raises CoordinatorUnavailable when it cannot be reached."""
+    def settle(self, transaction_id: str, cross: CrossGroup, proposal: Resolution,
+               senders: tuple[str, ...] | None = None) -> Decision:
+        """Record `proposal` (of `senders`' halves; None: all) at the coordinator unless it holds a
+        decision already, and return the decision (the first one wins). Raises
+        CoordinatorUnavailable when it cannot be reached."""
 
-    def lookup(self, transaction_id: str, cross: CrossGroup) -> Resolution | None:
+    def lookup(self, transaction_id: str, cross: CrossGroup) -> Decision | None:
         """The coordinator's decision, None when it has none yet. Raises CoordinatorUnavailable."""

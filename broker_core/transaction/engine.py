@@ -19,6 +19,7 @@ the queue ends in agreement.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -27,7 +28,7 @@ import time
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -52,6 +53,7 @@ from txmq.broker.store.message import (
 from txmq.broker.store.record_copy import RecordCopies
 
 from .config import TransactionConfig
+from .cross_records import CrossCommitWatch
 from .decision import CrossGroup, Decision, DecisionAuthority, cross_group_of
 from .gate import SharedExclusiveGate
 from .gc_pause import collector_paused
@@ -109,6 +111,7 @@ class TransactionEngine:
         self.state_dir = Path(self.config.state_dir or Path(store.config.data_dir) / "transaction")
         self.recovery_stats: dict = {}
         self._recover()
+        self.cross_commits = CrossCommitWatch(store.written_offsets())
         if store.page_cache is not None:
             store.page_cache.protect(self.lowest_pending_half)
 
@@ -134,7 +137,8 @@ class TransactionEngine:
 
     def prepare_bodies(self, topics: Sequence[str], bodies: Sequence[bytes], queue_ids: Sequence[int],
                        unique_keys: Sequence[str] | None, *, born_timestamp: int, transaction_id: str | None = None,
-                       producer_group: str = "", sender: str = "") -> PrepareResult:
+                       producer_group: str = "", sender: str = "",
+                       cross: Mapping[str, str] | None = None) -> PrepareResult:
         """prepare() for messages that are a topic, a body, a queue and a message id (or no id:
         `unique_keys` None), nothing else (the Spark sink's rows), given as columns.
 
@@ -147,10 +151,11 @@ class TransactionEngine:
         def append_halves(tx_id: str, now: int):
             halves = build_half_columns(topics, bodies, queue_ids, unique_keys, born_timestamp=born_timestamp,
                                         transaction_id=tx_id, producer_group=producer_group, sender=sender,
-                                        prepared_ms=now)
+                                        prepared_ms=now, extra=cross or {})
             return self.store.append_group_encoded(halves)
 
-        return self._prepare(append_halves, topics, queue_ids, None, transaction_id, producer_group, sender)
+        return self._prepare(append_halves, topics, queue_ids, None, transaction_id, producer_group, sender,
+                             cross_group_of(cross) if cross else None)
 
     def _prepare(self, append_halves: Callable[[str, int], Sequence], topics: Sequence[str],
                  queue_ids: Sequence[int], immunity_s: int | None, transaction_id: str | None,
@@ -205,9 +210,12 @@ class TransactionEngine:
             return EndResult(TxState.DISCARDED, False)  # a discard recorded ROLLBACK at the coordinator first
         if self._authority().is_coordinator(cross):
             return self._end_as_coordinator(tx, cross, resolution, source, include_senders, wait_reserved)
-        # no participant resolves a cross-group transaction but as its coordinator decided (first decision wins)
-        decided = self._settle(tx, cross, resolution)
-        result = self._end(tx, decided, source, include_senders, wait_reserved)
+        # no participant resolves a cross-group transaction but as its coordinator decided (first
+        # decision wins), senders included: the decision's, whatever this caller names
+        proposal = _senders_of(resolution, include_senders)
+        decision = self._settle(tx, cross, resolution, proposal)
+        decided = decision.resolution
+        result = self._end(tx, decided, source, decision.senders, wait_reserved)
         if decided is not resolution:
             raise TransactionConflict(
                 f"transaction {transaction_id} was decided {decided.name} by its coordinator group "
@@ -223,14 +231,14 @@ class TransactionEngine:
         with self._decide_lock(tx_id):
             known = self.decision(tx_id)
             if known is not None:
-                decided, decide_op, decision = known.resolution, None, None
+                decided, senders, decide_op, decision = known.resolution, known.senders, None, None
             else:
-                decided = resolution
+                decided, senders = resolution, _senders_of(resolution, include_senders)
                 now = self._now_ms()
-                decision = Decision(resolution, cross.participants, now)
-                decide_op = build_op(OpRecord(tx_id, OpKind.DECIDE, None, 0, now, decision=resolution.name,
+                decision = Decision(resolution, cross.participants, now, senders=senders)
+                decide_op = build_op(OpRecord(tx_id, OpKind.DECIDE, senders, 0, now, decision=resolution.name,
                                               participants=cross.participants))
-            result = self._end(tx, decided, source, include_senders, wait_reserved, decide_op)
+            result = self._end(tx, decided, source, senders, wait_reserved, decide_op)
             if decision is not None:
                 # nothing was written when the transaction had ended here already: no decision then
                 if not result.newly_ended:
@@ -326,8 +334,9 @@ class TransactionEngine:
             return False
         if tx.cross is not None and tx.state is TxState.PENDING:
             # ROLLBACK is recorded at the coordinator first: a COMMIT decided there meanwhile wins
-            if self._settle(tx, tx.cross, Resolution.ROLLBACK) is Resolution.COMMIT:
-                self._end(tx, Resolution.COMMIT, "coordinator", None, True)
+            decided = self._settle(tx, tx.cross, Resolution.ROLLBACK, None)
+            if decided.resolution is Resolution.COMMIT:
+                self._end(tx, Resolution.COMMIT, "coordinator", decided.senders, True)
                 return False
         with tx.exclusive():
             if tx.state is not TxState.PENDING or not tx.halves:
@@ -347,10 +356,12 @@ class TransactionEngine:
 
     # --- cross-group transactions (decision.py) -------------------------------------
 
-    def decide(self, transaction_id: str, resolution: Resolution, participants: Sequence[str]) -> Decision:
-        """As the coordinator group: record `resolution` for `transaction_id` unless a decision is
-        recorded already, and return the decision in force (the first one wins). The DECIDE op is
-        in the store (replicated under sync replication) before this returns."""
+    def decide(self, transaction_id: str, resolution: Resolution, participants: Sequence[str],
+               senders: Iterable[str] | None = None) -> Decision:
+        """As the coordinator group: record `resolution` for `transaction_id` (a COMMIT of `senders`'
+        halves only, when given) unless a decision is recorded already, and return the decision in
+        force (the first one wins). The DECIDE op is in the store (replicated under sync
+        replication) before this returns."""
         check_transaction_id(transaction_id)
         with self._decide_lock(transaction_id):
             with self._table_lock:
@@ -359,22 +370,23 @@ class TransactionEngine:
                 return known
             now = self._now_ms()
             groups = tuple(sorted(set(participants)))
-            op = build_op(OpRecord(transaction_id, OpKind.DECIDE, None, 0, now, decision=resolution.name,
+            chosen = _senders_of(resolution, senders)
+            op = build_op(OpRecord(transaction_id, OpKind.DECIDE, chosen, 0, now, decision=resolution.name,
                                    participants=groups))
             with self._gate.shared():
                 self.store.append([op], allow_system=True)
-                decision = Decision(resolution, groups, now)
+                decision = Decision(resolution, groups, now, senders=chosen)
                 with self._table_lock:
                     self._decisions[transaction_id] = decision
             self.metrics.count("decisions")
-            return Decision(resolution, groups, now, newly_decided=True)
+            return dataclasses.replace(decision, newly_decided=True)
 
     def decision(self, transaction_id: str) -> Decision | None:
         """The decision this group holds as coordinator for `transaction_id` (None: none)."""
         with self._table_lock:
             return self._decisions.get(transaction_id)
 
-    def coordinator_decision(self, tx: Transaction) -> Resolution | None:
+    def coordinator_decision(self, tx: Transaction) -> Decision | None:
         """What the coordinator of a pending cross-group transaction decided (None: nothing yet);
         CoordinatorUnavailable when it cannot be asked."""
         assert tx.cross is not None, "only a cross-group transaction has a coordinator"
@@ -384,9 +396,10 @@ class TransactionEngine:
         """Serializes the decisions of one transaction id (first wins) without one lock for all."""
         return self._decide_locks[hash(transaction_id) % len(self._decide_locks)]
 
-    def _settle(self, tx: Transaction, cross: CrossGroup, proposal: Resolution) -> Resolution:
-        decided = self._authority().settle(tx.transaction_id, cross, proposal)
-        assert isinstance(decided, Resolution), decided
+    def _settle(self, tx: Transaction, cross: CrossGroup, proposal: Resolution,
+                senders: tuple[str, ...] | None) -> Decision:
+        decided = self._authority().settle(tx.transaction_id, cross, proposal, senders)
+        assert isinstance(decided, Decision), decided
         return decided
 
     def _authority(self) -> DecisionAuthority:
@@ -567,6 +580,8 @@ class TransactionEngine:
         wanted = None if include_senders is None else frozenset(include_senders)
         selected = tx.halves if wanted is None else tx.halves.of_senders(wanted)
         finals = _copies_of(selected, None, None, SYSFLAG_TRANSACTION_COMMIT)
+        if tx.cross is not None:
+            self.cross_commits.committed(_count_topics(finals.topics))
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now,
                                participants=tx.cross.participants if tx.cross is not None else ()))
@@ -693,6 +708,13 @@ def _cross_of(messages: Sequence[Message]) -> CrossGroup | None:
     if len(found) > 1:
         raise BadRequest("the messages of one prepare name different coordinator groups (or some name none)")
     return found.pop()
+
+
+def _senders_of(resolution: Resolution, include_senders: Iterable[str] | None) -> tuple[str, ...] | None:
+    """The senders a decision restricts its COMMIT to (a ROLLBACK drops every half)."""
+    if resolution is not Resolution.COMMIT or include_senders is None:
+        return None
+    return tuple(sorted(set(include_senders)))
 
 
 def _new_id() -> str:

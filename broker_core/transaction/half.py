@@ -13,7 +13,7 @@ the half's record: MessageStore.append_group_copies).
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from txmq.broker.errors import (
     BadRequest,
@@ -128,7 +128,8 @@ def build_halves(messages: Sequence[Message], *, transaction_id: str, producer_g
 
 def build_half_columns(topics: Sequence[str], bodies: Sequence[bytes], queue_ids: Sequence[int],
                        unique_keys: Sequence[str] | None, *, born_timestamp: int, transaction_id: str,
-                       producer_group: str, sender: str, prepared_ms: int) -> BatchColumns:
+                       producer_group: str, sender: str, prepared_ms: int,
+                       extra: Mapping[str, str] | None = None) -> BatchColumns:
     """build_halves for messages that are a topic, a body, a queue and a UNIQ_KEY (None: no
     UNIQ_KEY, as a plain send's row over the native service has none), as an encoded batch (for
     MessageStore.append_group_encoded): the same records, with each half's property string made
@@ -139,6 +140,7 @@ def build_half_columns(topics: Sequence[str], bodies: Sequence[bytes], queue_ids
     fixed = {PROP_TRANSACTION_ID: transaction_id, PROP_TRAN_MSG: "true", PROP_PRODUCER_GROUP: producer_group}
     if sender:
         fixed[PROP_TX_SENDER] = sender
+    fixed.update(extra or {})  # a cross-group transaction's coordinator and participants (decision.py)
     tail = "".join(f"{k}\x01{v}\x02" for k, v in fixed.items()).replace("%", "%%")
     template = f"{PROP_REAL_TOPIC}\x01%s\x02{PROP_REAL_QUEUE_ID}\x01%d\x02{tail}"
     columns: list[Sequence] = [topics, queue_ids]

@@ -114,7 +114,8 @@ def _apply_op(out: RecoveredTable, stored: StoredMessage) -> None:
         return
     if op.kind is OpKind.DECIDE:  # a coordinator's decision: the first one recorded wins
         assert op.decision is not None
-        out.decisions.setdefault(op.transaction_id, Decision(Resolution[op.decision], op.participants, op.at_ms))
+        out.decisions.setdefault(op.transaction_id, Decision(Resolution[op.decision], op.participants, op.at_ms,
+                                                                  senders=op.senders))
         return
     if op.transaction_id in out.finals:
         return

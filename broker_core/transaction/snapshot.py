@@ -83,7 +83,8 @@ def write_snapshot(state_dir: Path, snap: TableSnapshot) -> Path:
         "written_ms": snap.written_ms,
         "transactions": snap.rows,
         "finals": {k: [_STATE_CODES[f.state], f.resolved_ms] for k, f in snap.finals.items()},
-        "decisions": {k: [d.resolution.name, d.at_ms, list(d.participants)] for k, d in snap.decisions.items()},
+        "decisions": {k: [d.resolution.name, d.at_ms, list(d.participants),
+                          list(d.senders) if d.senders is not None else None] for k, d in snap.decisions.items()},
     }
     path = state_dir / f"{_PREFIX}{snap.seq:012d}{_SUFFIX}"
     text = json.dumps(doc, separators=(",", ":"), default=_halves_as_rows)  # the C encoder (not json.dump's)
@@ -103,8 +104,9 @@ def load_snapshots(state_dir: Path) -> list[TableSnapshot]:
                 half_offset=doc["half_offset"], op_offset=doc["op_offset"], written_ms=doc["written_ms"],
                 transactions=[_decode_tx(row) for row in doc["transactions"]],
                 finals={k: FinalRecord(_CODE_STATES[c], ms) for k, (c, ms) in doc["finals"].items()},
-                decisions={k: Decision(Resolution[r], tuple(groups), ms)
-                           for k, (r, ms, groups) in doc.get("decisions", {}).items()},
+                decisions={k: Decision(Resolution[r], tuple(groups), ms,
+                                       senders=tuple(rest[0]) if rest and rest[0] is not None else None)
+                           for k, (r, ms, groups, *rest) in doc.get("decisions", {}).items()},
                 seq=doc["seq"]))
         except (OSError, ValueError, KeyError, TypeError):
             continue

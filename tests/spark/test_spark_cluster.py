@@ -129,6 +129,66 @@ def test_a_pipeline_over_two_groups_reads_every_group_and_stays_exactly_once_acr
         copies = Counter(topic_bodies(client, "ccopies"))
         seen_groups = {r["group"] for r in spark.read.format("txmq").options(**options, topic="cevents").load()
                        .select("group").distinct().collect()}
+        written_groups = {r["group"] for r in spark.read.format("txmq").options(**options, topic="ccopies").load()
+                          .select("group").distinct().collect()}
     assert all(source[b] >= 1 for b in sent), "an acknowledged source write was lost"
     assert copies == source, "the sink wrote a row twice or lost one across the failover"
     assert seen_groups == {"sg1", "sg2"}
+    assert written_groups == {"sg1", "sg2"}, "each batch's transaction spans both groups"
+
+
+def test_each_transaction_across_groups_falls_whole_into_one_micro_batch(spark, group_factory, tmp_path):
+    """Both groups apply each transaction, the second 0.2 s after the first: the source's
+    micro-batches still end at cluster-wide consistent cuts, so no batch holds half of one."""
+    from txmq.broker.client.cluster_client import ClusterClient
+    from txmq.broker.client.cross_group import CrossGroupTransaction
+
+    slow_checks = ["--replication", "async", "--transaction-timeout", "120s", "--check-interval", "60s"]
+    groups = [group_factory(name, replicas=1, args=slow_checks) for name in ("xg1", "xg2")]
+    endpoints = ";".join(g.endpoints for g in groups)
+    transactions = 12
+    batches: list[tuple[int, list[bytes]]] = []
+    with ClusterClient(endpoints, timeout_s=30) as client:
+        client.create_topic("xevents", 4)
+
+        def write() -> None:
+            for i in range(transactions):
+                tx = CrossGroupTransaction({g.name: client.group(g.name) for g in groups}, producer_group="x")
+                for g in groups:
+                    tx.prepare(g.name, [Message("xevents", b"x%d-%s-%d" % (i, g.name.encode(), k)) for k in range(2)])
+                first, second = (groups if i % 2 else groups[::-1])
+                tx.decide("COMMIT")
+                tx.end_on(first.name, "COMMIT")
+                client.group(first.name).send([Message("xevents", b"plain-%d" % i)], topic="xevents")
+                time.sleep(0.2)
+                tx.end_on(second.name, "COMMIT")
+
+        def collect(df, batch_id: int) -> None:
+            batches.append((batch_id, [r["body"] for r in df.select("body").collect()]))
+
+        query = (spark.readStream.format("txmq").options(broker=endpoints, topic="xevents",
+                                                         startingOffsets="earliest", pollIntervalMs="50").load()
+                 .writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "cp"))
+                 .trigger(processingTime="50 milliseconds").start())
+        try:
+            deadline = time.monotonic() + 60
+            while query.lastProgress is None:  # the query runs: the writes come while it reads
+                assert time.monotonic() < deadline, "the query made no progress"
+                time.sleep(0.1)
+            writer = threading.Thread(target=write)
+            writer.start()
+            writer.join(120)
+            deadline = time.monotonic() + 60
+            while sum(1 for _, rows in batches for b in rows if b.startswith(b"x")) < transactions * 4:
+                assert time.monotonic() < deadline, f"not every message was read: {batches}"
+                time.sleep(0.2)
+        finally:
+            query.stop()
+    where: dict[int, set[int]] = {}
+    for batch_id, rows in batches:
+        for body in rows:
+            if body.startswith(b"x"):
+                where.setdefault(int(body.split(b"-")[0][1:]), set()).add(batch_id)
+    assert len([b for _, rows in batches for b in rows if b.startswith(b"x")]) == transactions * 4, "read twice"
+    assert all(len(ids) == 1 for ids in where.values()), f"a transaction was split over batches: {where}"
+    assert len({batch_id for batch_id, rows in batches if rows}) > 1, "the transactions all fell in one batch"

@@ -135,6 +135,9 @@ class MemoryStore:
             wanted = set(topics) if topics is not None else None
             return {k: len(v) for k, v in self._queues.items() if wanted is None or k[0] in wanted}
 
+    def written_offsets(self) -> dict[tuple[str, int], int]:
+        return self.max_offsets_snapshot()  # every write is visible at once here
+
     def visible(self, topic: str, queue_id: int) -> list[StoredMessage]:
         """Everything a consumer of (topic, queue) would read."""
         return self.read_queue(topic, queue_id, 0, 1 << 30).messages

@@ -43,12 +43,11 @@ class InProcessAuthority:
             raise CoordinatorUnavailable(f"{cross.coordinator} is down")
         return self.engines[cross.coordinator]
 
-    def settle(self, transaction_id, cross, proposal):
-        return self._coordinator(cross).decide(transaction_id, proposal, cross.participants).resolution
+    def settle(self, transaction_id, cross, proposal, senders=None):
+        return self._coordinator(cross).decide(transaction_id, proposal, cross.participants, senders)
 
     def lookup(self, transaction_id, cross):
-        decision = self._coordinator(cross).decision(transaction_id)
-        return decision.resolution if decision is not None else None
+        return self._coordinator(cross).decision(transaction_id)
 
 
 class GroupAuthority:
@@ -61,8 +60,8 @@ class GroupAuthority:
     def is_coordinator(self, cross):
         return cross.coordinator == self.me
 
-    def settle(self, transaction_id, cross, proposal):
-        return self.shared.settle(transaction_id, cross, proposal)
+    def settle(self, transaction_id, cross, proposal, senders=None):
+        return self.shared.settle(transaction_id, cross, proposal, senders)
 
     def lookup(self, transaction_id, cross):
         return self.shared.lookup(transaction_id, cross)
@@ -281,3 +280,43 @@ def test_a_cross_group_commit_op_names_the_participant_groups_for_a_cluster_wide
     assert (op.kind, op.participants) == (OpKind.COMMIT, GROUPS)
     [final] = stores["gb"].visible("orders", 0)
     assert final.properties[PROP_COORDINATOR] == "ga" and final.properties[PROP_PARTICIPANTS] == "ga,gb"
+
+
+def test_a_decision_restricted_to_senders_commits_only_their_halves_on_every_participant(cluster, clock):
+    engines, stores, _ = cluster
+    tx = tx_for("ga")
+    for g in GROUPS:
+        engines[g].prepare([cross_msg(tx, b"ok-" + g.encode())], transaction_id=tx, sender="task-ok")
+        engines[g].prepare([cross_msg(tx, b"dead-" + g.encode())], transaction_id=tx, sender="task-dead")
+    engines["ga"].end(tx, COMMIT, include_senders=["task-ok"])
+    assert engines["ga"].decision(tx).senders == ("task-ok",)
+    # gb is settled by check-back: the producer's answer is never asked, the decision names the senders
+    producer = NoProducer()
+    clock.advance(5)
+    CheckbackService(engines["gb"], producer).run_once()
+    assert producer.asked == []
+    for g in GROUPS:
+        assert [m.body for m in stores[g].visible("orders", 0)] == [b"ok-" + g.encode()]
+
+
+def test_a_participant_applies_the_decisions_senders_whatever_its_caller_names(cluster):
+    engines, stores, _ = cluster
+    tx = tx_for("ga")
+    engines["gb"].prepare([cross_msg(tx, b"a")], transaction_id=tx, sender="a")
+    engines["gb"].prepare([cross_msg(tx, b"b")], transaction_id=tx, sender="b")
+    engines["ga"].decide(tx, COMMIT, GROUPS, senders=["a"])
+    engines["gb"].end(tx, COMMIT)  # an unrestricted COMMIT, e.g. a replayed batch's driver
+    assert [m.body for m in stores["gb"].visible("orders", 0)] == [b"a"]
+
+
+def test_a_decisions_senders_survive_restart_with_or_without_a_snapshot(cluster, clock):
+    engines, stores, _ = cluster
+    ga = engines["ga"]
+    ga.decide("s1", COMMIT, GROUPS, senders=["x", "y"])
+    ga.snapshot()
+    ga.decide("s2", COMMIT, GROUPS, senders=["z"])
+    for drop_snapshots in (False, True):
+        if drop_snapshots:
+            shutil.rmtree(ga.state_dir)
+        again = TransactionEngine(stores["ga"], TransactionConfig(), clock=clock)
+        assert again.decision("s1").senders == ("x", "y") and again.decision("s2").senders == ("z",)
