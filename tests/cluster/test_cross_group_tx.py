@@ -10,6 +10,7 @@ import time
 import uuid
 from collections import Counter
 
+import pyarrow as pa
 import pytest
 
 from tests.spark.support import topic_bodies
@@ -149,6 +150,31 @@ def test_a_cross_group_commit_is_visible_on_every_group_once_and_its_repeats_are
     with pytest.raises(errors.TransactionConflict):
         tx.rollback()
     assert cluster.visible(sent) == {name: 3 for name in sent}
+
+
+def test_a_batch_decided_with_its_senders_commits_only_theirs_on_every_group_through_check_back(cluster_of):
+    """As a Spark batch across groups: one successful task attempt per group and a failed attempt's
+    rows on each, sent as Arrow with the participants named; the driver records COMMIT of the
+    successful senders and dies before telling anyone. Each group's check-back applies the
+    decision, senders included: the failed attempt's rows are never visible."""
+    cluster = cluster_of(2)
+    names = cluster.names()
+    tx_id = uuid.uuid4().hex.upper()
+    sent = {}
+    for name in names:
+        client, topic = cluster.clients[name], cluster.topics[name]
+        for sender in ("ok", "failed"):
+            rows = [f"{sender}-{name}-{i}".encode() for i in range(3)]
+            client.prepare_stream(tx_id, [pa.table({"body": rows})], topic=topic, producer_group=PRODUCER_GROUP,
+                                  sender=f"{sender}-{name}", participants=names)
+            sent.setdefault(name, {})[sender] = rows
+    driver = CrossGroupTransaction(cluster.clients, producer_group=PRODUCER_GROUP, transaction_id=tx_id)
+    assert driver.decide("COMMIT", include_senders=[f"ok-{n}" for n in names]) == "COMMIT"
+    wait_until(lambda: not any(pending(g) for g in cluster.groups.values()), what="check-back settled every group")
+    for name in names:
+        seen = bodies(cluster.groups[name], cluster.topics[name])
+        assert [seen[b] for b in sent[name]["ok"]] == [1, 1, 1]
+        assert not any(seen[b] for b in sent[name]["failed"]), f"a failed attempt's rows are visible on {name}"
 
 
 def test_a_single_group_transaction_has_no_coordinator_round_trip(cluster_of):
