@@ -295,6 +295,10 @@ class NativeService:
                 raise errors.BadRequest("a transaction across groups needs its id from the start: the coordinator "
                                         "group is derived from it")
             cross = cross_group_properties(transaction_id, participants)
+            group = self.core.config.group
+            if group not in participants:
+                raise errors.BadRequest(f"halves naming participant groups {sorted(set(participants))} were sent to "
+                                        + (f"group {group!r}, not one of them" if group else "a broker in no group"))
         rows = decode_rows(default_topic, table, specs, self._writable_queue_count(identity), self.selector)
         if isinstance(rows, PlainRows):  # topic and body only: halves encoded as columns
             topics = rows.topics

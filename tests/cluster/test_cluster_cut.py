@@ -115,3 +115,15 @@ def test_a_group_restarted_since_it_applied_a_half_applied_transaction_holds_its
         whole = client.consistent_cut([TOPIC], start, None)
         read = bodies_between(client, start, whole)
         assert {f"t2-{g}-{i}".encode() for g in ("c1", "c2") for i in range(3)} <= read
+
+
+def test_a_window_beyond_a_queue_is_refused_naming_the_queues_end_and_the_broker_keeps_serving(groups):
+    from txmq.broker import errors
+
+    with ClusterClient(groups[0].endpoints) as client:
+        c1 = client.group("c1")
+        end = c1.snapshot_offsets([TOPIC])[TOPIC][0]
+        with pytest.raises(errors.IllegalOffset, match=f"within the queue \\[0, {end}\\)"):
+            c1.cross_group_commits([(TOPIC, 0, 0, end + 5)])
+        assert c1.cut_before([TOPIC], "no-such-topic", 0, 0) is None
+        assert c1.cross_group_commits([(TOPIC, 0, 0, end)])[1] == {}

@@ -104,6 +104,21 @@ def test_a_put_command_without_a_kind_is_refused(raw):
         _put(raw, _put_command(default_topic="orders"), pa.table({"body": [b"x"]}))
 
 
+def test_halves_naming_participant_groups_are_refused_by_a_broker_in_no_group(raw, client):
+    before = client.snapshot_offsets(["orders"])
+    with pytest.raises(flight.FlightServerError, match="in no group"):
+        _put(raw, _put_command(kind=pb.PutCommand.PREPARE, default_topic="orders", transaction_id="T1",
+                               participants=["ga", "gb"]), pa.table({"body": [b"x"]}))
+    with pytest.raises(flight.FlightServerError, match="its id from the start"):
+        _put(raw, _put_command(kind=pb.PutCommand.PREPARE, default_topic="orders", participants=["ga", "gb"]),
+             pa.table({"body": [b"x"]}))
+    with pytest.raises(flight.FlightServerError, match="group name"):
+        _put(raw, _put_command(kind=pb.PutCommand.PREPARE, default_topic="orders", transaction_id="T2",
+                               participants=["ga", "b\x01d"]), pa.table({"body": [b"x"]}))
+    assert client.snapshot_offsets(["orders"]) == before
+    _still_serving(client)
+
+
 def test_a_put_of_the_wrong_schema_is_refused_and_writes_nothing(raw, client):
     before = client.snapshot_offsets(["orders"])
     with pytest.raises(flight.FlightServerError, match="body"):
