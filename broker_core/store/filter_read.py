@@ -85,11 +85,11 @@ def prefilter(read: RecordBytes, message_filter: MessageFilter) -> np.ndarray | 
 
 
 def records_with_property(store, topic: str, queue_id: int, start: int, end: int, names: Sequence[str], *,
-                          batch: int = 65536) -> Iterator[tuple[int, dict[str, str | None]]]:
-    """(queue offset, {name: value}) of the records in [start, end) of a queue that carry the
-    property names[0], found by the compiled scan without decoding the others. A record the
-    scan cannot follow raises StoreError naming it: a caller relying on the answer must not
-    take an unreadable record for one without the property."""
+                          batch: int = 65536) -> Iterator[tuple[np.ndarray, dict[str, pa.Array]]]:
+    """Chunks of (queue offsets, {name: values}) of the records in [start, end) of a queue that
+    carry the property names[0], found by the compiled scan without decoding the others. A
+    record the scan cannot follow raises StoreError naming it: a caller relying on the answer
+    must not take an unreadable record for one without the property."""
     pos = start
     while pos < end:
         read = read_queue_bytes(store, topic, queue_id, pos, min(batch, end - pos))
@@ -99,9 +99,10 @@ def records_with_property(store, topic: str, queue_id: int, start: int, end: int
         if unreadable.any():
             bad = pos + int(np.flatnonzero(unreadable)[0])
             raise StoreError(f"record {topic}/{queue_id}@{bad} cannot be scanned for properties {list(names)}")
-        present = arrays[names[0]].is_valid()
-        for row in np.flatnonzero(np.asarray(present.to_numpy(zero_copy_only=False))).tolist():
-            yield pos + row, {name: arrays[name][row].as_py() for name in names}
+        rows = np.flatnonzero(np.asarray(arrays[names[0]].is_valid().to_numpy(zero_copy_only=False)))
+        if len(rows):
+            taken = pa.array(rows)
+            yield pos + rows, {name: values.take(taken) for name, values in arrays.items()}
         pos = read.next_offset
 
 

@@ -14,6 +14,8 @@ import threading
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+import numpy as np
+
 from txmq.broker.store.filter_read import records_with_property
 from txmq.broker.store.message import PROP_TRANSACTION_ID
 
@@ -61,14 +63,18 @@ def cross_group_records(store, windows: Iterable[tuple[str, int, int, int]],
         if watch is not None and not watch.may_hold(topic, queue_id, start):
             continue
         seen: set[str] = set()
-        for offset, values in records_with_property(store, topic, queue_id, start, end,
-                                                    (PROP_PARTICIPANTS, PROP_TRANSACTION_ID)):
-            tx_id = values[PROP_TRANSACTION_ID]
-            if not tx_id or tx_id in seen:
-                continue
-            seen.add(tx_id)
-            groups = tuple(sorted(filter(None, (values[PROP_PARTICIPANTS] or "").split(","))))
-            out.append(CrossRecord(tx_id, topic, queue_id, offset, groups))
+        for offsets, values in records_with_property(store, topic, queue_id, start, end,
+                                                     (PROP_PARTICIPANTS, PROP_TRANSACTION_ID)):
+            # a transaction's records are consecutive in a queue: one Python step per transaction
+            ids = values[PROP_TRANSACTION_ID].dictionary_encode()
+            _, firsts = np.unique(np.asarray(ids.indices.fill_null(-1)), return_index=True)
+            for row in sorted(firsts.tolist()):
+                tx_id = ids[row].as_py()
+                if not tx_id or tx_id in seen:
+                    continue
+                seen.add(tx_id)
+                groups = tuple(sorted(filter(None, (values[PROP_PARTICIPANTS][row].as_py() or "").split(","))))
+                out.append(CrossRecord(tx_id, topic, queue_id, int(offsets[row]), groups))
     return out
 
 
