@@ -192,7 +192,7 @@ class ClusterClient:
     def snapshot_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
         """Each group's consistent cut of `topics`: a single-group transaction is whole or absent
         in them; one across groups may show on one group before another applies its decision
-        (no cluster-wide cut yet: docs/cluster.md)."""
+        (consistent_cut leaves those out)."""
         return self._per_group(topics, lambda c, ts: c.snapshot_offsets(ts))
 
     def consistent_cut(self, topics: Sequence[str], start: Mapping[str, Mapping[tuple[str, int], int]],
@@ -404,10 +404,8 @@ class ClusterClient:
         with self._lock:
             cross = self._cross.pop(transaction_id, None)
         if cross is not None:
-            if kwargs.get("include_senders") is not None:
-                raise errors.Unsupported("a transaction across groups commits every sender's halves: "
-                                         "include_senders is for single-group transactions")
-            result = cross.commit() if str(resolution).upper() == "COMMIT" else cross.rollback()
+            commit = str(resolution).upper() == "COMMIT"
+            result = cross.commit(kwargs.get("include_senders")) if commit else cross.rollback()
             return EndSummary(state="COMMITTED" if result.decision == "COMMIT" else "ROLLED_BACK",
                               newly_ended=bool(result.ended),
                               committed_count=sum(e.committed_count for e in result.ended.values()))
