@@ -103,6 +103,7 @@ class BrokerCore:
                 transaction_timeout_s=config.transaction_timeout_s,
                 check_interval_s=config.check_interval_s,
                 max_checks=config.max_checks,
+                timer_max_delay_s=config.timer_max_delay_s,
             )
             self.engine = TransactionEngine(self.store, self.tx_config, clock=clock)
             self.router = CheckbackRouter()

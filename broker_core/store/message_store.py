@@ -260,7 +260,8 @@ class MessageStore:
 
         Each copy keeps its source's body, flag, born time and host, reconsume times
         and properties (less `copies.drop_properties`), takes the copy's topic, queue
-        and transaction type, and points at its source (PREPAREDTRANSACTIONOFFSET):
+        and transaction type (or `copies.reroute`'s topic and queue, when its source carries the
+        reroute's marker property), and points at its source (PREPAREDTRANSACTIONOFFSET):
         what RocketMQ's EndTransaction COMMIT writes for a half. The sources are read
         and re-encoded column-wise (record_copy), not decoded into messages: they
         passed validation when this store wrote them. `messages` are checked as in

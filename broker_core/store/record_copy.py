@@ -69,6 +69,16 @@ SPAN_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other records
 
 
 @dataclass(frozen=True)
+class Reroute:
+    """Copies whose source carries the property `marker` go to (`topic`, `queue_id`) instead of their
+    row's topic and queue: the source's own bytes decide, so no caller keeps a per-copy flag."""
+
+    marker: str
+    topic: str
+    queue_id: int
+
+
+@dataclass(frozen=True)
 class RecordCopies:
     """Which stored records to copy (columns, one row per copy, written in this order) and
     what each copy changes.
@@ -87,6 +97,7 @@ class RecordCopies:
     source_topic: str
     source_queue_id: int = 0
     drop_properties: tuple[str, ...] = field(default=())
+    reroute: Reroute | None = None
 
     def __post_init__(self) -> None:
         for name in ("physical_offsets", "sizes", "queue_ids"):
@@ -212,7 +223,7 @@ def _scanned(kernel, data: np.ndarray, record_at: np.ndarray, phys: np.ndarray, 
     where the dispatch inputs and the properties to drop are. None when a source has an IPv6
     host (the per-record path copies those); StoreError naming the first source that is not a record."""
     n = len(record_at)
-    names = [*_DISPATCH_NAMES, *(name.encode() for name in copies.drop_properties)]
+    names = [*_DISPATCH_NAMES, *_reroute_names(copies), *(name.encode() for name in copies.drop_properties)]
     name_rows = np.zeros((len(names), max(map(len, names))), dtype=np.uint8)
     for k, name in enumerate(names):
         name_rows[k, :len(name)] = np.frombuffer(name, dtype=np.uint8)
@@ -234,7 +245,8 @@ def _scanned(kernel, data: np.ndarray, record_at: np.ndarray, phys: np.ndarray, 
         props_len=columns[k.PROPS_LEN], body_crc=columns[k.BODY_CRC].astype(np.uint32),
         flag=columns[k.FLAG].astype(np.int32), born_ts=columns[k.BORN_TS], born_host=born_host,
         reconsume=columns[k.RECONSUME].astype(np.int32), prepared=phys)
-    return _Scan(_without_found(block, found[:, len(_DISPATCH_NAMES):], data), columns[k.SYS_FLAG], found, data)
+    dropped = found[:, len(_DISPATCH_NAMES) + len(_reroute_names(copies)):]
+    return _Scan(_without_found(block, dropped, data), columns[k.SYS_FLAG], found, data)
 
 
 def _without_found(block: RecordBlock, spans: np.ndarray, data: np.ndarray) -> RecordBlock:
@@ -277,10 +289,30 @@ def _scanned_batch(scans: list[_Scan], copies: RecordCopies) -> BatchColumns:
     sys_flags = np.concatenate([scan.sys_flag for scan in scans]) if len(scans) > 1 else scans[0].sys_flag
     tags, uniq_keys, keys = ([*chain.from_iterable(_found_texts(scan, k) for scan in scans)]
                              for k in range(len(_DISPATCH_NAMES)))
+    marked = None
+    if copies.reroute is not None:  # the reroute marker is the name right after the dispatch inputs
+        marked = np.concatenate([scan.found[:, len(_DISPATCH_NAMES), 0] >= 0 for scan in scans])
+    topics, queue_ids = _destinations(copies, marked)
     return BatchColumns.of_block(
-        block, topics=list(copies.topics), queue_ids=copies.queue_ids.tolist(),
+        block, topics=topics, queue_ids=queue_ids,
         sys_flags=(sys_flags & ~_NOT_INHERITED | copies.transaction_type).tolist(),
         tags=_decoded(tags), uniq_keys=uniq_keys, keys=_decoded(keys))
+
+
+def _reroute_names(copies: RecordCopies) -> list[bytes]:
+    return [copies.reroute.marker.encode()] if copies.reroute is not None else []
+
+
+def _destinations(copies: RecordCopies, marked: np.ndarray | None) -> tuple[list[str], list[int]]:
+    """Each copy's (topic, queue id): its row's, or the reroute's where its source carries the marker."""
+    topics, queue_ids = list(copies.topics), copies.queue_ids.tolist()
+    if marked is None:
+        return topics, queue_ids
+    reroute = copies.reroute
+    assert reroute is not None and len(marked) == len(topics), "a marker column needs a reroute, one row per copy"
+    for row in np.flatnonzero(marked).tolist():
+        topics[row], queue_ids[row] = reroute.topic, reroute.queue_id
+    return topics, queue_ids
 
 
 def _found_texts(scan: _Scan, k: int) -> list[bytes | None]:
@@ -334,11 +366,16 @@ def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
         bodies.append(buf[body_at:tail_at])
         body_lens.append(body_len)
         props_crc.append(props)
+    marked = None
+    if copies.reroute is not None:  # looked for before any property is dropped, as the compiled scan does
+        head = copies.reroute.marker.encode()
+        marked = np.array([v is not None for v in _values_each(props_crc, head, b"".join(props_crc))], dtype=bool)
+    topics, queue_ids = _destinations(copies, marked)
     if copies.drop_properties:
         props_crc = _without_properties(props_crc, copies.drop_properties)
     tags, uniq_keys, keys = dispatch_properties(props_crc)
     return BatchColumns.of_columns(
-        topics=list(copies.topics), bodies=bodies, queue_ids=copies.queue_ids.tolist(), flags=flags,
+        topics=topics, bodies=bodies, queue_ids=queue_ids, flags=flags,
         sys_flags=sys_flags, born_timestamps=born_ts, born_raws=born_raws, reconsume_times=reconsume,
         prepared_offsets=copies.physical_offsets.tolist(), body_lens=body_lens, body_crcs=body_crcs,
         props_crc=props_crc, tags=tags, uniq_keys=uniq_keys, keys=keys)
@@ -452,4 +489,4 @@ def _decoded(values: list[bytes | None]) -> list[str | None]:
     return [v.decode() if v is not None else None for v in values]
 
 
-__all__ = ["RecordCopies", "copy_columns", "dispatch_properties", "load_compiled_scan"]
+__all__ = ["RecordCopies", "Reroute", "copy_columns", "dispatch_properties", "load_compiled_scan"]

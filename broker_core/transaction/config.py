@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from txmq.broker.timer.schedule import DEFAULT_MAX_DELAY_S
+
 
 @dataclass
 class TransactionConfig:
@@ -35,6 +37,9 @@ class TransactionConfig:
     # A snapshot of the table is written when this many seconds passed since the
     # last one (checked on each check-back round and at close).
     snapshot_interval_s: float = 10.0
+    # The latest delivery time (from now) a half may carry in TIMER_DELIVER_MS: the timer's
+    # horizon (the broker's --timer-max-delay), checked at prepare so a COMMIT never schedules past it.
+    timer_max_delay_s: float = DEFAULT_MAX_DELAY_S
 
     def __post_init__(self) -> None:
         if self.transaction_timeout_s < 0 or self.check_interval_s <= 0:

@@ -43,14 +43,16 @@ from txmq.broker.store.message import (
     CHECK_MAX_TIME_TOPIC,
     HALF_TOPIC,
     OP_HALF_TOPIC,
+    PROP_TIMER_DELIVER_MS,
     SYSFLAG_TRANSACTION_COMMIT,
     SYSFLAG_TRANSACTION_NOT_TYPE,
     SYSTEM_TOPICS,
+    TIMER_TOPIC,
     AppendResults,
     Message,
     StoredMessage,
 )
-from txmq.broker.store.record_copy import RecordCopies
+from txmq.broker.store.record_copy import RecordCopies, Reroute
 
 from .config import TransactionConfig
 from .cross_records import CrossCommitWatch
@@ -86,6 +88,9 @@ log = logging.getLogger(__name__)
 CHECK_SOURCES = frozenset({"check", "server_check", "SOURCE_SERVER_CHECK"})
 # How long a periodic snapshot waits for in-flight mutations (it holds new ones back meanwhile).
 SNAPSHOT_WAIT_S = 0.05
+# A COMMIT copies a half that carries a delivery time into the timer's queue, where the timer
+# (timer/service.py) reads its real topic and queue from the REAL_TOPIC/REAL_QID the half kept.
+SCHEDULED = Reroute(marker=PROP_TIMER_DELIVER_MS, topic=TIMER_TOPIC, queue_id=0)
 
 
 class TransactionEngine:
@@ -124,7 +129,8 @@ class TransactionEngine:
         The halves of one call are one append_group: a crash keeps all or none of
         them, so a producer's retry never doubles half of a batch.
         """
-        immunity_s = check_transactional(messages)
+        immunity_s = check_transactional(messages, now_ms=self._now_ms(),
+                                          max_delay_ms=int(self.config.timer_max_delay_s * 1000))
         cross = _cross_of(messages)
 
         def append_halves(tx_id: str, now: int):
@@ -576,11 +582,12 @@ class TransactionEngine:
     def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int, wait_reserved: bool = True,
                 decide_op: Message | None = None):
         """Append the final records (copies of the selected halves, the engine's prepare time
-        dropped) and the op record as one group, then mark the transaction committed."""
+        dropped; a half with a delivery time copied into the timer's queue: SCHEDULED) and the op
+        record as one group, then mark the transaction committed."""
         wanted = None if include_senders is None else frozenset(include_senders)
         selected = tx.halves if wanted is None else tx.halves.of_senders(wanted)
-        finals = _copies_of(selected, None, None, SYSFLAG_TRANSACTION_COMMIT)
-        if tx.cross is not None:
+        finals = _copies_of(selected, None, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
+        if tx.cross is not None:  # real topics: a scheduled copy reaches its topic through the timer later
             self.cross_commits.committed(_count_topics(finals.topics))
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now,
@@ -674,9 +681,11 @@ class TransactionEngine:
             self._last_snapshot_s = time.monotonic()
 
 
-def _copies_of(halves: HalfRefs, topic: str | None, queue_id: int | None, transaction_type: int) -> RecordCopies:
+def _copies_of(halves: HalfRefs, topic: str | None, queue_id: int | None, transaction_type: int,
+               reroute: Reroute | None = None) -> RecordCopies:
     """Copies of `halves` in the order they were stored (concurrent prepares add theirs in any
-    order), to their real topic and queue when topic/queue_id are None. A Spark micro-batch
+    order), to their real topic and queue when topic/queue_id are None (to the reroute's where
+    a half carries its marker: the halves' own bytes say which are scheduled). A Spark micro-batch
     holds millions of halves: their columns are concatenated, and sorted only when they are not
     in log order already (HalfRefs.in_log_order: one comparison per prepare call)."""
     n = len(halves)
@@ -691,7 +700,8 @@ def _copies_of(halves: HalfRefs, topic: str | None, queue_id: int | None, transa
         queue_ids=queue_ids if queue_id is None else [queue_id] * n,
         transaction_type=transaction_type, source_topic=HALF_TOPIC, source_queue_id=0,
         # the prepare time is the engine's bookkeeping, not the message's: a final record drops it
-        drop_properties=(PROP_PREPARED_MS,) if transaction_type == SYSFLAG_TRANSACTION_COMMIT else ())
+        drop_properties=(PROP_PREPARED_MS,) if transaction_type == SYSFLAG_TRANSACTION_COMMIT else (),
+        reroute=reroute)
 
 
 def _count_topics(topics: Iterable[str]) -> dict[str, int]:

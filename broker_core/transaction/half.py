@@ -8,6 +8,11 @@ half is invisible to every consumer of the real topic. On COMMIT the final
 record is the half with the real topic/queue restored, sysflag COMMIT and
 PREPAREDTRANSACTIONOFFSET pointing at the half (the engine has the store copy
 the half's record: MessageStore.append_group_copies).
+
+A half may carry an absolute delivery time (TIMER_DELIVER_MS: the native
+client's `deliver_at_ms`, the Spark sink's `deliverAt`): COMMIT then copies it
+into the timer's system topic instead (engine.SCHEDULED), so nothing is
+scheduled before the COMMIT and a rolled-back transaction never delivers.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from txmq.broker.store.message import (
     StoredMessage,
 )
 from txmq.broker.store.record import encode_host
+from txmq.broker.timer.schedule import PROP_TIMER_DELAY_MS, PROP_TIMER_DELAY_SEC, check_deliver_ms
 
 from .state import HalfRef
 
@@ -51,7 +57,10 @@ _DEFAULT_BORN_HOST_RAW = encode_host(Message.__dataclass_fields__["born_host"].d
 
 # Engine time of the prepare (ms): the check-back clock survives a restart with it.
 PROP_PREPARED_MS = "__TXMQ_PREPARED_MS"
-DELAY_PROPERTIES = (PROP_DELAY_LEVEL, PROP_DELIVER_TIME_MS, PROP_TIMER_DELIVER_MS)
+# Delivery properties a transactional message may not carry: a delay level or a relative delay
+# would be ambiguous (counted from the prepare or from the COMMIT?), so only an absolute
+# TIMER_DELIVER_MS is taken (seed 001: RocketMQ delivers delay levels of rolled-back transactions).
+REFUSED_DELAY_PROPERTIES = (PROP_DELAY_LEVEL, PROP_DELIVER_TIME_MS, PROP_TIMER_DELAY_SEC, PROP_TIMER_DELAY_MS)
 _TX_ID = re.compile(r"[\x21-\x7e]{1,256}")
 
 
@@ -72,28 +81,45 @@ def check_transactional_topics(topics: Sequence[str]) -> None:
             raise IllegalTopic(f"topic {topic!r} is a system topic: transactional sends go to user topics")
 
 
-def check_transactional(messages: Sequence[Message]) -> int | None:
-    """Refuse what a transactional message may not carry, before anything is written.
+def check_transactional(messages: Sequence[Message], *, now_ms: int, max_delay_ms: int) -> int | None:
+    """Refuse what a transactional message may not carry, before anything is written: a delay
+    level or relative delay, or a TIMER_DELIVER_MS that is not an integer or lies past the
+    horizon (`max_delay_ms` from `now_ms`, the timer's rule); the error names the message.
 
     Returns the largest CHECK_IMMUNITY_TIME_IN_SECONDS among the messages (None if none has one).
     """
     check_transactional_topics([m.topic for m in messages])
     immunity: int | None = None
-    for m in messages:
+    for row, m in enumerate(messages):
         props = m.properties
         if not props:
             continue
-        for prop in DELAY_PROPERTIES:
+        for prop in REFUSED_DELAY_PROPERTIES:
             if prop in props:
                 raise IllegalDeliveryTime(
-                    f"transactional message to {m.topic!r} carries delivery property {prop}="
-                    f"{props[prop]!r}: delay levels and delivery times are refused on transactions")
+                    f"transactional message {row} to {m.topic!r} carries delivery property {prop}="
+                    f"{props[prop]!r}: delay levels and relative delays are refused on transactions "
+                    f"(give an absolute {PROP_TIMER_DELIVER_MS}, epoch ms)")
+        raw_time = props.get(PROP_TIMER_DELIVER_MS)
+        if raw_time is not None:
+            _check_delivery_time(row, m.topic, raw_time, now_ms, max_delay_ms)
         raw = props.get(PROP_CHECK_IMMUNITY_SECONDS)
         if raw is not None:
             if not _is_non_negative_int(raw):
                 raise BadRequest(f"{PROP_CHECK_IMMUNITY_SECONDS}={raw!r} is not a non-negative integer")
             immunity = max(immunity or 0, int(raw))
     return immunity
+
+
+def _check_delivery_time(row: int, topic: str, raw: str, now_ms: int, max_delay_ms: int) -> None:
+    if not (raw.isascii() and raw.isdigit()):
+        raise IllegalDeliveryTime(f"transactional message {row} to {topic!r}: {PROP_TIMER_DELIVER_MS}="
+                                  f"{raw[:40]!r} is not a delivery time in epoch milliseconds")
+    try:
+        check_deliver_ms(int(raw), now_ms, max_delay_ms)
+    except IllegalDeliveryTime as e:
+        raise IllegalDeliveryTime(f"transactional message {row} to {topic!r}: {PROP_TIMER_DELIVER_MS}={raw}: {e}") \
+            from None
 
 
 def _is_non_negative_int(text: str) -> bool:
@@ -115,6 +141,9 @@ def build_halves(messages: Sequence[Message], *, transaction_id: str, producer_g
     prepared_flag = _with_tx_type(0, SYSFLAG_TRANSACTION_PREPARED)
     for m in messages:
         props = {**m.properties, PROP_REAL_TOPIC: m.topic, PROP_REAL_QUEUE_ID: str(m.queue_id), **extra}
+        if PROP_TIMER_DELIVER_MS in props:
+            # last, never first: the timer finds it in a scheduled copy's raw bytes after a separator
+            props[PROP_TIMER_DELIVER_MS] = props.pop(PROP_TIMER_DELIVER_MS)
         if prepared is not None:
             props[PROP_PREPARED_MS] = prepared
             prepared = None

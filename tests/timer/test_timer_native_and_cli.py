@@ -55,9 +55,23 @@ def test_a_delay_level_outside_1_to_18_is_an_illegal_delivery_time(native):
         native.send([Message(topic=name("level"), body=b"x", properties={"DELAY": "19"})])
 
 
-def test_a_native_transactional_message_with_a_delivery_time_is_refused(native):
-    with pytest.raises(IllegalDeliveryTime):
-        native.prepare("", [Message(topic=name("tx"), body=b"x", deliver_at_ms=now_ms() + 5000)],
+def test_a_native_transactional_message_with_a_delivery_time_is_delivered_at_it_once_committed(native, wire):
+    topic = name("tx")
+    at = now_ms() + 1500
+    tx = native.prepare("", [Message(topic=topic, body=b"later", deliver_at_ms=at),
+                             Message(topic=topic, body=b"now")], producer_group="pg").transaction_id
+    native.end_transaction(tx, "COMMIT", producer_group="pg")
+    assert [m.body for m in wire.pull_all(topic)] == [b"now"]
+    got = wait_for(wire, topic, 2, 10)
+    time.sleep(0.5)
+    got = wire.pull_all(topic)
+    [delayed] = [m for m in got if m.body == b"later"]
+    assert len(got) == 2 and ms(delayed.system_properties.store_timestamp) >= at
+
+
+def test_a_native_transactional_message_due_past_the_horizon_is_refused(native):
+    with pytest.raises(IllegalDeliveryTime, match="timer_max_delay"):
+        native.prepare("", [Message(topic=name("tx"), body=b"x", deliver_at_ms=now_ms() + 4 * 24 * 3600 * 1000)],
                        producer_group="pg")
 
 

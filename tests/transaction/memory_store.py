@@ -76,11 +76,14 @@ class MemoryStore:
             if missing:
                 raise MessageNotFound(f"no record at physical offset {missing[0]}")
             sources = [self._records[p] for p in copies.physical_offsets]
+        reroute = copies.reroute
+        destinations = [(reroute.topic, reroute.queue_id) if reroute and reroute.marker in src.properties else (t, q)
+                        for src, t, q in zip(sources, copies.topics, copies.queue_ids)]
         made = [Message(topic, src.body, qid,
                         {k: v for k, v in src.properties.items() if k not in copies.drop_properties}, src.flag,
                         (src.sys_flag & ~_NOT_INHERITED) | copies.transaction_type, src.born_timestamp,
                         src.born_host, src.reconsume_times, src.physical_offset)
-                for src, topic, qid in zip(sources, copies.topics, copies.queue_ids)]
+                for src, (topic, qid) in zip(sources, destinations)]
         return self.append_group([*made, *messages], allow_system=True)
 
     def _write(self, messages: Sequence[Message], allow_system: bool) -> AppendResults:

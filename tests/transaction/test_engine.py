@@ -137,8 +137,8 @@ def test_ending_an_unknown_transaction_is_refused(engine):
         engine.get("nope")
 
 
-@pytest.mark.parametrize("prop", ["DELAY", "__STARTDELIVERTIME", "TIMER_DELIVER_MS"])
-def test_delivery_time_on_a_transactional_message_is_refused_and_writes_nothing(engine, memory_store, prop):
+@pytest.mark.parametrize("prop", ["DELAY", "__STARTDELIVERTIME"])
+def test_a_delay_level_on_a_transactional_message_is_refused_and_writes_nothing(engine, memory_store, prop):
     with pytest.raises(IllegalDeliveryTime):
         engine.prepare([msg(), msg(**{prop: "3"})], transaction_id="t")
     assert memory_store.appends == 0
