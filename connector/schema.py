@@ -31,6 +31,8 @@ from pyspark.sql.types import (
 )
 
 from txmq.broker.errors import BadRequest
+from txmq.broker.protocol.native_arrow import STRING_MAP
+from txmq.broker.store.message import PROP_TIMER_DELIVER_MS
 
 SOURCE_SCHEMA = StructType(
     [
@@ -107,7 +109,7 @@ def conform_source_batch(batch: pa.RecordBatch, group: str = "") -> pa.RecordBat
 
 # --- sink input ------------------------------------------------------------------
 
-SINK_COLUMNS = ("body", "topic", "tag", "keys", "properties", "shardingKey")
+SINK_COLUMNS = ("body", "topic", "tag", "keys", "properties", "shardingKey", "deliverAt")
 
 
 def _accepts(name: str, dtype: DataType) -> bool:
@@ -115,6 +117,8 @@ def _accepts(name: str, dtype: DataType) -> bool:
         return isinstance(dtype, (BinaryType, StringType))
     if name in ("topic", "tag", "shardingKey"):
         return isinstance(dtype, StringType)
+    if name == "deliverAt":
+        return isinstance(dtype, (TimestampType, LongType))
     if name == "keys":
         return isinstance(dtype, StringType) or (
             isinstance(dtype, ArrayType) and isinstance(dtype.elementType, StringType)
@@ -135,6 +139,7 @@ _EXPECTED = {
     "keys": "array<string> or string",
     "properties": "map<string,string>",
     "shardingKey": "string",
+    "deliverAt": "timestamp or long (epoch milliseconds)",
 }
 
 
@@ -165,8 +170,47 @@ def validate_sink_schema(schema: StructType, *, default_topic: str | None) -> No
         raise BadRequest("txmq sink: no 'topic' column and no 'topic' option: say where to send")
 
 
+def _deliver_ms(column: pa.Array) -> pa.Array:
+    """A deliverAt column as epoch ms (int64, nulls kept): a timestamp rounded up to the next
+    millisecond, so a row is never delivered before the time it names."""
+    if pa.types.is_timestamp(column.type):
+        per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[column.type.unit]
+        ticks = column.cast(pa.int64())
+        if per_ms is None:
+            return pc.multiply(ticks, 1000)
+        return pc.divide(pc.add(ticks, per_ms - 1), per_ms) if per_ms > 1 else ticks
+    return column.cast(pa.int64())
+
+
+def _with_delivery_times(properties: pa.Array | None, deliver_at: pa.Array) -> pa.Array | None:
+    """The rows' properties with each non-null deliverAt added as TIMER_DELIVER_MS (the broker's
+    timer property: a transaction's COMMIT schedules such a row instead of publishing it).
+    None when no row has properties or a delivery time (the sink's fast path: no property column)."""
+    times = _deliver_ms(deliver_at).to_pylist()
+    if properties is None and all(t is None for t in times):
+        return None
+    rows = properties.to_pylist() if properties is not None else [None] * len(times)
+    out = []
+    for row, (props, at) in enumerate(zip(rows, times)):
+        pairs = list(props or ())
+        if at is not None:
+            if any(k == PROP_TIMER_DELIVER_MS for k, _ in pairs):
+                raise BadRequest(f"txmq sink: row {row} has both a deliverAt ({at}) and a "
+                                 f"{PROP_TIMER_DELIVER_MS} property: give the delivery time once")
+            pairs.append((PROP_TIMER_DELIVER_MS, str(at)))
+        out.append(pairs or None)
+    return pa.array(out, type=STRING_MAP)
+
+
 def sink_arrow_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """Spark's input batch → the client's send layout (body binary, keys list<string>)."""
+    """Spark's input batch → the client's send layout (body binary, keys list<string>, deliverAt
+    folded into the properties as TIMER_DELIVER_MS, as the native client sends a deliver_at_ms)."""
+    if "deliverAt" in batch.schema.names:
+        props = batch.column("properties") if "properties" in batch.schema.names else None
+        merged = _with_delivery_times(props, batch.column("deliverAt"))
+        kept = [n for n in batch.schema.names if n not in ("deliverAt", "properties")]
+        arrays = [batch.column(n) for n in kept] + ([merged] if merged is not None else [])
+        batch = pa.RecordBatch.from_arrays(arrays, names=kept + (["properties"] if merged is not None else []))
     arrays, names = [], []
     for name in batch.schema.names:
         col = batch.column(name)

@@ -8,6 +8,9 @@ Two-phase commit over the broker's transactions:
    visible atomically, every other half (failed attempts, a dead run) is rolled
    back in the same op record. `abort` rolls the transaction back.
 
+A row with a `deliverAt` is sent as a half carrying that time; the COMMIT schedules
+it with the broker's timer instead of publishing it (a failed batch schedules nothing).
+
 A batch replayed after a restart derives the same transaction id (sink id from
 the checkpoint location, batch id from Spark); if that transaction already
 committed, `prepare_arrow` refuses new halves with TransactionAlreadyEnded, the
@@ -34,7 +37,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from txmq.broker.errors import TopicNotFound, TransactionAlreadyEnded, TransactionConflict, UnknownTransaction
+from txmq.broker.errors import (
+    IllegalDeliveryTime,
+    TopicNotFound,
+    TransactionAlreadyEnded,
+    TransactionConflict,
+    UnknownTransaction,
+)
 
 from txmq.broker.client.types import CheckRequest
 
@@ -100,6 +109,9 @@ def send_halves(client: TransactionClient, batches: Iterator[pa.RecordBatch], *,
     except TopicNotFound as e:
         raise TopicNotFound(f"txmq sink: {e} (topic option={topic!r}); create the topic first "
                             "or enable auto-creation on the broker") from e
+    except IllegalDeliveryTime as e:
+        raise IllegalDeliveryTime(f"txmq sink: a row's deliverAt was refused, nothing of the batch is "
+                                  f"committed: {e}") from e
     return rows, False
 
 
