@@ -56,7 +56,7 @@ from txmq.broker.store.record import (
 )
 from txmq.broker.store.record_copy import RecordCopies, copy_columns
 from txmq.broker.store.recovery import RecoveryReport, recover
-from txmq.broker.store.retention import delete_expired
+from txmq.broker.store.retention import RetentionFloor, delete_expired
 from txmq.broker.store.split_group import SplitGroupWriter
 from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.store.validation import check_columns, check_encoded_columns
@@ -147,6 +147,7 @@ class MessageStore:
                                     lambda: self.commitlog.write_end)
         self.page_cache = PageCacheWindow(config.page_cache_keep_bytes, lambda: self.commitlog.segments,
                                           unmap=forget_mapped)
+        self._retention_floors: list[RetentionFloor] = []  # readers retention must not outrun (retain)
         self.index = IndexService(root / "index", config.index_slots, config.index_entries_per_file)
         self.dispatcher = Dispatcher(root / "consumequeue", config.consume_queue_entries_per_file, self.index)
         self.split_groups = SplitGroupWriter(self.commitlog, self.dispatcher, self.write_lock)
@@ -641,14 +642,24 @@ class MessageStore:
 
     # --- maintenance ------------------------------------------------------------------------
 
+    def retain(self, floor: RetentionFloor) -> None:
+        """Retention keeps every segment holding or following `floor.lowest_needed_offset()`."""
+        self._retention_floors.append(floor)
+
+    def _lowest_needed(self) -> int | None:
+        needed = [o for o in (f.lowest_needed_offset() for f in self._retention_floors) if o is not None]
+        return min(needed) if needed else None
+
     def delete_expired(self, now_ms: int | None = None) -> int:
         """Retention: delete expired segments and their queue entries; returns segments deleted."""
         with self.write_lock.lock:
             if self.write_lock.closed:
                 return 0
+            # asked under the lock: a record appended meanwhile lands in the last segment, never deleted
             return delete_expired(self.commitlog, self.dispatcher, self.index,
                                   retention_hours=self.config.retention_hours,
-                                  disk_max_used_ratio=self.config.disk_max_used_ratio, now_ms=now_ms)
+                                  disk_max_used_ratio=self.config.disk_max_used_ratio, now_ms=now_ms,
+                                  keep_from=self._lowest_needed())
 
     def _drop_topic(self, topic: str) -> None:
         with self.write_lock.lock:

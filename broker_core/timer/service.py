@@ -84,6 +84,9 @@ class TimerService:
     # --- lifecycle -----------------------------------------------------------------
 
     def start(self) -> None:
+        # retention (72 h by default) is as long as a message may wait (the horizon): it must
+        # keep the oldest undelivered one's segment
+        self.store.retain(self)
         self._thread = threading.Thread(target=self._run, name="txmq-timer", daemon=True)
         self._thread.start()
 
@@ -400,6 +403,25 @@ class TimerService:
         self.log.array["delivered"][index] = 1
         self.applied = max(self.applied, r.queue_offset + 1)
         return message_id
+
+    # --- retention ----------------------------------------------------------------------------
+
+    def lowest_needed_offset(self) -> int | None:
+        """The CommitLog offset of the oldest scheduled message not yet delivered (None: none), for
+        the store's retention (RetentionFloor). Read from the timer's arrays without its thread's
+        cooperation: entries below `indexed` are complete, and a flag read mid-delivery only makes
+        the answer older, which keeps more."""
+        if not self._ready.is_set():
+            return 0  # not recovered yet: what is pending is unknown, so everything is kept
+        indexed = self.indexed
+        low = min(self.low, indexed)
+        a = self.log.array
+        waiting = np.flatnonzero(a["delivered"][low:indexed] == 0)
+        if len(waiting):  # queue order is log order: the first one waiting is the lowest
+            return int(a["phys"][low + int(waiting[0])])
+        if self.store.max_offset(TIMER_TOPIC, 0) > indexed:  # scheduled since the last indexing: after the last indexed
+            return int(a["phys"][indexed - 1] + a["size"][indexed - 1]) if indexed > 0 else 0
+        return None
 
     # --- introspection -----------------------------------------------------------------------
 
