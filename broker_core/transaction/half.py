@@ -57,9 +57,9 @@ _DEFAULT_BORN_HOST_RAW = encode_host(Message.__dataclass_fields__["born_host"].d
 
 # Engine time of the prepare (ms): the check-back clock survives a restart with it.
 PROP_PREPARED_MS = "__TXMQ_PREPARED_MS"
-# Delivery properties a transactional message may not carry: a delay level or a relative delay
-# would be ambiguous (counted from the prepare or from the COMMIT?), so only an absolute
-# TIMER_DELIVER_MS is taken (seed 001: RocketMQ delivers delay levels of rolled-back transactions).
+# Delivery properties a transactional message may not carry: delay levels and relative delays would
+# be ambiguous (counted from the prepare or from the COMMIT?); an absolute time is taken in the one
+# spelling the timer reads, TIMER_DELIVER_MS, and scheduled only by the COMMIT (seed 001).
 REFUSED_DELAY_PROPERTIES = (PROP_DELAY_LEVEL, PROP_DELIVER_TIME_MS, PROP_TIMER_DELAY_SEC, PROP_TIMER_DELAY_MS)
 _TX_ID = re.compile(r"[\x21-\x7e]{1,256}")
 
