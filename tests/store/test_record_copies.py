@@ -20,7 +20,7 @@ from txmq.broker.store.message import (
 )
 from txmq.broker.store.record import encode_properties
 from txmq.broker.store.record_layout import CRC_PREFIX
-from txmq.broker.store.record_copy import RecordCopies, dispatch_properties
+from txmq.broker.store.record_copy import RecordCopies, Reroute, dispatch_properties
 
 from ._helpers import crash, msg, queue_contents, small_config
 
@@ -48,9 +48,11 @@ def sources(store: MessageStore, messages: list[Message]) -> list[tuple[int, int
 
 
 def copies_of(placed: list[tuple[int, int]], topic: str = "FINAL", queue_id: int = 1,
-              tx_type: int = SYSFLAG_TRANSACTION_COMMIT, drop: tuple[str, ...] = ()) -> RecordCopies:
+              tx_type: int = SYSFLAG_TRANSACTION_COMMIT, drop: tuple[str, ...] = (),
+              reroute: Reroute | None = None) -> RecordCopies:
     return RecordCopies([p for p, _ in placed], [s for _, s in placed], [topic] * len(placed),
-                        [queue_id] * len(placed), tx_type, source_topic=SOURCE, drop_properties=drop)
+                        [queue_id] * len(placed), tx_type, source_topic=SOURCE, drop_properties=drop,
+                        reroute=reroute)
 
 
 def test_a_copy_keeps_body_flag_born_fields_and_properties_and_takes_the_new_route(open_store):
@@ -82,6 +84,19 @@ def test_dropped_properties_are_removed_and_only_they(open_store):
     store.append_group_copies(copies_of(placed, drop=("drop_me",)))
     assert [m.properties for m in store.read_queue("FINAL", 1, 0, 10).messages] == [
         {"first": "1", "last": "3"}, {}, {"keep": "k"}]
+
+
+def test_a_copy_whose_source_carries_the_reroute_marker_goes_where_the_reroute_says(open_store):
+    store = open_store()
+    placed = sources(store, [msg(body=b"first", MARK="1", k="v"), msg(body=b"plain", XMARK="1", MARKX="2"),
+                             msg(body=b"last", k="v", drop_me="x", MARK="3"), msg(body=b"bare")])
+    results = store.append_group_copies(copies_of(placed, drop=("drop_me",), reroute=Reroute("MARK", "PARKED", 2)),
+                                        [msg("OP", b"op")])
+    assert [(r.topic, r.queue_id) for r in results] == [("PARKED", 2), ("FINAL", 1), ("PARKED", 2), ("FINAL", 1),
+                                                         ("OP", 0)]
+    assert [(m.body, m.properties) for m in store.read_queue("PARKED", 2, 0, 10).messages] == [
+        (b"first", {"MARK": "1", "k": "v"}), (b"last", {"k": "v", "MARK": "3"})]
+    assert [m.body for m in store.read_queue("FINAL", 1, 0, 10).messages] == [b"plain", b"bare"]
 
 
 _NAMES = st.sampled_from(["REAL_TOPIC", "REAL_QID", "__TXMQ_PREPARED_MS", "UNIQ_KEY", "k", "XREAL_QID", "REAL_QIDX"])
