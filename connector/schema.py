@@ -173,13 +173,13 @@ def validate_sink_schema(schema: StructType, *, default_topic: str | None) -> No
 def _deliver_ms(column: pa.Array) -> pa.Array:
     """A deliverAt column as epoch ms (int64, nulls kept): a timestamp rounded up to the next
     millisecond, so a row is never delivered before the time it names."""
-    if pa.types.is_timestamp(column.type):
-        per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[column.type.unit]
-        ticks = column.cast(pa.int64())
-        if per_ms is None:
-            return pc.multiply(ticks, 1000)
-        return pc.divide(pc.add(ticks, per_ms - 1), per_ms) if per_ms > 1 else ticks
-    return column.cast(pa.int64())
+    if not pa.types.is_timestamp(column.type):
+        return column.cast(pa.int64())
+    ticks = column.cast(pa.int64())
+    if column.type.unit == "s":
+        return pc.multiply(ticks, 1000)
+    per_ms = {"ms": 1, "us": 1000, "ns": 1_000_000}[column.type.unit]
+    return pc.divide(pc.add(ticks, per_ms - 1), per_ms)
 
 
 def _with_delivery_times(properties: pa.Array | None, deliver_at: pa.Array) -> pa.Array | None:
