@@ -192,10 +192,7 @@ def cmd_send(args) -> None:
     if not bodies:
         raise UsageError("--stdin gave no non-empty lines to send")
     props = _parse_props(args.prop)
-    deliver_at_ms = _deliver_at_ms(args.deliver_at, args.delay)
-    if deliver_at_ms is not None and args.transaction:
-        raise UsageError("--deliver-at/--delay cannot be used with --transaction: "
-                         "transactional messages cannot have a delivery time")
+    deliver_at_ms = _deliver_at_ms(args.deliver_at, args.delay)  # with --transaction: scheduled by its COMMIT
     messages = [Message(topic=args.topic, body=b, tag=args.tag, keys=args.key or (), properties=props,
                         sharding_key=args.sharding_key, deliver_at_ms=deliver_at_ms) for b in bodies]
     with _client(args) as c:

@@ -94,6 +94,10 @@ def test_cli_send_with_deliver_at_an_iso_time_is_delivered_then(broker, wire):
     assert ms(got.system_properties.store_timestamp) >= at
 
 
-def test_cli_deliver_at_with_a_transaction_is_a_usage_error(broker):
-    out = Cli(broker.endpoint).run("send", name("cli"), "x", "--transaction", "--deliver-at", str(now_ms() + 9000))
-    assert out.returncode == 2 and "transaction" in out.stderr
+def test_cli_send_of_a_transaction_with_a_delay_is_delivered_after_it(broker, wire):
+    topic = name("cli")
+    sent = now_ms()
+    out = Cli(broker.endpoint).run("send", topic, "tx", "--transaction", "--delay", "1500ms")
+    assert out.returncode == 0, out.stderr
+    [got] = wait_for(wire, topic, 1, 10)
+    assert ms(got.system_properties.store_timestamp) >= sent + 1500
