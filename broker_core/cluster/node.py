@@ -76,6 +76,7 @@ class ReplicaNode:
         self._check_identity()
         self.epochs = LeaderEpochs(self.data_dir / EPOCH_FILE)
         self.store = MessageStore(store_config(cfg, replica=True))
+        self.store.retain(self)
         try:
             self.auth = Authenticator.from_file(cfg.auth_file) if cfg.auth_file else Authenticator.disabled()
             if self.auth.enabled and self.auth.replica_account() is None:
@@ -100,6 +101,17 @@ class ReplicaNode:
         self._thread = threading.Thread(target=self._run, name="txmq-replica", daemon=True)
         self._thread.start()
         return host, self.port
+
+    def lowest_needed_offset(self) -> int | None:
+        """The store's RetentionFloor while this replica does not lead: a follower deletes nothing
+        its leader still keeps (the leader's retention knows what its timer and readers still
+        need; a follower does not, and may lead next). A leader's own floors decide alone."""
+        if self.lead is not None:
+            return None
+        follower = self.follower
+        if follower is None or follower.leader_log_start is None:
+            return 0  # no leader heard from yet: keep everything
+        return follower.leader_log_start
 
     # --- peers --------------------------------------------------------------------
 

@@ -220,7 +220,7 @@ class ReplicationLeader:
             status=native_status.ok_status(), epoch=self.record.epoch, offset=req.offset, data=data,
             leader_end=leader_end, confirmed=self.confirmed,
             epochs=[pb.Epoch(epoch=e.epoch, start_offset=e.start) for e in self.epochs.entries],
-            files=self._changed_files(req.file_versions))
+            files=self._changed_files(req.file_versions), log_start=self.store.commitlog.min_offset)
 
     def _changed_files(self, known) -> list[pb.MetadataFile]:
         out = []
@@ -305,6 +305,7 @@ class Follower:
         self.state_dir = state_dir
         self.leader_end = 0
         self.confirmed = 0
+        self.leader_log_start: int | None = None  # what the leader's retention kept (None: not heard yet)
         self.caught_up_at = time.monotonic()
         self.answered_at = 0.0  # when the leader last answered a fetch (monotonic)
         self.error: str | None = None  # a reason this replica cannot follow at all (fatal)
@@ -454,6 +455,7 @@ class Follower:
         self.epochs.adopt([Epoch(e.epoch, e.start_offset) for e in resp.epochs], end)
         self.leader_end = resp.leader_end
         self.confirmed = resp.confirmed
+        self.leader_log_start = resp.log_start
         now = self.answered_at = time.monotonic()
         if end >= resp.leader_end:
             self.caught_up_at = now

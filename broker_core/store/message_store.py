@@ -646,6 +646,10 @@ class MessageStore:
         """Retention keeps every segment holding or following `floor.lowest_needed_offset()`."""
         self._retention_floors.append(floor)
 
+    def release(self, floor: RetentionFloor) -> None:
+        """Retention no longer asks `floor` (a timer that stopped: a replica that stepped down)."""
+        self._retention_floors = [f for f in self._retention_floors if f is not floor]
+
     def _lowest_needed(self) -> int | None:
         needed = [o for o in (f.lowest_needed_offset() for f in self._retention_floors) if o is not None]
         return min(needed) if needed else None

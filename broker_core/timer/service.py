@@ -91,6 +91,7 @@ class TimerService:
         self._thread.start()
 
     def stop(self) -> None:
+        self.store.release(self)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
