@@ -23,7 +23,7 @@ from __future__ import annotations
 import mmap
 import os
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.consume_queue import ENTRY_DTYPE, ENTRY_SIZE
 from txmq.broker.store.dispatch import Dispatcher
 from txmq.broker.store.record_columns import gather_binary
+
+if TYPE_CHECKING:
+    from txmq.broker.store.filter_bits import FilterBitmaps
 
 SPAN_MAX = 4 << 20  # one CommitLog read covers neighbouring records up to this many bytes
 GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
@@ -49,6 +52,7 @@ class ColumnarStore(Protocol):
 
     dispatcher: Dispatcher
     commitlog: CommitLog
+    filter_bits: "FilterBitmaps"
 
 
 def supports_columnar(store) -> bool:

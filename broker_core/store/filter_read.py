@@ -106,11 +106,13 @@ def records_with_property(store, topic: str, queue_id: int, start: int, end: int
         pos = read.next_offset
 
 
-def filtered_pull_batch(read: RecordBytes, topic: str, queue_id: int, message_filter: MessageFilter) -> pa.RecordBatch:
-    """The PULL_SCHEMA batch of the records of `read` that pass `message_filter` (which has a SQL part)."""
+def filtered_pull_batch(read: RecordBytes, topic: str, queue_id: int, message_filter: MessageFilter,
+                        may_pass: np.ndarray | None = None) -> pa.RecordBatch:
+    """The PULL_SCHEMA batch of the records of `read` that pass `message_filter` (which has a SQL part).
+    `may_pass`: the records' filter bits (filter_bits.py), when they cover the read: no scan then."""
     if len(read.phys) == 0:
         return empty_pull_batch()
-    keep = prefilter(read, message_filter)
+    keep = may_pass if may_pass is not None else prefilter(read, message_filter)
     if keep is None:
         rows = slice(None)
     else:

@@ -58,13 +58,13 @@ from txmq.broker.store.record_copy import RecordCopies, copy_columns
 from txmq.broker.store.recovery import RecoveryReport, recover
 from txmq.broker.store.retention import RetentionFloor, delete_expired
 from txmq.broker.store.split_group import SplitGroupWriter
+from txmq.broker.store.filter_bits import FilterBitmaps
+from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.store.validation import check_columns, check_encoded_columns
 from txmq.broker.store.write_lock import WriteLock
 from txmq.broker.store.write_part import append_results, dispatch_entries, write_part
 
-if TYPE_CHECKING:
-    from txmq.broker.store.message_filter import MessageFilter
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,7 @@ class MessageStore:
             checkpoint=self._periodic, flush_interval_ms=config.flush_interval_ms,
             checkpoint_interval_ms=config.checkpoint_interval_ms)
         self._flusher.start()
+        self.filter_bits = FilterBitmaps(self, root / "filter_expressions.json")
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -184,6 +185,7 @@ class MessageStore:
         if self.write_lock.closed:
             return
         self._flusher.stop()
+        self.filter_bits.close()
         with self.write_lock.lock:
             self.write_lock.closed = True
             self._write_checkpoint()
@@ -423,6 +425,8 @@ class MessageStore:
         if cq is None or max_count <= 0 or offset >= hi:
             return QueueRead([], offset, lo, hi)
         scan = max_count if tag_filter is None else max(max_count, min(FILTER_SCAN_MAX, hi - offset))
+        if isinstance(tag_filter, MessageFilter) and tag_filter.sql is not None:
+            self.filter_bits.register(topic, tag_filter)
         offsets: list[int] = []  # the queue offsets, physical offsets and sizes of the entries to read
         phys: list[int] = []
         sizes: list[int] = []
@@ -439,8 +443,10 @@ class MessageStore:
                 phys += entries["phys"].tolist()
                 sizes += entries["size"].tolist()
             else:
+                bits = (self.filter_bits.may_pass(topic, queue_id, q, n, tag_filter)
+                        if isinstance(tag_filter, MessageFilter) else None)
                 for i, (p, size, th) in enumerate(ENTRY.iter_unpack(raw[:n * ENTRY_SIZE])):
-                    if tag_filter.may_match(th):
+                    if tag_filter.may_match(th) and (bits is None or bits[i]):
                         offsets.append(q + i)
                         phys.append(p)
                         sizes.append(size)
