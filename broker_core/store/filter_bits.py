@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 
 MAX_SLOTS = 64  # bits of an entry's map
 CHUNK = 65536  # entries computed per read
+# Entries whose bits a queue keeps (64 MiB): readers mostly read what is new; an older range,
+# like one retention deleted, is filtered by the scan at read time.
+MAX_HELD = 1 << 23
 IDLE_WAIT_S = 0.05  # how often the thread looks for new entries when it found none
 
 
@@ -51,6 +54,14 @@ class _QueueBits:
     @property
     def through(self) -> int:
         return self.base + self.count
+
+    def drop_below(self, offset: int) -> None:
+        """Forget the bits of entries before `offset`."""
+        cut = min(max(0, offset - self.base), self.count)
+        if cut:
+            self.bits = self.bits[cut:self.count].copy()
+            self.count -= cut
+            self.base += cut
 
     def append(self, values: np.ndarray) -> None:
         need = self.count + len(values)
@@ -217,6 +228,9 @@ class FilterBitmaps:
                 assert start + n <= self.store.max_offset(topic, queue_id), "bits only for visible entries"
                 qb.append(values)
                 self.computed += n
+                low = max(self.store.min_offset(topic, queue_id), qb.through - MAX_HELD)
+                if low - qb.base >= CHUNK:  # retention deleted them, or too many held: keep memory bounded
+                    qb.drop_below(low)
         return start + n < end
 
 

@@ -115,3 +115,16 @@ def test_registered_expressions_survive_a_restart_and_bits_cover_what_comes_afte
         send(store, [3, 0])
         assert wait_bits(store, f, start=2).tolist() == [True, False]
         assert store.filter_bits.may_pass(TOPIC, 0, 0, 4, f) is None, "bits are not kept across a restart"
+
+
+def test_a_queue_keeps_the_bits_of_its_newest_entries_only(store, monkeypatch):
+    from txmq.broker.store import filter_bits
+
+    monkeypatch.setattr(filter_bits, "MAX_HELD", 8)
+    monkeypatch.setattr(filter_bits, "CHUNK", 4)
+    f = MessageFilter.parse(sql="amount > 1")
+    store.filter_bits.register(TOPIC, f)
+    send(store, [i % 3 for i in range(30)])
+    assert wait_bits(store, f, start=22).tolist() == [(22 + i) % 3 > 1 for i in range(8)]
+    assert store.filter_bits.may_pass(TOPIC, 0, 0, 30, f) is None, "the oldest bits were dropped"
+    assert len(pull_batch(store, TOPIC, 0, 0, 30, message_filter=f).batch) == 10, "the scan reads the rest"
