@@ -61,12 +61,14 @@ def save_txmq_rows(client, topic: str, directory: Path) -> Path:
     """The first MEMORY_CHUNK rows of each queue, as txmq's source reads them, in Arrow IPC files
     (the in-memory source's rows: the same columns and values, message ids and transaction ids
     included, not a cheaper stand-in)."""
+    from txmq.spark.schema import conform_source_batch
+
     directory.mkdir(parents=True, exist_ok=True)
     for queue_id in range(QUEUES):
         batches, pos = [], 0
         while pos < MEMORY_CHUNK:
             result = client.pull_arrow(topic, queue_id, pos, MEMORY_CHUNK, max_bytes=32 << 20)
-            batches.append(result.batch)
+            batches.append(conform_source_batch(result.batch))  # with the group column, as the source adds it
             pos = result.next_offset
         table = pa.Table.from_batches(batches).combine_chunks()
         with pa.OSFile(str(directory / f"{queue_id}.arrow"), "wb") as sink, \
