@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Generator, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -204,7 +204,7 @@ T = TypeVar("T")
 _END = object()
 
 
-def _read_ahead(items: Iterator[T], pool: Executor) -> Iterator[T]:
+def _read_ahead(items: Generator[T, None, None], pool: Executor) -> Iterator[T]:
     """`items` in order, each next one made on `pool` while the caller handles the one before."""
     pending = pool.submit(next, items, _END)
     try:
