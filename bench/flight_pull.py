@@ -11,11 +11,15 @@ reads every queue with one DoGet stream each:
     transport alone, no decode),
 taking turns, best of --repeat rounds each. Both servers are separate processes and the
 reader is the same code (a plain pyarrow.flight client). Target: (a) >= 0.7 of (b).
+Also reported, being less at the mercy of a shared machine than the best rates: the median
+and range of the ratio within each round (the two read back to back), and the CPU seconds
+per million rows of each server and of the reader (medians, from /proc).
 Prints one JSON line, writes bench/results/flight_pull.json.
 """
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +30,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from broker import pid_cpu_s  # noqa: I001
 from size_args import parse_size_args  # noqa: I001
 from spark_common import BrokerProcess, emit  # noqa: I001
 from spark_source import QUEUES, load_messages  # noqa: I001
@@ -90,24 +95,31 @@ def main() -> None:
                                   text=True)
         try:
             port = int(memory.stdout.readline())
-            readers = {"broker": (flight.connect(client.data_plane()), tickets),
+            readers = {"broker": (flight.connect(client.data_plane()), tickets, broker.proc.pid),
                        "memory": (flight.connect(f"grpc+tcp://127.0.0.1:{port}"),
-                                  [str(q).encode() for q in sorted(cut)])}
-            best = {name: float("inf") for name in readers}
+                                  [str(q).encode() for q in sorted(cut)], memory.pid)}
+            seconds: dict[str, list[float]] = {name: [] for name in readers}
+            cpu: dict[str, list[float]] = {f"{name}_{who}": [] for name in readers for who in ("server", "reader")}
             for _ in range(args.repeat):
-                for name, (reader, named) in readers.items():
-                    t0 = time.perf_counter()
+                for name, (reader, named, pid) in readers.items():
+                    server0, reader0, t0 = pid_cpu_s(pid), time.process_time(), time.perf_counter()
                     assert read_all(reader, named) == rows, f"{name} streamed the wrong row count"
-                    best[name] = min(best[name], time.perf_counter() - t0)
+                    seconds[name].append(time.perf_counter() - t0)
+                    cpu[f"{name}_server"].append((pid_cpu_s(pid) - server0) / rows * 1e6)
+                    cpu[f"{name}_reader"].append((time.process_time() - reader0) / rows * 1e6)
         finally:
             memory.kill()
             memory.wait()
         client.close()
-    rates = {name: rows / seconds for name, seconds in best.items()}
+    rates = {name: rows / min(times) for name, times in seconds.items()}
+    paired = sorted(m / b for b, m in zip(seconds["broker"], seconds["memory"]))
     emit("flight_pull", {
         "rows": rows, "body_bytes": 1024, "queues": QUEUES,
         "rows_per_s": {k: round(v) for k, v in rates.items()},
         "ratios": {"broker_doget_vs_memory_flight_server": round(rates["broker"] / rates["memory"], 3)},
+        "paired_rounds": {"median": round(statistics.median(paired), 3), "min": round(paired[0], 3),
+                          "max": round(paired[-1], 3)},
+        "cpu_s_per_million_rows": {k: round(statistics.median(v), 3) for k, v in cpu.items()},
         "target": {"broker_doget_vs_memory_flight_server": 0.7},
     })
 

@@ -6,6 +6,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -33,6 +34,46 @@ def spark_session(conf: dict[str, str] | None = None):
     return spark
 
 
+def process_cpu_s(pid: int, *, reaped_children: bool = False) -> float:
+    """User + system CPU seconds a process has used so far, with those of the children it has
+    reaped if asked (/proc; 0.0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = sum(int(f) for f in fields[11:15 if reaped_children else 13])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (children, theirs, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children.get(p, []))
+    return found
+
+
+def spark_cpu_meters(spark, broker_pid: int | None = None) -> dict[str, Callable[[], float]]:
+    """CPU seconds so far of the local Spark JVM, of its Python workers (every process under it,
+    with the workers they reaped) and of the broker, as meters to read before and after a query."""
+    jvm = spark.sparkContext._gateway.proc.pid
+    meters = {"jvm": lambda: process_cpu_s(jvm),
+              "python_workers": lambda: sum(process_cpu_s(p, reaped_children=True) for p in descendants(jvm))}
+    if broker_pid is not None:
+        meters["broker"] = lambda: process_cpu_s(broker_pid)
+    return meters
+
+
 def best_rate(fn, rows: int, repeat: int) -> float:
     """rows/s of the fastest of `repeat` runs of fn() (the first run warms Python workers)."""
     best = float("inf")
@@ -43,4 +84,5 @@ def best_rate(fn, rows: int, repeat: int) -> float:
     return rows / best
 
 
-__all__ = ["BrokerProcess", "spark_session", "best_rate", "emit", "ROOT"]
+__all__ = ["BrokerProcess", "spark_session", "best_rate", "emit", "ROOT", "process_cpu_s", "descendants",
+           "spark_cpu_meters"]

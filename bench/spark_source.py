@@ -20,22 +20,25 @@ over the network path. The broker's resident memory is sampled during (c).
 client/local_read.py; off by default).
 Target: (c) ≥ 0.8 of (a), at the default size: with --quick every source spends
 most of its time on fixed per-job overhead, so a --quick ratio flatters txmq; use it
-to see that things run, not to judge the target. Prints one JSON line, writes
-bench/results/spark_source.json.
+to see that things run, not to judge the target. Also reported: the CPU seconds per million
+rows of Spark's JVM, its Python workers and the broker during each query (medians, from /proc).
+Prints one JSON line, writes bench/results/spark_source.json.
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Callable
 
 import pyarrow as pa
 
 from size_args import parse_size_args  # noqa: I001
-from spark_common import BrokerProcess, emit, spark_session  # noqa: I001
+from spark_common import BrokerProcess, emit, spark_cpu_meters, spark_session  # noqa: I001
 
 BODY = b"x" * 1024
 TX_ROWS = 10_000
@@ -61,12 +64,14 @@ def save_txmq_rows(client, topic: str, directory: Path) -> Path:
     """The first MEMORY_CHUNK rows of each queue, as txmq's source reads them, in Arrow IPC files
     (the in-memory source's rows: the same columns and values, message ids and transaction ids
     included, not a cheaper stand-in)."""
+    from txmq.spark.schema import conform_source_batch
+
     directory.mkdir(parents=True, exist_ok=True)
     for queue_id in range(QUEUES):
         batches, pos = [], 0
         while pos < MEMORY_CHUNK:
             result = client.pull_arrow(topic, queue_id, pos, MEMORY_CHUNK, max_bytes=32 << 20)
-            batches.append(result.batch)
+            batches.append(conform_source_batch(result.batch))  # with the group column, as the source adds it
             pos = result.next_offset
         table = pa.Table.from_batches(batches).combine_chunks()
         with pa.OSFile(str(directory / f"{queue_id}.arrow"), "wb") as sink, \
@@ -119,18 +124,25 @@ def count_and_sum(df) -> tuple[int, int]:
     return row.n, row.bytes
 
 
-def interleaved_best_rates(frames: dict, rows: int, rounds: int) -> dict[str, float]:
+def interleaved_best_rates(frames: dict, rows: int, rounds: int, meters: dict[str, Callable[[], float]] | None = None,
+                           spent: dict[str, dict[str, list[float]]] | None = None) -> dict[str, float]:
     """rows/s of each query's fastest run, the queries taking turns round by round.
 
     The machine is shared: a load burst during one query's runs would skew the
     ratios if each query ran its repeats back to back; taking turns spreads it.
+    With `meters` (name -> CPU seconds some processes have used so far), each run's
+    CPU seconds per million rows go to spent[query][meter].
     """
     best = {name: float("inf") for name in frames}
     for _ in range(rounds):
         for name, df in frames.items():
+            before = {m: read() for m, read in (meters or {}).items()}
             t0 = time.perf_counter()
             count_and_sum(df)
             best[name] = min(best[name], time.perf_counter() - t0)
+            if spent is not None:
+                for m, read in (meters or {}).items():
+                    spent.setdefault(name, {}).setdefault(m, []).append((read() - before[m]) / rows * 1e6)
     return {name: rows / seconds for name, seconds in best.items()}
 
 
@@ -196,8 +208,9 @@ def main() -> None:
             assert count_and_sum(df) == expected, f"{name} read the wrong rows"
         sampler = RssSampler(broker.proc.pid)
         rss_before = sampler.rss()
+        spent: dict[str, dict[str, list[float]]] = {}
         with sampler:
-            rates = interleaved_best_rates(frames, rows, args.repeat)
+            rates = interleaved_best_rates(frames, rows, args.repeat, spark_cpu_meters(spark, broker.proc.pid), spent)
         transport = client.data_plane()
         client.close()
     spark.stop()
@@ -211,6 +224,9 @@ def main() -> None:
         "pull_transport": f"arrow flight ({transport})" + ("" if args.same_host else ", broker files hidden"),
         "broker_rss_mib": {"before_reads": round(rss_before / 2**20), "peak_during_reads": round(sampler.peak / 2**20)},
         "rows_per_s": {k: round(v) for k, v in rates.items()},
+        # medians over the runs; every query's include the broker's idle CPU
+        "cpu_s_per_million_rows": {q: {m: round(statistics.median(v), 3) for m, v in by.items()}
+                                   for q, by in spent.items()},
         "ratios": ratios,
         "target": {"txmq_vs_python_memory_source": 0.8},
     })

@@ -18,8 +18,9 @@ extra_info, so the client re-raises the broker's exact error class.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Executor, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Generator, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -35,6 +36,8 @@ from txmq.broker.server.native_service import NativeService
 log = logging.getLogger(__name__)
 
 _CALLER = "txmq-caller"
+# Threads that build the streams' next batches: about one per core, whatever the number of streams.
+READ_AHEAD_THREADS = 2
 
 
 def flight_error(exc: BaseException) -> flight.FlightError:
@@ -111,6 +114,13 @@ class TxmqFlightServer(flight.FlightServerBase):
         self.tls = bool(tls_cert)
         # a put's batch is held in memory whole while it is written: larger ones are refused
         self.max_batch_bytes = max_batch_bytes
+        # Flight asks a stream for its next batch only once the current one is written: these
+        # threads build it meanwhile, so decoding and sending overlap
+        self._read_ahead = ThreadPoolExecutor(READ_AHEAD_THREADS, thread_name_prefix="txmq-flight-read")
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._read_ahead.shutdown(wait=False, cancel_futures=True)
 
     def _caller(self, context) -> _Caller:
         caller = context.get_middleware(_CALLER)
@@ -125,7 +135,7 @@ class TxmqFlightServer(flight.FlightServerBase):
     def do_get(self, context, ticket):
         request = _parse(pb.PullRequest, ticket.ticket, "ticket")
         batches = self.service.pull_stream(self._identity(context), request)
-        return flight.GeneratorStream(PULL_SCHEMA, _with_metadata(batches))
+        return flight.GeneratorStream(PULL_SCHEMA, _read_ahead(_with_metadata(batches), self._read_ahead))
 
     @_guarded
     def get_flight_info(self, context, descriptor):
@@ -189,6 +199,23 @@ def _with_metadata(batches: Iterator[tuple[pa.RecordBatch, pb.PullProgress]]):
         if not isinstance(exc, errors.TxmqError):
             log.exception("flight do_get failed mid-stream")
         raise flight_error(exc) from None
+
+
+T = TypeVar("T")
+_END = object()
+
+
+def _read_ahead(items: Generator[T, None, None], pool: Executor) -> Iterator[T]:
+    """`items` in order, each next one made on `pool` while the caller handles the one before."""
+    pending = pool.submit(next, items, _END)
+    try:
+        while (item := pending.result()) is not _END:
+            pending = pool.submit(next, items, _END)
+            yield item
+    finally:
+        if not pending.cancel():
+            pending.exception()  # a generator cannot be closed while it runs: wait for it first
+        items.close()
 
 
 def _chunks(reader) -> Iterator:

@@ -81,7 +81,7 @@ def build_pull_batch(messages: Sequence[StoredMessage]) -> pa.RecordBatch:
         pa.ListArray.from_arrays(pa.array(key_offsets, pa.int32()), pa.array(key_values, pa.string())),
         pa.array(bodies, pa.binary()),
         pa.MapArray.from_arrays(pa.array(prop_offsets, pa.int32()), pa.array(prop_keys, pa.string()),
-                                pa.array(prop_values, pa.string())).cast(STRING_MAP),
+                                pa.array(prop_values, pa.string()), type=STRING_MAP),
         _micros(born),
         _micros(stored),
         pa.array(tx_ids, pa.string()),

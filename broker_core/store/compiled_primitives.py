@@ -49,6 +49,21 @@ def load_u64(typingctx, address):
 
 
 @intrinsic
+def prefetch(typingctx, address):
+    """Ask the CPU to start loading the cache line at a raw address (intp) for a read soon."""
+    sig = types.void(types.intp)
+
+    def codegen(context, builder, signature, args):
+        byte_ptr, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte_ptr, i32, i32, i32]),
+                                            "llvm.prefetch.p0")
+        builder.call(fn, [builder.inttoptr(args[0], byte_ptr), i32(0), i32(3), i32(1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
 def trailing_zeros(typingctx, word):
     """The number of trailing zero bits of a non-zero uint64 (LLVM's cttz)."""
     sig = types.uint64(types.uint64)
@@ -164,5 +179,5 @@ def crc32_combine(crc_first, crc_second, shift):
     return multmodp(shift, crc_first) ^ np.uint32(crc_second)
 
 
-__all__ = ["CRC32_TABLES", "X2N_TABLE", "crc32_combine", "crc32_shift", "crc32_update", "load_u64", "memcpy",
+__all__ = ["CRC32_TABLES", "X2N_TABLE", "crc32_combine", "crc32_shift", "crc32_update", "load_u64", "memcpy", "prefetch",
            "trailing_zeros"]

@@ -59,7 +59,7 @@ def _user_properties_column(props: PropertyPairs, n: int) -> pa.MapArray:
     user = props.user
     counts = np.bincount(props.row[user], minlength=n)
     names = props.names(user)
-    return pa.MapArray.from_arrays(pa.array(_offsets(counts)), names, props.values(user)).cast(STRING_MAP)
+    return pa.MapArray.from_arrays(pa.array(_offsets(counts)), names, props.values(user), type=STRING_MAP)
 
 
 def _message_ids(records: RecordColumns, props: PropertyPairs, n: int) -> pa.StringArray:

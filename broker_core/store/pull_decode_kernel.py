@@ -132,4 +132,4 @@ def _user_properties(k, data, counts: np.ndarray, pairs: np.ndarray) -> pa.MapAr
     """The properties column: each record's user properties, in their on-disk order."""
     names = _strings(k, pa.string(), data, pairs[:, 0], pairs[:, 1])
     values = _strings(k, pa.string(), data, pairs[:, 2], pairs[:, 3])
-    return pa.MapArray.from_arrays(_row_offsets(counts), names, values).cast(STRING_MAP)
+    return pa.MapArray.from_arrays(_row_offsets(counts), names, values, type=STRING_MAP)
