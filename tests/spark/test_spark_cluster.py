@@ -47,6 +47,7 @@ def run_until_caught_up(spark, options: dict, src: str, dst: str, checkpoint: st
         time.sleep(0.5)
 
 
+@pytest.mark.slow  # ~20 s; the two-group pipeline below kills a three-replica group's leader too
 def test_a_pipeline_stays_exactly_once_across_a_leader_kill(spark, group_factory, tmp_path):
     group = group_factory(args=["--replication", "sync"])
     options = {"broker": group.endpoints}

@@ -131,6 +131,7 @@ def test_killed_worker_keeps_commits_written_in_parts_whole_and_exactly_once(tmp
     assert summary["visible_tx"] > 0 and summary["transactions"] > 3
 
 
+@pytest.mark.slow  # ~20 s; commits written in parts keep their crash test in the default suite
 def test_killed_worker_keeps_large_commits_whole_and_exactly_once(tmp_path, monkeypatch):
     """COMMITs of thousands of halves, written in 1 MiB parts by two producers at once: each part
     is copied column-wise and encoded by the compiled loop, written on the I/O thread while the next
