@@ -20,7 +20,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from cluster_spark_source import start_cluster  # noqa: I001
+from cluster_spark_source import clusters  # noqa: I001
 from spark_common import spark_session  # noqa: I001
 from spark_sink import interleaved_best_rates, rows_df  # noqa: I001
 
@@ -34,38 +34,30 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=400_000)
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="txmq-cluster-sink-") as tmp:
-        root = Path(tmp)
-        clusters = {"1 group": start_cluster(root, "one", 1), "2 groups": start_cluster(root, "two", 2)}
-        try:
-            endpoints = {name: ";".join(g.endpoints for g in groups) for name, (_, groups) in clusters.items()}
-            for ep in endpoints.values():
-                with ClusterClient(ep, timeout_s=60) as client:
-                    client.create_topic("bench-sink", QUEUES)
-            spark = spark_session({"spark.ui.showConsoleProgress": "false"})
-            df = rows_df(spark, args.rows).cache()
-            df.count()
+    with tempfile.TemporaryDirectory(prefix="txmq-cluster-sink-") as tmp, \
+            clusters(Path(tmp), {"1 group": ("one", 1), "2 groups": ("two", 2)}) as endpoints:
+        for ep in endpoints.values():
+            with ClusterClient(ep, timeout_s=60) as client:
+                client.create_topic("bench-sink", QUEUES)
+        spark = spark_session({"spark.ui.showConsoleProgress": "false"})
+        df = rows_df(spark, args.rows).cache()
+        df.count()
 
-            def writer(ep: str):
-                return lambda: df.write.format("txmq").option("broker", ep).option("topic", "bench-sink") \
-                    .mode("append").save()
+        def writer(ep: str):
+            return lambda: df.write.format("txmq").option("broker", ep).option("topic", "bench-sink") \
+                .mode("append").save()
 
-            rates, _ = interleaved_best_rates({name: writer(ep) for name, ep in endpoints.items()}, args.rows,
-                                              args.repeat)
-            groups_written = {}
-            for name, ep in endpoints.items():
-                with ClusterClient(ep, timeout_s=60) as client:
-                    cut = client.snapshot_offsets(["bench-sink"])["bench-sink"]
-                groups_written[name] = Counter({g: 0 for g, _ in cut})
-                for (g, _), end in cut.items():
-                    groups_written[name][g] += end
-                assert sum(groups_written[name].values()) == args.rows * args.repeat, f"{name}: rows lost or doubled"
-            spark.stop()
-        finally:
-            for etcd, groups in clusters.values():
-                for g in groups:
-                    g.stop()
-                etcd.kill()
+        rates, _ = interleaved_best_rates({name: writer(ep) for name, ep in endpoints.items()}, args.rows,
+                                          args.repeat)
+        groups_written = {}
+        for name, ep in endpoints.items():
+            with ClusterClient(ep, timeout_s=60) as client:
+                cut = client.snapshot_offsets(["bench-sink"])["bench-sink"]
+            groups_written[name] = Counter({g: 0 for g, _ in cut})
+            for (g, _), end in cut.items():
+                groups_written[name][g] += end
+            assert sum(groups_written[name].values()) == args.rows * args.repeat, f"{name}: rows lost or doubled"
+        spark.stop()
     print(f"{'cluster':>9} {'rows/s':>10}  rows per group")
     for name, r in rates.items():
         print(f"{name:>9} {r:>10,.0f}  {dict(groups_written[name])}")

@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import tempfile
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pyarrow as pa
 
@@ -40,6 +42,24 @@ def start_cluster(root: Path, name: str, n_groups: int) -> tuple[EtcdProcess, li
     return etcd, groups
 
 
+@contextmanager
+def clusters(root: Path, sizes: dict[str, tuple[str, int]]) -> Iterator[dict[str, str]]:
+    """Clusters by label, each (name prefix, groups) around its own etcd: yields each one's
+    endpoints (every replica), and stops them all."""
+    started: list[tuple[EtcdProcess, list[LocalGroup]]] = []
+    try:
+        endpoints = {}
+        for label, (name, n_groups) in sizes.items():
+            started.append(start_cluster(root, name, n_groups))
+            endpoints[label] = ";".join(g.endpoints for g in started[-1][1])
+        yield endpoints
+    finally:
+        for etcd, groups in started:
+            for g in groups:
+                g.stop()
+            etcd.kill()
+
+
 def load(endpoints: str, topic: str, rows: int) -> None:
     bodies = pa.array([BODY] * TX_ROWS, pa.binary())
     with ClusterClient(endpoints, timeout_s=60) as client:
@@ -59,26 +79,18 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=600_000)
     p.add_argument("--repeat", type=int, default=3)
     args = p.parse_args()
-    with tempfile.TemporaryDirectory(prefix="txmq-cluster-spark-") as tmp:
-        root = Path(tmp)
-        clusters = {"1 group": start_cluster(root, "one", 1), "3 groups": start_cluster(root, "three", 3)}
-        try:
-            endpoints = {name: ";".join(g.endpoints for g in groups) for name, (_, groups) in clusters.items()}
-            for name, ep in endpoints.items():
-                load(ep, "bench-spread", args.rows)
-            spark = spark_session({"spark.ui.showConsoleProgress": "false"})
-            frames = {name: spark.read.format("txmq").option("broker", ep).option("topic", "bench-spread").load()
-                      for name, ep in endpoints.items()}
-            for name, df in frames.items():
-                n, _ = count_and_sum(df)
-                assert n == args.rows, f"{name}: read {n} rows of {args.rows}"
-            rates = interleaved_best_rates(frames, args.rows, args.repeat)
-            spark.stop()
-        finally:
-            for etcd, groups in clusters.values():
-                for g in groups:
-                    g.stop()
-                etcd.kill()
+    with tempfile.TemporaryDirectory(prefix="txmq-cluster-spark-") as tmp, \
+            clusters(Path(tmp), {"1 group": ("one", 1), "3 groups": ("three", 3)}) as endpoints:
+        for ep in endpoints.values():
+            load(ep, "bench-spread", args.rows)
+        spark = spark_session({"spark.ui.showConsoleProgress": "false"})
+        frames = {name: spark.read.format("txmq").option("broker", ep).option("topic", "bench-spread").load()
+                  for name, ep in endpoints.items()}
+        for name, df in frames.items():
+            n, _ = count_and_sum(df)
+            assert n == args.rows, f"{name}: read {n} rows of {args.rows}"
+        rates = interleaved_best_rates(frames, args.rows, args.repeat)
+        spark.stop()
     one, three = rates["1 group"], rates["3 groups"]
     print(f"{'cluster':>9} {'rows/s':>10}")
     for name, r in rates.items():
