@@ -148,14 +148,12 @@ class TransactionalBatch:
         manifest = self._read_manifest(batch_id)
         if manifest is None or manifest["transaction_id"] != tx or not self.check(batch_id):
             return False
-        across = {"participants": tuple(manifest.get("participants") or ())}
-        if not across["participants"]:
-            across = {}
-        state = txn.state_name(self.client.get_transaction(tx, **across).state)
+        participants = tuple(manifest.get("participants") or ())
+        state = txn.state_name(self.client.get_transaction(tx, participants=participants).state)
         if state == txn.DISCARDED:
             self.client.resume_transaction(tx)
         self.client.end_transaction(tx, "COMMIT", include_senders=manifest["senders"],
-                                    producer_group=self.producer_group, **across)
+                                    producer_group=self.producer_group, participants=participants)
         return True
 
     @property
@@ -166,9 +164,6 @@ class TransactionalBatch:
             self._participants = batch_participants(self.client, self.options.topic)
         return self._participants
 
-    def _across(self) -> dict:
-        return {"participants": self.participants} if self.participants else {}
-
     # --- the batch -------------------------------------------------------------------
 
     def _recover(self, batch_id: int) -> str | None:
@@ -177,7 +172,7 @@ class TransactionalBatch:
         while True:
             tx = txn.transaction_id(self.sink_id, batch_id, gen)
             try:
-                state = txn.state_name(self.client.get_transaction(tx, **self._across()).state)
+                state = txn.state_name(self.client.get_transaction(tx, participants=self.participants).state)
             except UnknownTransaction:
                 return tx
             if state == txn.COMMITTED:
@@ -188,7 +183,7 @@ class TransactionalBatch:
                 if state == txn.PENDING:
                     try:
                         self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group,
-                                                    **self._across())
+                                                    participants=self.participants)
                     except TransactionConflict:
                         continue  # it just committed (a check-back): look again
             gen += 1
@@ -229,12 +224,12 @@ class TransactionalBatch:
             except BaseException:
                 if senders:
                     self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group,
-                                                **self._across())
+                                                participants=self.participants)
                 raise
             crash_point("fb.after_local_transaction", batch_id)
             if senders:
                 self.client.end_transaction(tx, "COMMIT", include_senders=senders,
-                                            producer_group=self.producer_group, **self._across())
+                                            producer_group=self.producer_group, participants=self.participants)
             crash_point("fb.after_broker_commit", batch_id)
         finally:
             with self._lock:

@@ -97,11 +97,8 @@ def send_halves(client: TransactionClient, batches: Iterator[pa.RecordBatch], *,
                 yield chunk
 
     try:  # one Flight stream for the whole partition: the broker stores a chunk while the next is sent
-        if participants:
-            client.prepare_stream(transaction_id, chunks(), topic=topic, producer_group=producer_group, sender=sender,
-                                  participants=participants)
-        else:
-            client.prepare_stream(transaction_id, chunks(), topic=topic, producer_group=producer_group, sender=sender)
+        client.prepare_stream(transaction_id, chunks(), topic=topic, producer_group=producer_group, sender=sender,
+                              participants=participants)
     except TransactionAlreadyEnded as e:
         if txn.state_name(e.state) == txn.COMMITTED:
             return 0, True
@@ -133,10 +130,9 @@ def commit_transaction(client: TransactionClient, messages: Sequence[TxmqCommitM
         raise RuntimeError(f"txmq sink: {what} wrote to several transactions {sorted(txs)}; failing the batch "
                            "(a transaction was ended while the batch ran); it will be replayed")
     tx = txs.pop()
-    across = {"participants": participants} if participants else {}
     try:
         client.end_transaction(tx, "COMMIT", include_senders=sorted({m.sender for m in sending}),
-                               producer_group=producer_group, **across)
+                               producer_group=producer_group, participants=participants)
     except TransactionConflict as e:
         raise TransactionConflict(f"txmq sink: {what}: transaction {tx} was rolled back before its commit "
                                   f"(orphan timeout or check-back?): {e}; the batch fails and is replayed") from e
@@ -144,10 +140,9 @@ def commit_transaction(client: TransactionClient, messages: Sequence[TxmqCommitM
 
 def rollback_transaction(client: TransactionClient, messages: Sequence[TxmqCommitMessage | None], *, producer_group: str,
                          participants: tuple[str, ...] = ()) -> None:
-    across = {"participants": participants} if participants else {}
     for tx in {m.transaction_id for m in messages if m is not None and not m.already_committed}:
         try:
-            client.end_transaction(tx, "ROLLBACK", producer_group=producer_group, **across)
+            client.end_transaction(tx, "ROLLBACK", producer_group=producer_group, participants=participants)
         except (UnknownTransaction, TransactionConflict) as e:
             log.warning("txmq sink: rollback of %s: %s", tx, e)
 

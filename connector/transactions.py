@@ -62,7 +62,7 @@ def probe(client: TransactionClient, sink_id: str, batch_id: int, *, start_gener
     while True:
         tx = transaction_id(sink_id, batch_id, gen)
         try:
-            info = client.get_transaction(tx, participants=participants) if participants else client.get_transaction(tx)
+            info = client.get_transaction(tx, participants=participants)
         except UnknownTransaction:
             return tx, gen, None
         state = state_name(info.state)

@@ -393,16 +393,10 @@ class ClusterClient:
         """End a transaction. With several `participants`, it spans those groups: the decision
         (with include_senders) is recorded at its coordinator, then each participant applies it."""
         if len(participants) > 1:
-            tx = self.across(transaction_id, participants, producer_group=kwargs.get("producer_group") or "")
-            if str(resolution).upper() == "COMMIT":
-                result = tx.commit(kwargs.get("include_senders"))
-            else:
-                result = tx.rollback()
-            return EndSummary(state="COMMITTED" if result.decision == "COMMIT" else "ROLLED_BACK",
-                              newly_ended=bool(result.ended),
-                              committed_count=sum(e.committed_count for e in result.ended.values()))
-        with self._lock:
-            cross = self._cross.pop(transaction_id, None)
+            cross = self.across(transaction_id, participants, producer_group=kwargs.get("producer_group") or "")
+        else:
+            with self._lock:
+                cross = self._cross.pop(transaction_id, None)
         if cross is not None:
             commit = str(resolution).upper() == "COMMIT"
             result = cross.commit(kwargs.get("include_senders")) if commit else cross.rollback()

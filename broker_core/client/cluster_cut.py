@@ -26,11 +26,12 @@ never blocked by a participant group that is down, beyond the transactions it ho
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Mapping, Protocol, Sequence
 
 from txmq.broker.transaction.cross_records import CrossRecord
+
+from .cross_group import in_parallel
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +69,8 @@ def cluster_cut(groups: Mapping[str, CutGroup], start: ClusterOffsets, snapshot:
              for g, queues in per_group.items()}
     windows = {g: [(t, q, begin[g][(t, q)], end) for (t, q), end in queues.items() if end > begin[g][(t, q)]]
                for g, queues in per_group.items()}
-    found = _in_parallel({g: (lambda g=g: groups[g].cross_group_commits(windows[g])[0])
-                          for g in per_group if windows[g]})
+    found = in_parallel(lambda g, w: groups[g].cross_group_commits(w)[0],
+                        {g: w for g, w in windows.items() if w})
     seen: dict[str, _Seen] = {}
     for g, records in found.items():
         for r in records:
@@ -116,7 +117,13 @@ def _look_up_missing(groups: Mapping[str, CutGroup], seen: dict[str, _Seen],
         beyond = [(t, q, end, None) for (t, q), end in per_group.get(g, {}).items()]
         return groups[g].cross_group_commits(beyond, asks[g])
 
-    answers = _in_parallel({g: (lambda g=g: ask(g)) for g in asks}, failures=True)
+    def ask_or_fail(g: str, _: object) -> tuple[list[CrossRecord], dict[str, str]] | Exception:
+        try:
+            return ask(g)
+        except Exception as exc:  # noqa: BLE001 - that group's transactions are held back below
+            return exc
+
+    answers = in_parallel(ask_or_fail, {g: None for g in asks})
     for g, answer in answers.items():
         if isinstance(answer, Exception):
             log.warning("cluster cut: group %s could not be asked about %d transaction(s): %s", g, len(asks[g]),
@@ -161,21 +168,6 @@ def _by_group(offsets: ClusterOffsets) -> dict[str, dict[tuple[str, int], int]]:
     for topic, queues in offsets.items():
         for (group, queue_id), offset in queues.items():
             out.setdefault(group, {})[(topic, queue_id)] = offset
-    return out
-
-
-def _in_parallel(calls: Mapping[str, object], *, failures: bool = False) -> dict:
-    if not calls:
-        return {}
-    with ThreadPoolExecutor(len(calls)) as pool:
-        futures = {g: pool.submit(fn) for g, fn in calls.items()}  # type: ignore[arg-type]
-    out = {}
-    for g, f in futures.items():
-        exc = f.exception()
-        if exc is not None and failures:
-            out[g] = exc
-        else:
-            out[g] = f.result()
     return out
 
 

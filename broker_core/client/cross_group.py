@@ -110,7 +110,7 @@ class CrossGroupTransaction:
 
     def prepare_many(self, messages_by_group: Mapping[str, Sequence[Message]]) -> dict[str, PrepareSummary]:
         """prepare() on several groups at once (in parallel)."""
-        return _in_parallel(self.prepare, messages_by_group)
+        return in_parallel(self.prepare, messages_by_group)
 
     # --- phase 2: the decision -------------------------------------------------------------
 
@@ -205,7 +205,7 @@ class CrossGroupTransaction:
             except _RETRYABLE as exc:
                 unsettled[group] = f"{type(exc).__name__}: {exc}"
 
-        _in_parallel(end, {g: None for g in self.groups if g not in ended})
+        in_parallel(end, {g: None for g in self.groups if g not in ended})
         return CrossGroupResult(self.transaction_id, decision, self.coordinator, ended, unsettled)
 
     def _end_retrying(self, group: str, decision: str, include_senders: Sequence[str] | None = None) -> EndSummary | None:
@@ -221,7 +221,7 @@ class CrossGroupTransaction:
                 backoff = min(backoff * 2, 1.0)
 
 
-def _in_parallel(fn, args_by_group: Mapping[str, Any]) -> dict[str, Any]:
+def in_parallel(fn, args_by_group: Mapping[str, Any]) -> dict[str, Any]:
     """{group: fn(group, args)}, the calls in parallel: all but the last on the pool, the last
     in this thread (a hand-off less; with one group, none)."""
     items = list(args_by_group.items())
@@ -234,4 +234,4 @@ def _in_parallel(fn, args_by_group: Mapping[str, Any]) -> dict[str, Any]:
     return {g: out[g] for g, _ in items}
 
 
-__all__ = ["CrossGroupResult", "CrossGroupTransaction", "GroupClient"]
+__all__ = ["CrossGroupResult", "CrossGroupTransaction", "GroupClient", "in_parallel"]

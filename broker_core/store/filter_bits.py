@@ -30,6 +30,8 @@ import numpy as np
 import pyarrow as pa
 
 from txmq.broker.errors import TxmqError
+from txmq.broker.store.columnar_read import read_queue_bytes
+from txmq.broker.store.filter_read import RecordColumnsOf, property_columns
 from txmq.broker.store.durable import write_bytes_atomically
 from txmq.broker.store.message_filter import MessageFilter, compiled_sql, visible_to_sql
 from txmq.broker.store.sql92 import SqlFilter
@@ -195,9 +197,6 @@ class FilterBitmaps:
         return busy
 
     def _compute_queue(self, topic: str, queue_id: int, filters: list[SqlFilter], names: list[str]) -> bool:
-        from txmq.broker.store.columnar_read import read_queue_bytes
-        from txmq.broker.store.filter_read import RecordColumnsOf, property_columns
-
         end = self.store.max_offset(topic, queue_id)
         with self._lock:
             qb = self._queues.get((topic, queue_id))

@@ -32,12 +32,12 @@ class Transactions:
         self.states = states
         self.ended: list[tuple] = []
 
-    def get_transaction(self, tx):
+    def get_transaction(self, tx, *, participants=()):
         if tx not in self.states:
             raise UnknownTransaction(tx)
         return Info(self.states[tx])
 
-    def end_transaction(self, tx, resolution, include_senders=None, producer_group=None):
+    def end_transaction(self, tx, resolution, include_senders=None, producer_group=None, participants=()):
         self.ended.append((tx, resolution, include_senders))
 
 
