@@ -40,7 +40,7 @@ SERVICE_NAME = "txmq.replication.v1.Replication"
 METHODS = {m.name: m for m in build_method_table(pb, "Replication", SERVICE_NAME)}
 FETCH_MAX_BYTES = 8 << 20
 # Metadata kept beside the CommitLog, copied whole to followers when it changes.
-METADATA_FILES = ("topics.json", "offsets.json", "topic_types.json")
+METADATA_FILES = ("topics.json", "offsets.json", "topic_types.json", "consumer_groups.json")
 FETCH_WAIT_MS = 500
 FETCH_STALL_S = 10.0  # a fetch unanswered this long is given up (the leader answers within FETCH_WAIT_MS)
 

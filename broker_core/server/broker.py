@@ -92,6 +92,7 @@ class BrokerCore:
         from txmq.broker.transaction.engine import TransactionEngine
         from txmq.broker.transaction.checkback import CheckbackService
         from txmq.broker.server.pop import PopService
+        from txmq.broker.server.consumer_groups import ConsumerGroups
         from txmq.broker.server.topic_types import TopicTypes
         from txmq.broker.timer.service import TimerService
 
@@ -118,6 +119,8 @@ class BrokerCore:
                          else Authenticator.disabled())
             self.pop = PopService(self)
             self.topic_types = TopicTypes(self.store.topics.path.with_name("topic_types.json"))
+            self.consumer_groups = ConsumerGroups(self.store.topics.path.with_name("consumer_groups.json"),
+                                                  default_max_attempts=config.client_max_delivery_attempts)
             # the timer runs where writes are taken: a replica derives nothing for it until it leads
             # a group's broker reaches the coordinators of cross-group transactions (cluster/cross_tx.py)
             self.decisions = None

@@ -16,6 +16,16 @@ consumer side; what the store holds is exactly-once). A group seen for the
 first time starts at the queue's minimum offset, so messages sent before the
 first consumer started are not skipped.
 
+FIFO consumer groups (consumer_groups.py, RocketMQ's `consumeMessageOrderly`) pop each
+queue orderly, as Apache's broker does (PopMessageProcessor with ConsumerOrderInfoManager):
+while any message handed out from a queue is in flight (invisible, not acked), nothing more
+of that queue is delivered to the group; once every one of them is acked, moved to the
+dead-letter topic or visible again, the next receive hands out the unacked ones again first,
+in offset order with `delivery_attempt + 1`, then the messages after them. A message group
+lives on one queue (SendMessage picks it by the group's hash), so a group's next message
+never overtakes one being retried, while the other queues' groups go on. Unlike Apache,
+messages acked inside a range are not handed out again with it.
+
 Receipt handles are opaque text: queue, offset, a version that increases with
 every delivery/change, the deadline, and a checksum of (group, topic), so a
 handle is rejected for another group, another topic, a superseded version or an
@@ -79,6 +89,11 @@ class _GroupTopic:
     rotation: int = 0  # start queue of receives that name no queue, so no queue starves
 
 
+def _blocked(q: QueueState, now_ms: int) -> bool:
+    """Whether a FIFO group must wait on this queue: a message it handed out is still invisible."""
+    return any(e.deadline_ms > now_ms for e in q.inflight.values())
+
+
 def parse_filter(expression_type: str, expression: str | None) -> MessageFilter | None:
     """None (everything) for a tag expression '', '*' or None; else the filter of a tag
     expression 'a || b || c' (type "TAG") or a SQL92 expression (type "SQL92")."""
@@ -98,7 +113,7 @@ class PopService:
         self.core = core
         self.store = core.store
         self.clock = clock
-        self.max_attempts = core.config.client_max_delivery_attempts
+        self.groups = core.consumer_groups
         self._states: dict[tuple[str, str], _GroupTopic] = {}
         self._states_lock = threading.Lock()
         self._arrivals = threading.Condition()
@@ -233,18 +248,30 @@ class PopService:
                 invisible_ms: int, message_filter: MessageFilter | None) -> list[Delivery]:
         """Take up to `batch` messages (expired in-flight ones first, then new ones); no waiting."""
         st = self._state(group, topic)
+        settings = self.groups.get(group)
+        max_attempts = settings.max_delivery_attempts
         now = self._now_ms()
         out: list[Delivery] = []
         with st.lock:
-            if start_queue < 0:
-                st.rotation += 1
-                start_queue = st.rotation
-            order = [(start_queue + i) % queue_count for i in range(queue_count)]
+            if settings.fifo and start_queue >= 0:
+                order = [start_queue]  # a FIFO group pops the queue it names alone, as Apache's broker does
+            else:
+                if start_queue < 0:
+                    st.rotation += 1
+                    start_queue = st.rotation
+                order = [(start_queue + i) % queue_count for i in range(queue_count)]
+            if settings.fifo:
+                for qid in order:
+                    if len(out) >= batch:
+                        break
+                    self._deliver_orderly(st, qid, self._queue(st, qid), now, invisible_ms, batch - len(out),
+                                          message_filter, max_attempts, out)
+                return out
             for qid in order:
                 if len(out) >= batch:
                     break
                 q = self._queue(st, qid)
-                self._redeliver_expired(st, qid, q, now, invisible_ms, batch - len(out), out)
+                self._redeliver_expired(st, qid, q, now, invisible_ms, batch - len(out), max_attempts, out)
             for qid in order:
                 if len(out) >= batch:
                     break
@@ -252,8 +279,22 @@ class PopService:
                 self._deliver_new(st, qid, q, now, invisible_ms, batch - len(out), message_filter, out)
         return out
 
+    def _deliver_orderly(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int, room: int,
+                         message_filter: MessageFilter | None, max_attempts: int, out: list[Delivery]) -> None:
+        """A FIFO group's receive from one queue: nothing while any of the queue's messages is in
+        flight; else its unacked messages again, in offset order, then the new ones after them."""
+        if _blocked(q, now):
+            return
+        before = len(out)
+        self._redeliver_expired(st, qid, q, now, invisible_ms, room, max_attempts, out)
+        room -= len(out) - before
+        if room > 0:
+            assert all(e.deadline_ms > now for e in q.inflight.values()), \
+                "every unacked message of the range goes out before any new one"
+            self._deliver_new(st, qid, q, now, invisible_ms, room, message_filter, out)
+
     def _redeliver_expired(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int,
-                           room: int, out: list[Delivery]) -> None:
+                           room: int, max_attempts: int, out: list[Delivery]) -> None:
         expired = sorted(o for o, e in q.inflight.items() if e.deadline_ms <= now)
         for offset in expired:
             if room <= 0:
@@ -264,7 +305,7 @@ class PopService:
             except DataDeleted:
                 self._retire(st, qid, q, offset)
                 continue
-            if e.attempt >= self.max_attempts:
+            if e.attempt >= max_attempts:
                 self._to_dead_letter(st, msg, e.attempt)
                 self._retire(st, qid, q, offset)
                 continue
@@ -313,6 +354,7 @@ class PopService:
         with st.lock:
             qid, q, e = self._find(st, handle)
             self._retire(st, qid, q, e.offset)
+        self._wake_orderly(group)
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         """Move the deadline of an in-flight message; returns its new receipt handle."""
@@ -322,7 +364,9 @@ class PopService:
             st.version += 1
             e.version = st.version
             e.deadline_ms = self._now_ms() + invisible_ms
-            return self._handle(st, qid, e)
+            handle = self._handle(st, qid, e)
+        self._wake_orderly(group)
+        return handle
 
     def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
         st = self._state(group, topic)
@@ -331,6 +375,7 @@ class PopService:
             msg = self.store.read_at(e.physical_offset, e.size)
             self._to_dead_letter(st, msg, e.attempt)
             self._retire(st, qid, q, e.offset)
+        self._wake_orderly(group)
 
     def next_deadline_s(self, group: str, topic: str) -> float | None:
         """Seconds until the earliest in-flight message of (group, topic) becomes visible again."""
@@ -343,6 +388,12 @@ class PopService:
         return max(0.0, (min(deadlines) - now) / 1000) if deadlines else None
 
     # --- internals ---------------------------------------------------------------
+
+    def _wake_orderly(self, group: str) -> None:
+        """A FIFO group's queue may have come free: its waiting receives look again now rather than
+        at their next deadline (Apache's ackOrderly notifies the long polls the same way)."""
+        if self.groups.get(group).fifo:
+            self.wake_all()
 
     def _retire(self, st: _GroupTopic, qid: int, q: QueueState, offset: int) -> None:
         q.inflight.pop(offset, None)
