@@ -117,10 +117,10 @@ class BrokerCore:
             self.membership: Membership = LocalMembership()  # a cluster's leader: etcd's (cluster/node.py)
             self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
                          else Authenticator.disabled())
-            self.pop = PopService(self)
-            self.topic_types = TopicTypes(self.store.topics.path.with_name("topic_types.json"))
             self.consumer_groups = ConsumerGroups(self.store.topics.path.with_name("consumer_groups.json"),
                                                   default_max_attempts=config.client_max_delivery_attempts)
+            self.pop = PopService(self)  # after the group settings it reads
+            self.topic_types = TopicTypes(self.store.topics.path.with_name("topic_types.json"))
             # the timer runs where writes are taken: a replica derives nothing for it until it leads
             # a group's broker reaches the coordinators of cross-group transactions (cluster/cross_tx.py)
             self.decisions = None
