@@ -339,23 +339,20 @@ def _group_dict(g) -> dict:
             "max_delivery_attempts": g.max_delivery_attempts}
 
 
-def _on_every_group(args, call: Callable) -> list:
-    """`call(client)` on each broker group's leader: a consumer group's settings live on every
-    broker that serves its queues, as RocketMQ's subscription groups do (a lone broker: once)."""
+def _cluster_client(args):
     from txmq.broker.client.cluster_client import ClusterClient
 
-    with ClusterClient(args.broker, timeout_s=args.timeout, retry_unavailable_s=min(args.timeout, 3.0)) as c:
-        routes = c.routes()
-        return [call(c.group(g)) for g in (sorted(routes.groups) if routes.cluster else [""])]
+    return ClusterClient(args.broker, timeout_s=args.timeout, retry_unavailable_s=min(args.timeout, 3.0))
 
 
 def _cmd_group_update(must_exist: bool) -> Callable:
+    """create / update: on every broker group's leader (ClusterClient), a lone broker being one."""
     def run(args) -> None:
         if args.retry_max_times is not None and args.retry_max_times < 0:
             raise UsageError(f"--retry-max-times must be 0 or more, got {args.retry_max_times}")
-        results = _on_every_group(args, lambda c: c.update_consumer_group(
-            args.name, fifo=args.fifo, retry_max_times=args.retry_max_times, must_exist=must_exist))
-        g = results[0]
+        with _cluster_client(args) as c:
+            g = c.update_consumer_group(args.name, fifo=args.fifo, retry_max_times=args.retry_max_times,
+                                        must_exist=must_exist)
         _emit(args, _group_dict(g), text=f"{'updated' if must_exist else 'created'} consumer group {g.name}: "
               f"{'FIFO' if g.fifo else 'not FIFO'}, at most {g.max_delivery_attempts} deliveries "
               f"({g.retry_max_times} retries) before %DLQ%{g.name}")
@@ -375,7 +372,8 @@ def cmd_group_list(args) -> None:
 
 
 def cmd_group_delete(args) -> None:
-    _on_every_group(args, lambda c: c.delete_consumer_group(args.name))
+    with _cluster_client(args) as c:
+        c.delete_consumer_group(args.name)
     _emit(args, {"name": args.name, "deleted": True}, text=f"deleted consumer group {args.name}'s settings")
 
 
