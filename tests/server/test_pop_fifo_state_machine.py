@@ -131,15 +131,18 @@ class OrderlyPopMachine(RuleBasedStateMachine):
         try:
             self.pop.ack(GROUP, TOPIC, self.handle[body])
             self.state[body] = "acked"
-        except InvalidReceiptHandle:
-            raise AssertionError(f"the current handle of {body} was refused")
+        except InvalidReceiptHandle:  # the proxy refuses a handle whose invisible time is over
+            assert self.deadline[body] <= self.clock.now_ms, f"the live handle of {body} was refused"
 
     @precondition(lambda self: any(s == "flight" for s in self.state.values()))
     @rule(data=hs.data(), seconds=hs.integers(0, 3))
     def nack(self, data, seconds):
         body = data.draw(hs.sampled_from(sorted(b for b, s in self.state.items() if s == "flight")))
-        self.handle[body] = self.pop.change_invisible(GROUP, TOPIC, self.handle[body], seconds * 1000)
-        self.deadline[body] = self.clock.now_ms + seconds * 1000
+        try:
+            self.handle[body] = self.pop.change_invisible(GROUP, TOPIC, self.handle[body], seconds * 1000)
+            self.deadline[body] = self.clock.now_ms + seconds * 1000
+        except InvalidReceiptHandle:
+            assert self.deadline[body] <= self.clock.now_ms, f"the live handle of {body} was refused"
 
     @rule(ms=hs.integers(500, 6000))
     def wait(self, ms):
