@@ -388,7 +388,8 @@ class MessagingService:
         while True:
             seq = self.pop.arrival_seq
             deliveries = self.pop.receive(group, topic, count, start_queue=start, batch=batch,
-                                          invisible_ms=invisible_ms, message_filter=message_filter)
+                                          invisible_ms=invisible_ms, message_filter=message_filter,
+                                          attempt_id=req.attempt_id if req.HasField("attempt_id") else None)
             remaining = deadline - time.monotonic()
             if deliveries or remaining <= 0 or not context.is_active():
                 break

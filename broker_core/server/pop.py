@@ -64,6 +64,9 @@ class QueueState:
     committed: int
     inflight: dict[int, Inflight] = field(default_factory=dict)
     acked_above: set[int] = field(default_factory=set)  # acked offsets >= committed
+    # FIFO groups: the attempt id of the receive that handed out the in-flight range (a client
+    # retrying that receive, its answer lost, gets the range again: Apache's needBlock(attemptId))
+    attempt_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -245,8 +248,10 @@ class PopService:
         return round(self.clock() * 1000)
 
     def receive(self, group: str, topic: str, queue_count: int, *, start_queue: int, batch: int,
-                invisible_ms: int, message_filter: MessageFilter | None) -> list[Delivery]:
-        """Take up to `batch` messages (expired in-flight ones first, then new ones); no waiting."""
+                invisible_ms: int, message_filter: MessageFilter | None,
+                attempt_id: str | None = None) -> list[Delivery]:
+        """Take up to `batch` messages (expired in-flight ones first, then new ones); no waiting.
+        `attempt_id`: the client's id of this receive, the same when it retries one (FIFO groups)."""
         st = self._state(group, topic)
         settings = self.groups.get(group)
         max_attempts = settings.max_delivery_attempts
@@ -265,7 +270,7 @@ class PopService:
                     if len(out) >= batch:
                         break
                     self._deliver_orderly(st, qid, self._queue(st, qid), now, invisible_ms, batch - len(out),
-                                          message_filter, max_attempts, out)
+                                          message_filter, max_attempts, attempt_id, out)
                 return out
             for qid in order:
                 if len(out) >= batch:
@@ -280,18 +285,41 @@ class PopService:
         return out
 
     def _deliver_orderly(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int, room: int,
-                         message_filter: MessageFilter | None, max_attempts: int, out: list[Delivery]) -> None:
+                         message_filter: MessageFilter | None, max_attempts: int, attempt_id: str | None,
+                         out: list[Delivery]) -> None:
         """A FIFO group's receive from one queue: nothing while any of the queue's messages is in
-        flight; else its unacked messages again, in offset order, then the new ones after them."""
-        if _blocked(q, now):
-            return
+        flight (unless this receive retries the one that took them); else its unacked messages
+        again, in offset order, then the new ones after them."""
         before = len(out)
-        self._redeliver_expired(st, qid, q, now, invisible_ms, room, max_attempts, out)
+        if _blocked(q, now):
+            if attempt_id is None or attempt_id != q.attempt_id:
+                return
+            self._hand_out_again(st, qid, q, now, invisible_ms, room, out)
+        else:
+            self._redeliver_expired(st, qid, q, now, invisible_ms, room, max_attempts, out)
         room -= len(out) - before
         if room > 0:
             assert all(e.deadline_ms > now for e in q.inflight.values()), \
                 "every unacked message of the range goes out before any new one"
             self._deliver_new(st, qid, q, now, invisible_ms, room, message_filter, out)
+        if len(out) > before:
+            q.attempt_id = attempt_id
+
+    def _hand_out_again(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int, room: int,
+                        out: list[Delivery]) -> None:
+        """The in-flight range once more, to a receive retried with its attempt id: the same attempts
+        (the client never saw them), new handles and deadlines."""
+        for offset in sorted(q.inflight)[:room]:
+            e = q.inflight[offset]
+            try:
+                msg = self.store.read_at(e.physical_offset, e.size)
+            except DataDeleted:
+                self._retire(st, qid, q, offset)
+                continue
+            st.version += 1
+            e.version = st.version
+            e.deadline_ms = now + invisible_ms
+            out.append(Delivery(msg, qid, offset, e.attempt, self._handle(st, qid, e), invisible_ms))
 
     def _redeliver_expired(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int,
                            room: int, max_attempts: int, out: list[Delivery]) -> None:

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from txmq.broker.errors import InvalidReceiptHandle
 from txmq.broker.server.consumer_groups import ConsumerGroups
 from txmq.broker.server.pop import DLQ_PREFIX, PopService
 from txmq.broker.store.config import StoreConfig
@@ -48,9 +49,10 @@ def send(env, queue: int, *bodies: str) -> None:
     env.store.append([Message(topic=TOPIC, body=b.encode(), queue_id=queue) for b in bodies])
 
 
-def receive(env, batch: int = 32, *, queue: int = -1, group: str = GROUP, invisible_s: int = 10):
+def receive(env, batch: int = 32, *, queue: int = -1, group: str = GROUP, invisible_s: int = 10,
+            attempt_id: str | None = None):
     return env.pop.receive(group, TOPIC, QUEUES, start_queue=queue, batch=batch, invisible_ms=invisible_s * SECOND,
-                           message_filter=None)
+                           message_filter=None, attempt_id=attempt_id)
 
 
 def bodies(deliveries) -> list[str]:
@@ -157,3 +159,21 @@ def test_a_group_made_fifo_later_waits_for_what_it_already_holds(env):
     receive(env, batch=1, group="later")
     env.groups.update("later", fifo=True)
     assert receive(env, group="later") == []
+
+
+def test_a_receive_retried_with_its_attempt_id_gets_the_same_range_with_the_same_attempts(env):
+    send(env, 0, "a1", "a2")
+    first = receive(env, attempt_id="r1")
+    send(env, 0, "a3")
+    again = receive(env, attempt_id="r1")  # the answer to r1 was lost: the client asks again
+    assert [(d.message.body, d.attempt) for d in again] == [(b"a1", 1), (b"a2", 1), (b"a3", 1)]
+    assert receive(env, attempt_id="r2") == []
+
+
+def test_the_first_answer_of_a_retried_receive_is_superseded(env):
+    send(env, 0, "a1")
+    first = receive(env, attempt_id="r1")
+    again = receive(env, attempt_id="r1")
+    env.pop.ack(GROUP, TOPIC, again[0].receipt_handle)
+    with pytest.raises(InvalidReceiptHandle):
+        env.pop.ack(GROUP, TOPIC, first[0].receipt_handle)

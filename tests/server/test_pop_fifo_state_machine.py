@@ -8,6 +8,7 @@ deadline and attempt), acked or dead (moved to the dead-letter topic). The rules
 - a message comes back with its attempt + 1, and after its last attempt goes to the dead-letter
   topic instead, never again to the group;
 - a queue that is free and holds unacked messages hands out its earliest one (no stall);
+- a receive retried with its attempt id (its answer lost) gets its range again, same attempts;
 - the persisted committed offset never passes a message that is neither acked nor dead.
 """
 
@@ -62,6 +63,8 @@ class OrderlyPopMachine(RuleBasedStateMachine):
         self.deadline: dict[str, int] = {}
         self.attempt: dict[str, int] = {}
         self.handle: dict[str, str] = {}
+        self.range_attempt: dict[int, str] = {}  # queue -> attempt id of the receive that took its range
+        self.receives = 0
         self.n = 0
 
     def teardown(self) -> None:
@@ -92,12 +95,21 @@ class OrderlyPopMachine(RuleBasedStateMachine):
             return set()
         return {m.body.decode() for m in self.store.read_queue(dlq, 0, 0, 10_000).messages}
 
-    @rule(batch=hs.integers(1, 4), invisible_s=hs.integers(1, 5), queue=hs.integers(-1, QUEUES - 1))
-    def receive(self, batch, invisible_s, queue):
+    @rule(batch=hs.integers(1, 4), invisible_s=hs.integers(1, 5), queue=hs.integers(-1, QUEUES - 1),
+          retry=hs.booleans())
+    def receive(self, batch, invisible_s, queue, retry):
+        """`retry`: the client asks again for the receive that took the named queue's range."""
         now = self.clock.now_ms
+        retried = queue >= 0 and retry and queue in self.range_attempt
+        self.receives += 1
+        attempt_id = self.range_attempt[queue] if retried else f"r{self.receives}"
         blocked_before = {q for q in range(QUEUES) if self.blocked(q)}
+        again: set[str] = set()  # a retried receive gets its range again, with the attempts it had
+        if retried and queue in blocked_before:
+            blocked_before.discard(queue)
+            again = {b for b in self.queues[queue] if self.state[b] == "flight"}
         got = self.pop.receive(GROUP, TOPIC, QUEUES, start_queue=queue, batch=batch,
-                               invisible_ms=invisible_s * 1000, message_filter=None)
+                               invisible_ms=invisible_s * 1000, message_filter=None, attempt_id=attempt_id)
         assert len(got) <= batch
         for body in self.dead_letters() - {b for b, s in self.state.items() if s == "dead"}:
             assert self.state[body] == "flight" and self.deadline[body] <= now, f"{body} went dead in flight"
@@ -112,13 +124,17 @@ class OrderlyPopMachine(RuleBasedStateMachine):
             assert q not in blocked_before, "handed out while a message of its queue was in flight"
             assert self.state[body] in ("pending", "flight"), f"{body} was {self.state[body]}"
             per_queue.setdefault(q, []).append(body)
-            expected_attempt = 1 if self.state[body] == "pending" else self.attempt[body] + 1
+            if body in again:
+                expected_attempt = self.attempt[body]
+            else:
+                expected_attempt = 1 if self.state[body] == "pending" else self.attempt[body] + 1
             assert d.attempt == expected_attempt <= MAX_ATTEMPTS
             self.state[body], self.attempt[body] = "flight", d.attempt
             self.deadline[body], self.handle[body] = now + invisible_s * 1000, d.receipt_handle
         for q, bodies in per_queue.items():
             assert self.unfinished(q)[:len(bodies)] == bodies, \
                 f"queue {q} handed out {bodies} while its earliest unfinished are {self.unfinished(q)}"
+            self.range_attempt[q] = attempt_id
         if not got:
             for q in ([queue] if queue >= 0 else range(QUEUES)):
                 if q not in blocked_before:
