@@ -177,3 +177,14 @@ def test_the_first_answer_of_a_retried_receive_is_superseded(env):
     env.pop.ack(GROUP, TOPIC, again[0].receipt_handle)
     with pytest.raises(InvalidReceiptHandle):
         env.pop.ack(GROUP, TOPIC, first[0].receipt_handle)
+
+
+def test_a_groups_retry_max_times_bounds_its_deliveries_also_when_not_fifo(env):
+    env.groups.update("plain-retries", fifo=False, retry_max_times=1)
+    send(env, 0, "a1")
+    attempts = []
+    for _ in range(3):
+        attempts += [d.attempt for d in receive(env, group="plain-retries")]
+        env.clock.now_ms += 10 * SECOND
+    assert attempts == [1, 2]
+    assert [m.body for m in env.store.read_queue(DLQ_PREFIX + "plain-retries", 0, 0, 10).messages] == [b"a1"]
