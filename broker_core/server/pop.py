@@ -420,7 +420,8 @@ class PopService:
     def _wake_orderly(self, group: str) -> None:
         """A FIFO group's queue may have come free: its waiting receives look again now rather than
         at their next deadline (Apache's ackOrderly notifies the long polls the same way)."""
-        if self.groups.get(group).fifo:
+        settings = self.groups.find(group)  # an unconfigured group is not FIFO: nothing to build for it
+        if settings is not None and settings.fifo:
             self.wake_all()
 
     def _retire(self, st: _GroupTopic, qid: int, q: QueueState, offset: int) -> None:
