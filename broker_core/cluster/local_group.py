@@ -22,7 +22,8 @@ class LocalGroup:
         self.root = Path(root)
         self.etcd = etcd
         self.name = name
-        self.args = ["--etcd", etcd.endpoint, "--group", name, "--log-level", "INFO", *(args or [])]
+        self.args = ["--etcd", etcd.endpoint, "--group", name, "--log-level", "INFO",
+                     *([] if "--replicas" in (args or []) else ["--replicas", str(replicas)]), *(args or [])]
         self.replicas: list[EmbeddedBroker] = []
         self.metrics_ports: dict[str, int] = {}
         for i in range(replicas):

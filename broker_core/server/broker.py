@@ -371,7 +371,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--replication", choices=("sync", "async"),
                    help="sync (default): acknowledge a write once --min-insync followers hold it; "
                         "async: acknowledge per the leader's --flush")
-    p.add_argument("--min-insync", type=int, help="followers that must hold a write under sync replication (default 1)")
+    p.add_argument("--replicas", type=int,
+                   help="the group's size (default: the replicas that have joined it so far, from etcd)")
+    p.add_argument("--min-insync", type=int,
+                   help="followers that must hold a write under sync replication "
+                        "(default: 1 in a group of two or more replicas, 0 in a group of one)")
     p.add_argument("--lease-ttl", help="the leader's etcd lease (default 2s): a dead leader's group waits this long")
     p.add_argument("--replica-lag-max", help="a follower behind for this long leaves the in-sync set (default 2s)")
     p.add_argument("--timer-max-delay", help="latest delivery time a timer message may ask for, from now "
@@ -391,7 +395,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("flight_listen", "flight_listen"),
                       ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads"),
                       ("etcd", "etcd"), ("group", "group"), ("replication", "replication"),
-                      ("min_insync", "min_insync")):
+                      ("min_insync", "min_insync"), ("replicas", "replicas")):
         value = getattr(args, flag)  # a table of flags: a lookup by name
         if value is not None:
             overrides[key] = value
