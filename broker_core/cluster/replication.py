@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from txmq.broker.protocol.method_table import STREAM_STREAM, UNARY_UNARY, build_
 from txmq.broker.store.durable import write_bytes_atomically
 from txmq.broker.store.message_store import MessageStore
 from txmq.broker.store.replay_columns import load_compiled
+from txmq.broker.timer.service import TIMER_DIR
 from txmq.broker.transaction.snapshot import drop_snapshots
 
 from .coordination import LeaderRecord
@@ -439,6 +441,9 @@ class Follower:
                 resp = self._fetch_from_end(versions)
                 if resp.status.code != native_status.OK_CODE:
                     exc = native_status.error_from(resp.status)
+                    if isinstance(exc, DataDeleted) and exc.min_offset > self.store.commitlog.write_end:
+                        self._restart_at(exc.min_offset)
+                        continue
                     if isinstance(exc, IllegalOffset):
                         synced = False  # ahead of the leader: find where the logs part again
                     log.info("group %s: fetch from %s refused: %s", self.group, self.leader.endpoint, exc)
@@ -500,6 +505,19 @@ class Follower:
             self.store.offsets.replace(f.content)
         else:
             write_bytes_atomically(self.store.config.data_dir / f.name, f.content)
+
+    def _restart_at(self, offset: int) -> None:
+        """The leader's retention deleted the bytes this log lacks: start over at the leader's log
+        start, with nothing derived from the old log (queues, index, transaction-table snapshots,
+        timer files): they are rebuilt from the log there, as after a single broker's retention."""
+        log.warning("group %s: leader %s keeps its log from %d only, past this log's end %d: "
+                    "this replica starts over there", self.group, self.leader.endpoint, offset,
+                    self.store.commitlog.write_end)
+        self.truncated_bytes += self.store.commitlog.write_end - self.store.commitlog.min_offset
+        self.store.restart_log_at(offset)
+        self.epochs.truncate_to(0)  # the next answer gives the leader's history
+        drop_snapshots(self.state_dir)
+        shutil.rmtree(self.store.config.data_dir / TIMER_DIR, ignore_errors=True)
 
     def _cut_divergent_tail(self) -> None:
         """Cut what this log holds past where it parts from the leader's (Kafka's truncation by

@@ -93,7 +93,7 @@ class BrokerCore:
         from txmq.broker.transaction.checkback import CheckbackService
         from txmq.broker.server.pop import PopService
         from txmq.broker.server.topic_types import TopicTypes
-        from txmq.broker.timer.service import TimerService
+        from txmq.broker.timer.service import TIMER_DIR, TimerService
 
         self.config = config
         self.clock = clock
@@ -125,7 +125,7 @@ class BrokerCore:
                 from txmq.broker.cluster.cross_tx import ClusterDecisions
 
                 self.decisions = self.engine.authority = ClusterDecisions.for_broker(self.engine, config, self.auth)
-            self.timer = TimerService(self.store, self.store.config.data_dir / "timer", max_delay_s=config.timer_max_delay_s,
+            self.timer = TimerService(self.store, self.store.config.data_dir / TIMER_DIR, max_delay_s=config.timer_max_delay_s,
                                       clock=clock)
         except BaseException:
             self.store.close()
