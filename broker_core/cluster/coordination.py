@@ -6,7 +6,8 @@ Keys under /txmq/groups/<group>/:
 - epoch    the last epoch handed out; raised by one in the transaction that elects.
 - isr      {"epoch", "members", "ids", "vouched"}: replicas holding every acknowledged
            write, each with the id of its data directory (replica.json), and a log end
-           they all held (the leader's confirmed offset, raised about once a second).
+           they all held (the end of the last write acknowledged under sync, raised about
+           once a second).
            Only the leader changes it, in a transaction that checks it still is the
            leader; only a member with that same data directory and a log at least that
            long may become leader (may_lead).
@@ -70,7 +71,7 @@ class InSyncSet:
     members: tuple[str, ...]
     revision: int  # mod revision of the key (0: absent)
     ids: dict[str, str] = field(default_factory=dict)  # member -> the id of the data directory vouched for
-    vouched: int = 0  # a log end every member held (the leader's confirmed offset when written)
+    vouched: int = 0  # a log end every member held (the end of the last write acknowledged under sync)
 
 
 def may_lead(isr: InSyncSet, me: str, replica_id: str, log_end: int) -> str | None:

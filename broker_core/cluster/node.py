@@ -249,21 +249,23 @@ class ReplicaNode:
             self._next_reconcile = time.monotonic() + RECONCILE_EVERY_S
             self._reconcile_topics()
             lead.min_insync = self._min_insync()  # the group may have grown
+        acked = lead.acked_through  # read first: a follower added below holds at least this much
         drop, add = lead.in_sync_changes()
-        confirmed = lead.confirmed
         if drop or add:
             members = lead.in_sync_ids((set(lead.in_sync) - drop) | add)
-            if self.etcd.set_in_sync(lead.record, {**members, self.me: self.replica_id}, self._vouch(confirmed)):
+            if self.etcd.set_in_sync(lead.record, {**members, self.me: self.replica_id}, self._vouch(acked)):
                 log.warning("group %s: in-sync set now %s (dropped %s, added %s)", self.group,
                             sorted(set(members) | {self.me}), sorted(drop), sorted(add))
                 lead.set_in_sync(members)
-        elif confirmed > self.vouched and time.monotonic() >= self._next_vouch:
-            self.etcd.set_in_sync(lead.record, {**lead.ids, self.me: self.replica_id}, self._vouch(confirmed))
+        elif acked > self.vouched and time.monotonic() >= self._next_vouch:
+            self.etcd.set_in_sync(lead.record, {**lead.ids, self.me: self.replica_id}, self._vouch(acked))
 
-    def _vouch(self, confirmed: int) -> int:
-        """The log end the in-sync set holds, as the next write to etcd records it."""
+    def _vouch(self, acked: int) -> int:
+        """The log end the in-sync set holds, as the next write to etcd records it: the end of the
+        last write acknowledged under sync (a write boundary, so a replica's recovery never cuts
+        below it; under async, acknowledged writes are not promised to survive the leader)."""
         self._next_vouch = time.monotonic() + VOUCH_EVERY_S
-        self.vouched = max(self.vouched, confirmed)
+        self.vouched = max(self.vouched, acked)
         return self.vouched
 
     def _min_insync(self) -> int:

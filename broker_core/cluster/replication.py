@@ -89,6 +89,9 @@ class ReplicationLeader:
         self.fenced = False
         self.fenced_reason = ""
         self.acks_refused = 0
+        # the end of the last write acknowledged under sync (a write boundary its in-sync set
+        # holds): what etcd records as the log end the set vouches for
+        self.acked_through = 0
         self._metadata_paths = [(name, str(store.config.data_dir / name)) for name in METADATA_FILES]
 
     # --- the store's hook -----------------------------------------------------------
@@ -135,6 +138,9 @@ class ReplicationLeader:
             self.fence("its etcd lease expired")
             self.acks_refused += 1
             raise NotLeader(f"this replica's lease on group {self.group} expired; the write is not acknowledged")
+        if self.sync:
+            with self._cond:
+                self.acked_through = max(self.acked_through, end)
 
     # --- confirmed offset ----------------------------------------------------------------
 

@@ -20,7 +20,12 @@ def test_a_wiped_replica_started_first_does_not_lead_and_every_acknowledged_writ
     with NativeClient(group.endpoints, timeout_s=20) as client:
         for i in range(0, len(acked), 50):
             client.send([Message(TOPIC, body) for body in acked[i:i + 50]])
-    group.wait_same_log_end()
+    end = group.wait_same_log_end()
+    deadline = time.monotonic() + 5  # the leader records what its in-sync set holds about once a second
+    while group.view.in_sync().vouched < end:
+        assert time.monotonic() < deadline, f"etcd never recorded the acknowledged log end {end}"
+        time.sleep(0.1)
+    assert set(group.view.in_sync().ids) == {r.endpoint for r in group.replicas}
     for r in group.replicas:  # a power cut: every replica down at once, the in-sync set names all three
         r.kill()
     wiped = group.replicas[0]
