@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from tests.cluster.test_replication import TOPIC, read_bodies
+from tests.interop.conftest import official_client_available, run_client
 from txmq.broker import errors
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
@@ -63,3 +64,15 @@ def test_a_group_that_could_never_acknowledge_refuses_to_start(etcd, tmp_path):
     assert proc.returncode == 2
     reason = proc.stderr.strip().splitlines()
     assert len(reason) == 1 and "--min-insync 1" in reason[0] and "--replicas 1" in reason[0]
+
+
+@pytest.mark.interop
+@pytest.mark.skipif(not official_client_available(), reason="the official client's venv is missing (make interop-venv)")
+def test_the_official_client_sends_to_a_group_of_one_replica_with_the_defaults_once_each(group_factory):
+    group = group_factory(replicas=1, declare_size=False)
+    result = run_client(group.endpoints, "produce", "--topic", "official-one", "--count", "20", "--prefix", "o",
+                        timeout=120)
+    acked = [s["body"] for s in result["sent"]]
+    assert len(acked) == 20, f"sends were not acknowledged: {result['errors'][:3]}"
+    with NativeClient(group.endpoints) as client:
+        assert read_bodies(client, "official-one") == Counter({b.encode(): 1 for b in acked})
