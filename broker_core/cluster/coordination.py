@@ -333,6 +333,9 @@ def cluster_status(endpoints: list[tuple[str, int]], group: str | None = None) -
                 "log_end": info.get("log_end"),
                 "lag_bytes": max(0, leader_end - info.get("log_end", 0)) if info else None,
                 "lag_seconds": info.get("lag_seconds"),
+                "replica_id": info.get("replica_id"),
+                **({"may_not_lead": info["may_not_lead"]} if info.get("may_not_lead") else {}),
             })
-        out["groups"][name] = {"leader": leader.endpoint if leader else None, "epoch": epoch, "members": rows}
+        out["groups"][name] = {"leader": leader.endpoint if leader else None, "epoch": epoch,
+                               "vouched": isr.vouched, "members": rows}
     return out

@@ -495,4 +495,6 @@ class ReplicaNode:
                         lag_bytes=max(0, f.leader_end - info["log_end"]),
                         lag_seconds=round(time.monotonic() - f.caught_up_at, 3),
                         truncated_bytes=f.truncated_bytes, error=f.error)
+        if self.refused is not None and self.lead is None:
+            info["may_not_lead"] = self.refused
         return info

@@ -36,6 +36,11 @@ def test_a_wiped_replica_started_first_does_not_lead_and_every_acknowledged_writ
         leader = group.leader()
         assert leader is None or leader.endpoint != wiped.endpoint, "a replica with an empty log took the lead"
         time.sleep(0.05)
+    deadline = time.monotonic() + 5
+    while "data directory" not in next((m.get("may_not_lead", "") for m in group.status()["members"]
+                                        if m["endpoint"] == wiped.endpoint), ""):
+        assert time.monotonic() < deadline, f"the wiped replica does not say why it may not lead: {group.status()}"
+        time.sleep(0.1)
     for r in group.replicas[1:]:
         r.start()
     leader = group.wait_leader()
