@@ -51,6 +51,35 @@ def test_a_wiped_replica_started_first_does_not_lead_and_every_acknowledged_writ
         assert read_bodies(client, TOPIC) == Counter({body: 1 for body in acked})
 
 
+def test_a_leader_with_no_history_of_the_log_never_makes_the_others_cut_it(group_factory):
+    group = group_factory(args=["--replication", "sync"])
+    with NativeClient(group.endpoints, timeout_s=20) as client:
+        client.send([Message(TOPIC, f"w{i}".encode()) for i in range(100)])
+    end = group.wait_same_log_end()
+    for r in group.replicas:
+        r.kill()
+    wiped, *others = group.replicas
+    shutil.rmtree(wiped.data_dir)
+    group.view.delete(group.view.prefix + "isr")  # an operator told etcd to forget the in-sync set
+    wiped.start()
+    deadline = time.monotonic() + 10  # the old lease runs out, then it founds the group anew
+    while (leader := group.leader()) is None or leader.endpoint != wiped.endpoint:
+        assert time.monotonic() < deadline, f"the wiped replica did not found the group anew: {group.status()}"
+        time.sleep(0.1)
+    for r in others:
+        r.start()
+    deadline = time.monotonic() + 5
+    while True:
+        members = {m["endpoint"]: m for m in group.view.members().values()}
+        states = [members.get(r.endpoint, {}) for r in others]
+        if all(s.get("error") for s in states):
+            break
+        assert time.monotonic() < deadline, f"a replica followed a leader with no history of its log: {states}"
+        time.sleep(0.1)
+    assert [s["log_end"] for s in states] == [end, end], "a replica cut acknowledged writes"
+    assert all("holds no epoch as old" in s["error"] for s in states)
+
+
 def isr(**kw) -> InSyncSet:
     base = dict(epoch=3, members=("a:1", "b:1"), revision=7, ids={"a:1": "id-a", "b:1": "id-b"}, vouched=4096)
     return InSyncSet(**{**base, **kw})
