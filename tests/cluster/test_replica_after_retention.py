@@ -16,6 +16,7 @@ from txmq.broker.cluster.local_group import LocalGroup
 
 TOPIC = "kept"
 SEGMENT = 64 << 10
+TIMER_DELAY_S = 12
 
 
 def retained_bodies(client: NativeClient, topic: str) -> Counter:
@@ -66,6 +67,8 @@ def test_a_new_replica_joins_once_retention_ran_and_leads_with_every_retained_wr
         late = client.prepare("", [Message(TOPIC, b"late tx 1"), Message(TOPIC, b"late tx 2")]).transaction_id
         client.end_transaction(late, "COMMIT")
         pending = client.prepare("", [Message(TOPIC, b"pending tx")]).transaction_id
+        due_ms = int(time.time() * 1000) + TIMER_DELAY_S * 1000  # delivered once the new replica leads
+        client.send([Message(TOPIC, b"timer", deliver_at_ms=due_ms)])
         kept = retained_bodies(client, TOPIC)
     assert kept[b"late"] == kept[b"late tx 1"] == kept[b"late tx 2"] == 1
     assert kept[b"early tx"] == 0, "retention kept the first segment"
@@ -80,6 +83,7 @@ def test_a_new_replica_joins_once_retention_ran_and_leads_with_every_retained_wr
     assert leader.endpoint == new.endpoint
     with NativeClient(new.endpoint, timeout_s=20) as client:
         readable = retained_bodies(client, TOPIC)
+        readable.pop(b"timer", None)  # it may be due already
         # its own retention may have deleted more old segments since: never the last one
         assert readable[b"late"] == readable[b"late tx 1"] == readable[b"late tx 2"] == 1
         assert not readable - kept, "the new leader shows what the old one did not"
@@ -88,3 +92,9 @@ def test_a_new_replica_joins_once_retention_ran_and_leads_with_every_retained_wr
         assert client.get_transaction(pending).state == "PENDING"
         client.end_transaction(pending, "COMMIT")
         assert retained_bodies(client, TOPIC)[b"pending tx"] == 1
+        assert group.wait_leader().endpoint == new.endpoint  # still: the timer below is the new leader's
+        deadline = time.monotonic() + TIMER_DELAY_S + 15
+        while (delivered := retained_bodies(client, TOPIC)[b"timer"]) == 0:
+            assert time.monotonic() < deadline, "the scheduled message was never delivered"
+            time.sleep(0.2)
+        assert delivered == 1
