@@ -125,8 +125,8 @@ class BrokerCore:
                 from txmq.broker.cluster.cross_tx import ClusterDecisions
 
                 self.decisions = self.engine.authority = ClusterDecisions.for_broker(self.engine, config, self.auth)
-            self.timer = TimerService(self.store, self.store.config.data_dir / TIMER_DIR, max_delay_s=config.timer_max_delay_s,
-                                      clock=clock)
+            self.timer = TimerService(self.store, self.store.config.data_dir / TIMER_DIR,
+                                      max_delay_s=config.timer_max_delay_s, clock=clock)
         except BaseException:
             self.store.close()
             raise
