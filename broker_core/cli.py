@@ -409,9 +409,10 @@ def cmd_cluster_status(args) -> None:
         _emit(args, data)
         return
     rows = [{"group": name, "endpoint": m["endpoint"], "role": m["role"], "in_sync": m["in_sync"],
-             "epoch": g["epoch"], "lag_bytes": m["lag_bytes"], "lag_seconds": m["lag_seconds"]}
+             "epoch": g["epoch"], "lag_bytes": m["lag_bytes"], "lag_seconds": m["lag_seconds"],
+             "may_not_lead": m.get("may_not_lead", "")}
             for name, g in sorted(data["groups"].items()) for m in g["members"]]
-    print(_table(rows, ["group", "endpoint", "role", "in_sync", "epoch", "lag_bytes", "lag_seconds"]))
+    print(_table(rows, ["group", "endpoint", "role", "in_sync", "epoch", "lag_bytes", "lag_seconds", "may_not_lead"]))
 
 
 # ---- parser ---------------------------------------------------------------------

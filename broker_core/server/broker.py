@@ -94,7 +94,7 @@ class BrokerCore:
         from txmq.broker.server.pop import PopService
         from txmq.broker.server.consumer_groups import ConsumerGroups
         from txmq.broker.server.topic_types import TopicTypes
-        from txmq.broker.timer.service import TimerService
+        from txmq.broker.timer.service import TIMER_DIR, TimerService
 
         self.config = config
         self.clock = clock
@@ -128,8 +128,8 @@ class BrokerCore:
                 from txmq.broker.cluster.cross_tx import ClusterDecisions
 
                 self.decisions = self.engine.authority = ClusterDecisions.for_broker(self.engine, config, self.auth)
-            self.timer = TimerService(self.store, self.store.config.data_dir / "timer", max_delay_s=config.timer_max_delay_s,
-                                      clock=clock)
+            self.timer = TimerService(self.store, self.store.config.data_dir / TIMER_DIR,
+                                      max_delay_s=config.timer_max_delay_s, clock=clock)
         except BaseException:
             self.store.close()
             raise
@@ -374,7 +374,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--replication", choices=("sync", "async"),
                    help="sync (default): acknowledge a write once --min-insync followers hold it; "
                         "async: acknowledge per the leader's --flush")
-    p.add_argument("--min-insync", type=int, help="followers that must hold a write under sync replication (default 1)")
+    p.add_argument("--replicas", type=int,
+                   help="the group's size (default: the replicas that have joined it so far, from etcd)")
+    p.add_argument("--min-insync", type=int,
+                   help="followers that must hold a write under sync replication "
+                        "(default: 1 in a group of two or more replicas, 0 in a group of one)")
     p.add_argument("--lease-ttl", help="the leader's etcd lease (default 2s): a dead leader's group waits this long")
     p.add_argument("--replica-lag-max", help="a follower behind for this long leaves the in-sync set (default 2s)")
     p.add_argument("--timer-max-delay", help="latest delivery time a timer message may ask for, from now "
@@ -394,7 +398,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("flight_listen", "flight_listen"),
                       ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads"),
                       ("etcd", "etcd"), ("group", "group"), ("replication", "replication"),
-                      ("min_insync", "min_insync")):
+                      ("min_insync", "min_insync"), ("replicas", "replicas")):
         value = getattr(args, flag)  # a table of flags: a lookup by name
         if value is not None:
             overrides[key] = value
