@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: venv etcd etcd-required demo-cluster test test-slow torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: venv dist etcd etcd-required demo-cluster test test-slow torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -76,6 +76,10 @@ interop: venv interop-venv
 torture: venv etcd
 	$(VPY) -m pytest -m torture $(PYTEST_ARGS)
 
+# The sdist and the wheel built from it, into dist/ (docs/deploy.md installs the wheel).
+dist: venv
+	rm -rf dist && $(VPY) -m build --outdir dist .
+
 proto: venv
 	$(VPY) -m txmq.broker.protocol.generate
 
@@ -98,4 +102,4 @@ bench-peers: venv interop-venv spark-kafka-venv peers-jars
 	$(VPY) bench/vs_peers.py $(PEERS_ARGS)
 
 clean:
-	rm -rf $(VENV) $(RMQ_VENV) $(SPARK_KAFKA_VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(RMQ_VENV) $(SPARK_KAFKA_VENV) build dist *.egg-info .pytest_cache
