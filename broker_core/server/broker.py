@@ -334,7 +334,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help="TOML file with broker settings (flags override it)")
     p.add_argument("--data-dir", type=Path, help="where the CommitLog, queues and metadata live")
     p.add_argument("--listen", help="HOST:PORT to serve gRPC on (port 0 = any free port)")
-    p.add_argument("--advertised-host", help="host announced in routes when listening on a wildcard address")
+    p.add_argument("--advertised-host", help="host clients and peers are told to dial (default: the --listen host; "
+                                             "on a wildcard listen, this host's primary IPv4 address)")
     p.add_argument("--flush", choices=("sync", "async"), help="sync: ack after fsync; async: flush on an interval")
     p.add_argument("--transaction-timeout", help="age before a half is checked back (e.g. 6s)")
     p.add_argument("--check-interval", help="time between check-backs (e.g. 30s)")
