@@ -75,7 +75,8 @@ def store_config(config: BrokerConfig, *, replica: bool = False):
         retention_hours=config.retention_s / 3600,
         disk_max_used_ratio=config.disk_max_used_ratio,
         page_cache_keep_bytes=config.page_cache_keep_bytes,
-        store_host=(announced_host(host, config.advertised_host), port),
+        # the host in message ids: the listen address, or on a wildcard listen the announced one
+        store_host=(host if host not in WILDCARD_HOSTS else announced_host(host, config.advertised_host), port),
         replica=replica,
     )
 
