@@ -184,9 +184,9 @@ class BrokerConfig:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
         table = data.get("broker", data)
-        if table is not data:  # settings live in [broker]; anything beside it is not understood
-            for other in data.keys() - {"broker"}:
-                raise ValueError(f"unknown table or key beside [broker] in {path}: {other!r}")
+        beside = sorted(data.keys() - {"broker"}) if table is not data else []
+        if beside:  # settings live in [broker]; anything beside it is not understood
+            raise ValueError(f"unknown table or key beside [broker] in {path}: {beside[0]!r}")
         merged = dict(table)  # keys as written, so an error names them as the user spelled them
         merged.update(overrides or {})  # after the file's: a flag wins (from_mapping keeps the last)
         return cls.from_mapping(merged)
