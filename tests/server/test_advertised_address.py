@@ -7,6 +7,7 @@ namespaces on a bridge, addresses that exist only inside them); they need root.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -64,8 +65,6 @@ def _start_broker(host: lab_hosts.Host, data_dir: Path) -> subprocess.Popen:
 
 
 def _env() -> dict[str, str]:
-    import os
-
     return {k: v for k, v in os.environ.items() if not k.startswith("TXMQ_")}
 
 
