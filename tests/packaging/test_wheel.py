@@ -117,6 +117,19 @@ def installed_broker(installed, tmp_path_factory):
         yield proc
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="a read-only bind mount needs root (unshare --mount)")
+def test_the_installed_broker_starts_from_a_read_only_install_for_a_user_without_a_home(installed, tmp_path):
+    # numba caches compiled code beside the source or in ~/.cache; a service user may write neither
+    read_only = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"', str(installed.site)]
+    env = {**installed.env(), "HOME": "/proc/no-home", "TMPDIR": str(tmp_path)}
+    env.pop("XDG_CACHE_HOME", None)
+    env.pop("NUMBA_CACHE_DIR", None)
+    with BrokerProcess(tmp_path / "data", env=env, program=[*read_only, installed.txmq, "broker", "start"]) as proc:
+        assert proc.port > 0
+    assert any(tmp_path.glob("txmq-numba-*")), "the compiled code was cached under the temp dir"
+
+
 def test_the_installed_cli_runs_a_broker_that_stores_and_returns_a_message(installed, installed_broker):
     broker = ["--broker", installed_broker.endpoint]
     created = installed.run(installed.txmq, "topic", "create", "installed-cli", "--queues", "1", *broker)
