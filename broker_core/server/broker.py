@@ -375,7 +375,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease-ttl", help="the leader's etcd lease (default 2s): a dead leader's group waits this long")
     p.add_argument("--replica-lag-max", help="a follower behind for this long leaves the in-sync set (default 2s)")
     p.add_argument("--timer-max-delay", help="latest delivery time a timer message may ask for, from now "
-                                              "(default 3d as 72h; later ones get ILLEGAL_DELIVERY_TIME)")
+                                              "(default 24h, the RocketMQ proxy's; later ones get ILLEGAL_DELIVERY_TIME)")
     p.add_argument("--log-level", default="WARNING")
     return p
 

@@ -64,8 +64,8 @@ class BrokerConfig:
     # from it, see store/page_cache.py); 0: leave the page cache to the kernel.
     page_cache_keep_bytes: int = 2 << 30
     max_body_bytes: int = 4 << 20
-    # Timer (delay) messages: the latest delivery time accepted, from now (RocketMQ 5's timerMaxDelaySec).
-    timer_max_delay_s: float = 3 * 24 * 3600.0
+    # Timer (delay) messages: the latest delivery time accepted, from now (RocketMQ 5 proxy's maxDelayTimeMills).
+    timer_max_delay_s: float = 24 * 3600.0
     max_properties_bytes: int = 32767
     max_message_bytes: int = 256 << 20  # gRPC frame limit, and the largest batch a Flight put may carry
     max_workers: int = 256  # long polls and telemetry streams each hold a thread
@@ -81,6 +81,7 @@ class BrokerConfig:
     local_reads: bool = True
     # Pop consumption (ReceiveMessage).
     default_invisible_s: float = 60.0  # a receive that names none (auto_renew): the proxy's default
+    min_invisible_s: float = 10.0  # a receive asking for less is refused, as the proxy's minInvisibleTimeMillsForRecv
     max_invisible_s: float = 12 * 3600.0
     max_long_polling_s: float = 60.0
     default_long_polling_s: float = 20.0
