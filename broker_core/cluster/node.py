@@ -87,7 +87,8 @@ class ReplicaNode:
             self.server.add_registered_method_handlers(
                 SERVICE_NAME, replication_method_handlers(lambda: self.lead, self.group, self._authorize_replica))
             host, port = cfg.listen_host_port
-            self.port = bind(self.server, cfg, host, port)
+            self.listener = bind(self.server, cfg, host, port)
+            self.port = self.listener.port
             advertised = cfg.advertised_host or (host if host not in WILDCARD_HOSTS else "127.0.0.1")
             self.me = f"{advertised}:{self.port}"
             self.server.start()
@@ -174,6 +175,7 @@ class ReplicaNode:
                     self.store.close()
         finally:
             self.server.stop(2).wait(5)
+            self.listener.close()  # after the server: its calls end through the TLS forwarder
             self.etcd.close()
 
     # --- the decision loop -------------------------------------------------------------

@@ -52,6 +52,10 @@ class BrokerConfig:
     auto_create_topics: bool = True
     default_queue_count: int = 4
     auth_file: Path | None = None
+    # TLS on the gRPC port (server/listen_port.py): "permissive" (TLS and plaintext on one port, the
+    # proxy's default), "enforcing" (TLS only) or "disabled" (plaintext only). The certificate is
+    # tls_cert/tls_key, else one generated into <data_dir>/tls/. Flight uses TLS only with tls_cert.
+    tls_mode: str = "permissive"
     tls_cert: Path | None = None
     tls_key: Path | None = None
     metrics_listen: str | None = None
@@ -115,6 +119,8 @@ class BrokerConfig:
             parse_host_port(self.metrics_listen)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both --tls-cert and --tls-key")
+        if self.tls_mode not in ("permissive", "enforcing", "disabled"):
+            raise ValueError(f"tls_mode must be permissive, enforcing or disabled, not {self.tls_mode!r}")
         if self.default_queue_count <= 0:
             raise ValueError("default_queue_count must be positive")
         if self.max_checks < 0:
