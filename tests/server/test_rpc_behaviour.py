@@ -62,15 +62,19 @@ def test_repeated_commit_is_ok_and_writes_nothing_more(wire):
 def test_receive_ack_and_redelivery_with_growing_attempt(wire):
     topic, group = name("pop"), name("g")
     wire.send(topic, [b"p1"])
-    status, msgs = wire.receive(topic, group, invisible_s=1)
+    status, msgs = wire.receive(topic, group, invisible_s=10)  # the least a receive may ask for
     assert status.code == pb.OK and len(msgs) == 1
     sp = msgs[0].system_properties
     assert sp.delivery_attempt == 1 and sp.receipt_handle and sp.body_encoding == pb.IDENTITY
     assert sp.HasField("store_timestamp") and sp.HasField("queue_offset")
+    shorten = pb.ChangeInvisibleDurationRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+                                                receipt_handle=sp.receipt_handle, message_id=sp.message_id)
+    shorten.invisible_duration.seconds = 1
+    assert wire.call("ChangeInvisibleDuration", shorten).status.code == pb.OK
     # not acked: invisible for 1 s, then delivered again with attempt 2
-    status, none = wire.receive(topic, group, invisible_s=1)
+    status, none = wire.receive(topic, group)
     assert none == [] and status.code == pb.MESSAGE_NOT_FOUND
-    status, again = wire.receive(topic, group, invisible_s=5, poll_s=3)
+    status, again = wire.receive(topic, group, poll_s=3)
     assert [m.body for m in again] == [b"p1"] and again[0].system_properties.delivery_attempt == 2
     ack = pb.AckMessageRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic))
     ack.entries.add(message_id=again[0].system_properties.message_id,
