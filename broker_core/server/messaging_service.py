@@ -415,9 +415,11 @@ class MessagingService:
         if req.batch_size <= 0:
             raise BadRequest(f"batch_size must be positive, got {req.batch_size}")
         batch = min(req.batch_size, MAX_RECEIVE_BATCH)
+        # a push consumer's receive (auto_renew) is not held to the minimum, as the proxy's; txmq renews
+        # nothing, so what it names is kept (the proxy would renew its default instead)
         invisible_ms = self._invisible_ms(req.invisible_duration if req.HasField("invisible_duration") else None,
                                           default_s=self.config.default_invisible_s,
-                                          min_ms=int(self.config.min_invisible_s * 1000))
+                                          min_ms=1 if req.auto_renew else int(self.config.min_invisible_s * 1000))
         poll_s = self._long_poll_s(req, call)
         count = self.core.topic_queue_count(topic)
         start = req.message_queue.id if 0 <= req.message_queue.id < count else -1
