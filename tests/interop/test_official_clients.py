@@ -261,11 +261,8 @@ def test_wrong_or_absent_keys_are_refused(client, auth_endpoint, ak, sk):
 DEFAULT_TLS = {"java": True, "go": True, "node": False, "python": False}  # each client's own default
 
 
-def test_each_client_connects_at_its_default_tls_setting(client, endpoint):
-    # Java and Go dial TLS (trusting any certificate), Node.js and Python plaintext: one port takes both
-    sent = client.run(endpoint, "produce", "--topic", name("tls-default"), "--count", "2")
-    assert sent.get("errors") == [] and len(sent["sent"]) == 2, sent
-
+# Every other test runs each client at its default: Java and Go dial TLS (trusting any certificate),
+# Node.js and Python plaintext, all to the one port of a default broker.
 
 def test_each_client_also_connects_with_the_other_tls_setting(client, broker):
     if DEFAULT_TLS[client.language]:
@@ -362,3 +359,16 @@ def strict_endpoint(tmp_path_factory):
 def test_a_producer_of_a_missing_topic_fails_when_auto_creation_is_off(client, strict_endpoint):
     sent = client.run(strict_endpoint, "produce", "--topic", name("missing"), "--count", "1")
     assert sent.get("fatal") or (sent["errors"] and not sent["sent"]), sent
+
+
+# --- a broker group ----------------------------------------------------------------------------
+
+def test_a_tls_by_default_client_sends_to_a_broker_group_and_receives(drivers, group_factory):
+    # every replica's port takes TLS beside plaintext, as a single broker's (Java: the Go client dials the same)
+    driver = drivers("java")
+    group = group_factory()
+    topic = name("group-tls")
+    sent = driver.run(group.endpoints, "produce", "--topic", topic, "--count", "3")
+    assert sent.get("errors") == [] and len(sent["sent"]) == 3, sent
+    got = receive(driver, group.endpoints, topic, 3)
+    assert sorted(bodies_of(got["received"])) == ["m-0", "m-1", "m-2"]
