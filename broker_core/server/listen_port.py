@@ -28,9 +28,10 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import grpc
+if TYPE_CHECKING:  # the forwarder process imports this module too, and needs no gRPC
+    import grpc
 
 log = logging.getLogger("txmq.broker.listen")
 
