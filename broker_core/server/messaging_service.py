@@ -403,7 +403,7 @@ class MessagingService:
             if (client_id and isinstance(command, pb.TelemetryCommand) and command.WhichOneof("command") == "settings"
                     and command.settings.HasField("request_timeout")):
                 if len(self._request_timeouts) >= _MAX_REMEMBERED_CLIENTS:
-                    self._request_timeouts.pop(next(iter(self._request_timeouts)))
+                    self._request_timeouts.clear()  # bounded: forgotten clients fall back to the default
                 self._request_timeouts[client_id] = _duration_ms(command.settings.request_timeout)
             yield command
 
