@@ -72,9 +72,10 @@ def deliver_ms_of(properties: dict[str, str], now_ms: int) -> int | None:
 def check_deliver_ms(deliver_ms: int, now_ms: int, max_delay_ms: int) -> None:
     """Refuse a delivery time past the horizon (RocketMQ's timerMaxDelaySec)."""
     if deliver_ms - now_ms > max_delay_ms:
+        # the proxy's text first (users match on it), then what this broker's setting is called
         raise IllegalDeliveryTime(
-            f"delivery time {deliver_ms} is {(deliver_ms - now_ms) / 1000:.0f}s away; the most this broker "
-            f"accepts is {max_delay_ms / 1000:.0f}s (timer_max_delay)")
+            f"the max delay time of message is too large, max is {max_delay_ms}: delivery time {deliver_ms} is "
+            f"{(deliver_ms - now_ms) / 1000:.0f}s away (timer_max_delay)")
 
 
 def _schedule_in_place(m: Message, deliver_ms: int) -> None:
