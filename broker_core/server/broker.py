@@ -319,14 +319,22 @@ def make_grpc_server(cfg: BrokerConfig, auth: Authenticator,
 def bind(server: grpc.Server, cfg: BrokerConfig, host: str, port: int) -> Listener:
     """Bind `server` to host:port in the configured TLS mode (listen_port.py): by default TLS and
     plaintext on the one port, with the configured certificate or one generated into the data dir."""
-    credentials = None
-    if cfg.tls_mode != "disabled":
+    credentials, mode = None, cfg.tls_mode
+    if mode != "disabled":
         if cfg.tls_cert:
             cert, key = Path(cfg.tls_cert), Path(cfg.tls_key)
         else:
-            cert, key = generated_certificate(Path(cfg.data_dir) / "tls", [cfg.advertised_host or "", host])
-        credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
-    return bind_grpc(server, host, port, mode=cfg.tls_mode, credentials=credentials)
+            try:
+                cert, key = generated_certificate(Path(cfg.data_dir) / "tls", [cfg.advertised_host or "", host])
+            except OSError as exc:
+                if mode == "enforcing":
+                    raise
+                # no certificate can be made here: serve plaintext rather than nothing, and say why
+                log.warning("serving plaintext only: %s", exc)
+                mode = "disabled"
+        if mode != "disabled":
+            credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+    return bind_grpc(server, host, port, mode=mode, credentials=credentials)
 
 
 def _start_metrics(core: BrokerCore, listen: str) -> MetricsServer:
