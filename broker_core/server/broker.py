@@ -93,8 +93,9 @@ class BrokerCore:
         from txmq.broker.transaction.engine import TransactionEngine
         from txmq.broker.transaction.checkback import CheckbackService
         from txmq.broker.server.pop import PopService
+        from txmq.broker.server.consumer_groups import ConsumerGroups
         from txmq.broker.server.topic_types import TopicTypes
-        from txmq.broker.timer.service import TimerService
+        from txmq.broker.timer.service import TIMER_DIR, TimerService
 
         self.config = config
         self.clock = clock
@@ -117,7 +118,9 @@ class BrokerCore:
             self.membership: Membership = LocalMembership()  # a cluster's leader: etcd's (cluster/node.py)
             self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
                          else Authenticator.disabled())
-            self.pop = PopService(self)
+            self.consumer_groups = ConsumerGroups(self.store.topics.path.with_name("consumer_groups.json"),
+                                                  default_max_attempts=config.client_max_delivery_attempts)
+            self.pop = PopService(self)  # after the group settings it reads
             self.topic_types = TopicTypes(self.store.topics.path.with_name("topic_types.json"))
             # the timer runs where writes are taken: a replica derives nothing for it until it leads
             # a group's broker reaches the coordinators of cross-group transactions (cluster/cross_tx.py)
@@ -126,8 +129,8 @@ class BrokerCore:
                 from txmq.broker.cluster.cross_tx import ClusterDecisions
 
                 self.decisions = self.engine.authority = ClusterDecisions.for_broker(self.engine, config, self.auth)
-            self.timer = TimerService(self.store, self.store.config.data_dir / "timer", max_delay_s=config.timer_max_delay_s,
-                                      clock=clock)
+            self.timer = TimerService(self.store, self.store.config.data_dir / TIMER_DIR,
+                                      max_delay_s=config.timer_max_delay_s, clock=clock)
         except BaseException:
             self.store.close()
             raise
@@ -389,7 +392,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--replication", choices=("sync", "async"),
                    help="sync (default): acknowledge a write once --min-insync followers hold it; "
                         "async: acknowledge per the leader's --flush")
-    p.add_argument("--min-insync", type=int, help="followers that must hold a write under sync replication (default 1)")
+    p.add_argument("--replicas", type=int,
+                   help="the group's size (default: the replicas that have joined it so far, from etcd)")
+    p.add_argument("--min-insync", type=int,
+                   help="followers that must hold a write under sync replication "
+                        "(default: 1 in a group of two or more replicas, 0 in a group of one)")
     p.add_argument("--lease-ttl", help="the leader's etcd lease (default 2s): a dead leader's group waits this long")
     p.add_argument("--replica-lag-max", help="a follower behind for this long leaves the in-sync set (default 2s)")
     p.add_argument("--timer-max-delay", help="latest delivery time a timer message may ask for, from now "
@@ -410,7 +417,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("flight_listen", "flight_listen"),
                       ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads"),
                       ("etcd", "etcd"), ("group", "group"), ("replication", "replication"),
-                      ("min_insync", "min_insync")):
+                      ("min_insync", "min_insync"), ("replicas", "replicas")):
         value = getattr(args, flag)  # a table of flags: a lookup by name
         if value is not None:
             overrides[key] = value

@@ -100,7 +100,11 @@ class BrokerConfig:
     etcd: str | None = None
     group: str | None = None
     replication: str = "sync"  # "sync": acknowledge once min_insync followers hold a write; "async": don't wait
-    min_insync: int = 1  # followers (besides the leader) that must hold a write under sync replication
+    # The group's size: its replicas. None: the replicas that have joined it so far (etcd's registry).
+    replicas: int | None = None
+    # Followers (besides the leader) that must hold a write under sync replication. None: one for
+    # a group of two or more replicas, none for a group of one (min(1, size - 1)).
+    min_insync: int | None = None
     lease_ttl_s: float = 2.0  # the leader's etcd lease: how long a dead leader keeps the group waiting
     replica_lag_max_s: float = 2.0  # a follower not caught up for this long leaves the in-sync set
     replication_timeout_s: float = 5.0  # longest a sync write waits for its followers
@@ -148,8 +152,15 @@ class BrokerConfig:
                 raise ValueError(f"group name must be 1-64 letters, digits, '_', '.' or '-': {self.group!r}")
         if self.replication not in ("sync", "async"):
             raise ValueError(f"replication must be 'sync' or 'async', not {self.replication!r}")
-        if self.min_insync < 0:
+        if self.min_insync is not None and self.min_insync < 0:
             raise ValueError(f"min_insync must not be negative, got {self.min_insync}")
+        if self.replicas is not None and self.replicas < 1:
+            raise ValueError(f"replicas must be at least 1, got {self.replicas}")
+        if (self.replication == "sync" and self.replicas is not None and self.min_insync is not None
+                and self.min_insync > self.replicas - 1):
+            raise ValueError(f"--min-insync {self.min_insync} asks for {self.min_insync} follower(s), but a group of "
+                             f"--replicas {self.replicas} has {self.replicas - 1}: no write could ever be "
+                             f"acknowledged (leave --min-insync out, or use --replication async)")
         if self.lease_ttl_s < 1:
             raise ValueError(f"lease_ttl must be at least 1s (etcd's granularity), got {self.lease_ttl_s}s")
         if not isinstance(self.local_reads, bool):
