@@ -98,7 +98,8 @@ class ReplicaNode:
             self.server.add_registered_method_handlers(
                 SERVICE_NAME, replication_method_handlers(lambda: self.lead, self.group, self._authorize_replica))
             host, port = cfg.listen_host_port
-            self.port = bind(self.server, cfg, host, port)
+            self.listener = bind(self.server, cfg, host, port)
+            self.port = self.listener.port
             self.me = f"{announced_host(host, cfg.advertised_host)}:{self.port}"
             self.server.start()
             self.etcd: Coordination = EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)
@@ -190,6 +191,7 @@ class ReplicaNode:
                     self.store.close()
         finally:
             self.server.stop(2).wait(5)
+            self.listener.close()  # after the server: its calls end through the TLS forwarder
             self.etcd.close()
 
     # --- the decision loop -------------------------------------------------------------

@@ -36,6 +36,7 @@ from txmq.broker.errors import TopicNotFound
 from txmq.broker.server.auth import Authenticator, AuthInterceptor
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
+from txmq.broker.server.listen_port import TLS_MODES, Listener, bind_grpc, generated_certificate
 from txmq.broker.server.membership import LocalMembership, Membership
 from txmq.broker.server.addresses import WILDCARD_HOSTS, announced_host
 from txmq.broker.server.metrics import ServerMetrics
@@ -201,6 +202,7 @@ class Broker:
         self.config = config
         self.core = core or BrokerCore(config)
         self.server: grpc.Server | None = None
+        self.listener: Listener | None = None
         self.host, self.port = config.listen_host_port
         self._metrics_server: MetricsServer | None = None
         self._short_calls: futures.ThreadPoolExecutor | None = None
@@ -215,7 +217,8 @@ class Broker:
         self.server = make_grpc_server(cfg, self.core.auth)
         for service, handlers in self.service_handlers().items():
             self.server.add_registered_method_handlers(service, handlers)
-        self.port = bind(self.server, cfg, self.host, self.port)
+        self.listener = bind(self.server, cfg, self.host, self.port)
+        self.port = self.listener.port
         self.server.start()
         self.start_beside(self.port)
         return self.host, self.port
@@ -265,6 +268,9 @@ class Broker:
         if self.server is not None:
             self.server.stop(grace_s).wait(grace_s + 5)
             self.server = None
+        if self.listener is not None:  # after the server: its calls end through the forwarder
+            self.listener.close()
+            self.listener = None
         if self.flight is not None:
             self.native.closing = True  # open streams end at their next batch
             # Flight's shutdown waits for every call, and a client that neither reads nor ends its
@@ -310,17 +316,25 @@ def make_grpc_server(cfg: BrokerConfig, auth: Authenticator,
     )
 
 
-def bind(server: grpc.Server, cfg: BrokerConfig, host: str, port: int) -> int:
-    """Bind `server` to host:port (TLS with the configured certificate); returns the real port."""
-    address = f"{host}:{port}" if ":" not in host else f"[{host}]:{port}"
-    if cfg.tls_cert:
-        creds = grpc.ssl_server_credentials([(Path(cfg.tls_key).read_bytes(), Path(cfg.tls_cert).read_bytes())])
-        bound = server.add_secure_port(address, creds)
-    else:
-        bound = server.add_insecure_port(address)
-    if bound == 0:
-        raise OSError(f"cannot listen on {address}")
-    return bound
+def bind(server: grpc.Server, cfg: BrokerConfig, host: str, port: int) -> Listener:
+    """Bind `server` to host:port in the configured TLS mode (listen_port.py): by default TLS and
+    plaintext on the one port, with the configured certificate or one generated into the data dir."""
+    credentials, mode = None, cfg.tls_mode
+    if mode != "disabled":
+        if cfg.tls_cert:
+            cert, key = Path(cfg.tls_cert), Path(cfg.tls_key)
+        else:
+            try:
+                cert, key = generated_certificate(Path(cfg.data_dir) / "tls", [cfg.advertised_host or "", host])
+            except OSError as exc:
+                if mode == "enforcing":
+                    raise
+                # no certificate can be made here: serve plaintext rather than nothing, and say why
+                log.warning("serving plaintext only: %s", exc)
+                mode = "disabled"
+        if mode != "disabled":
+            credentials = grpc.ssl_server_credentials([(key.read_bytes(), cert.read_bytes())])
+    return bind_grpc(server, host, port, mode=mode, credentials=credentials)
 
 
 def _start_metrics(core: BrokerCore, listen: str) -> MetricsServer:
@@ -348,7 +362,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="create unknown topics (4 queues) on first use (default: on)")
     p.add_argument("--default-queue-count", type=int, help="queues of an auto-created topic")
     p.add_argument("--auth-file", type=Path, help="TOML/JSON accounts file: turns authentication on")
-    p.add_argument("--tls-cert", type=Path, help="PEM certificate: serve TLS")
+    p.add_argument("--tls-mode", choices=TLS_MODES,
+                   help="permissive (default): TLS and plaintext on the --listen port, as RocketMQ's proxy; "
+                        "enforcing: TLS only; disabled: plaintext only (no forwarding hop)")
+    p.add_argument("--tls-cert", type=Path, help="PEM certificate for TLS (default: a self-signed one "
+                                                   "generated into <data-dir>/tls/)")
     p.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
     p.add_argument("--metrics-listen", help="HOST:PORT for the Prometheus /metrics endpoint")
     p.add_argument("--segment-bytes", type=int, help="CommitLog segment size in bytes (default 1 GiB)")
@@ -380,7 +398,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--lease-ttl", help="the leader's etcd lease (default 2s): a dead leader's group waits this long")
     p.add_argument("--replica-lag-max", help="a follower behind for this long leaves the in-sync set (default 2s)")
     p.add_argument("--timer-max-delay", help="latest delivery time a timer message may ask for, from now "
-                                              "(default 3d as 72h; later ones get ILLEGAL_DELIVERY_TIME)")
+                                              "(default 24h, the RocketMQ proxy's; later ones get ILLEGAL_DELIVERY_TIME)")
     p.add_argument("--log-level", default="WARNING")
     return p
 
@@ -391,6 +409,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("flush", "flush"), ("max_checks", "max_checks"),
                       ("auto_create_topics", "auto_create_topics"), ("default_queue_count", "default_queue_count"),
                       ("auth_file", "auth_file"), ("tls_cert", "tls_cert"), ("tls_key", "tls_key"),
+                      ("tls_mode", "tls_mode"),
                       ("metrics_listen", "metrics_listen"), ("segment_bytes", "segment_bytes"),
                       ("page_cache_keep_bytes", "page_cache_keep_bytes"),
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("flight_listen", "flight_listen"),

@@ -54,6 +54,10 @@ class BrokerConfig:
     auto_create_topics: bool = True
     default_queue_count: int = 4
     auth_file: Path | None = None
+    # TLS on the gRPC port (server/listen_port.py): "permissive" (TLS and plaintext on one port, the
+    # proxy's default), "enforcing" (TLS only) or "disabled" (plaintext only). The certificate is
+    # tls_cert/tls_key, else one generated into <data_dir>/tls/. Flight uses TLS only with tls_cert.
+    tls_mode: str = "permissive"
     tls_cert: Path | None = None
     tls_key: Path | None = None
     metrics_listen: str | None = None
@@ -66,8 +70,8 @@ class BrokerConfig:
     # from it, see store/page_cache.py); 0: leave the page cache to the kernel.
     page_cache_keep_bytes: int = 2 << 30
     max_body_bytes: int = 4 << 20
-    # Timer (delay) messages: the latest delivery time accepted, from now (RocketMQ 5's timerMaxDelaySec).
-    timer_max_delay_s: float = 3 * 24 * 3600.0
+    # Timer (delay) messages: the latest delivery time accepted, from now (RocketMQ 5 proxy's maxDelayTimeMills).
+    timer_max_delay_s: float = 24 * 3600.0
     max_properties_bytes: int = 32767
     max_message_bytes: int = 256 << 20  # gRPC frame limit, and the largest batch a Flight put may carry
     max_workers: int = 256  # long polls and telemetry streams each hold a thread
@@ -83,6 +87,7 @@ class BrokerConfig:
     local_reads: bool = True
     # Pop consumption (ReceiveMessage).
     default_invisible_s: float = 60.0  # a receive that names none (auto_renew): the proxy's default
+    min_invisible_s: float = 10.0  # a receive asking for less is refused, as the proxy's minInvisibleTimeMillsForRecv
     max_invisible_s: float = 12 * 3600.0
     max_long_polling_s: float = 60.0
     default_long_polling_s: float = 20.0
@@ -120,6 +125,8 @@ class BrokerConfig:
             parse_host_port(self.metrics_listen)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ValueError("TLS needs both --tls-cert and --tls-key")
+        if self.tls_mode not in ("permissive", "enforcing", "disabled"):
+            raise ValueError(f"tls_mode must be permissive, enforcing or disabled, not {self.tls_mode!r}")
         if self.default_queue_count <= 0:
             raise ValueError("default_queue_count must be positive")
         if self.max_checks < 0:

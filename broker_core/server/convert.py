@@ -85,13 +85,15 @@ def _has_control(value: str) -> bool:
 
 
 def _check_text(kind: str, value: str, error: type[Exception], *, allow_space: bool = True,
-                max_bytes: int = 1024) -> None:
+                max_bytes: int | None = None) -> None:
+    """The proxy's checks of a tag, key or group: not blank, no control character; tags and keys
+    have no size of their own (they count towards MAX_USER_PROPERTY_BYTES), groups do."""
     if not value or not value.strip():
         raise error(f"{kind} is empty or blank")
     if _has_control(value) or (not allow_space and " " in value):
         raise error(f"{kind} {value[:100]!r} contains a control or separator character")
     size = len(value.encode())
-    if size > max_bytes:
+    if max_bytes is not None and size > max_bytes:
         raise error(f"{kind} has {size} bytes, the maximum is {max_bytes}")
 
 

@@ -44,6 +44,14 @@ from txmq.broker.server.core_seam import ServiceCore
 log = logging.getLogger("txmq.broker.rocketmq")
 
 OK_STATUS = st.ok()  # copied into each response by protobuf; built once instead of per call
+# The proxy's limits on a receive (ProxyConfig, ProxyUtils): at most 32 messages; a long poll the call's
+# deadline sets is held within 5..20 s; a client whose Settings name no request timeout has the
+# clients' default of 3 s.
+MAX_RECEIVE_BATCH = 32
+MIN_DEADLINE_POLL_MS = 5_000
+MAX_DEADLINE_POLL_MS = 20_000
+DEFAULT_REQUEST_TIMEOUT_MS = 3_000
+_MAX_REMEMBERED_CLIENTS = 100_000
 
 
 def _end_responses() -> dict[tuple[str, bool], pb.EndTransactionResponse]:
@@ -135,6 +143,9 @@ class MessagingService:
         self.pop = core.pop
         self.config = core.config
         self._round_robin: dict[str, itertools.count] = {}
+        # client id -> the request timeout its Settings named (ms): a receive's long poll leaves half
+        # of it before the call's deadline, as the proxy does
+        self._request_timeouts: dict[str, int] = {}
 
     def _listen_port(self) -> int:
         advertised = self.core.advertised
@@ -355,15 +366,48 @@ class MessagingService:
 
     # --- pop consumption ------------------------------------------------------------
 
-    def _invisible_ms(self, d, *, default_s: float, allow_zero: bool) -> int:
+    def _invisible_ms(self, d, *, default_s: float, min_ms: int) -> int:
+        """The invisible duration of a receive or change, refused outside min_ms .. max_invisible_s
+        with the proxy's texts (clients and users match on them)."""
         if d is None:
             return int(default_s * 1000)
         ms = _duration_ms(d)
-        if ms < 0 or (ms == 0 and not allow_zero) or ms > self.config.max_invisible_s * 1000:
-            raise IllegalInvisibleTime(
-                f"invisible duration {ms} ms is out of range ({'0' if allow_zero else '1'} ms .. "
-                f"{int(self.config.max_invisible_s)} s)")
+        if ms < min_ms:
+            raise IllegalInvisibleTime(f"the invisibleTime is too small. min is {min_ms}")
+        max_ms = int(self.config.max_invisible_s * 1000)
+        if ms > max_ms:
+            raise IllegalInvisibleTime(f"the invisibleTime is too large. max is {max_ms}")
         return ms
+
+    def _long_poll_s(self, req: pb.ReceiveMessageRequest, call: Call) -> float:
+        """How long a receive may wait for messages: the request's long_polling_timeout (0..max), else
+        what the call's deadline leaves after half the client's request timeout, held within 5..20 s
+        as the proxy holds it; never so long that the answer would miss the deadline."""
+        remaining = call.context.time_remaining()  # seconds; None without a deadline
+        half_request_s = self._request_timeouts.get(call.client_id, DEFAULT_REQUEST_TIMEOUT_MS) / 2000
+        if req.HasField("long_polling_timeout"):
+            poll_s = _duration_ms(req.long_polling_timeout) / 1000
+            if poll_s < 0 or poll_s > self.config.max_long_polling_s:
+                raise IllegalPollingTime(f"long polling timeout {poll_s:g} s is out of range "
+                                         f"(0 .. {self.config.max_long_polling_s:g} s)")
+        elif remaining is None:
+            return self.config.default_long_polling_s
+        else:
+            poll_s = min(max(remaining - half_request_s, MIN_DEADLINE_POLL_MS / 1000), MAX_DEADLINE_POLL_MS / 1000)
+        if remaining is not None and poll_s > remaining - half_request_s:
+            # the proxy refuses a deadline under 5 s (ILLEGAL_POLLING_TIME); txmq answers within it
+            poll_s = max(0.0, remaining - half_request_s)
+        return poll_s
+
+    def _note_settings(self, requests, client_id: str):
+        """Pass a Telemetry stream's commands on, remembering the request timeout its Settings name."""
+        for command in requests:
+            if (client_id and isinstance(command, pb.TelemetryCommand) and command.WhichOneof("command") == "settings"
+                    and command.settings.HasField("request_timeout")):
+                if len(self._request_timeouts) >= _MAX_REMEMBERED_CLIENTS:
+                    self._request_timeouts.clear()  # bounded: forgotten clients fall back to the default
+                self._request_timeouts[client_id] = _duration_ms(command.settings.request_timeout)
+            yield command
 
     def ReceiveMessage(self, req: pb.ReceiveMessageRequest, call: Call) -> Iterator[pb.ReceiveMessageResponse]:
         group = check_group(req.group.name)
@@ -372,15 +416,13 @@ class MessagingService:
         message_filter = wire_filter(req.filter_expression)
         if req.batch_size <= 0:
             raise BadRequest(f"batch_size must be positive, got {req.batch_size}")
-        batch = min(req.batch_size, self.config.max_batch_size)
+        batch = min(req.batch_size, MAX_RECEIVE_BATCH)
+        # a push consumer's receive (auto_renew) is not held to the minimum, as the proxy's; txmq renews
+        # nothing, so what it names is kept (the proxy would renew its default instead)
         invisible_ms = self._invisible_ms(req.invisible_duration if req.HasField("invisible_duration") else None,
-                                          default_s=self.config.default_invisible_s, allow_zero=False)
-        poll_s = self.config.default_long_polling_s
-        if req.HasField("long_polling_timeout"):
-            poll_s = _duration_ms(req.long_polling_timeout) / 1000
-            if poll_s < 0 or poll_s > self.config.max_long_polling_s:
-                raise IllegalPollingTime(f"long polling timeout {poll_s:g} s is out of range "
-                                         f"(0 .. {self.config.max_long_polling_s:g} s)")
+                                          default_s=self.config.default_invisible_s,
+                                          min_ms=1 if req.auto_renew else int(self.config.min_invisible_s * 1000))
+        poll_s = self._long_poll_s(req, call)
         count = self.core.topic_queue_count(topic)
         start = req.message_queue.id if 0 <= req.message_queue.id < count else -1
         deadline = time.monotonic() + poll_s
@@ -399,8 +441,7 @@ class MessagingService:
                 wait = min(wait, next_visible + 0.005)
             self.pop.wait_for_arrival(seq, wait)
         if not deliveries:
-            yield pb.ReceiveMessageResponse(status=st.status(pb.MESSAGE_NOT_FOUND,
-                                                             "no new message within the long-polling timeout"))
+            yield pb.ReceiveMessageResponse(status=st.status(pb.MESSAGE_NOT_FOUND, "no new message"))
         else:
             yield pb.ReceiveMessageResponse(status=st.ok())
             for d in deliveries:
@@ -442,7 +483,7 @@ class MessagingService:
         group = check_group(req.group.name)
         topic = check_topic(req.topic.name)
         call.identity.require_subscribe(topic)
-        invisible_ms = self._invisible_ms(req.invisible_duration, default_s=0, allow_zero=True)
+        invisible_ms = self._invisible_ms(req.invisible_duration, default_s=0, min_ms=0)
         handle = self.pop.change_invisible(group, topic, req.receipt_handle, invisible_ms)
         return pb.ChangeInvisibleDurationResponse(status=st.ok(), receipt_handle=handle)
 
@@ -530,7 +571,8 @@ class MessagingService:
     # --- telemetry -------------------------------------------------------------------
 
     def Telemetry(self, requests, call: Call) -> Iterator[pb.TelemetryCommand]:
-        return serve_telemetry(self.core, requests, call.context, client_id=call.client_id,
+        return serve_telemetry(self.core, self._note_settings(requests, call.client_id), call.context,
+                               client_id=call.client_id,
                                identity=call.identity, bad_request_type=Undecodable)
 
 

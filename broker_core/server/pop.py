@@ -40,7 +40,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from txmq.broker.errors import DataDeleted, IllegalFilterExpression, IllegalOffset, InvalidReceiptHandle
+from txmq.broker.errors import DataDeleted, IllegalOffset, InvalidReceiptHandle
 from txmq.broker.store.message import Message, StoredMessage
 from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.server.core_seam import ServiceCore
@@ -104,8 +104,6 @@ def parse_filter(expression_type: str, expression: str | None) -> MessageFilter 
         text = (expression or "").strip()
         if text in ("", "*"):
             return None
-        if any(len(t.strip()) > 255 for t in text.split("||")):
-            raise IllegalFilterExpression(f"tag expression {expression!r} has a tag longer than 255 characters")
     return MessageFilter.of(expression_type, expression)
 
 
@@ -227,7 +225,9 @@ class PopService:
                 f"receipt handle {handle[:80]!r} was not issued to group {st.group!r} for topic {st.topic!r}")
         return int(parts[0]), int(parts[1]), int(parts[2])
 
-    def _find(self, st: _GroupTopic, handle: str) -> tuple[int, QueueState, Inflight]:
+    def _find(self, st: _GroupTopic, handle: str, *, live: bool = False) -> tuple[int, QueueState, Inflight]:
+        """The in-flight entry a handle names; `live`: refused once its invisible time is over
+        (ack and change-invisible, as the proxy's "receipt handle is expired")."""
         queue_id, offset, version = self._parse_handle(st, handle)
         q = st.queues.get(queue_id)
         e = q.inflight.get(offset) if q else None
@@ -238,6 +238,8 @@ class PopService:
             raise InvalidReceiptHandle(
                 f"receipt handle for {st.topic}/{queue_id}@{offset} was superseded (redelivered or its "
                 f"invisible duration changed)")
+        if live and e.deadline_ms <= self._now_ms():
+            raise InvalidReceiptHandle("receipt handle is expired")
         return queue_id, q, e
 
     # --- operations -------------------------------------------------------------
@@ -380,7 +382,7 @@ class PopService:
     def ack(self, group: str, topic: str, handle: str) -> None:
         st = self._state(group, topic)
         with st.lock:
-            qid, q, e = self._find(st, handle)
+            qid, q, e = self._find(st, handle, live=True)
             self._retire(st, qid, q, e.offset)
         self._wake_orderly(group)
 
@@ -388,7 +390,7 @@ class PopService:
         """Move the deadline of an in-flight message; returns its new receipt handle."""
         st = self._state(group, topic)
         with st.lock:
-            qid, q, e = self._find(st, handle)
+            qid, q, e = self._find(st, handle, live=True)
             st.version += 1
             e.version = st.version
             e.deadline_ms = self._now_ms() + invisible_ms

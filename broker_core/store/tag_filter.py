@@ -33,9 +33,10 @@ class TagFilter:
         expr = (expression or "").strip()
         if expr in ("", "*"):
             return cls(expr or "*", None, frozenset())
-        parts = [p.strip() for p in expr.split("||")]
-        if any(not p for p in parts):
-            raise IllegalFilterExpression(f"tag expression {expression!r} has an empty tag between '||'")
+        # empty tags between separators are skipped, as RocketMQ's FilterAPI skips them ('A||||B')
+        parts = [p for p in (p.strip() for p in expr.split("||")) if p]
+        if not parts:
+            raise IllegalFilterExpression(f"tag expression {expression!r} names no tag")
         if any(p == "*" for p in parts):
             return cls(expr, None, frozenset())
         tags = frozenset(parts)

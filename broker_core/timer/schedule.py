@@ -31,7 +31,7 @@ PROP_TIMER_DELAY_MS = "TIMER_DELAY_MS"
 # RocketMQ 4's messageDelayLevel default: level n (1-based) waits DELAY_LEVELS_S[n - 1] seconds.
 DELAY_LEVELS_S = (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
 
-DEFAULT_MAX_DELAY_S = 3 * 24 * 3600.0  # RocketMQ 5's timerMaxDelaySec default
+DEFAULT_MAX_DELAY_S = 24 * 3600.0  # RocketMQ 5 proxy's maxDelayTimeMills default (its broker allows 3 days)
 
 TIME_PROPERTIES = _TIME_PROPERTIES = (PROP_TIMER_DELIVER_MS, PROP_DELIVER_TIME_MS, PROP_TIMER_DELAY_SEC, PROP_TIMER_DELAY_MS,
                     PROP_DELAY_LEVEL)
@@ -72,9 +72,10 @@ def deliver_ms_of(properties: dict[str, str], now_ms: int) -> int | None:
 def check_deliver_ms(deliver_ms: int, now_ms: int, max_delay_ms: int) -> None:
     """Refuse a delivery time past the horizon (RocketMQ's timerMaxDelaySec)."""
     if deliver_ms - now_ms > max_delay_ms:
+        # the proxy's text first (users match on it), then what this broker's setting is called
         raise IllegalDeliveryTime(
-            f"delivery time {deliver_ms} is {(deliver_ms - now_ms) / 1000:.0f}s away; the most this broker "
-            f"accepts is {max_delay_ms / 1000:.0f}s (timer_max_delay)")
+            f"the max delay time of message is too large, max is {max_delay_ms}: delivery time {deliver_ms} is "
+            f"{(deliver_ms - now_ms) / 1000:.0f}s away (timer_max_delay)")
 
 
 def _schedule_in_place(m: Message, deliver_ms: int) -> None:
@@ -96,8 +97,9 @@ def scheduled(message: Message, deliver_ms: int) -> Message:
 
 def schedule_all(messages: Sequence[Message], now_ms: int, max_delay_ms: int) -> Sequence[Message]:
     """Turn, in place, every message of `messages` that asks for a future delivery time into its
-    scheduled record; one asking for a time already past loses its time properties and is written
-    as it is (due now). The caller owns the messages (a send's freshly decoded ones). Raises
+    scheduled record; one asking for a time already past is written to its topic at once, keeping
+    that time as TIMER_DELIVER_MS (RocketMQ's broker keeps it too: consumers see a DELAY message
+    with its delivery_timestamp). The caller owns the messages (a send's freshly decoded ones). Raises
     IllegalDeliveryTime, changing nothing, when any asks for more than the horizon."""
     plan = []
     for m in messages:
@@ -111,6 +113,8 @@ def schedule_all(messages: Sequence[Message], now_ms: int, max_delay_ms: int) ->
     for m, deliver_ms in plan:  # every message checked: now change them
         if deliver_ms is None or deliver_ms <= now_ms:
             m.properties = {k: v for k, v in m.properties.items() if k not in _TIME_PROPERTIES}
+            if deliver_ms is not None:
+                m.properties[PROP_TIMER_DELIVER_MS] = str(deliver_ms)
         else:
             _schedule_in_place(m, deliver_ms)
     return messages

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from tests.interop.conftest import run_client
-from tests.interop.test_official_clients import endpoint, name  # noqa: F401 - the module's broker fixture
+from tests.interop.test_official_clients import broker, endpoint, name  # noqa: F401 - the module's broker fixture
 from tests.support.tls import self_signed
 from tests.support.broker_process import BrokerProcess
 

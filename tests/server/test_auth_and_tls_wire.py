@@ -76,18 +76,51 @@ def _self_signed(tmp_path):
     return self_signed(tmp_path)
 
 
-def test_tls_broker_serves_tls_clients_and_refuses_plaintext(tmp_path):
+def _tls_wire(endpoint: str, cert) -> Wire:
+    creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
+    return Wire(endpoint, channel=grpc.secure_channel(endpoint, creds))
+
+
+def test_a_default_broker_serves_tls_and_plaintext_on_one_port_with_a_generated_certificate(tmp_path):
     if shutil.which("openssl") is None:
         pytest.skip("openssl CLI not available")
+    with BrokerProcess(tmp_path / "store", flush="async") as proc:
+        cert = tmp_path / "store" / "tls" / "cert.pem"
+        assert _tls_wire(proc.endpoint, cert).send(topic(), [b"over tls"]).status.code == pb.OK
+        assert Wire(proc.endpoint).send(topic(), [b"in plaintext"]).status.code == pb.OK
+        first = cert.read_bytes()
+    with BrokerProcess(tmp_path / "store", flush="async") as proc:  # a restart keeps its certificate
+        assert cert.read_bytes() == first
+        assert _tls_wire(proc.endpoint, cert).send(topic(), [b"again"]).status.code == pb.OK
+
+
+def test_a_configured_certificate_is_served_beside_plaintext(tmp_path):
     cert, key = _self_signed(tmp_path)
     with BrokerProcess(tmp_path / "store", flush="async",
                        extra_args=["--tls-cert", str(cert), "--tls-key", str(key)]) as proc:
-        creds = grpc.ssl_channel_credentials(root_certificates=cert.read_bytes())
-        w = Wire(proc.endpoint, channel=grpc.secure_channel(proc.endpoint, creds))
-        assert w.send(topic(), [b"over tls"]).status.code == pb.OK
+        assert _tls_wire(proc.endpoint, cert).send(topic(), [b"over tls"]).status.code == pb.OK
+        assert Wire(proc.endpoint).send(topic(), [b"in plaintext"]).status.code == pb.OK
+        assert not (tmp_path / "store" / "tls").exists()
+
+
+def test_tls_mode_enforcing_refuses_plaintext(tmp_path):
+    cert, key = _self_signed(tmp_path)
+    with BrokerProcess(tmp_path / "store", flush="async",
+                       extra_args=["--tls-cert", str(cert), "--tls-key", str(key), "--tls-mode", "enforcing"]) as proc:
+        assert _tls_wire(proc.endpoint, cert).send(topic(), [b"over tls"]).status.code == pb.OK
         plain = Wire(proc.endpoint)
         with pytest.raises(grpc.RpcError):
             plain.call("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=topic())), timeout=3)
+
+
+def test_tls_mode_disabled_refuses_tls(tmp_path):
+    with BrokerProcess(tmp_path / "store", flush="async", extra_args=["--tls-mode", "disabled"]) as proc:
+        assert Wire(proc.endpoint).send(topic(), [b"in plaintext"]).status.code == pb.OK
+        assert not (tmp_path / "store" / "tls").exists()
+        cert, _ = _self_signed(tmp_path)
+        with pytest.raises(grpc.RpcError):
+            _tls_wire(proc.endpoint, cert).call("QueryRoute", pb.QueryRouteRequest(topic=pb.Resource(name=topic())),
+                                                timeout=3)
 
 
 def test_tls_broker_serves_its_flight_data_plane_over_tls(tmp_path):

@@ -85,10 +85,11 @@ class PopMachine(RuleBasedStateMachine):
     @rule(picked=handles, index=hs.integers(0, 3))
     def ack(self, picked, index):
         body, handle = picked[index % len(picked)]
-        valid = body in self.current_handle and self.current_handle[body] == handle and body not in self.acked
+        valid = (body in self.current_handle and self.current_handle[body] == handle and body not in self.acked
+                 and self.invisible_until[body] > self.clock.now_ms)  # an expired handle is refused
         try:
             self.pop.ack(GROUP, TOPIC, handle)
-            assert valid, "a stale, superseded or acked handle was accepted"
+            assert valid, "a stale, superseded, expired or acked handle was accepted"
             self.acked.add(body)
         except InvalidReceiptHandle:
             assert not valid, "a current handle was refused"
@@ -96,7 +97,8 @@ class PopMachine(RuleBasedStateMachine):
     @rule(picked=handles, index=hs.integers(0, 3), seconds=hs.integers(0, 4))
     def change_invisible(self, picked, index, seconds):
         body, handle = picked[index % len(picked)]
-        valid = body in self.current_handle and self.current_handle[body] == handle and body not in self.acked
+        valid = (body in self.current_handle and self.current_handle[body] == handle and body not in self.acked
+                 and self.invisible_until[body] > self.clock.now_ms)  # an expired handle is refused
         try:
             new = self.pop.change_invisible(GROUP, TOPIC, handle, seconds * 1000)
             assert valid

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 import uuid
+
+import pytest
 
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 
@@ -62,15 +65,19 @@ def test_repeated_commit_is_ok_and_writes_nothing_more(wire):
 def test_receive_ack_and_redelivery_with_growing_attempt(wire):
     topic, group = name("pop"), name("g")
     wire.send(topic, [b"p1"])
-    status, msgs = wire.receive(topic, group, invisible_s=1)
+    status, msgs = wire.receive(topic, group, invisible_s=10)  # the least a receive may ask for
     assert status.code == pb.OK and len(msgs) == 1
     sp = msgs[0].system_properties
     assert sp.delivery_attempt == 1 and sp.receipt_handle and sp.body_encoding == pb.IDENTITY
     assert sp.HasField("store_timestamp") and sp.HasField("queue_offset")
+    shorten = pb.ChangeInvisibleDurationRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic),
+                                                receipt_handle=sp.receipt_handle, message_id=sp.message_id)
+    shorten.invisible_duration.seconds = 1
+    assert wire.call("ChangeInvisibleDuration", shorten).status.code == pb.OK
     # not acked: invisible for 1 s, then delivered again with attempt 2
-    status, none = wire.receive(topic, group, invisible_s=1)
+    status, none = wire.receive(topic, group)
     assert none == [] and status.code == pb.MESSAGE_NOT_FOUND
-    status, again = wire.receive(topic, group, invisible_s=5, poll_s=3)
+    status, again = wire.receive(topic, group, poll_s=3)
     assert [m.body for m in again] == [b"p1"] and again[0].system_properties.delivery_attempt == 2
     ack = pb.AckMessageRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic))
     ack.entries.add(message_id=again[0].system_properties.message_id,
@@ -190,3 +197,35 @@ def test_one_transactional_send_to_two_topics_commits_both_together(wire):
     assert wire.pull_all(first) == [] and wire.pull_all(second) == []
     assert wire.end(first, sent.entries[0].transaction_id).status.message == "COMMITTED"
     assert len(wire.pull_all(first)) == 2 and len(wire.pull_all(second)) == 1
+
+
+def _receive_request(topic: str, group: str) -> pb.ReceiveMessageRequest:
+    req = pb.ReceiveMessageRequest(batch_size=32)
+    req.group.name = group
+    req.message_queue.topic.name = topic
+    req.invisible_duration.seconds = 10
+    return req
+
+
+def test_a_receive_without_long_polling_timeout_answers_not_found_before_its_deadline(wire):
+    # no long_polling_timeout (the Go and Python clients): the 4 s deadline sets the wait, less half
+    # the default 3 s request timeout
+    started = time.monotonic()
+    responses = wire.call("ReceiveMessage", _receive_request(name("deadline"), name("g")), timeout=4)
+    assert responses[0].status.code == pb.MESSAGE_NOT_FOUND
+    assert 2.0 <= time.monotonic() - started < 4
+
+
+@pytest.mark.slow
+def test_a_receive_whose_deadline_allows_more_than_20_s_waits_20_s_at_most(wire):
+    started = time.monotonic()
+    responses = wire.call("ReceiveMessage", _receive_request(name("long-deadline"), name("g")), timeout=40)
+    assert responses[0].status.code == pb.MESSAGE_NOT_FOUND  # answered, not cut at 40 s
+    assert 19 <= time.monotonic() - started < 25
+
+
+def test_a_receive_asks_for_32_messages_at_most(wire):
+    topic = name("cap")
+    wire.send(topic, [b"m%d" % i for i in range(40)])
+    status, msgs = wire.receive(topic, name("g"), batch=40)
+    assert status.code == pb.OK and len(msgs) == 32

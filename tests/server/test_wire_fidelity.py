@@ -136,6 +136,20 @@ def test_user_properties_over_16_kib_are_too_large(wire):
     assert wire.call("SendMessage", req).status.code == pb.MESSAGE_PROPERTIES_TOO_LARGE
 
 
+def test_tags_and_keys_of_several_kib_are_accepted_within_the_16_kib_total(wire):
+    req, m = one_message()
+    m.system_properties.tag = "t" * 6000
+    m.system_properties.keys.extend(["k" * 4000, "j" * 4000])
+    assert wire.call("SendMessage", req).status.code == pb.OK
+
+
+def test_tags_and_keys_over_16_kib_together_are_too_large(wire):
+    req, m = one_message()
+    m.system_properties.tag = "t" * 9000
+    m.system_properties.keys.append("k" * 8000)
+    assert wire.call("SendMessage", req).status.code == pb.MESSAGE_PROPERTIES_TOO_LARGE
+
+
 @pytest.mark.parametrize("key,value", [("a\tb", "v"), ("k", "line\nbreak")])
 def test_a_control_character_in_a_user_property_is_an_illegal_property_key(wire, key, value):
     req, m = one_message()

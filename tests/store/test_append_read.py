@@ -75,9 +75,13 @@ def test_tag_filter_returns_only_matching_tags_and_advances_past_skipped(open_st
     assert len(store.read_queue("T", 0, 0, 100, tag_filter="*").messages) == 8
 
 
-def test_bad_tag_expression_is_refused() -> None:
+def test_a_tag_expression_naming_no_tag_is_refused() -> None:
     with pytest.raises(IllegalFilterExpression):
-        TagFilter.parse("A || ")
+        TagFilter.parse("|| ||")
+
+
+def test_empty_tags_between_separators_are_skipped_as_rocketmq_skips_them() -> None:
+    assert TagFilter.parse("A |||| B ||").tags == {"A", "B"}
 
 
 def test_read_queue_entries_are_raw_positions(open_store) -> None:

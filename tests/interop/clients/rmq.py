@@ -28,6 +28,7 @@ from rocketmq.grpc_protocol import FilterType
 
 
 def config(args) -> ClientConfiguration:
+    # plaintext unless --tls (the client's default); TLS verifies the broker's certificate
     return ClientConfiguration(args.endpoint, Credentials(args.ak or "", args.sk or ""), request_timeout=5)
 
 
@@ -147,20 +148,34 @@ def cmd_simple(args) -> dict:
     consumer = SimpleConsumer(config(args), args.group, {args.topic: subscription(args)},
                               await_duration=args.await_s)
     consumer.startup()
-    received, errors = [], []
+    received, errors, batches = [], [], []
     try:
         deadline = time.time() + args.timeout
         while time.time() < deadline and len([r for r in received if r["acked"]]) < args.expect \
                 and (args.behaviour != "no-ack" or len(received) < args.expect):
             try:
-                messages = consumer.receive(32, args.invisible)
+                messages = consumer.receive(args.batch, args.invisible)
             except Exception as exc:
                 errors.append(f"{type(exc).__name__}: {exc}")
                 time.sleep(0.2)
                 continue
+            batches.append(len(messages))
             for m in messages:
                 entry = view(m)
                 received.append(entry)
+                if args.behaviour == "ack-after-expiry":
+                    # the invisible time passes: ack and change-invisible must then be refused
+                    time.sleep(args.invisible + 1)
+                    try:
+                        consumer.ack(m)
+                        entry["acked"] = True
+                    except Exception as exc:
+                        entry["ack_error"] = f"{type(exc).__name__}: {exc}"
+                    try:
+                        consumer.change_invisible_duration(m, args.change_to)
+                    except Exception as exc:
+                        entry["change_error"] = f"{type(exc).__name__}: {exc}"
+                    return {"received": received, "errors": errors, "batches": batches}
                 if args.behaviour == "ack" or (args.behaviour == "nack-once" and m.delivery_attempt > 1):
                     consumer.ack(m)
                     entry["acked"] = True
@@ -172,7 +187,7 @@ def cmd_simple(args) -> dict:
                         entry["acked"] = True
     finally:
         consumer.shutdown()
-    return {"received": received, "errors": errors}
+    return {"received": received, "errors": errors, "batches": batches}
 
 
 class Collector(MessageListener):
@@ -302,6 +317,7 @@ def main() -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     pr = sub.add_parser("produce")
     pr.add_argument("--async", dest="use_async", action="store_true")
+    pr.add_argument("--tls", action="store_true", default=argparse.SUPPRESS, help="as the option before the command")
     pr.add_argument("--message-group", help="send FIFO messages of this message group")
     pr.add_argument("--delay-s", type=int, help="send DELAY messages due this many seconds from now")
 
@@ -318,7 +334,9 @@ def main() -> None:
         q.add_argument("--prefix", default="m")
         q.add_argument("--tag")
     sc = sub.add_parser("simple")
-    sc.add_argument("--behaviour", choices=("ack", "no-ack", "nack-once", "change-invisible"), default="ack")
+    sc.add_argument("--behaviour", choices=("ack", "no-ack", "nack-once", "change-invisible", "ack-after-expiry"),
+                    default="ack")
+    sc.add_argument("--batch", type=int, default=32, help="messages asked for by each receive")
     sc.add_argument("--invisible", type=int, default=10)
     sc.add_argument("--change-to", type=int, default=1)
     sc.add_argument("--await-s", type=int, default=2)

@@ -228,7 +228,7 @@ func simple(a args) (any, error) {
 	if tag, ok := a["tag"]; ok {
 		filter = rmq.NewFilterExpression(tag)
 	}
-	c, err := rmq.NewSimpleConsumer(config(a), rmq.WithSimpleAwaitDuration(2*time.Second),
+	c, err := rmq.NewSimpleConsumer(config(a), rmq.WithSimpleAwaitDuration(time.Duration(a.int("await-s", 2))*time.Second),
 		rmq.WithSimpleSubscriptionExpressions(map[string]*rmq.FilterExpression{a["topic"]: filter}))
 	if err != nil {
 		return nil, err
@@ -245,10 +245,12 @@ func simple(a args) (any, error) {
 	invisible := time.Duration(a.int("invisible", 10)) * time.Second
 	changeTo := time.Duration(a.int("change-to", 1)) * time.Second
 	received, errs := []map[string]any{}, []string{}
+	batches := []int{}
+	batch := a.int("batch", 32)
 	acked := 0
 	deadline := time.Now().Add(time.Duration(a.int("timeout", 30)) * time.Second)
 	for time.Now().Before(deadline) && acked < expect {
-		mvs, err := c.Receive(context.Background(), 32, invisible)
+		mvs, err := c.Receive(context.Background(), int32(batch), invisible)
 		if err != nil {
 			text := describe(err)
 			if !strings.Contains(text, "40401") && !strings.Contains(strings.ToLower(text), "no new message") {
@@ -256,9 +258,23 @@ func simple(a args) (any, error) {
 			}
 			continue
 		}
+		batches = append(batches, len(mvs))
 		for _, mv := range mvs {
 			entry := view(mv)
 			received = append(received, entry)
+			if behaviour == "ack-after-expiry" {
+				// the invisible time passes: ack and change-invisible must then be refused
+				time.Sleep(invisible + time.Second)
+				if err := c.Ack(context.Background(), mv); err != nil {
+					entry["ack_error"] = describe(err)
+				} else {
+					entry["acked"] = true
+				}
+				if err := c.ChangeInvisibleDuration(mv, changeTo); err != nil {
+					entry["change_error"] = describe(err)
+				}
+				return map[string]any{"received": received, "errors": errs, "batches": batches}, nil
+			}
 			first := mv.GetDeliveryAttempt() == 1
 			if behaviour == "ack" || (behaviour == "nack-once" && !first) || (behaviour == "change-invisible" && !first) {
 				if err := c.Ack(context.Background(), mv); err != nil {
@@ -274,7 +290,7 @@ func simple(a args) (any, error) {
 			}
 		}
 	}
-	return map[string]any{"received": received, "errors": errs}, nil
+	return map[string]any{"received": received, "errors": errs, "batches": batches}, nil
 }
 
 func push(a args) (any, error) {
@@ -320,8 +336,8 @@ func main() {
 		os.Exit(2)
 	}
 	a := parse(os.Args[2:])
-	// the client dials TLS unless told otherwise; the suite's brokers listen in plain text
-	rmq.EnableSsl = a["tls"] == "true"
+	// TLS unless --plaintext: the client's default, which the broker's port takes beside plaintext
+	rmq.EnableSsl = a["plaintext"] != "true"
 	commands := map[string]func(args) (any, error){"produce": produce, "transaction": transaction,
 		"simple": simple, "push": push}
 	var result any

@@ -27,6 +27,8 @@ const quiet = { info() {}, warn() {}, error() {}, debug() {} };
 
 function options(a) {
   const out = { endpoints: a.endpoint, namespace: '', requestTimeout: 5000, logger: quiet };
+  // plaintext unless --tls (the client's default); TLS verifies the broker's certificate
+  if (a.tls) out.sslEnabled = true;
   // an empty key means none: the client then sends no authorization header at all
   if (a.ak) {
     out.sessionCredentials = { accessKey: a.ak, accessSecret: a.sk || '' };
@@ -135,7 +137,8 @@ function view(m) {
 async function simple(a) {
   const filter = new FilterExpression(a.tag || '*');
   const consumer = new SimpleConsumer({
-    ...options(a), consumerGroup: a.group, awaitDuration: 2000, subscriptions: new Map([[ a.topic, filter ]]),
+    ...options(a), consumerGroup: a.group, awaitDuration: 1000 * count(a, 'await-s', 2),
+    subscriptions: new Map([[ a.topic, filter ]]),
   });
   await consumer.startup();
   const received = [];
@@ -144,21 +147,40 @@ async function simple(a) {
   const expect = count(a, 'expect', 1);
   const invisible = 1000 * count(a, 'invisible', 10);
   const changeTo = 1000 * count(a, 'change-to', 1);
+  const batch = count(a, 'batch', 32);
+  const batches = [];
   let acked = 0;
   try {
     const deadline = Date.now() + 1000 * count(a, 'timeout', 30);
     while (Date.now() < deadline && acked < expect) {
       let messages;
       try {
-        messages = await consumer.receive(32, invisible);
+        messages = await consumer.receive(batch, invisible);
       } catch (e) {
         const text = describe(e);
         if (!text.includes('40401') && !text.toLowerCase().includes('no new message')) errors.push(text);
         continue;
       }
+      batches.push(messages.length);
       for (const m of messages) {
         const entry = view(m);
         received.push(entry);
+        if (behaviour === 'ack-after-expiry') {
+          // the invisible time passes: ack and change-invisible must then be refused
+          await sleep(invisible + 1000);
+          try {
+            await consumer.ack(m);
+            entry.acked = true;
+          } catch (e) {
+            entry.ack_error = describe(e);
+          }
+          try {
+            await consumer.changeInvisibleDuration(m, changeTo);
+          } catch (e) {
+            entry.change_error = describe(e);
+          }
+          return { received, errors, batches };
+        }
         // nack-once and change-invisible ack a message on its second delivery
         if (behaviour === 'ack' || m.deliveryAttempt > 1) {
           await consumer.ack(m);
@@ -172,7 +194,7 @@ async function simple(a) {
   } finally {
     await consumer.shutdown();
   }
-  return { received, errors };
+  return { received, errors, batches };
 }
 
 async function push(a) {

@@ -86,7 +86,8 @@ public final class Interop {
         ClientConfigurationBuilder builder = ClientConfiguration.newBuilder()
             .setEndpoints(args.get("endpoint"))
             .setRequestTimeout(Duration.ofSeconds(5))
-            .enableSsl(false);
+            // TLS unless --plaintext: the client's default, which the broker's port takes beside plaintext
+            .enableSsl(!args.containsKey("plaintext"));
         // an empty key means none: the client then sends no authorization header at all
         if (!args.getOrDefault("ak", "").isEmpty()) {
             builder.setCredentialProvider(new StaticSessionCredentialsProvider(args.get("ak"), args.getOrDefault("sk", "")));
@@ -229,18 +230,20 @@ public final class Interop {
         String behaviour = args.getOrDefault("behaviour", "ack");
         int expect = intArg(args, "expect", 1);
         Duration invisible = Duration.ofSeconds(intArg(args, "invisible", 10));
+        int batch = intArg(args, "batch", 32);
+        List<Integer> batches = new ArrayList<>();
         Duration changeTo = Duration.ofSeconds(intArg(args, "change-to", 1));
         FilterExpression filter = new FilterExpression(args.getOrDefault("tag", "*"), FilterExpressionType.TAG);
         try (SimpleConsumer consumer = PROVIDER.newSimpleConsumerBuilder().setClientConfiguration(config(args))
             .setConsumerGroup(args.get("group"))
-            .setAwaitDuration(Duration.ofSeconds(2))
+            .setAwaitDuration(Duration.ofSeconds(intArg(args, "await-s", 2)))
             .setSubscriptionExpressions(Map.of(args.get("topic"), filter)).build()) {
             long deadline = System.currentTimeMillis() + 1000L * intArg(args, "timeout", 30);
             while (System.currentTimeMillis() < deadline
                 && received.stream().filter(r -> (Boolean) r.get("acked")).count() < expect) {
                 List<MessageView> messages;
                 try {
-                    messages = consumer.receive(32, invisible);
+                    messages = consumer.receive(batch, invisible);
                 } catch (Throwable t) {
                     String error = describe(t);
                     if (!error.contains("40401") && !error.toLowerCase().contains("no new message")) {
@@ -248,10 +251,27 @@ public final class Interop {
                     }
                     continue;
                 }
+                batches.add(messages.size());
                 for (MessageView m : messages) {
                     Map<String, Object> entry = view(m);
                     received.add(entry);
                     boolean first = m.getDeliveryAttempt() == 1;
+                    if (behaviour.equals("ack-after-expiry")) {
+                        // the invisible time passes: ack and change-invisible must then be refused
+                        Thread.sleep(invisible.toMillis() + 1000);
+                        try {
+                            consumer.ack(m);
+                            entry.put("acked", true);
+                        } catch (Throwable t) {
+                            entry.put("ack_error", describe(t));
+                        }
+                        try {
+                            consumer.changeInvisibleDuration(m, changeTo);
+                        } catch (Throwable t) {
+                            entry.put("change_error", describe(t));
+                        }
+                        return Map.of("received", received, "errors", errors, "batches", batches);
+                    }
                     if (behaviour.equals("ack") || (behaviour.equals("nack-once") && !first)
                         || (behaviour.equals("change-invisible") && !first)) {
                         consumer.ack(m);
@@ -262,7 +282,7 @@ public final class Interop {
                 }
             }
         }
-        return Map.of("received", received, "errors", errors);
+        return Map.of("received", received, "errors", errors, "batches", batches);
     }
 
     private static Object push(Map<String, String> args) throws Exception {
