@@ -24,6 +24,7 @@ import grpc
 from txmq.broker.server.auth import Authenticator, authorization_header, format_date_time
 from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config, WILDCARD_HOSTS
 from txmq.broker.errors import NotLeader
+from txmq.broker.protocol import keepalive
 from txmq.broker.server.config import BrokerConfig
 from txmq.broker.server.topic_types import TopicType
 from txmq.broker.store.message_store import MessageStore
@@ -120,7 +121,7 @@ class ReplicaNode:
         serve TLS (they share it), plain otherwise."""
         cfg = self.config
         options = [("grpc.max_receive_message_length", cfg.max_message_bytes),
-                   ("grpc.max_send_message_length", cfg.max_message_bytes)]
+                   ("grpc.max_send_message_length", cfg.max_message_bytes), *keepalive.CHANNEL_OPTIONS]
         if cfg.tls_cert:
             creds = grpc.ssl_channel_credentials(root_certificates=Path(cfg.tls_cert).read_bytes())
             return grpc.secure_channel(endpoint, creds, options=options)

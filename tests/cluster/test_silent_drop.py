@@ -1,0 +1,78 @@
+"""A silent drop (a paused process: TCP stays up, nothing answers, as behind a partition) is
+noticed by gRPC keepalive in ~2-3 s, not when a call times out (issue 38, item 5): the native
+client fails over to the new leader within about as long as a kill takes, and its check-back
+session moves there too, so transactions left to check-back do not stay pending."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from tests.cluster.test_replication import Load
+from txmq.broker.client.native_client import NativeClient
+from txmq.broker.client.types import Message
+
+TOPIC = "orders"
+
+
+def first_ack_after(load: Load, since: float, timeout_s: float = 30.0) -> float:
+    """Seconds from `since` (monotonic) to the first write acknowledged after it."""
+    count = len(load.acked)
+    deadline = since + timeout_s
+    while len(load.acked) == count:
+        assert time.monotonic() < deadline, f"no write acknowledged within {timeout_s}s of the drop"
+        time.sleep(0.01)
+    return time.monotonic() - since
+
+
+def test_the_native_client_fails_over_within_seconds_of_a_silent_drop_of_the_leader(group_factory):
+    group = group_factory(args=["--replication", "sync"])
+    leader = group.wait_leader()
+    # the leader first: the client is talking to it when it goes silent
+    endpoints = ";".join([leader.endpoint] + [r.endpoint for r in group.replicas if r.endpoint != leader.endpoint])
+    with NativeClient(endpoints, timeout_s=30) as client:
+        client.create_topic(TOPIC, 2)
+        with Load(client) as load:
+            load.wait_acks(20)
+            silent = group.replica(leader.endpoint)
+            silent.pause()
+            try:
+                dropped = time.monotonic()
+                took = first_ack_after(load, dropped)
+            finally:
+                silent.resume()
+    print(f"first acknowledged write {took:.2f}s after the leader went silent")
+    assert took < 6.0, f"{took:.1f}s from a silent drop of the leader to the next acknowledged write"
+
+
+def test_a_check_back_session_moves_to_the_new_leader_after_a_silent_drop(group_factory):
+    group = group_factory(args=["--replication", "sync"])
+    leader = group.wait_leader()
+    endpoints = ";".join([leader.endpoint] + [r.endpoint for r in group.replicas if r.endpoint != leader.endpoint])
+    asked: list[str] = []
+    lock = threading.Lock()
+
+    def answer(check):
+        with lock:
+            asked.append(check.transaction_id)
+        return "COMMIT"
+
+    with NativeClient(endpoints, timeout_s=30) as client:
+        client.create_topic(TOPIC, 2)
+        with client.checkback_session("shop", [TOPIC], answer) as session:
+            assert session.wait_registered(10)
+            silent = group.replica(leader.endpoint)
+            silent.pause()
+            try:
+                new = group.wait_leader(not_epoch=leader.epoch)
+                with NativeClient(new.endpoint, timeout_s=30) as producer:
+                    # left to check-back on the new leader: only a session registered there is asked
+                    orphan = producer.prepare("", [Message(TOPIC, b"left open")], producer_group="shop",
+                                              sender="s1").transaction_id
+                    dropped = time.monotonic()
+                    while producer.get_transaction(orphan).state == "PENDING":
+                        assert time.monotonic() - dropped < 20, "the orphan stayed pending: no session on the new leader"
+                        time.sleep(0.1)
+            finally:
+                silent.resume()
+    assert orphan in asked
