@@ -8,7 +8,10 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from tests.cluster.test_replication import Load
+from tests.interop.conftest import official_client_available, run_client
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
 
@@ -76,3 +79,31 @@ def test_a_check_back_session_moves_to_the_new_leader_after_a_silent_drop(group_
             finally:
                 silent.resume()
     assert orphan in asked
+
+
+@pytest.mark.interop
+@pytest.mark.skipif(not official_client_available(), reason="the official client's venv is missing (make interop-venv)")
+def test_the_official_client_given_every_replica_sends_again_within_seconds_of_a_silent_drop(group_factory):
+    group = group_factory(args=["--replication", "sync"])
+    leader = group.wait_leader()
+    endpoints = ";".join([leader.endpoint] + [r.endpoint for r in group.replicas if r.endpoint != leader.endpoint])
+    with NativeClient(leader.endpoint) as admin:
+        admin.create_topic("official", 4)
+    result: dict = {}
+    driver = threading.Thread(target=lambda: result.update(run_client(
+        endpoints, "produce", "--topic", "official", "--count", "150", "--interval-ms", "40", "--prefix", "o",
+        timeout=120)))
+    driver.start()
+    time.sleep(4.0)
+    silent = group.replica(leader.endpoint)
+    dropped = time.time()
+    silent.pause()
+    try:
+        driver.join(150)
+    finally:
+        silent.resume()
+    after = [s["acked_at"] for s in result["sent"] if s["acked_at"] > dropped]
+    assert after, f"no send acknowledged after the drop: {result['errors'][:3]}"
+    took = min(after) - dropped
+    print(f"official client: first acknowledged send {took:.2f}s after the leader went silent")
+    assert took < 8.0, f"{took:.1f}s from a silent drop of the leader to the official client's next acknowledged send"

@@ -80,7 +80,7 @@ def cmd_produce(args) -> dict:
                 if args.use_async:
                     futures.append(producer.send_async(msg))
                 else:
-                    sent.append(dict(receipt(producer.send(msg)), body=f"{args.prefix}-{i}"))
+                    sent.append(dict(receipt(producer.send(msg)), body=f"{args.prefix}-{i}", acked_at=time.time()))
             except Exception as exc:  # reported, the test decides
                 errors.append(f"{type(exc).__name__}: {exc}")
             if args.interval_ms:
