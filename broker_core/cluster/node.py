@@ -365,7 +365,7 @@ class ReplicaNode:
                 pass  # the lease runs out instead
             return
         self.broker = broker
-        self.router.serve(handlers)
+        self.router.serve(handlers, itself=self.me)  # relayed Telemetry streams go on here
         self.elections_won += 1
         log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over)", self.group, self.me,
                     record.epoch, end, time.monotonic() - t0)

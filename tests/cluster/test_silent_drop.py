@@ -107,3 +107,34 @@ def test_the_official_client_given_every_replica_sends_again_within_seconds_of_a
     took = min(after) - dropped
     print(f"official client: first acknowledged send {took:.2f}s after the leader went silent")
     assert took < 8.0, f"{took:.1f}s from a silent drop of the leader to the official client's next acknowledged send"
+
+
+@pytest.mark.interop
+@pytest.mark.skipif(not official_client_available(), reason="the official client's venv is missing (make interop-venv)")
+def test_the_official_clients_orphans_are_checked_back_by_the_new_leader_after_a_silent_drop(group_factory):
+    """Its Telemetry streams through the other replicas are relayed on to the new leader (roles.py):
+    it is asked there, not 5 minutes later when its settings sync would open them again."""
+    group = group_factory(args=["--replication", "sync", "--transaction-timeout", "6s"])
+    leader = group.wait_leader()
+    endpoints = ";".join([leader.endpoint] + [r.endpoint for r in group.replicas if r.endpoint != leader.endpoint])
+    topic = "official-orphans"
+    with NativeClient(leader.endpoint) as admin:
+        admin.create_topic(topic, 4)
+        result: dict = {}
+        driver = threading.Thread(target=lambda: result.update(run_client(
+            endpoints, "transaction", "--topic", topic, "--mode", "orphan-commit", "--count", "2", "--prefix", "o",
+            "--timeout", "60", timeout=120)))
+        driver.start()
+        deadline = time.monotonic() + 60
+        while len(admin.list_transactions(topic=topic)) < 2:
+            assert time.monotonic() < deadline and driver.is_alive(), f"the orphans were never sent: {result}"
+            time.sleep(0.05)
+        time.sleep(1.0)  # the client has its answers (the orphans' immunity is 6 s)
+    silent = group.replica(leader.endpoint)
+    silent.pause()
+    try:
+        driver.join(130)
+    finally:
+        silent.resume()
+    assert len(result["transaction_ids"]) == 2, result["errors"]
+    assert result["checked"] == ["o-0", "o-1"], "the new leader never asked the official client about its orphans"
