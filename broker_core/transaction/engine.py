@@ -203,7 +203,8 @@ class TransactionEngine:
                 tx.cond.notify_all()
             if not applied:
                 self._forget_if_empty(tx)
-        self._acknowledge(results.end)
+        if len(results):  # (an empty batch writes nothing: the store answers [])
+            self._acknowledge(results.end)
         return PrepareResult(tx_id, results)
 
     def end(self, transaction_id: str, resolution: Resolution, *, source: str = "client",
