@@ -82,6 +82,7 @@ def test_a_check_back_session_moves_to_the_new_leader_after_a_silent_drop(group_
 
 
 @pytest.mark.interop
+@pytest.mark.slow  # ~60 s: an official client process through a failover
 @pytest.mark.skipif(not official_client_available(), reason="the official client's venv is missing (make interop-venv)")
 def test_the_official_client_given_every_replica_sends_again_within_seconds_of_a_silent_drop(group_factory):
     group = group_factory(args=["--replication", "sync"])
@@ -110,6 +111,7 @@ def test_the_official_client_given_every_replica_sends_again_within_seconds_of_a
 
 
 @pytest.mark.interop
+@pytest.mark.slow  # ~40 s: an official client process through a failover
 @pytest.mark.skipif(not official_client_available(), reason="the official client's venv is missing (make interop-venv)")
 def test_the_official_clients_orphans_are_checked_back_by_the_new_leader_after_a_silent_drop(group_factory):
     """Its Telemetry streams through the other replicas are relayed on to the new leader (roles.py):
