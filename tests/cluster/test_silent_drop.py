@@ -45,7 +45,7 @@ def test_the_native_client_fails_over_within_seconds_of_a_silent_drop_of_the_lea
             finally:
                 silent.resume()
     print(f"first acknowledged write {took:.2f}s after the leader went silent")
-    assert took < 6.0, f"{took:.1f}s from a silent drop of the leader to the next acknowledged write"
+    assert took < 8.0, f"{took:.1f}s from a silent drop of the leader to the next acknowledged write"  # ~3.3-4 s measured
 
 
 def test_a_check_back_session_moves_to_the_new_leader_after_a_silent_drop(group_factory):
