@@ -218,7 +218,8 @@ class RequestTimeout(TxmqError):
 
 class NotLeader(TxmqError):
     """A replica that does not lead its group (a follower, or a leader fenced by a lost lease)
-    refused a write; the message names the leader when one is known. Nothing was written."""
+    refused a write, or the acknowledgement of one it had written before it was fenced (then
+    indeterminate, as a ReplicationTimeout); the message names the leader when one is known."""
 
 
 class NotEnoughReplicas(TxmqError):

@@ -31,6 +31,7 @@ from txmq.broker.client.batches import to_arrow_table
 from txmq.broker.client.data_plane import DataPlane
 from txmq.broker.client.local_read import LocalReadUnavailable, LocalSegments
 from txmq.broker.client.types import send_properties
+from txmq.broker.protocol import keepalive
 from txmq.broker.client.types import (
     CheckRequest,
     ConsumerGroupInfo,
@@ -200,7 +201,8 @@ class NativeClient:
         options = [("grpc.max_receive_message_length", MAX_FRAME_BYTES),
                    ("grpc.max_send_message_length", MAX_FRAME_BYTES),
                    ("grpc.initial_reconnect_backoff_ms", 50),
-                   ("grpc.max_reconnect_backoff_ms", 2000)]
+                   ("grpc.max_reconnect_backoff_ms", 2000),
+                   *keepalive.CHANNEL_OPTIONS]
         if self.tls:
             root = open(self.ca_file, "rb").read() if self.ca_file else None
             return grpc.secure_channel(self.target, grpc.ssl_channel_credentials(root), options=options)

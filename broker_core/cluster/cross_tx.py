@@ -25,6 +25,7 @@ import grpc
 
 from txmq.broker import errors
 from txmq.broker.protocol import coordinator_pb2 as cpb
+from txmq.broker.protocol import keepalive
 from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS, SERVICE_NAME
 from txmq.broker.protocol.native_status import ok_status, raise_for, status_for
 from txmq.broker.server.auth import ANONYMOUS, Authenticator, authorization_header, format_date_time
@@ -292,7 +293,8 @@ def peer_channel(config: BrokerConfig, endpoint: str) -> grpc.Channel:
     serve TLS (as a group's replicas trust each other), plain otherwise."""
     options = [("grpc.max_receive_message_length", config.max_message_bytes),
                ("grpc.max_send_message_length", config.max_message_bytes),
-               ("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 1000)]
+               ("grpc.initial_reconnect_backoff_ms", 50), ("grpc.max_reconnect_backoff_ms", 1000),
+               *keepalive.CHANNEL_OPTIONS]
     if config.tls_cert:
         creds = grpc.ssl_channel_credentials(root_certificates=Path(config.tls_cert).read_bytes())
         return grpc.secure_channel(endpoint, creds, options=options)

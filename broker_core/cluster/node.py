@@ -26,6 +26,7 @@ from txmq.broker.server.auth import Authenticator, authorization_header, format_
 from txmq.broker.server.addresses import announced_host
 from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config
 from txmq.broker.errors import NotLeader
+from txmq.broker.protocol import keepalive
 from txmq.broker.server.config import BrokerConfig
 from txmq.broker.server.topic_types import TopicType
 from txmq.broker.store.durable import write_bytes_atomically
@@ -131,7 +132,7 @@ class ReplicaNode:
         serve TLS (they share it), plain otherwise."""
         cfg = self.config
         options = [("grpc.max_receive_message_length", cfg.max_message_bytes),
-                   ("grpc.max_send_message_length", cfg.max_message_bytes)]
+                   ("grpc.max_send_message_length", cfg.max_message_bytes), *keepalive.CHANNEL_OPTIONS]
         if cfg.tls_cert:
             creds = grpc.ssl_channel_credentials(root_certificates=Path(cfg.tls_cert).read_bytes())
             return grpc.secure_channel(endpoint, creds, options=options)
@@ -415,7 +416,7 @@ class ReplicaNode:
                 pass  # the lease runs out instead
             return
         self.broker = broker
-        self.router.serve(handlers)
+        self.router.serve(handlers, itself=self.me)  # relayed Telemetry streams go on here
         self.elections_won += 1
         log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over)", self.group, self.me,
                     record.epoch, end, time.monotonic() - t0)

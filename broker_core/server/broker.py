@@ -296,6 +296,7 @@ class Broker:
 def make_grpc_server(cfg: BrokerConfig, auth: Authenticator,
                      generic_handlers: list[grpc.GenericRpcHandler] | None = None) -> grpc.Server:
     """The thread-pool gRPC server a broker (or a group's replica) serves on, not yet bound."""
+    from txmq.broker.protocol import keepalive
     from txmq.broker.protocol.rocketmq_methods import SERVICE_NAME
 
     interceptors = []
@@ -309,8 +310,7 @@ def make_grpc_server(cfg: BrokerConfig, auth: Authenticator,
             ("grpc.max_receive_message_length", cfg.max_message_bytes),
             ("grpc.max_send_message_length", cfg.max_message_bytes),
             ("grpc.so_reuseport", 0),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+            *keepalive.SERVER_OPTIONS,
         ],
         maximum_concurrent_rpcs=cfg.max_workers * 8,
     )

@@ -1,17 +1,24 @@
 """Routes the engine's check-back requests to a live producer session.
 
 The transaction engine decides *when* a transaction needs a check-back; this
-router decides *who* gets it. Sessions (RocketMQ Telemetry streams, native
-check-back streams) register here with their producer group and topics.
-RocketMQ 5 clients send no producer group, so a check is routed, in order, to:
+router decides *who* gets it: only a producer that can know the answer, as
+Apache's broker and proxy do. Sessions (RocketMQ Telemetry streams, native
+check-back streams) register here with their producer group and topics, and a
+transaction's producer group (the PGROUP of its halves) names who may be asked:
+only live sessions of that very group are candidates.
 
+RocketMQ 5 clients declare no producer group. On a broker without auth their
+transactions and their sessions have the group "": as Apache's proxy registers
+such a producer under each topic it publishes (and stamps its halves with the
+topic as PGROUP), one of them is asked when it publishes a topic of the
+transaction. With auth both carry the account's first producer group. A native
+producer declares its group (TransactionProducer requires one), so it is never
+asked about an official client's transaction, nor about another group's.
+
+Among the candidates a check goes, in order, to:
 1. a live session of a client that sent halves of this transaction,
 2. a live session of the transaction's producer group (when it has one),
 3. a live session that publishes to one of the transaction's topics.
-
-Producer groups isolate: when the transaction has a producer group, only
-sessions of that group are candidates (a session with no group is a RocketMQ
-client whose broker runs without auth, where every group is "").
 """
 
 from __future__ import annotations
@@ -96,8 +103,8 @@ class CheckbackRouter:
             senders = self._senders.get(tx.transaction_id, set())
             self._rotation += 1
             rotation = self._rotation
-        if group:
-            live = [s for s in live if (s.producer_group or "") == group]
+        # producer groups isolate, the empty one too (RocketMQ 5 clients without auth)
+        live = [s for s in live if (s.producer_group or "") == group]
         if live:  # spread checks over equivalent sessions
             k = rotation % len(live)
             live = live[k:] + live[:k]
@@ -105,7 +112,7 @@ class CheckbackRouter:
         by_group = [s for s in live if group and s.producer_group == group and s not in by_sender]
         by_topic = [s for s in live if s not in by_sender and s not in by_group and s.topics & topics]
         found = by_sender + by_group + by_topic
-        assert not group or all(s.producer_group == group for s in found), "producer groups isolate"
+        assert all((s.producer_group or "") == group for s in found), "producer groups isolate"
         return found
 
     def request_check(self, tx: TransactionInfo, half: StoredMessage | Message) -> bool:

@@ -135,6 +135,21 @@ def _endpoints_of(host_port: str) -> pb.Endpoints:
     return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
 
 
+def rotated(endpoints: pb.Endpoints, k: int) -> pb.Endpoints:
+    """`endpoints` with its addresses rotated by `k`. A group's queues name the replicas the client
+    dialled, each queue starting at another one: an official client keeps one channel per
+    distinct list and gRPC's pick_first sticks to its first reachable address, so with one list
+    for all it would keep every send (and its Telemetry stream) on a replica gone silent until
+    TCP gave up; with rotated lists its retry, which takes the next queue, goes through another
+    replica (which forwards to the leader), and it holds a Telemetry stream through each."""
+    n = len(endpoints.addresses)
+    if n < 2 or k % n == 0:
+        return endpoints
+    out = pb.Endpoints(scheme=endpoints.scheme)
+    out.addresses.extend(list(endpoints.addresses[k % n:]) + list(endpoints.addresses[:k % n]))
+    return out
+
+
 class MessagingService:
     def __init__(self, core: ServiceCore) -> None:
         self.core = core
@@ -167,10 +182,12 @@ class MessagingService:
 
     def _queues(self, topic_res: pb.Resource, count: int, endpoints: pb.Endpoints, *,
                 accepted: tuple[int, ...] = ()) -> list[pb.MessageQueue]:
-        # a group's replicas are one RocketMQ broker, named for the group
-        broker = pb.Broker(name=self.config.group or self.config.broker_name, id=0, endpoints=endpoints)
+        # a group's replicas are one RocketMQ broker, named for the group; each queue lists them
+        # from another one (rotated)
+        name = self.config.group or self.config.broker_name
         topic = pb.Resource(name=topic_res.name, resource_namespace=topic_res.resource_namespace)
-        return [pb.MessageQueue(topic=topic, id=i, permission=pb.READ_WRITE, broker=broker,
+        return [pb.MessageQueue(topic=topic, id=i, permission=pb.READ_WRITE,
+                                broker=pb.Broker(name=name, id=0, endpoints=rotated(endpoints, i)),
                                 accept_message_types=accepted) for i in range(count)]
 
     def _cluster_brokers(self, topic: str, requested: pb.Endpoints | None) -> list[tuple[pb.Broker, list[int]]]:
@@ -201,9 +218,10 @@ class MessagingService:
             mtype = self.core.routes.topic(topic).message_type
             accepted = (TopicType.parse(mtype) if mtype else TopicType.MIXED).accepted
             res = pb.Resource(name=req.topic.name, resource_namespace=req.topic.resource_namespace)
-            queues = [pb.MessageQueue(topic=res, id=q, permission=pb.READ_WRITE, broker=broker,
+            queues = [pb.MessageQueue(topic=res, id=q, permission=pb.READ_WRITE,
+                                      broker=pb.Broker(name=broker.name, id=0, endpoints=rotated(broker.endpoints, k)),
                                       accept_message_types=accepted)
-                      for broker, ids in cluster for q in ids]
+                      for broker, ids in cluster for k, q in enumerate(ids)]
             return pb.QueryRouteResponse(status=st.ok(), message_queues=queues)
         count = self.core.topic_queue_count(topic)
         # each queue announces the topic's type, as the proxy does: producers refuse any other

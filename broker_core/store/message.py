@@ -196,10 +196,12 @@ class AppendResults(LazyList[AppendResult]):
     tuples are made when first read.
     `columns` (when the store sets it) is (queue offsets, physical offsets, sizes), one list
     each (the physical offsets may have one extra item, the end of the batch).
+    `end` is the log's end after the write: what MessageStore.acknowledge takes.
     """
 
-    __slots__ = ("columns",)
+    __slots__ = ("columns", "end")
 
-    def __init__(self, count: int, build: Callable[[], list[AppendResult]]) -> None:
+    def __init__(self, count: int, build: Callable[[], list[AppendResult]], end: int = 0) -> None:
         super().__init__(count, build)
         self.columns: tuple[list[int], list[int], list[int]] | None = None
+        self.end = end

@@ -223,13 +223,23 @@ class MessageStore:
     # --- writes --------------------------------------------------------------------
 
     def append(self, messages: Sequence[Message], *, allow_system: bool = False,
-               wait_reserved: bool = True) -> Sequence[AppendResult]:
-        """Append a batch (one write); in sync mode return after fsync.
+               wait_reserved: bool = True, durable: bool = True) -> Sequence[AppendResult]:
+        """Append a batch (one write); return once it may be acknowledged (in sync mode after
+        fsync, in a replicated group once the in-sync followers hold it).
 
         A batch writing to a queue that a large COMMIT being written has reserved waits for
         that COMMIT's end; with `wait_reserved` False it raises QueueReserved instead, writing
-        nothing (for callers that must not hold a thread that long: see queue_reserved)."""
-        return self._append(messages, allow_system=allow_system, plan=WritePlan.RECORDS, wait_reserved=wait_reserved)
+        nothing (for callers that must not hold a thread that long: see queue_reserved).
+        With `durable` False it returns once the write is in the log: the caller brings its
+        own state in line with the log first, then calls acknowledge(results.end), whose error
+        (ReplicationTimeout, NotLeader, ...) then leaves nothing in memory that the log lacks."""
+        return self._append(messages, allow_system=allow_system, plan=WritePlan.RECORDS, wait_reserved=wait_reserved,
+                            durable=durable)
+
+    def acknowledge(self, end: int) -> None:
+        """Return once a write ending at `end` (AppendResults.end) may be acknowledged; raise the
+        typed error that says why not (the write stays in the log). See WriteLock.acknowledge."""
+        self.write_lock.acknowledge(end)
 
     def queue_reserved(self, topic: str, queue_id: int) -> bool:
         """Whether a large COMMIT being written holds the queue now (writers of it wait for its
@@ -242,7 +252,7 @@ class MessageStore:
             return []
         return self._write(self._checked_columns(batch, allow_system=False), WritePlan.RECORDS)
 
-    def append_group_encoded(self, batch: BatchColumns) -> Sequence[AppendResult]:
+    def append_group_encoded(self, batch: BatchColumns, *, durable: bool = True) -> Sequence[AppendResult]:
         """append_group for a batch its caller encoded itself (BatchColumns.of_columns: the
         transaction engine's halves of topic-and-body messages, encoded from one property
         template). The caller vouches for the property names and values; the store checks what
@@ -252,15 +262,17 @@ class MessageStore:
             return []
         cfg = self.config
         check_encoded_columns(batch, max_body_bytes=cfg.max_body_bytes, max_properties_bytes=cfg.max_properties_bytes)
-        return self._write(batch, WritePlan.GROUP)
+        return self._write(batch, WritePlan.GROUP, durable=durable)
 
-    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> Sequence[AppendResult]:
+    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False,
+                     durable: bool = True) -> Sequence[AppendResult]:
         """Append an atomic group: after a crash all of its records survive or none do,
-        and its queue entries become visible together."""
-        return self._append(messages, allow_system=allow_system, plan=WritePlan.GROUP)
+        and its queue entries become visible together. `durable` as in append."""
+        return self._append(messages, allow_system=allow_system, plan=WritePlan.GROUP, durable=durable)
 
     def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
-                            wait_reserved: bool = True, sources_dead: bool = False) -> Sequence[AppendResult]:
+                            wait_reserved: bool = True, sources_dead: bool = False,
+                            durable: bool = True) -> Sequence[AppendResult]:
         """Append, as one atomic group, copies of stored records followed by `messages`.
 
         Each copy keeps its source's body, flag, born time and host, reconsume times
@@ -278,7 +290,7 @@ class MessageStore:
         `sources_dead`: no reader needs the sources once they are copied (a COMMIT's
         halves). A group written in parts then drops each part's sources from the page
         cache as soon as the part is written, and the parts after it are written into the
-        freed pages (PageCacheWindow.release_dead).
+        freed pages (PageCacheWindow.release_dead). `durable` as in append.
         """
         if not len(copies) and not messages:
             return []
@@ -289,14 +301,14 @@ class MessageStore:
                 checked = self._checked(messages, allow_system=True)
                 parts.append(lambda: checked)
             written = [partial(self._release_sources, part) for part in copy_parts] if sources_dead else []
-            return self.split_groups.append(parts, written)
+            return self.split_groups.append(parts, written, durable=durable)
         batches = []
         if len(copies):
             batches.append(copy_columns(self, copies))
         if messages:
             batches.append(self._checked(messages, allow_system=True))
         return self._write(batches[0] if len(batches) == 1 else batches[0].followed_by(batches[1]), WritePlan.GROUP,
-                           wait_reserved=wait_reserved)
+                           wait_reserved=wait_reserved, durable=durable)
 
     def _checked(self, messages: Sequence[Message], *, allow_system: bool) -> BatchColumns:
         return self._checked_columns(BatchColumns(messages), allow_system=allow_system)
@@ -307,14 +319,18 @@ class MessageStore:
                              max_properties_bytes=cfg.max_properties_bytes, allow_system=allow_system)
 
     def _append(self, messages: Sequence[Message], *, allow_system: bool, plan: WritePlan,
-                wait_reserved: bool = True) -> Sequence[AppendResult]:
+                wait_reserved: bool = True, durable: bool = True) -> Sequence[AppendResult]:
         if not messages:
             return []
-        return self._write(self._checked(messages, allow_system=allow_system), plan, wait_reserved=wait_reserved)
+        return self._write(self._checked(messages, allow_system=allow_system), plan, wait_reserved=wait_reserved,
+                           durable=durable)
 
-    def _write(self, batch: BatchColumns, plan: WritePlan, *, wait_reserved: bool = True) -> AppendResults:
-        """Write a checked and encoded batch under the write lock (then wait for fsync in sync mode)."""
-        return self.write_lock.write(partial(self._append_locked, batch, plan), batch, wait_reserved=wait_reserved)
+    def _write(self, batch: BatchColumns, plan: WritePlan, *, wait_reserved: bool = True,
+               durable: bool = True) -> AppendResults:
+        """Write a checked and encoded batch under the write lock (then, when `durable`, wait until
+        it may be acknowledged)."""
+        return self.write_lock.write(partial(self._append_locked, batch, plan), batch, wait_reserved=wait_reserved,
+                                     durable=durable)
 
     def _append_locked(self, batch: BatchColumns, plan: WritePlan) -> AppendResults:
         """Assign queue offsets, write the records, dispatch: each step once over the whole batch."""
@@ -334,6 +350,7 @@ class MessageStore:
         results = AppendResults(batch.count, partial(append_results, topics, qids, w.queue_offsets, w.phys, w.sizes,
                                                      now, self.commitlog.store_host[0]))
         results.columns = (w.queue_offsets, w.phys, w.sizes)
+        results.end = self.commitlog.write_end
         return results
 
     def _release_sources(self, copies: RecordCopies) -> None:

@@ -132,13 +132,15 @@ class SplitGroupWriter:
         self._one_at_a_time = threading.Lock()
 
     def append(self, parts: Sequence[Callable[[], BatchColumns]],
-               written: Sequence[Callable[[], None]] = ()) -> AppendResults:
+               written: Sequence[Callable[[], None]] = (), *, durable: bool = True) -> AppendResults:
         """Append one atomic group made of several batches, each built (`parts[i]()`) and written
         in turn, then dispatched and published together (see the module doc).
 
         `written[i]()`, when given, runs once part i is in the log (its write settled), on
         the CommitLog's I/O thread (CommitLog.after_writes: the writer does not wait for
         it); for a group that fails, only for parts before the failure.
+        With `durable`, return once the whole group may be acknowledged (WriteLock.acknowledge:
+        fsynced, held by the in-sync followers); else its caller acknowledges results.end.
         """
         with self._one_at_a_time:
             now = int(time.time() * 1000)
@@ -163,11 +165,12 @@ class SplitGroupWriter:
                 if not group.published:
                     with self.write_lock.lock:
                         self._abandon(group)
-            if self.write_lock.group_commit is not None:
-                self.write_lock.group_commit.wait_durable(group.end)
+        if durable:  # outside the one-at-a-time lock: the next split group need not wait for this one's replicas
+            self.write_lock.acknowledge(group.end)
         written_parts = [(topics, qids, w.queue_offsets, w.phys[:-1], w.sizes) for topics, qids, _, w in group.written]
         return AppendResults(sum(len(w[0]) for w in written_parts),
-                             partial(_split_group_results, written_parts, now, self.commitlog.store_host[0]))
+                             partial(_split_group_results, written_parts, now, self.commitlog.store_host[0]),
+                             end=group.end)
 
     def write_part(self, group: _SplitGroup, batch: BatchColumns, hashes: DispatchHashes, now: int, *,
                    begins: bool, ends: bool) -> None:

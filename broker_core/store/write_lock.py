@@ -52,12 +52,13 @@ class WriteLock:
         self._unreserved = threading.Condition(self.lock)
         self.replication: ReplicationHook | None = None  # set while this store leads a replicated group
 
-    def write(self, write: Callable[[], Any], batch: BatchColumns, *, wait_reserved: bool = True) -> Any:
-        """Run `write` for `batch` under the lock (durable on return in sync mode). A batch for a
-        reserved queue waits for the split group's end, or with `wait_reserved` False raises
-        QueueReserved, writing nothing."""
+    def write(self, write: Callable[[], Any], batch: BatchColumns, *, wait_reserved: bool = True,
+              durable: bool = True) -> Any:
+        """Run `write` for `batch` under the lock (acknowledged on return when `durable`, see run). A
+        batch for a reserved queue waits for the split group's end, or with `wait_reserved` False
+        raises QueueReserved, writing nothing."""
         while True:
-            results = self.run(write, batch)
+            results = self.run(write, batch, durable=durable)
             if results is not QUEUE_RESERVED:
                 return results
             if wait_reserved:
@@ -70,9 +71,10 @@ class WriteLock:
 
     def run(self, write: Callable[[], Any], batch: BatchColumns | None = None, *, durable: bool = True,
             admit: bool = True) -> Any:
-        """Run `write` holding the lock; in sync mode (and `durable`) return only once it is
-        durable. Returns QUEUE_RESERVED, writing nothing, when `batch` writes to a reserved queue.
-        `admit`: ask the replication hook first (a split group asks before its first part only)."""
+        """Run `write` holding the lock; with `durable`, return only once it may be acknowledged
+        (see acknowledge; else its caller acknowledges it). Returns QUEUE_RESERVED, writing
+        nothing, when `batch` writes to a reserved queue. `admit`: ask the replication hook first
+        (a split group asks before its first part only)."""
         group_commit = self.group_commit
         replication = self.replication
         if replication is not None and admit:
@@ -96,11 +98,18 @@ class WriteLock:
         if replication is not None:
             replication.written(end)  # followers fetch while this write is fsynced
         if durable:
-            if group_commit is not None:
-                group_commit.wait_durable(end)
-            if replication is not None:
-                replication.acknowledge(end)
+            self.acknowledge(end)
         return results
+
+    def acknowledge(self, end: int) -> None:
+        """Return once a write ending at `end` may be acknowledged: fsynced in sync flush mode, held
+        by the in-sync followers when this store leads a replicated group. Raises the typed error of
+        the one that refuses (the write stays in the log whatever this says)."""
+        if self.group_commit is not None:
+            self.group_commit.wait_durable(end)
+        replication = self.replication
+        if replication is not None:
+            replication.acknowledge(end)
 
     @contextmanager
     def held(self) -> Iterator[None]:

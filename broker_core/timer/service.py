@@ -329,11 +329,15 @@ class TimerService:
         return copy, Message(topic=TIMER_DELIVERED_TOPIC, body=MARKER.pack(index))
 
     def _put(self, batch: list[tuple[int, int]]) -> None:
+        """Deliver `batch`: the copies and their markers as one group, marked delivered as soon as
+        the group is in the log, then acknowledged. A failed acknowledgement (a replicated group's
+        ReplicationTimeout) raises with them marked: delivered again they would be twice in the log."""
         pairs = [self._copy(i) for _, i in batch]
         try:
-            results = self.store.append_group([c for c, _ in pairs] + [m for _, m in pairs], allow_system=True)
+            results = self.store.append_group([c for c, _ in pairs] + [m for _, m in pairs], allow_system=True,
+                                              durable=False)
             marker_results = results[len(pairs):]
-        except Exception as exc:
+        except Exception as exc:  # refused, nothing written
             if len(batch) == 1:
                 return self._drop(batch[0], pairs[0][1], exc)
             for one in batch:  # find the one the store refuses (its topic deleted, say)
@@ -345,6 +349,7 @@ class TimerService:
             self.lateness_ms_max = max(self.lateness_ms_max, r.store_timestamp - deliver_ms)
         self.applied = max(self.applied, marker_results[-1].queue_offset + 1)
         self.delivered += len(batch)
+        self.store.acknowledge(results.end)
 
     def _drop(self, item: tuple[int, int], marker: Message, exc: Exception) -> None:
         """A message the store will never take (its topic gone): marked delivered, so it is not tried forever."""

@@ -8,7 +8,13 @@ RocketMQ's half/op design with its holes closed:
   of it, and readers never see part of it (the store publishes a group's queue
   entries together);
 - the op record is in the store (fsynced in sync mode) before end() returns;
-- repeats are acknowledged and write nothing, contradictions are refused.
+- repeats are acknowledged and write nothing, contradictions are refused;
+- what the log holds and what the table believes never differ: every write is
+  applied to the table as soon as it is in the log, and only then acknowledged
+  (store.acknowledge: fsync, in-sync replicas). When the acknowledgement fails
+  (ReplicationTimeout, NotLeader) the caller gets that error (the outcome is
+  indeterminate) and a retry finds the write applied: it only waits for the
+  acknowledgement of what is there, and writes nothing again.
 
 Locking: each transaction has its own condition (see state.Transaction); the
 table lock guards only dictionary and heap operations (microseconds); the store
@@ -112,6 +118,10 @@ class TransactionEngine:
         # ops like the table), and how this group reaches other coordinators (set by the broker)
         self._decisions: dict[str, Decision] = {}
         self._decide_locks = [threading.Lock() for _ in range(64)]
+        # a transaction's latest write (its decision, COMMIT, ROLLBACK, ...) not acknowledged yet:
+        # an answer about the transaction waits for it first (guarded by the table lock)
+        self._unacked: dict[str, int] = {}
+        self._acked_through = 0  # every write ending at or before this offset is acknowledged
         self.authority: DecisionAuthority | None = None
         self.state_dir = Path(self.config.state_dir or Path(store.config.data_dir) / "transaction")
         self.recovery_stats: dict = {}
@@ -136,7 +146,7 @@ class TransactionEngine:
         def append_halves(tx_id: str, now: int):
             halves = build_halves(messages, transaction_id=tx_id, producer_group=producer_group,
                                   sender=sender, prepared_ms=now)
-            return self.store.append_group(halves, allow_system=True)
+            return self.store.append_group(halves, allow_system=True, durable=False)
 
         return self._prepare(append_halves, [m.topic for m in messages], [m.queue_id for m in messages],
                              immunity_s, transaction_id, producer_group, sender, cross)
@@ -158,7 +168,7 @@ class TransactionEngine:
             halves = build_half_columns(topics, bodies, queue_ids, unique_keys, born_timestamp=born_timestamp,
                                         transaction_id=tx_id, producer_group=producer_group, sender=sender,
                                         prepared_ms=now, extra=cross or {})
-            return self.store.append_group_encoded(halves)
+            return self.store.append_group_encoded(halves, durable=False)
 
         return self._prepare(append_halves, topics, queue_ids, None, transaction_id, producer_group, sender,
                              cross_group_of(cross) if cross else None)
@@ -166,7 +176,9 @@ class TransactionEngine:
     def _prepare(self, append_halves: Callable[[str, int], Sequence], topics: Sequence[str],
                  queue_ids: Sequence[int], immunity_s: int | None, transaction_id: str | None,
                  producer_group: str, sender: str, cross: CrossGroup | None = None) -> PrepareResult:
-        """Admit the prepare, append its halves (append_halves(tx id, now)) and add them to the table."""
+        """Admit the prepare, append its halves (append_halves(tx id, now), not acknowledged), add
+        them to the table, then acknowledge them (halves in the log are the transaction's, whatever
+        the acknowledgement says: a COMMIT covers them)."""
         tx_id = check_transaction_id(transaction_id) if transaction_id is not None else _new_id()
         now = self._now_ms()
         tx = self._admit_prepare(tx_id, producer_group, now)
@@ -191,6 +203,8 @@ class TransactionEngine:
                 tx.cond.notify_all()
             if not applied:
                 self._forget_if_empty(tx)
+        if len(results):  # (an empty batch writes nothing: the store answers [])
+            self._acknowledge(results.end)
         return PrepareResult(tx_id, results)
 
     def end(self, transaction_id: str, resolution: Resolution, *, source: str = "client",
@@ -208,7 +222,7 @@ class TransactionEngine:
         check_transaction_id(transaction_id)
         tx = self._lookup(transaction_id)
         if isinstance(tx, FinalRecord):
-            return _repeat_or_conflict(transaction_id, tx.state, resolution)
+            return self._repeat_or_conflict(transaction_id, tx.state, resolution)
         cross = tx.cross
         if cross is None:
             return self._end(tx, resolution, source, include_senders, wait_reserved)
@@ -244,15 +258,8 @@ class TransactionEngine:
                 decision = Decision(resolution, cross.participants, now, senders=senders)
                 decide_op = build_op(OpRecord(tx_id, OpKind.DECIDE, senders, 0, now, decision=resolution.name,
                                               participants=cross.participants))
-            result = self._end(tx, decided, source, senders, wait_reserved, decide_op)
-            if decision is not None:
-                # nothing was written when the transaction had ended here already: no decision then
-                if not result.newly_ended:
-                    raise TransactionConflict(f"transaction {tx_id} ended on its coordinator group without a "
-                                              f"recorded decision: it was not resolved as a cross-group transaction")
-                with self._table_lock:
-                    self._decisions[tx_id] = decision
-                self.metrics.count("decisions")
+            # the decision is applied with the write, before its acknowledgement (see _end)
+            result = self._end(tx, decided, source, senders, wait_reserved, decide_op, decision)
         if decided is not resolution:
             raise TransactionConflict(
                 f"transaction {tx_id} was decided {decided.name} by its coordinator group "
@@ -260,33 +267,49 @@ class TransactionEngine:
         return result
 
     def _end(self, tx: Transaction, resolution: Resolution, source: str, include_senders: Iterable[str] | None,
-             wait_reserved: bool, decide_op: Message | None = None) -> EndResult:
+             wait_reserved: bool, decide_op: Message | None = None, decision: Decision | None = None) -> EndResult:
+        """Write the resolution, apply it (and `decision`, written by `decide_op` in the same group)
+        to the table, then acknowledge it: a failed acknowledgement raises with the table already
+        matching the log."""
         transaction_id = tx.transaction_id
         with tx.exclusive(), collector_paused():
             if tx.state.is_final:
-                return _repeat_or_conflict(transaction_id, tx.state, resolution)
-            if tx.state is TxState.DISCARDED:
-                if resolution is Resolution.ROLLBACK:
+                ended = None
+            elif tx.state is TxState.DISCARDED:
+                if resolution is not Resolution.ROLLBACK:
+                    raise TransactionConflict(
+                        f"transaction {transaction_id} was discarded after its check-backs; COMMIT refused "
+                        "(an admin can resume it first)")
+                if decision is None:
                     return EndResult(TxState.DISCARDED, False)
-                raise TransactionConflict(
-                    f"transaction {transaction_id} was discarded after its check-backs; COMMIT refused "
-                    "(an admin can resume it first)")
-            if not tx.halves:
-                raise UnknownTransaction(f"transaction {transaction_id} has no half messages")
-            now = self._now_ms()
-            if resolution is Resolution.COMMIT:
-                committed = self._commit(tx, include_senders, now, wait_reserved, decide_op)
-                state = TxState.COMMITTED
+                ended = None  # nothing written: no decision either
             else:
-                self._append_op_and_finish(tx, OpKind.ROLLBACK, TxState.ROLLED_BACK, now, decide_op)
-                committed, state = [], TxState.ROLLED_BACK
-            if source in CHECK_SOURCES:
-                self.metrics.count("checks_answered")
-            return EndResult(state, True, committed)
+                if not tx.halves:
+                    raise UnknownTransaction(f"transaction {transaction_id} has no half messages")
+                now = self._now_ms()
+                if resolution is Resolution.COMMIT:
+                    committed, end = self._commit(tx, include_senders, now, wait_reserved, decide_op, decision)
+                    state = TxState.COMMITTED
+                else:
+                    end = self._append_op_and_finish(tx, OpKind.ROLLBACK, TxState.ROLLED_BACK, now, decide_op,
+                                                     decision)
+                    committed, state = [], TxState.ROLLED_BACK
+                if source in CHECK_SOURCES:
+                    self.metrics.count("checks_answered")
+                ended = EndResult(state, True, committed), end
+        if ended is None:  # ended before (answered outside the exclusive hold: it may wait for an acknowledgement)
+            if decision is not None:
+                raise TransactionConflict(f"transaction {transaction_id} ended on its coordinator group without a "
+                                          f"recorded decision: it was not resolved as a cross-group transaction")
+            return self._repeat_or_conflict(transaction_id, tx.state, resolution)
+        result, end = ended
+        self._acknowledge(end, transaction_id)
+        return result
 
     def get(self, transaction_id: str) -> TransactionInfo:
         tx = self._lookup(transaction_id)
         if isinstance(tx, FinalRecord):
+            self._settle_writes(transaction_id)  # an ended state is told once its write is acknowledged
             return TransactionInfo(transaction_id, tx.state)
         with tx.cond:
             return self._info(tx, self._now_ms())
@@ -324,12 +347,13 @@ class TransactionEngine:
             now = self._now_ms()
             op = build_op(OpRecord(tx.transaction_id, OpKind.RESUME, None, len(tx.halves), now))
             with self._gate.shared():
-                self.store.append([op], allow_system=True)
+                end = self.store.append([op], allow_system=True, durable=False).end
                 with tx.cond:
                     tx.state, tx.checks, tx.last_check_ms, tx.resumed_ms = TxState.PENDING, 0, 0, now
             self.metrics.halves_back_to_pending(_count_topics(tx.halves.real_topics()))
             self.metrics.count("resumes")
             self._schedule(tx, now + tx.immunity_ms)
+        self._acknowledge(end)
 
     def discard(self, transaction_id: str, *, reason: str = "admin") -> bool:
         """Park a PENDING transaction: copy its halves to TRANS_CHECK_MAX_TIME_TOPIC, op DISCARD.
@@ -352,13 +376,14 @@ class TransactionEngine:
             copies = _copies_of(tx.halves, CHECK_MAX_TIME_TOPIC, 0, SYSFLAG_TRANSACTION_NOT_TYPE)
             op = build_op(OpRecord(tx.transaction_id, OpKind.DISCARD, None, len(tx.halves), now))
             with self._gate.shared():
-                self.store.append_group_copies(copies, [op])
+                end = self.store.append_group_copies(copies, [op], durable=False).end
                 with tx.cond:
                     tx.state = TxState.DISCARDED
             self.metrics.halves_left_pending(_count_topics(tx.halves.real_topics()))
             self.metrics.resolved("DISCARD", (now - tx.created_ms) / 1000)
             log.info("transaction %s discarded (%s) after %d checks", transaction_id, reason, tx.checks)
-            return True
+        self._acknowledge(end)
+        return True
 
     # --- cross-group transactions (decision.py) -------------------------------------
 
@@ -372,25 +397,37 @@ class TransactionEngine:
         with self._decide_lock(transaction_id):
             with self._table_lock:
                 known = self._decisions.get(transaction_id)
-            if known is not None:
-                return known
-            now = self._now_ms()
-            groups = tuple(sorted(set(participants)))
-            chosen = _senders_of(resolution, senders)
-            op = build_op(OpRecord(transaction_id, OpKind.DECIDE, chosen, 0, now, decision=resolution.name,
-                                   participants=groups))
-            with self._gate.shared():
-                self.store.append([op], allow_system=True)
-                decision = Decision(resolution, groups, now, senders=chosen)
-                with self._table_lock:
-                    self._decisions[transaction_id] = decision
-            self.metrics.count("decisions")
-            return dataclasses.replace(decision, newly_decided=True)
+            if known is None:
+                now = self._now_ms()
+                groups = tuple(sorted(set(participants)))
+                chosen = _senders_of(resolution, senders)
+                op = build_op(OpRecord(transaction_id, OpKind.DECIDE, chosen, 0, now, decision=resolution.name,
+                                       participants=groups))
+                with self._gate.shared():
+                    end = self.store.append([op], allow_system=True, durable=False).end
+                    decision = Decision(resolution, groups, now, senders=chosen)
+                    self._record_decision(transaction_id, decision, end)
+        if known is not None:
+            self._settle_writes(transaction_id)  # the first decide's acknowledgement may have failed
+            return known
+        self._acknowledge(end, transaction_id)
+        return dataclasses.replace(decision, newly_decided=True)
 
     def decision(self, transaction_id: str) -> Decision | None:
-        """The decision this group holds as coordinator for `transaction_id` (None: none)."""
+        """The decision this group holds as coordinator for `transaction_id` (None: none), once
+        the write that recorded it is acknowledged (a participant applies what it is told)."""
         with self._table_lock:
-            return self._decisions.get(transaction_id)
+            known = self._decisions.get(transaction_id)
+        if known is not None:
+            self._settle_writes(transaction_id)
+        return known
+
+    def _record_decision(self, transaction_id: str, decision: Decision, end: int) -> None:
+        """A decision just written (ending at `end`, not yet acknowledged) enters the table."""
+        with self._table_lock:
+            self._unacked[transaction_id] = max(end, self._unacked.get(transaction_id, 0))
+            self._decisions[transaction_id] = decision
+        self.metrics.count("decisions")
 
     def coordinator_decision(self, tx: Transaction) -> Decision | None:
         """What the coordinator of a pending cross-group transaction decided (None: nothing yet);
@@ -521,6 +558,32 @@ class TransactionEngine:
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
+    def _acknowledge(self, end: int, transaction_id: str | None = None) -> None:
+        """Wait until the write ending at `end`, already applied to the table, may be acknowledged
+        (raises the store's typed error when it may not: the table keeps it, as the log does)."""
+        if end > self._acked_through:
+            self.store.acknowledge(end)
+            with self._table_lock:
+                self._acked_through = max(self._acked_through, end)
+        if transaction_id is not None:
+            with self._table_lock:
+                if self._unacked.get(transaction_id, end + 1) <= end:
+                    del self._unacked[transaction_id]
+
+    def _settle_writes(self, transaction_id: str) -> None:
+        """Before telling what the table holds of `transaction_id`: the write that put it there is
+        acknowledged (a retry after a failed acknowledgement waits for it, and writes nothing)."""
+        with self._table_lock:
+            end = self._unacked.get(transaction_id)
+        if end is not None:
+            self._acknowledge(end, transaction_id)
+
+    def _repeat_or_conflict(self, tx_id: str, state: TxState, resolution: Resolution) -> EndResult:
+        """A resolution of a transaction that has ended: acknowledged (once its ending write is) and
+        nothing written when it is the same, TransactionConflict when it is not."""
+        self._settle_writes(tx_id)
+        return _repeat_or_conflict(tx_id, state, resolution)
+
     def _lookup(self, tx_id: str) -> Transaction | FinalRecord:
         with self._table_lock:
             tx = self._table.get(tx_id) or self._finals.get(tx_id)
@@ -580,10 +643,11 @@ class TransactionEngine:
                     del self._table[tx.transaction_id]
 
     def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int, wait_reserved: bool = True,
-                decide_op: Message | None = None):
+                decide_op: Message | None = None, decision: Decision | None = None) -> tuple[AppendResults, int]:
         """Append the final records (copies of the selected halves, the engine's prepare time
         dropped; a half with a delivery time copied into the timer's queue: SCHEDULED) and the op
-        record as one group, then mark the transaction committed."""
+        record as one group, then mark the transaction committed. Returns the finals' results and
+        the write's end, not acknowledged yet."""
         wanted = None if include_senders is None else frozenset(include_senders)
         selected = tx.halves if wanted is None else tx.halves.of_senders(wanted)
         finals = _copies_of(selected, None, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
@@ -595,30 +659,42 @@ class TransactionEngine:
         with self._gate.shared():
             # the halves are dead once copied: resolved, no check-back reads them again
             ops = [op] if decide_op is None else [decide_op, op]  # a decision first: recovery meets it first
-            results = self.store.append_group_copies(finals, ops, wait_reserved=wait_reserved, sources_dead=True)
-            self._finish(tx, TxState.COMMITTED, now, _count_topics(finals.topics) if wanted is None else None)
+            results = self.store.append_group_copies(finals, ops, wait_reserved=wait_reserved, sources_dead=True,
+                                                     durable=False)
+            if decision is not None:
+                self._record_decision(tx.transaction_id, decision, results.end)
+            self._finish(tx, TxState.COMMITTED, now, results.end,
+                         _count_topics(finals.topics) if wanted is None else None)
         count = len(finals)
         self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, count)
-        return AppendResults(count, lambda: list(results[:count]))  # the finals' results, not the op's
+        return AppendResults(count, lambda: list(results[:count])), results.end  # the finals' results, not the op's
 
     def _append_op_and_finish(self, tx: Transaction, kind: OpKind, state: TxState, now: int,
-                              decide_op: Message | None = None) -> None:
+                              decide_op: Message | None = None, decision: Decision | None = None) -> int:
+        """Append the op record (after `decide_op`, in one group), mark the transaction ended;
+        returns the write's end, not acknowledged yet."""
         op = build_op(OpRecord(tx.transaction_id, kind, None, len(tx.halves), now,
                                participants=tx.cross.participants if tx.cross is not None else ()))
         with self._gate.shared():
             if decide_op is None:
-                self.store.append([op], allow_system=True)
+                end = self.store.append([op], allow_system=True, durable=False).end
             else:  # the decision and this group's ROLLBACK: one group, both or neither survive a crash
-                self.store.append_group([decide_op, op], allow_system=True)
-            self._finish(tx, state, now)
+                end = self.store.append_group([decide_op, op], allow_system=True, durable=False).end
+            if decision is not None:
+                self._record_decision(tx.transaction_id, decision, end)
+            self._finish(tx, state, now, end)
         self.metrics.resolved(kind.value, (now - tx.created_ms) / 1000)
+        return end
 
-    def _finish(self, tx: Transaction, state: TxState, now: int, topic_counts: dict[str, int] | None = None) -> None:
-        """Move a just-resolved transaction to the compact finals map. `topic_counts`: its halves
-        per real topic, when the caller has counted them already."""
+    def _finish(self, tx: Transaction, state: TxState, now: int, end: int,
+                topic_counts: dict[str, int] | None = None) -> None:
+        """Move a just-resolved transaction (its op record ending at `end`, not acknowledged yet)
+        to the compact finals map. `topic_counts`: its halves per real topic, when the caller has
+        counted them already."""
         with tx.cond:
             tx.state = state
         with self._table_lock:
+            self._unacked[tx.transaction_id] = max(end, self._unacked.get(tx.transaction_id, 0))
             self._table.pop(tx.transaction_id, None)
             self._finals[tx.transaction_id] = FinalRecord(state, now)
         self.metrics.halves_left_pending(topic_counts if topic_counts is not None
@@ -636,6 +712,9 @@ class TransactionEngine:
             age_s=max(0, now - tx.created_ms) / 1000, checks=tx.checks, last_check_ms=tx.last_check_ms)
 
     def _prune_finals(self, snap: TableSnapshot) -> None:
+        with self._table_lock:  # writes acknowledged since by a later write's acknowledgement
+            if self._unacked:
+                self._unacked = {k: end for k, end in self._unacked.items() if end > self._acked_through}
         horizon = snap.written_ms - int(self.config.resolved_retention_s * 1000)
         old_decisions = [k for k, d in snap.decisions.items() if d.at_ms < horizon]
         if old_decisions:

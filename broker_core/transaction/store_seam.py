@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Protocol, Sequence
 
 from txmq.broker.store.batch import BatchColumns
-from txmq.broker.store.message import AppendResult, Message, StoredMessage
+from txmq.broker.store.message import AppendResults, Message, StoredMessage
 from txmq.broker.store.record_copy import RecordCopies
 
 
@@ -31,15 +31,24 @@ class EngineStore(Protocol):
     # None where no page cache is managed (the in-memory fake): nothing to keep pending halves in
     page_cache: PageCache | None
 
+    # The engine writes with durable=False and acknowledges afterwards: it first applies the write
+    # to its table, so that what the log holds and what the engine believes never differ, even
+    # when the acknowledgement fails (ReplicationTimeout, NotLeader, a failed fsync).
     def append(self, messages: Sequence[Message], *, allow_system: bool = False,
-               wait_reserved: bool = True) -> Sequence[AppendResult]: ...
+               wait_reserved: bool = True, durable: bool = True) -> AppendResults: ...
 
-    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> Sequence[AppendResult]: ...
+    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False,
+                     durable: bool = True) -> AppendResults: ...
 
-    def append_group_encoded(self, batch: BatchColumns) -> Sequence[AppendResult]: ...
+    def append_group_encoded(self, batch: BatchColumns, *, durable: bool = True) -> AppendResults: ...
 
     def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
-                            wait_reserved: bool = True, sources_dead: bool = False) -> Sequence[AppendResult]: ...
+                            wait_reserved: bool = True, sources_dead: bool = False,
+                            durable: bool = True) -> AppendResults: ...
+
+    def acknowledge(self, end: int) -> None:
+        """Return once the write ending at `end` (AppendResults.end) may be acknowledged; raise the
+        typed error saying why not. Acknowledging `end` acknowledges every write before it."""
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int) -> _QueueRead: ...
 

@@ -67,3 +67,25 @@ def test_nobody_to_ask_reports_undelivered():
     router = CheckbackRouter()
     assert not router.request_check(Tx("tx1", topics=("orders",)), half=None)
     assert router.undeliverable == 1
+
+
+def test_a_session_of_a_producer_group_is_never_asked_about_a_transaction_without_one():
+    """An official RocketMQ 5 client's transaction (no producer group on a broker without auth) goes
+    only to sessions that declared none: a native producer of the same topic, in its own group, cannot know it."""
+    router = CheckbackRouter()
+    native = FakeSession("native", producer_group="pg-native", topics={"orders"})
+    router.register(native)
+    assert not router.request_check(Tx("tx1", topics=("orders",)), half=None)
+    official = FakeSession("official", topics={"orders"})
+    router.register(official)
+    assert router.request_check(Tx("tx1", topics=("orders",)), half=None)
+    assert official.pushed == ["tx1"] and native.pushed == []
+
+
+def test_a_sender_in_another_producer_group_is_not_asked():
+    router = CheckbackRouter()
+    sender = FakeSession("sender", producer_group="pg-b")
+    router.register(sender)
+    router.note_half("tx1", "sender", "orders")
+    assert not router.request_check(Tx("tx1", producer_group="pg-a", topics=("orders",)), half=None)
+    assert sender.pushed == []

@@ -3,7 +3,9 @@
 Why: the engine's rules (states, idempotence, check-back timing) are tested
 fast and deterministically against this; the real store is used by the
 recovery, crash and stateful tests. Only the calls the engine makes exist.
-A `fail_next_append` switch simulates a store failure (the append writes nothing).
+A `fail_next_append` switch simulates a store failure (the append writes nothing);
+`fail_acknowledgements` makes acknowledge() raise it (the write stays, as with a
+replicated group's ReplicationTimeout).
 """
 
 from __future__ import annotations
@@ -54,20 +56,35 @@ class MemoryStore:
         self._next_physical = 0
         self.appends = 0
         self.fail_next_append = False
+        self.fail_acknowledgements: Exception | None = None
+        self.acknowledged = 0  # the highest end acknowledged
         self.pause_after_append_s = 0.0  # widens the window between an append and its caller's next step
 
     def append(self, messages: Sequence[Message], *, allow_system: bool = False,
-               wait_reserved: bool = True) -> AppendResults:
-        return self._write(messages, allow_system)  # no large COMMITs written in parts here: nothing to wait for
+               wait_reserved: bool = True, durable: bool = True) -> AppendResults:
+        # no large COMMITs written in parts here: nothing to wait for
+        return self._acknowledged(self._write(messages, allow_system), durable)
 
-    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False) -> AppendResults:
-        return self._write(messages, allow_system)
+    def append_group(self, messages: Sequence[Message], *, allow_system: bool = False,
+                     durable: bool = True) -> AppendResults:
+        return self._acknowledged(self._write(messages, allow_system), durable)
 
-    def append_group_encoded(self, batch: BatchColumns) -> AppendResults:
+    def acknowledge(self, end: int) -> None:
+        if self.fail_acknowledgements is not None:
+            raise self.fail_acknowledgements
+        self.acknowledged = max(self.acknowledged, end)
+
+    def _acknowledged(self, results: AppendResults, durable: bool) -> AppendResults:
+        if durable:
+            self.acknowledge(results.end)
+        return results
+
+    def append_group_encoded(self, batch: BatchColumns, *, durable: bool = True) -> AppendResults:
         raise NotImplementedError("prepare_bodies is tested on the real store (tests/transaction/test_prepare_bodies.py)")
 
     def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
-                            wait_reserved: bool = True, sources_dead: bool = False) -> AppendResults:
+                            wait_reserved: bool = True, sources_dead: bool = False,
+                            durable: bool = True) -> AppendResults:
         """The record copies as Messages (the contract of MessageStore.append_group_copies), then
         one append_group (which a test's subclass may intercept) like any other. There is no
         page cache here: `sources_dead` changes nothing."""
@@ -84,7 +101,7 @@ class MemoryStore:
                         (src.sys_flag & ~_NOT_INHERITED) | copies.transaction_type, src.born_timestamp,
                         src.born_host, src.reconsume_times, src.physical_offset)
                 for src, (topic, qid) in zip(sources, destinations)]
-        return self.append_group([*made, *messages], allow_system=True)
+        return self.append_group([*made, *messages], allow_system=True, durable=durable)
 
     def _write(self, messages: Sequence[Message], allow_system: bool) -> AppendResults:
         for m in messages:
@@ -108,9 +125,10 @@ class MemoryStore:
                 results.append(AppendResult(m.topic, m.queue_id, stored.queue_offset, stored.physical_offset,
                                             size, f"{stored.physical_offset:016X}", 1))
                 self._next_physical += size
+            end = self._next_physical
         if self.pause_after_append_s:
             time.sleep(self.pause_after_append_s)
-        return AppendResults(len(results), lambda: results)
+        return AppendResults(len(results), lambda: results, end=end)
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, **_: object) -> QueueRead:
         with self._lock:

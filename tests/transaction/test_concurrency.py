@@ -18,11 +18,11 @@ class BlockingStore(MemoryStore):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def append_group(self, messages, *, allow_system=False):
+    def append_group(self, messages, *, allow_system=False, durable=True):
         if any(m.body == b"block" for m in messages):
             self.entered.set()
             assert self.release.wait(10)
-        return super().append_group(messages, allow_system=allow_system)
+        return super().append_group(messages, allow_system=allow_system, durable=durable)
 
 
 def start(fn, *args, **kwargs) -> threading.Thread:

@@ -83,7 +83,7 @@ def cmd_produce(args) -> dict:
                 if args.use_async:
                     futures.append(producer.send_async(msg))
                 else:
-                    sent.append(dict(receipt(producer.send(msg)), body=f"{args.prefix}-{i}"))
+                    sent.append(dict(receipt(producer.send(msg)), body=f"{args.prefix}-{i}", acked_at=time.time()))
             except Exception as exc:  # reported, the test decides
                 errors.append(f"{type(exc).__name__}: {exc}")
             if args.interval_ms:
@@ -138,6 +138,7 @@ def cmd_transaction(args) -> dict:
             while time.time() < deadline and len(set(checker.checked)) < args.count:
                 time.sleep(0.2)
             time.sleep(1.0)  # let the EndTransaction(SOURCE_SERVER_CHECK) calls land
+            time.sleep(args.stay_s)  # a publisher of the topic, answering checks of other producers' transactions
     finally:
         producer.shutdown()
     return {"transaction_ids": tx_ids, "sent": sent, "ended": ended, "checked": sorted(set(checker.checked)),
@@ -328,6 +329,7 @@ def main() -> None:
     tx.add_argument("--mode", choices=("commit", "rollback", "orphan-commit", "orphan-rollback"), required=True)
     tx.add_argument("--timeout", type=float, default=30)
     tx.add_argument("--interval-ms", type=int, default=0, help="pause between two transactions")
+    tx.add_argument("--stay-s", type=float, default=0, help="orphan modes: stay this long after the checks")
     for q in (pr, tx):
         q.add_argument("--topic", required=True)
         q.add_argument("--count", type=int, default=1)
