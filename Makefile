@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: venv etcd demo-cluster test test-slow torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: venv etcd demo-cluster test test-slow spark-cluster-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -61,6 +61,12 @@ test: venv interop-venv etcd
 
 test-slow: venv interop-venv
 	$(VPY) -m pytest -m slow $(PYTEST_ARGS)
+
+# txmq on a Spark standalone cluster whose workers are other hosts (lab network namespaces; needs root):
+# the wheel's packed environment (built once into .cache/spark-cluster/), a 200k batch read beside
+# local[2], a streaming pipeline across an executor kill -9, the foreachBatch helper. ~10 min.
+spark-cluster-test: venv
+	$(VPY) -m pytest -m slow -s tests/spark/test_spark_on_cluster.py $(PYTEST_ARGS)
 
 # The official RocketMQ 5 clients (Python, Java with Maven, Go, Node.js with npm) against broker
 # processes, alone. The suite builds the Java and Go drivers and installs Node's client itself

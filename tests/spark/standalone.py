@@ -46,8 +46,6 @@ def _wheel_key(wheel: Path) -> str:
 
 def packed_environment(log=print) -> tuple[Path, Path]:
     """(archive, venv): txmq's wheel installed with `[spark]` into a fresh venv, packed by venv-pack."""
-    import venv_pack
-
     CACHE.mkdir(parents=True, exist_ok=True)
     build = CACHE / "wheel-build"
     shutil.rmtree(build, ignore_errors=True)
@@ -73,8 +71,8 @@ def packed_environment(log=print) -> tuple[Path, Path]:
     subprocess.run([str(venv / "bin" / "python"), "-c", "import txmq.spark.source, txmq.spark.sink, pyspark_txmq"],
                    check=True, env=clean)
     tmp = archive.with_suffix(".partial")
-    venv_pack.pack(prefix=str(venv), output=str(tmp), format="tar.gz", compress_level=1, force=True,
-                   filters=[("exclude", PACK_EXCLUDE)])
+    subprocess.run([str(Path(sys.executable).parent / "venv-pack"), "-p", str(venv), "-o", str(tmp), "--format",
+                    "tar.gz", "--exclude", PACK_EXCLUDE, "--compress-level", "1", "-q"], check=True)
     tmp.rename(archive)
     return archive, venv
 

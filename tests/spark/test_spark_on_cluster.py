@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -39,9 +40,7 @@ def cluster(tmp_path_factory):
     reason = hosts.available()
     if reason:
         pytest.skip(reason)
-    try:
-        import venv_pack  # noqa: F401
-    except ImportError:
+    if not (Path(sys.executable).parent / "venv-pack").exists():
         pytest.skip("venv-pack is not installed (pip install 'txmq[test]')")
     hosts.cleanup_stale()
     root = tmp_path_factory.mktemp("spark-cluster")
@@ -51,7 +50,7 @@ def cluster(tmp_path_factory):
     standalone.unpack(archive, driver_dir / "environment")
     os.link(archive, driver_dir / "txmq_env.tar.gz")  # the driver host has the archive, not the source tree
     archive = driver_dir / "txmq_env.tar.gz"
-    for job in ("read_job.py", "stream_job.py"):
+    for job in ("read_job.py", "stream_job.py", "fb_job.py"):
         (driver_dir / job).write_bytes((JOBS / job).read_bytes())
     hidden = [str(standalone.REPO), str(driver_dir)]  # the source tree holds the test's venv too
     with hosts.Lab("spk") as lab:
@@ -221,3 +220,28 @@ def test_a_streaming_pipeline_stays_exactly_once_when_an_executor_dies_while_its
     assert retried, f"no partition of the batch was retried: {final['senders']}"
     assert any(s.startswith(f"{p}.a0.") for p in retried for s in killed["senders"]), \
         "the lost attempt had sent no halves when its executor died"
+
+
+def test_the_foreach_batch_helper_on_the_cluster_commits_each_batch_with_its_local_transaction(cluster):
+    cluster.wait_broker()
+    cluster.client("create", "fbout", "--queues", "2")
+    produced = cluster.client("produce", "fbin", "40", "100", "--pause", "0.05")
+    committed = produced["committed"]
+    stop, result, db = (cluster.driver_dir / "fb.stop", cluster.driver_dir / "fb.json", cluster.driver_dir / "fb.db")
+    job = cluster.submit("fb_job.py", cluster.endpoint, "fbin", "fbout", str(cluster.driver_dir / "fbchk"), str(db),
+                         str(stop), str(result))
+    deadline = time.monotonic() + 400
+    while True:
+        out = cluster.client("dump", "fbout")
+        if len(out["rows"]) >= len(committed):
+            break
+        assert time.monotonic() < deadline, f"{len(out['rows'])} of {len(committed)} rows in the topic"
+        assert job.poll() is None, excerpt(job.log)
+        time.sleep(3)
+    stop.write_text("stop")
+    finished(job, 120, "the foreachBatch driver")
+    assert json.loads(result.read_text())["error"] is None
+    with sqlite3.connect(db) as con:
+        in_db = Counter(body for (body,) in con.execute("SELECT body FROM rows"))
+    assert in_db == Counter(committed), "the local transactions wrote a row twice or lost one"
+    assert Counter(body for body, _ in out["rows"]) == Counter(committed), "the topic holds a row twice or lacks one"

@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
+from txmq.spark import SinkCheckback
+
 broker, src, dst, checkpoint, stop_file, result = sys.argv[1:7]
 spark = (SparkSession.builder.appName("txmq-cluster-stream")
          .config("spark.sql.execution.arrow.maxRecordsPerBatch", "100")
@@ -27,16 +29,18 @@ def tag(batches):
 
 src_df = (spark.readStream.format("txmq").option("broker", broker).option("topic", src)
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "3000").load())
-query = (src_df.select("body").mapInArrow(tag, "body binary")
-         .writeStream.format("txmq").option("broker", broker).option("topic", dst)
-         .option("maxBatchRows", "100").option("checkpointLocation", checkpoint)
-         .trigger(processingTime="500 milliseconds").start())
-run_id = query.runId
-while not os.path.exists(stop_file) and query.isActive:
-    time.sleep(0.5)
-error = query.exception()
-active = query.isActive
-query.stop()
+# the check-back helper beside the query answers the broker from the query's checkpoint
+with SinkCheckback(checkpoint, broker=broker, topics=[dst]):
+    query = (src_df.select("body").mapInArrow(tag, "body binary")
+             .writeStream.format("txmq").option("broker", broker).option("topic", dst)
+             .option("maxBatchRows", "100").option("checkpointLocation", checkpoint)
+             .trigger(processingTime="500 milliseconds").start())
+    run_id = query.runId
+    while not os.path.exists(stop_file) and query.isActive:
+        time.sleep(0.5)
+    error = query.exception()
+    active = query.isActive
+    query.stop()
 with open(result, "w") as f:
     json.dump({"error": None if error is None else str(error), "active_until_stopped": active,
                "run_id_unchanged": query.runId == run_id,
