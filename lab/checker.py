@@ -25,6 +25,8 @@ Anomalies (names as in Jepsen's kafka.clj where one exists):
 - nonmonotonic_poll: one consumer reading a queue at an offset not above the one it read before in
   the same session (a session restarts at "session" in the op).
 - inconsistent_offset: one (queue, offset) with two different values (in reads or acknowledgements).
+- misrouted_check: a producer asked by check-back about a transaction another producer (another
+  producer group) began (a "check" op naming a txn of another process's sends).
 Indeterminate writes are classified: read (they happened) or never read (they did not, or were lost).
 """
 
@@ -49,6 +51,7 @@ ANOMALIES = (
     "nonmonotonic_send",
     "nonmonotonic_poll",
     "inconsistent_offset",
+    "misrouted_check",
 )
 
 
@@ -122,6 +125,7 @@ class Result:
             f"{self.count('unexpected')} unexpected",
             f"{self.count('nonmonotonic_send') + self.count('nonmonotonic_poll')} out of order",
             f"{self.count('inconsistent_offset')} inconsistent offsets",
+            f"{self.count('misrouted_check')} misrouted check-backs",
         ]
         figures = (
             f"({self.committed} committed, {self.aborted} aborted, {self.indeterminate} indeterminate: "
@@ -251,6 +255,12 @@ def check(ops: list[dict[str, Any]]) -> Result:
         for (s1, o1, v1), (s2, o2, v2) in zip(items, items[1:]):
             if o2 <= o1:
                 found["nonmonotonic_send"].append({"producer": process, "queue": queue, "earlier": [v1, o1], "later": [v2, o2]})
+
+    # Check-back: a producer is asked only about its own transactions.
+    owner = {op["txn"]: op["process"] for op in sends.values() if op.get("txn")}
+    for op in ops:
+        if op["f"] == "check" and owner.get(op["txn"], op["process"]) != op["process"]:
+            found["misrouted_check"].append({"asked": op["process"], "txn": op["txn"], "owner": owner[op["txn"]]})
 
     # Polls: one consumer session reads each queue at rising offsets.
     last: dict[tuple[str, Any, str], tuple[int, str]] = {}

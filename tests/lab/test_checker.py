@@ -199,3 +199,14 @@ def test_histories_are_saved_as_json_lines_and_a_run_is_checked_from_its_directo
     assert result.ok and result.committed == 1
     assert (tmp_path / "checker.json").exists()
     assert result.verdict_line().endswith("VERDICT ok")
+
+
+def test_a_check_back_about_another_producers_transaction_is_misrouted():
+    ops = [
+        {"f": "send", "type": "ok", "process": "p", "queue": None, "value": "a", "seq": 0, "txn": "t1", "time": 1},
+        {"f": "commit", "type": "ok", "process": "p", "txn": "t1", "time": 2},
+        {"f": "check", "type": "ok", "process": "p", "txn": "t1", "known": True, "time": 3},
+        {"f": "check", "type": "ok", "process": "q", "txn": "t1", "known": False, "time": 3},
+        {"f": "drain", "type": "ok", "process": "d", "msgs": [["T/0", 0, "a"]], "time": 4},
+    ]
+    assert checker.check(ops).anomalies["misrouted_check"] == [{"asked": "q", "txn": "t1", "owner": "p"}]
