@@ -301,9 +301,10 @@ def percentile(values: list[float], p: float) -> float:
 
 
 def first_ack_after(ops: list[dict[str, Any]], t: float) -> float | None:
-    """Seconds from `t` to the first write acknowledged after it (a send, prepare or end answered ok)."""
+    """Seconds from `t` to the first write begun after it and acknowledged (a send or an end answered ok);
+    a call already in flight at `t` does not count."""
     times = [op["time"] for op in ops if op["type"] == "ok" and op["f"] in ("send", "commit", "rollback")
-             and op["time"] > t]
+             and op["time"] - op.get("latency", 0.0) > t]
     return min(times) - t if times else None
 
 

@@ -87,7 +87,7 @@ def run_native(args: argparse.Namespace) -> None:
                 continue
             txn = prepared.transaction_id
             for v in values:
-                h.record("send", "ok", queue=None, value=v, seq=i, txn=txn)
+                h.record("send", "ok", queue=None, value=v, seq=i, txn=txn, latency=round(time.monotonic() - t0, 4))
             roll = rng.random()
             decision = "ROLLBACK" if roll < 0.2 else "COMMIT"
             decisions[txn] = decision
@@ -103,6 +103,7 @@ def _end(client, errors, h, txn: str, decision: str, args: argparse.Namespace, s
     f = decision.lower()
     deadline = time.monotonic() + args.end_retry_s
     while True:
+        t0 = time.monotonic()
         try:
             ended = client.end_transaction(txn, decision, producer_group=f"lab-{args.process}")
         except errors.TxmqError as exc:
@@ -114,7 +115,7 @@ def _end(client, errors, h, txn: str, decision: str, args: argparse.Namespace, s
         expected = "COMMITTED" if decision == "COMMIT" else "ROLLED_BACK"
         state = str(getattr(ended.state, "name", ended.state))
         h.record(f, "ok" if expected in state.upper().replace("ROLLEDBACK", "ROLLED_BACK") else "fail", txn=txn,
-                 state=state, newly_ended=ended.newly_ended)
+                 state=state, newly_ended=ended.newly_ended, latency=round(time.monotonic() - t0, 4))
         return
 
 
