@@ -30,6 +30,7 @@ from lab.hosts import Host, Lab
 ROOT = Path(__file__).resolve().parent.parent
 PORT = 8081
 ETCD_PORT = 2379
+OFFICIAL_PYTHON = ROOT / ".venv-rocketmq" / "bin" / "python"
 READY = re.compile(r"txmq (?:broker|replica) ready on (\S+):(\d+)")
 
 
@@ -309,7 +310,7 @@ def first_ack_after(ops: list[dict[str, Any]], t: float) -> float | None:
 
 
 def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float = 8.0, recover_s: float = 6.0,
-        writers: int = 2, with_consumer: bool = True, official: bool = False, log=print) -> Outcome:
+        writers: int = 2, with_consumer: bool = True, official: bool | None = None, log=print) -> Outcome:
     """One campaign; bounded: about 40 s + rounds x len(faults) x (hold + recover + 8) s."""
     run_dir.mkdir(parents=True, exist_ok=True)
     hist = run_dir / "histories"
@@ -319,6 +320,8 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
     outcome_errors: list[str] = []
     needs_faketime = "clock-jump-leader" in fault_names
     disk_mb = 256 if "full-disk-leader" in fault_names else None
+    if official is None:  # the official client's own venv (make interop-venv), when there is one
+        official = OFFICIAL_PYTHON.exists()
     budget = 60 + rounds * len(fault_names) * (hold_s + recover_s + 10) + 60
     with Lab("camp", workdir=run_dir / "hosts") as lab:
         group = Group(lab, disk_mb=disk_mb, faketime=needs_faketime)
@@ -338,6 +341,11 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
                 [python(), "-m", "lab.workloads", "consumer", "--endpoints", group.endpoints, "--topic", topic,
                  "--history", str(hist / "consumer.jsonl"), "--process", "consumer", "--duration", str(duration),
                  "--stop-file", str(stop_file), "--timeout", "5"], env=base_env()))
+        if official:
+            procs.append(clients[-1].popen(
+                [str(OFFICIAL_PYTHON), "-m", "lab.workloads", "official", "--endpoints", group.endpoints, "--topic",
+                 topic, "--history", str(hist / "official.jsonl"), "--process", "official", "--duration",
+                 str(duration), "--stop-file", str(stop_file), "--timeout", "5"], env=base_env()))
         time.sleep(4)
         deadline = time.monotonic() + budget
         events: list[tuple[str, float]] = []

@@ -169,8 +169,7 @@ def run_official(args: argparse.Namespace) -> None:
 
     stop = _stopper(args)
     h = _OwnHistory(args.history, args.process)
-    config = ClientConfiguration(args.endpoints, Credentials("", ""))
-    config.request_timeout = args.timeout
+    config = ClientConfiguration(args.endpoints, Credentials("", ""), request_timeout=int(args.timeout))
     producer = Producer(config, (args.topic,))
     producer.startup()
     i = 0
@@ -184,9 +183,11 @@ def run_official(args: argparse.Namespace) -> None:
             t0 = time.monotonic()
             try:
                 producer.send(msg)
-                h.record("send", "ok", queue=None, value=value, seq=i, txn=None, latency=round(time.monotonic() - t0, 4))
+                h.record("send", "ok", queue=None, value=value, seq=i, txn=None, latency=round(time.monotonic() - t0, 4),
+                         retrying_client=True)
             except Exception as exc:  # the official client raises its own classes; any failure may have landed
-                h.record("send", "info", queue=None, value=value, seq=i, txn=None, error=type(exc).__name__)
+                h.record("send", "info", queue=None, value=value, seq=i, txn=None, error=type(exc).__name__,
+                         retrying_client=True)
                 time.sleep(0.05)
     finally:
         producer.shutdown()

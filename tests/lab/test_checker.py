@@ -210,3 +210,13 @@ def test_a_check_back_about_another_producers_transaction_is_misrouted():
         {"f": "drain", "type": "ok", "process": "d", "msgs": [["T/0", 0, "a"]], "time": 4},
     ]
     assert checker.check(ops).anomalies["misrouted_check"] == [{"asked": "q", "txn": "t1", "owner": "p"}]
+
+
+def test_a_duplicate_of_a_client_that_retries_on_its_own_is_counted_apart():
+    ops = [
+        {"f": "send", "type": "ok", "process": "o", "queue": None, "value": "a", "seq": 0, "txn": None,
+         "retrying_client": True, "time": 1},
+        {"f": "drain", "type": "ok", "process": "d", "msgs": [["T/0", 0, "a"], ["T/0", 1, "a"]], "time": 2},
+    ]
+    result = checker.check(ops)
+    assert result.ok and result.duplicates_by_retry == 1
