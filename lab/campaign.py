@@ -160,12 +160,8 @@ class Fault:
     """A named fault: `apply` breaks something and returns what heals it."""
 
     name: str
-    apply: Callable[[Group, list[Host]], Callable[[], None]]
+    apply: Callable[[Group, list[Host], Host], Callable[[], None]]
     partition: bool = True  # a network fault (its failover time counts towards the partition target)
-
-
-def _leader(group: Group) -> Host:
-    return group.wait_leader(timeout_s=30)[0]
 
 
 def _followers(group: Group, leader: Host) -> list[Host]:
@@ -176,39 +172,37 @@ def _heal_net(group: Group) -> Callable[[], None]:
     return lambda: faults.heal(group.lab)
 
 
-def f_leader_isolated(group: Group, clients: list[Host]) -> Callable[[], None]:
-    faults.isolate(_leader(group))
+def f_leader_isolated(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
+    faults.isolate(leader)
     return _heal_net(group)
 
 
-def f_leader_cut_from_etcd(group: Group, clients: list[Host]) -> Callable[[], None]:
-    faults.partition(group.lab, [_leader(group)], [group.etcd_host])
+def f_leader_cut_from_etcd(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
+    faults.partition(group.lab, [leader], [group.etcd_host])
     return _heal_net(group)
 
 
-def f_leader_cut_from_followers(group: Group, clients: list[Host]) -> Callable[[], None]:
-    leader = _leader(group)
+def f_leader_cut_from_followers(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     faults.partition(group.lab, [leader], _followers(group, leader))
     return _heal_net(group)
 
 
-def f_client_cut_from_leader(group: Group, clients: list[Host]) -> Callable[[], None]:
-    faults.partition(group.lab, clients, [_leader(group)])
+def f_client_cut_from_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
+    faults.partition(group.lab, clients, [leader])
     return _heal_net(group)
 
 
-def f_follower_isolated(group: Group, clients: list[Host]) -> Callable[[], None]:
-    faults.isolate(_followers(group, _leader(group))[0])
+def f_follower_isolated(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
+    faults.isolate(_followers(group, leader)[0])
     return _heal_net(group)
 
 
-def f_one_way_from_leader(group: Group, clients: list[Host]) -> Callable[[], None]:
-    leader = _leader(group)
+def f_one_way_from_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     faults.partition(group.lab, [leader], [h for h in group.lab.hosts.values() if h is not leader], one_way=True)
     return _heal_net(group)
 
 
-def f_rolling(group: Group, clients: list[Host]) -> Callable[[], None]:
+def f_rolling(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     # Each replica isolated in turn for 2 s: the group must keep a leader through every step.
     for r in group.replicas:
         faults.isolate(r)
@@ -217,33 +211,29 @@ def f_rolling(group: Group, clients: list[Host]) -> Callable[[], None]:
     return lambda: None
 
 
-def f_pause_leader(group: Group, clients: list[Host]) -> Callable[[], None]:
-    leader = _leader(group)
+def f_pause_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     faults.pause(leader)
     return lambda: faults.resume(leader)
 
 
-def f_kill9_leader(group: Group, clients: list[Host]) -> Callable[[], None]:
-    leader = _leader(group)
+def f_kill9_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     faults.kill9(leader)
     return lambda: group.start_replica(leader)
 
 
-def f_clock_jump_leader(group: Group, clients: list[Host]) -> Callable[[], None]:
-    leader = _leader(group)
+def f_clock_jump_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     faults.clock_jump(leader, 120)
     return lambda: faults.clock_jump(leader, -120)
 
 
-def f_wiped_follower(group: Group, clients: list[Host]) -> Callable[[], None]:
-    victim = _followers(group, _leader(group))[0]
+def f_wiped_follower(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
+    victim = _followers(group, leader)[0]
     faults.kill9(victim)
     faults.wipe_disk(victim)
     return lambda: group.start_replica(victim)
 
 
-def f_full_disk_leader(group: Group, clients: list[Host]) -> Callable[[], None]:
-    leader = _leader(group)
+def f_full_disk_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     faults.fill_disk(leader, leave_bytes=64 << 10)
     return lambda: faults.free_disk(leader)
 
@@ -255,7 +245,7 @@ FAULTS = {f.name: f for f in [
     Fault("client-cut-from-leader", f_client_cut_from_leader),
     Fault("follower-isolated", f_follower_isolated),
     Fault("one-way-from-leader", f_one_way_from_leader),
-    Fault("rolling-partitions", f_rolling),
+    Fault("rolling-partitions", f_rolling, partition=False),  # its clock starts at the first of three steps
     Fault("pause-leader", f_pause_leader, partition=False),
     Fault("kill9-leader", f_kill9_leader, partition=False),
     Fault("clock-jump-leader", f_clock_jump_leader, partition=False),
@@ -355,9 +345,10 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
                     outcome_errors.append("time budget ran out before every round ran")
                     break
                 fault = FAULTS[name]
-                t0 = time.time()
                 try:
-                    heal = fault.apply(group, clients)
+                    leader = group.wait_leader(timeout_s=30)[0]
+                    t0 = time.time()  # after the leader lookup (a second or two): the fault starts now
+                    heal = fault.apply(group, clients, leader)
                 except Exception as exc:
                     outcome_errors.append(f"{name} round {rnd}: could not apply: {exc}")
                     log(f"lab: {name} round {rnd}: could not apply: {exc}")
