@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: venv etcd demo-cluster test test-slow spark-cluster-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: lab venv etcd demo-cluster test test-slow spark-cluster-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -73,6 +73,15 @@ spark-cluster-test: venv
 # (tests/interop/conftest.py); a client whose toolchain or download is missing is skipped.
 interop: venv interop-venv
 	$(VPY) -m pytest -m interop tests/interop $(PYTEST_ARGS)
+
+# The lab (docs/lab.md): a 3-replica group, etcd and clients on hosts of their own (network namespaces,
+# needs root) through every fault, several rounds each, then the lab-marked tests. Prints a verdict line;
+# runs are kept in lab-runs/. LAB_ARGS e.g. "--faults leader-isolated,kill9-leader --rounds 1".
+LAB_ARGS ?=
+
+lab: venv etcd
+	$(VPY) -m lab.campaign $(LAB_ARGS); status=$$?; \
+	  $(VPY) -m pytest -m lab tests/lab $(PYTEST_ARGS) && exit $$status
 
 torture: venv etcd
 	$(VPY) -m pytest -m torture $(PYTEST_ARGS)
