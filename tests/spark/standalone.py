@@ -49,6 +49,7 @@ def packed_environment(log=print) -> tuple[Path, Path]:
     CACHE.mkdir(parents=True, exist_ok=True)
     build = CACHE / "wheel-build"
     shutil.rmtree(build, ignore_errors=True)
+    shutil.rmtree(REPO / "build", ignore_errors=True)  # setuptools' staging copy: files deleted since linger there
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(build), str(REPO)],
                    check=True, capture_output=True, text=True)
     (wheel,) = build.glob("txmq-*.whl")

@@ -24,7 +24,7 @@ import pytest
 
 from tests.spark import standalone
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.timeout(1800)]  # a first run builds the environment
 
 JOBS = Path(__file__).parent / "cluster_jobs"
 BROKER_PORT = 8081
