@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
-from txmq.broker import errors
+from txmq.broker import __version__, errors
 
 DEFAULT_BROKER = "127.0.0.1:8081"
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -386,6 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = argparse.ArgumentParser(prog="txmq", parents=[common],
                                      description="txmq: a transactional message broker (RocketMQ design).")
+    parser.add_argument("--version", action="version", version=f"txmq {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     broker = sub.add_parser("broker", help="run a broker")

@@ -89,7 +89,7 @@ class EtcdGroup:
 
     def __init__(self, endpoints: list[tuple[str, int]], group: str, lease_ttl_s: float,
                  *, timeout_s: float = 1.0) -> None:
-        import etcd3gw  # only replicas need it
+        import etcd3gw  # a dependency, loaded here so only replicas pay for its import
 
         self.group = group
         self.prefix = f"{ROOT}{group}/"

@@ -22,7 +22,8 @@ from typing import Iterator
 import grpc
 
 from txmq.broker.server.auth import Authenticator, authorization_header, format_date_time
-from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config, WILDCARD_HOSTS
+from txmq.broker.server.addresses import announced_host
+from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config
 from txmq.broker.errors import NotLeader
 from txmq.broker.server.config import BrokerConfig
 from txmq.broker.server.topic_types import TopicType
@@ -88,8 +89,7 @@ class ReplicaNode:
                 SERVICE_NAME, replication_method_handlers(lambda: self.lead, self.group, self._authorize_replica))
             host, port = cfg.listen_host_port
             self.port = bind(self.server, cfg, host, port)
-            advertised = cfg.advertised_host or (host if host not in WILDCARD_HOSTS else "127.0.0.1")
-            self.me = f"{advertised}:{self.port}"
+            self.me = f"{announced_host(host, cfg.advertised_host)}:{self.port}"
             self.server.start()
             self.etcd: Coordination = EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)
             self.membership = EtcdMembership(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s))

@@ -37,6 +37,7 @@ from txmq.broker.server.auth import Authenticator, AuthInterceptor
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
 from txmq.broker.server.membership import LocalMembership, Membership
+from txmq.broker.server.addresses import WILDCARD_HOSTS, announced_host
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.metrics_http import MetricsServer, start_metrics_server
 from txmq.broker.server.rpc_metrics import RpcMetrics
@@ -49,9 +50,6 @@ if TYPE_CHECKING:  # the store loads when a BrokerCore is made
     from txmq.broker.store.metadata import TopicConfig
 
 log = logging.getLogger("txmq.broker")
-
-WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-
 
 def _load_lazy_code() -> None:
     """Load, off the first large COMMIT's path, what Python loads on first use: the compiled record
@@ -77,7 +75,7 @@ def store_config(config: BrokerConfig, *, replica: bool = False):
         retention_hours=config.retention_s / 3600,
         disk_max_used_ratio=config.disk_max_used_ratio,
         page_cache_keep_bytes=config.page_cache_keep_bytes,
-        store_host=(host if host not in WILDCARD_HOSTS else "127.0.0.1", port),
+        store_host=(announced_host(host, config.advertised_host), port),
         replica=replica,
     )
 
@@ -255,9 +253,7 @@ class Broker:
             self._metrics_server = _start_metrics(self.core, cfg.metrics_listen)
 
     def _advertised_host(self) -> str:
-        if self.config.advertised_host:
-            return self.config.advertised_host
-        return self.host if self.host not in WILDCARD_HOSTS else "127.0.0.1"
+        return announced_host(self.host, self.config.advertised_host)
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop accepting calls, let running ones finish for `grace_s`, then close the core."""
@@ -338,7 +334,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help="TOML file with broker settings (flags override it)")
     p.add_argument("--data-dir", type=Path, help="where the CommitLog, queues and metadata live")
     p.add_argument("--listen", help="HOST:PORT to serve gRPC on (port 0 = any free port)")
-    p.add_argument("--advertised-host", help="host announced in routes when listening on a wildcard address")
+    p.add_argument("--advertised-host", help="host clients and peers are told to dial (default: the --listen host; "
+                                             "on a wildcard listen, this host's primary IPv4 address)")
     p.add_argument("--flush", choices=("sync", "async"), help="sync: ack after fsync; async: flush on an interval")
     p.add_argument("--transaction-timeout", help="age before a half is checked back (e.g. 6s)")
     p.add_argument("--check-interval", help="time between check-backs (e.g. 30s)")
@@ -419,6 +416,7 @@ def run_broker(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(args)
+        announced_host(config.listen_host_port[0], config.advertised_host)  # a wildcard listen needs one
     except (ValueError, OSError) as exc:
         print(f"txmq broker: bad configuration: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -437,7 +435,9 @@ def run_broker(argv: list[str] | None = None) -> int:
     except BaseException:
         broker.core.close()
         raise
-    _serve_until(stop, f"txmq broker ready on {host}:{port} (data plane: Arrow Flight on port {broker.flight.port})",
+    announced = f"{broker.core.advertised[0]}:{port}" if broker.core.advertised else f"{host}:{port}"
+    _serve_until(stop, f"txmq broker ready on {host}:{port} (announced as {announced}; "
+                       f"data plane: Arrow Flight on port {broker.flight.port})",
                  broker.stop)
     if broker.abandoned_calls:  # the store is closed; Flight's threads would keep the process alive
         sys.stdout.flush()

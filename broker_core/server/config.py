@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -167,13 +169,13 @@ class BrokerConfig:
         kwargs: dict[str, Any] = {}
         for raw_key, value in values.items():
             key = raw_key.replace("-", "_")
-            if key in ("transaction_timeout", "check_interval", "retention"):
+            if key not in known and key + "_s" in known:  # a duration named as its flag: lease-ttl = "2s"
                 key, value = key + "_s", parse_duration(value)
             elif key.endswith("_s") and key in known:
                 value = parse_duration(value)
             if key not in known or key == "extra":
                 raise ValueError(f"unknown broker setting: {raw_key!r}")
-            kwargs[key] = value
+            kwargs[key] = _typed(raw_key, _FIELD_TYPES[key], value)
         return cls(**kwargs)
 
     @classmethod
@@ -182,6 +184,33 @@ class BrokerConfig:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
         table = data.get("broker", data)
-        merged = {k.replace("-", "_"): v for k, v in table.items()}
-        merged.update(overrides or {})
+        if table is not data:  # settings live in [broker]; anything beside it is not understood
+            for other in data.keys() - {"broker"}:
+                raise ValueError(f"unknown table or key beside [broker] in {path}: {other!r}")
+        merged = dict(table)  # keys as written, so an error names them as the user spelled them
+        merged.update(overrides or {})  # after the file's: a flag wins (from_mapping keeps the last)
         return cls.from_mapping(merged)
+
+
+_FIELD_TYPES = typing.get_type_hints(BrokerConfig)
+
+
+def _typed(key: str, hint: Any, value: Any) -> Any:
+    """`value` as the setting's type (a TOML string for a path, an int for a float), or a
+    ValueError naming the setting: a value of the wrong type must not reach the broker."""
+    if isinstance(hint, types.UnionType):  # "X | None": None is allowed
+        if value is None:
+            return None
+        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    if hint is bool and isinstance(value, bool):
+        return value
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is str and isinstance(value, str):
+        return value
+    if hint is Path and isinstance(value, (str, Path)):
+        return Path(value)
+    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string", Path: "a path"}[hint]
+    raise ValueError(f"broker setting {key!r} must be {kind}, got {value!r}")
