@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import sqlite3
 import subprocess
 import sys
@@ -111,6 +112,21 @@ class Cluster:
         return proc
 
 
+_STARTED = re.compile(r"Starting task [\d.]+ in stage [\d.]+ \(TID (\d+)\) \(([\d.]+),\s*executor \d+, partition (\d+)")
+_ENDED = re.compile(r"(?:Finished|Lost) task [\d.]+ in stage [\d.]+ \(TID (\d+)\)")
+
+
+def running_tasks(log: Path) -> set[tuple[str, int]]:
+    """(executor host, partition) of the tasks the driver's log shows started and not yet ended."""
+    started, ended = {}, set()
+    for line in log.read_text(errors="replace").splitlines():
+        if m := _STARTED.search(line):
+            started[m.group(1)] = (m.group(2), int(m.group(3)))
+        elif m := _ENDED.search(line):
+            ended.add(m.group(1))
+    return {task for tid, task in started.items() if tid not in ended}
+
+
 def excerpt(log: Path) -> str:
     """The errors of a driver's log (not their stack frames), then its end."""
     lines = log.read_text(errors="replace").splitlines()
@@ -170,19 +186,24 @@ def test_a_streaming_pipeline_stays_exactly_once_when_an_executor_dies_while_its
         cluster.client("produce", "orders", "160", "100", "--pause", "0.05")))
     producer.start()
 
-    # Kill worker 1's executor once both running sink tasks of a batch have sent halves and are still sending.
+    # Kill the executor of a worker whose sink task is still running (the driver's log says which tasks
+    # started and have not finished) and has already sent halves (its sender is in the pending transaction).
     killed = None
     seen: dict[str, int] = {}
     deadline = time.monotonic() + 300
     while killed is None:
-        assert time.monotonic() < deadline, "no batch ever had two sink tasks sending at once"
+        assert time.monotonic() < deadline, "no running sink task was ever seen sending halves"
         assert job.poll() is None, excerpt(job.log)
         snapshot = lines.get(timeout=60)
+        running = running_tasks(job.log)
         for tx in snapshot["pending"]:
             growing = tx["halves"] > seen.get(tx["tx"], tx["halves"])
             seen[tx["tx"]] = tx["halves"]
-            if growing and len(tx["senders"]) >= 2 and cluster.spark.executor_pids(cluster.workers[0]):
-                cluster.spark.kill_executor(cluster.workers[0])
+            sending = {int(s.split(".")[0][1:]) for s in tx["senders"] if ".a0." in s}
+            target = next((w for w in cluster.workers for host, partition in running
+                           if host == w.addr and partition in sending), None)
+            if growing and target is not None and cluster.spark.executor_pids(target):
+                cluster.spark.kill_executor(target)
                 killed = tx
                 break
     producer.join(300)

@@ -29,7 +29,7 @@ def produce(c: NativeClient, a) -> dict:
     committed = []
     for t in range(a.transactions):
         bodies = [b"o%04d-%03d" % (t, k) for k in range(a.size)]
-        tx = f"orders-{t}"
+        tx = f"{a.topic}-{t}"
         c.prepare_arrow(tx, pa.record_batch({"body": bodies}), topic=a.topic, producer_group="orders",
                         sender="producer")
         if t % 4 == 3:
