@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: venv dist etcd etcd-required demo-cluster test test-slow torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -67,11 +67,26 @@ test: venv interop-venv etcd
 test-slow: venv interop-venv
 	$(VPY) -m pytest -m slow $(PYTEST_ARGS)
 
+# txmq on a Spark standalone cluster whose workers are other hosts (lab network namespaces; needs root):
+# the wheel's packed environment (built once into .cache/spark-cluster/), a 200k batch read beside
+# local[2], a streaming pipeline across an executor kill -9, the foreachBatch helper. ~10 min.
+spark-cluster-test: venv
+	$(VPY) -m pytest -m slow -s tests/spark/test_spark_on_cluster.py $(PYTEST_ARGS)
+
 # The official RocketMQ 5 clients (Python, Java with Maven, Go, Node.js with npm) against broker
 # processes, alone. The suite builds the Java and Go drivers and installs Node's client itself
 # (tests/interop/conftest.py); a client whose toolchain or download is missing is skipped.
 interop: venv interop-venv
 	$(VPY) -m pytest -m interop tests/interop $(PYTEST_ARGS)
+
+# The lab (docs/lab.md): a 3-replica group, etcd and clients on hosts of their own (network namespaces,
+# needs root) through every fault, several rounds each, then the lab-marked tests. Prints a verdict line;
+# runs are kept in lab-runs/. LAB_ARGS e.g. "--faults leader-isolated,kill9-leader --rounds 1".
+LAB_ARGS ?=
+
+lab: venv etcd
+	$(VPY) -m lab.campaign $(LAB_ARGS); status=$$?; \
+	  $(VPY) -m pytest -m lab tests/lab $(PYTEST_ARGS) && exit $$status
 
 torture: venv etcd
 	$(VPY) -m pytest -m torture $(PYTEST_ARGS)

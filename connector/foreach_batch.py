@@ -39,7 +39,7 @@ from txmq.broker.client.types import CheckRequest
 from . import transactions as txn
 from .client_seam import CheckbackHandle, ConnectorClient
 from .faults import crash_point
-from .options import SinkOptions
+from .options import SinkOptions, local_checkpoint_dir
 from .schema import validate_sink_schema
 from .sink import batch_participants, send_halves
 from .source import executor_client
@@ -47,14 +47,6 @@ from .source import executor_client
 log = logging.getLogger("txmq.spark.foreach_batch")
 
 _SENT_SCHEMA = "sender string, rows long, committed boolean"
-
-
-def _local_path(location: str) -> Path:
-    if location.startswith("file:"):
-        location = location[5:]
-        while location.startswith("//"):
-            location = location[1:]
-    return Path(location)
 
 
 class TransactionalBatch:
@@ -74,7 +66,8 @@ class TransactionalBatch:
         self.producer_group = producer_group or f"spark-fb-{self.sink_id}"
         self.local_transaction = local_transaction
         self.check = check
-        self.manifest_dir = _local_path(checkpoint_location) / "txmq-foreach-batch"
+        checkpoint_dir = local_checkpoint_dir(checkpoint_location, helper="TransactionalBatch")
+        self.manifest_dir = checkpoint_dir / "txmq-foreach-batch"
         self.nonce = txn.run_nonce()
         self._participants: tuple[str, ...] | None = None
         self._checkback_wanted = checkback

@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
 
 from txmq.broker.errors import BadRequest, IllegalFilterExpression
@@ -331,9 +332,29 @@ def sink_id_for_checkpoint(location: str) -> str:
     The checkpoint is what makes a restarted query "the same query", so it is what
     the transaction ids of its batches must derive from.
     """
-    norm = location.rstrip("/")
-    if norm.startswith("file:"):
-        norm = norm[5:]
-        while norm.startswith("//"):
-            norm = norm[1:]
+    norm = _without_file_scheme(location.rstrip("/"))
     return "ckpt-" + hashlib.sha1(norm.encode()).hexdigest()[:16]
+
+
+def _without_file_scheme(location: str) -> str:
+    """`file:///chk/q` and `file:/chk/q` as `/chk/q`; anything else unchanged."""
+    if location.startswith("file:"):
+        location = location[5:]
+        while location.startswith("//"):
+            location = location[1:]
+    return location
+
+
+_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
+
+
+def local_checkpoint_dir(location: str, *, helper: str) -> Path:
+    """The directory of a checkpoint location on the driver's host, for the helpers that read or
+    write it with local file calls (SinkCheckback, TransactionalBatch). A location on another
+    filesystem (hdfs://, s3a://) is refused: those calls would use a local directory of that name."""
+    path = _without_file_scheme(location)
+    if _URI_SCHEME.match(path):
+        raise InvalidOption(f"txmq {helper}: checkpoint location {location!r} is not a local path of the driver's "
+                            f"host, and {helper} reads the checkpoint with local file calls (hdfs:// and s3a:// "
+                            "checkpoints are not supported by it yet; docs/spark.md, \"Running on a Spark cluster\")")
+    return Path(path)

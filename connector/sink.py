@@ -50,7 +50,7 @@ from txmq.broker.client.types import CheckRequest
 from . import transactions as txn
 from .client_seam import CheckbackHandle, ConnectorClient, TransactionClient
 from .faults import crash_point
-from .options import InvalidOption, SinkOptions
+from .options import InvalidOption, SinkOptions, local_checkpoint_dir
 from .schema import sink_arrow_batch, validate_sink_schema
 from .source import executor_client
 
@@ -234,10 +234,9 @@ class TxmqBatchWriter(_WriterBase, DataSourceArrowWriter):
                              participants=self.participants)
 
 
-def committed_batches(checkpoint_location: str) -> set[int]:
+def committed_batches(checkpoint_dir: Path) -> set[int]:
     """Batch ids in the query's commit log (`<checkpoint>/commits/<id>`): Spark finished them."""
-    path = Path(checkpoint_location.removeprefix("file:").replace("///", "/"))
-    commits = path / "commits"
+    commits = checkpoint_dir / "commits"
     if not commits.is_dir():
         return set()
     return {int(p.name) for p in commits.iterdir() if p.name.isdigit()}
@@ -259,7 +258,7 @@ class SinkCheckback:
         if sink_id:
             opts["sinkId"] = sink_id
         self.options = SinkOptions.parse(opts)
-        self.checkpoint_location = checkpoint_location
+        self.checkpoint_dir = local_checkpoint_dir(checkpoint_location, helper="SinkCheckback")
         self.sink_id = self.options.sink_id
         self.producer_group = producer_group or f"spark-sink-{self.sink_id}"
         self.topics = list(topics)
@@ -270,7 +269,7 @@ class SinkCheckback:
         parsed = txn.parse_transaction_id(transaction_id)
         if parsed is None or parsed[0] != self.sink_id:
             return "UNKNOWN"
-        return "ROLLBACK" if parsed[1] in committed_batches(self.checkpoint_location) else "UNKNOWN"
+        return "ROLLBACK" if parsed[1] in committed_batches(self.checkpoint_dir) else "UNKNOWN"
 
     def _handle(self, request: CheckRequest) -> str:
         return self.answer(request.transaction_id)

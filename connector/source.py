@@ -49,6 +49,7 @@ from . import offsets as off
 from .client_seam import ConnectorClient, PlannerClient, QueueReader
 from .options import Connection, InvalidOption, QueueKey, SourceOptions, parse_tags, queue_name
 from .pushdown import combine, push
+from .python_exec import check_executors_python
 from .schema import SOURCE_SCHEMA, conform_source_batch
 
 log = logging.getLogger("txmq.spark.source")
@@ -473,6 +474,11 @@ class TxmqPushdownBatchReader(TxmqBatchReader):
 
 class TxmqDataSource(DataSource):
     """The data source "txmq": read committed messages, write through transactions."""
+
+    def __init__(self, options: dict) -> None:
+        # made in the driver's planner process only (executors get pickled readers and writers)
+        check_executors_python()
+        super().__init__(options)
 
     @classmethod
     def name(cls) -> str:

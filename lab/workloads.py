@@ -1,0 +1,237 @@
+"""Clients that run on lab hosts and record what they saw for lab.checker.
+
+Run as `python -m lab.workloads MODE --endpoints "a:p;b:p;c:p" --topic T --history FILE ...` on a host:
+
+- `native`: txmq's native client. Plain sends of one message and transactions of 1-3 messages, each
+  ended COMMIT or ROLLBACK by the client, or left to check-back (the client's check-back session
+  answers from its own decisions). Every attempt's outcome is recorded: ok, fail (known not to have
+  happened) or info (it may have happened: a timeout, an unreachable broker).
+- `consumer`: reads every queue from offset 0 forward, recording each batch as a poll.
+- `drain`: reads every queue from 0 to the end of a consistent cut, once, as the final read.
+- `official`: the official RocketMQ 5 Python client (rocketmq-python-client, in .venv-rocketmq) sending
+  plain messages; it cannot import txmq, so it only needs this file and its own package.
+
+Each stops when `--duration` has passed or the `--stop-file` exists, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+
+def _history(path: str, process: str):
+    from lab.checker import History
+
+    return History(path, process)
+
+
+def _stopper(args: argparse.Namespace):
+    end = time.monotonic() + args.duration
+
+    def stop() -> bool:
+        return time.monotonic() >= end or (args.stop_file is not None and Path(args.stop_file).exists())
+
+    return stop
+
+
+def run_native(args: argparse.Namespace) -> None:
+    from txmq.broker import errors
+    from txmq.broker.client.native_client import NativeClient
+    from txmq.broker.client.types import LocalTransactionState, Message
+
+    rng = random.Random(args.seed)
+    proc = args.process
+    group = f"lab-{proc}"
+    decisions: dict[str, str] = {}  # transaction id -> the decision this producer made
+    stop = _stopper(args)
+    with _history(args.history, proc) as h, NativeClient(args.endpoints, timeout_s=args.timeout) as client:
+
+        def on_check(request) -> LocalTransactionState:
+            decision = decisions.get(request.transaction_id)
+            h.record("check", "ok", txn=request.transaction_id, known=decision is not None)
+            return LocalTransactionState.parse(decision or "UNKNOWN")
+
+        session = client.checkback_session(group, [args.topic], on_check)
+        session.wait_registered(10)
+        i = 0
+        while not stop():
+            i += 1
+            t0 = time.monotonic()
+            if rng.random() >= args.txn_ratio:
+                value = f"{proc}-{i}"
+                try:
+                    summary = client.send([Message(args.topic, value.encode())], return_message_ids=False)
+                    s = summary.slices[0]
+                    h.record("send", "ok", queue=f"{s.topic}/{s.queue_id}", offset=s.first_offset, value=value,
+                             seq=i, txn=None, latency=round(time.monotonic() - t0, 4))
+                except errors.TxmqError as exc:
+                    h.record("send", "info", queue=None, value=value, seq=i, txn=None, error=type(exc).__name__)
+                    time.sleep(0.05)
+                continue
+            values = [f"{proc}-{i}.{k}" for k in range(rng.randint(1, 3))]
+            label = f"{proc}-t{i}"
+            try:
+                prepared = client.prepare("", [Message(args.topic, v.encode()) for v in values],
+                                          producer_group=group, sender=client.client_id, return_message_ids=False)
+            except errors.TxmqError as exc:
+                for v in values:  # the halves may be stored: check-back (which knows nothing of them) decides
+                    h.record("send", "info", queue=None, value=v, seq=i, txn=label, error=type(exc).__name__)
+                time.sleep(0.05)
+                continue
+            txn = prepared.transaction_id
+            for v in values:
+                h.record("send", "ok", queue=None, value=v, seq=i, txn=txn, latency=round(time.monotonic() - t0, 4))
+            roll = rng.random()
+            decision = "ROLLBACK" if roll < 0.2 else "COMMIT"
+            decisions[txn] = decision
+            if roll > 0.9:
+                h.record(decision.lower(), "info", txn=txn, via="check-back")
+                continue  # left to check-back: the broker asks this producer, which answers `decision`
+            _end(client, errors, h, txn, decision, args, stop)
+        session.close()
+
+
+def _end(client, errors, h, txn: str, decision: str, args: argparse.Namespace, stop) -> None:
+    """End `txn`, retrying an unsure answer as the docs say to (ending is idempotent) for `end_retry_s`."""
+    f = decision.lower()
+    deadline = time.monotonic() + args.end_retry_s
+    while True:
+        t0 = time.monotonic()
+        try:
+            ended = client.end_transaction(txn, decision, producer_group=f"lab-{args.process}")
+        except errors.TxmqError as exc:
+            h.record(f, "info", txn=txn, error=type(exc).__name__)
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.2)
+            continue
+        expected = "COMMITTED" if decision == "COMMIT" else "ROLLED_BACK"
+        state = str(getattr(ended.state, "name", ended.state))
+        h.record(f, "ok" if expected in state.upper().replace("ROLLEDBACK", "ROLLED_BACK") else "fail", txn=txn,
+                 state=state, newly_ended=ended.newly_ended, latency=round(time.monotonic() - t0, 4))
+        return
+
+
+def _read_range(client, topic: str, q: int, start: int, end: int) -> list[list[Any]]:
+    msgs = []
+    for result in client.read_queue(topic, q, start, end):
+        batch = result.batch
+        offsets = batch.column("queueOffset").to_pylist()
+        bodies = batch.column("body").to_pylist()
+        msgs.extend([f"{topic}/{q}", int(o), b.decode()] for o, b in zip(offsets, bodies))
+    return msgs
+
+
+def run_consumer(args: argparse.Namespace) -> None:
+    from txmq.broker import errors
+    from txmq.broker.client.native_client import NativeClient
+
+    stop = _stopper(args)
+    positions: dict[int, int] = {}
+    with _history(args.history, args.process) as h, NativeClient(args.endpoints, timeout_s=args.timeout) as client:
+        while not stop():
+            try:
+                cut = client.snapshot_offsets([args.topic])[args.topic]
+                msgs = []
+                for q, end in sorted(cut.items()):
+                    start = positions.get(q, 0)
+                    if end > start:
+                        msgs.extend(_read_range(client, args.topic, q, start, end))
+                        positions[q] = end
+                if msgs:
+                    h.record("poll", "ok", session=0, msgs=msgs)
+            except errors.TxmqError as exc:
+                h.record("poll", "fail", error=type(exc).__name__)
+            time.sleep(0.2)
+
+
+def run_drain(args: argparse.Namespace) -> None:
+    from txmq.broker.client.native_client import NativeClient
+
+    with _history(args.history, args.process) as h, NativeClient(args.endpoints, timeout_s=args.timeout) as client:
+        cut = client.snapshot_offsets([args.topic])[args.topic]
+        msgs = []
+        for q, end in sorted(cut.items()):
+            msgs.extend(_read_range(client, args.topic, q, 0, end))
+        h.record("drain", "ok", msgs=msgs, cut={str(q): e for q, e in cut.items()})
+
+
+def run_official(args: argparse.Namespace) -> None:
+    """Plain sends through the official Python client; its own retries may duplicate (reported apart)."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer  # type: ignore[import-not-found]
+
+    stop = _stopper(args)
+    h = _OwnHistory(args.history, args.process)
+    config = ClientConfiguration(args.endpoints, Credentials("", ""), request_timeout=int(args.timeout))
+    producer = Producer(config, (args.topic,))
+    producer.startup()
+    i = 0
+    try:
+        while not stop():
+            i += 1
+            value = f"{args.process}-{i}"
+            msg = Message()
+            msg.topic = args.topic
+            msg.body = value.encode()
+            t0 = time.monotonic()
+            try:
+                producer.send(msg)
+                h.record("send", "ok", queue=None, value=value, seq=i, txn=None, latency=round(time.monotonic() - t0, 4),
+                         retrying_client=True)
+            except Exception as exc:  # the official client raises its own classes; any failure may have landed
+                h.record("send", "info", queue=None, value=value, seq=i, txn=None, error=type(exc).__name__,
+                         retrying_client=True)
+                time.sleep(0.05)
+    finally:
+        producer.shutdown()
+        h.close()
+
+
+class _OwnHistory:
+    """The same JSON lines as lab.checker.History, for a venv that cannot import the lab package."""
+
+    def __init__(self, path: str, process: str):
+        self.process = process
+        self._lock = threading.Lock()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", buffering=1)
+
+    def record(self, f: str, type: str, **fields: Any) -> None:
+        op = {"f": f, "type": type, "process": self.process, "time": round(time.time(), 6), **fields}
+        with self._lock:
+            self._file.write(json.dumps(op, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+
+MODES = {"native": run_native, "consumer": run_consumer, "drain": run_drain, "official": run_official}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m lab.workloads")
+    p.add_argument("mode", choices=sorted(MODES))
+    p.add_argument("--endpoints", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--history", required=True)
+    p.add_argument("--process", required=True)
+    p.add_argument("--duration", type=float, default=60.0)
+    p.add_argument("--stop-file")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--txn-ratio", type=float, default=0.3)
+    p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--end-retry-s", type=float, default=30.0)
+    args = p.parse_args(argv)
+    MODES[args.mode](args)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    main()

@@ -1,0 +1,140 @@
+"""Issue 38's items that need hosts: each replica, etcd and the clients on lab hosts of their own.
+
+Each test fails on the code the issue was filed against; those fixed on another branch are marked
+xfail(strict) naming it, so the merge that brings the fix flips them."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from lab import campaign, faults
+from lab.campaign import Group
+from lab.hosts import Lab
+
+TOPIC = "items"
+
+
+def _client(group: Group, body: str, *, timeout: float = 60) -> dict:
+    """Run `body` on the ctl host with `c` a NativeClient given every replica; it sets `out` (JSON)."""
+    code = (
+        "import json, time\n"
+        "from txmq.broker import errors\n"
+        "from txmq.broker.client.native_client import NativeClient\n"
+        "from txmq.broker.client.types import Message\n"
+        f"c = NativeClient({group.endpoints!r}, timeout_s=20)\n"
+        "out = {}\n" + body + "\nprint(json.dumps(out))\n"
+    )
+    return group.ctl_python(code, timeout=timeout)
+
+
+def _send_numbered(group: Group, n: int, prefix: str = "m") -> int:
+    out = _client(group, (
+        f"acked = 0\nfor i in range({n}):\n"
+        f"    c.send([Message({TOPIC!r}, f'{prefix}{{i}}'.encode())], return_message_ids=False); acked += 1\n"
+        "out['acked'] = acked"))
+    return out["acked"]
+
+
+def _bodies(group: Group) -> list[str]:
+    out = _client(group, (
+        f"cut = c.snapshot_offsets([{TOPIC!r}])[{TOPIC!r}]\nbodies = []\n"
+        f"for q, end in sorted(cut.items()):\n"
+        f"    for r in c.read_queue({TOPIC!r}, q, 0, end): bodies += [b.decode() for b in r.batch.column('body').to_pylist()]\n"
+        "out['bodies'] = bodies"))
+    return out["bodies"]
+
+
+@pytest.fixture
+def lab(lab_available):
+    with Lab("items") as made:
+        yield made
+
+
+def _group(lab: Lab, **kw) -> Group:
+    group = Group(lab, **kw).start()
+    group.create_topic(TOPIC)
+    return group
+
+
+@pytest.mark.xfail(strict=True, reason="issue 38 item 1: fixed on branch replication")
+def test_a_wiped_replica_starting_first_does_not_erase_its_group(lab):
+    group = _group(lab, args=["--replication", "sync", "--min-insync", "1"])
+    assert group.wait_in_sync(3)
+    acked = _send_numbered(group, 200)
+    assert group.wait_in_sync(3)
+    for r in group.replicas:  # a power cut of the whole group
+        faults.kill9(r)
+    first = group.replicas[0]
+    faults.wipe_disk(first)  # its disk replaced
+    group.start_replica(first)
+    time.sleep(4)  # it alone is up, past the old leader's lease
+    for r in group.replicas[1:]:
+        group.start_replica(r)
+    group.wait_leader(timeout_s=60)
+    assert group.wait_in_sync(2, 60)
+    bodies = _bodies(group)
+    assert sorted(set(bodies)) == sorted(f"m{i}" for i in range(acked)), f"{len(set(bodies))} of {acked} survived"
+
+
+@pytest.mark.xfail(strict=True, reason="issue 38 item 2: fixed on branch engine")
+def test_a_commit_retried_after_replication_timeout_publishes_each_message_once(lab):
+    group = _group(lab, args=["--replication", "sync", "--min-insync", "1"])
+    assert group.wait_in_sync(3)
+    prepared = _client(group, (
+        f"p = c.prepare('', [Message({TOPIC!r}, b'tx-a'), Message({TOPIC!r}, b'tx-b')], producer_group='lab')\n"
+        "out['tx'] = p.transaction_id"))
+    leader, _ = group.wait_leader()
+    faults.partition(lab, [leader], [r for r in group.replicas if r is not leader])
+    first = _client(group, (
+        f"try:\n    e = c.end_transaction({prepared['tx']!r}, 'COMMIT'); out['state'] = str(e.state)\n"
+        "except errors.TxmqError as exc:\n    out['error'] = type(exc).__name__"))
+    assert first.get("error") in ("ReplicationTimeout", "RequestTimeout", "BrokerUnavailable"), first
+    faults.heal(lab)
+    assert group.wait_in_sync(3, 60)
+    _client(group, f"c.end_transaction({prepared['tx']!r}, 'COMMIT')")  # the retry the docs advise
+    time.sleep(2)
+    bodies = _bodies(group)
+    assert sorted(bodies) == ["tx-a", "tx-b"]
+
+
+@pytest.mark.xfail(strict=True, reason="issue 38 item 3: fixed on branch replication")
+def test_a_one_replica_group_with_the_defaults_acknowledges_writes(lab):
+    group = _group(lab, replicas=1)
+    out = _client(group, (
+        "c.timeout_s = 10\nt = time.monotonic()\n"
+        f"try:\n    c.send([Message({TOPIC!r}, b'solo')]); out['ok'] = True\n"
+        "except errors.TxmqError as exc:\n    out['error'] = type(exc).__name__\n"
+        "out['s'] = time.monotonic() - t"))
+    assert out.get("ok"), out
+    assert _bodies(group) == ["solo"]
+
+
+@pytest.mark.lab  # ~1 min: run by `make lab`
+@pytest.mark.xfail(strict=True, reason="issue 38 item 4: fixed on branch replication")
+def test_a_replacement_replica_joins_after_retention_deleted_the_start_of_the_log(lab):
+    group = _group(lab, args=["--segment-bytes", str(64 << 10), "--retention", "2s"])
+    assert group.wait_in_sync(3)
+    victim = next(r for r in group.replicas if r is not group.wait_leader()[0])
+    _client(group, (
+        f"for i in range(600):\n    c.send([Message({TOPIC!r}, b'x' * 1000)], return_message_ids=False)\n"))
+    time.sleep(8)  # retention removes the first segments (the wait also lets the check run)
+    _client(group, f"c.send([Message({TOPIC!r}, b'after retention')])")
+    faults.kill9(victim)
+    faults.wipe_disk(victim)
+    group.start_replica(victim)
+    assert group.wait_in_sync(3, 40), group.status()
+
+
+def _failover_campaign(tmp_path) -> campaign.Outcome:
+    return campaign.run(tmp_path / "run", ["leader-isolated"], rounds=2, hold_s=8, recover_s=4, writers=1,
+                        with_consumer=False, log=lambda *_: None)
+
+
+@pytest.mark.lab  # ~2 min: run by `make lab`
+@pytest.mark.xfail(strict=True, reason="issue 38 item 5: fixed on branch engine")
+def test_after_a_silent_drop_partition_of_the_leader_writes_are_acknowledged_within_5s(lab_available, tmp_path):
+    outcome = _failover_campaign(tmp_path)
+    assert outcome.result.committed > 0 and not outcome.errors, outcome.errors
+    assert outcome.partition_failovers() and outcome.failover_ok(), outcome.failover_s
