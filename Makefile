@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: lab venv etcd demo-cluster test test-slow torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: lab venv dist etcd etcd-required demo-cluster test test-slow torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -50,11 +50,16 @@ peers-jars: venv
 	$(VPY) bench/peers_jvm.py --fetch
 
 # etcd for broker groups (Debian's etcd-server); tests and demos start their own members.
+ETCD_HINT := the etcd binary (3.4 or later) is not on PATH: install Debian/Ubuntu's etcd-server (apt-get install etcd-server) or put etcd from https://github.com/etcd-io/etcd/releases on PATH
 etcd:
 	@command -v etcd >/dev/null || { \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq etcd-server; \
 	  else sudo -n apt-get update -qq && sudo -n apt-get install -y -qq etcd-server; fi; } \
-	  || echo "etcd could not be installed: the cluster tests will be skipped"
+	  || echo "$(ETCD_HINT); the cluster tests will be skipped" >&2
+
+# Targets that cannot run without etcd stop here with one line saying how to get it.
+etcd-required:
+	@command -v etcd >/dev/null || { echo "make: $(ETCD_HINT)" >&2; exit 2; }
 
 test: venv interop-venv etcd
 	$(VPY) -m pytest $(PYTEST_ARGS)
@@ -80,6 +85,10 @@ lab: venv etcd
 torture: venv etcd
 	$(VPY) -m pytest -m torture $(PYTEST_ARGS)
 
+# The sdist and the wheel built from it, into dist/ (docs/deploy.md installs the wheel).
+dist: venv
+	rm -rf dist && $(VPY) -m build --outdir dist .
+
 proto: venv
 	$(VPY) -m txmq.broker.protocol.generate
 
@@ -87,7 +96,7 @@ demo: venv
 	$(VPY) examples/orders_points/run_demo.py $(DEMO_ARGS)
 
 # The orders -> points pipeline on 3 groups of 3 replicas around etcd, through a leader kill.
-demo-cluster: venv etcd
+demo-cluster: venv etcd etcd-required
 	$(VPY) examples/cluster/run_demo.py
 
 bench: venv interop-venv spark-kafka-venv peers-jars
@@ -102,4 +111,4 @@ bench-peers: venv interop-venv spark-kafka-venv peers-jars
 	$(VPY) bench/vs_peers.py $(PEERS_ARGS)
 
 clean:
-	rm -rf $(VENV) $(RMQ_VENV) $(SPARK_KAFKA_VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) $(RMQ_VENV) $(SPARK_KAFKA_VENV) build dist *.egg-info .pytest_cache

@@ -19,7 +19,7 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Sequence
 
-from txmq.broker import errors
+from txmq.broker import __version__, errors
 
 DEFAULT_BROKER = "127.0.0.1:8081"
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -334,6 +334,49 @@ def cmd_group_lag(args) -> None:
         print(f"total lag: {data['total_lag']}")
 
 
+def _group_dict(g) -> dict:
+    return {"name": g.name, "fifo": g.fifo, "retry_max_times": g.retry_max_times,
+            "max_delivery_attempts": g.max_delivery_attempts}
+
+
+def _cluster_client(args):
+    from txmq.broker.client.cluster_client import ClusterClient
+
+    return ClusterClient(args.broker, timeout_s=args.timeout, retry_unavailable_s=min(args.timeout, 3.0))
+
+
+def _cmd_group_update(must_exist: bool) -> Callable:
+    """create / update: on every broker group's leader (ClusterClient), a lone broker being one."""
+    def run(args) -> None:
+        if args.retry_max_times is not None and args.retry_max_times < 0:
+            raise UsageError(f"--retry-max-times must be 0 or more, got {args.retry_max_times}")
+        with _cluster_client(args) as c:
+            g = c.update_consumer_group(args.name, fifo=args.fifo, retry_max_times=args.retry_max_times,
+                                        must_exist=must_exist)
+        _emit(args, _group_dict(g), text=f"{'updated' if must_exist else 'created'} consumer group {g.name}: "
+              f"{'FIFO' if g.fifo else 'not FIFO'}, at most {g.max_delivery_attempts} deliveries "
+              f"({g.retry_max_times} retries) before %DLQ%{g.name}")
+    return run
+
+
+def cmd_group_describe(args) -> None:
+    with _client(args) as c:
+        g = c.describe_consumer_group(args.name)
+    _emit(args, _group_dict(g), [_group_dict(g)], ["name", "fifo", "retry_max_times", "max_delivery_attempts"])
+
+
+def cmd_group_list(args) -> None:
+    with _client(args) as c:
+        groups = [_group_dict(g) for g in c.list_consumer_groups()]
+    _emit(args, groups, groups, ["name", "fifo", "retry_max_times", "max_delivery_attempts"])
+
+
+def cmd_group_delete(args) -> None:
+    with _cluster_client(args) as c:
+        c.delete_consumer_group(args.name)
+    _emit(args, {"name": args.name, "deleted": True}, text=f"deleted consumer group {args.name}'s settings")
+
+
 def cmd_stats(args) -> None:
     with _client(args) as c:
         stats = c.stats()
@@ -366,9 +409,10 @@ def cmd_cluster_status(args) -> None:
         _emit(args, data)
         return
     rows = [{"group": name, "endpoint": m["endpoint"], "role": m["role"], "in_sync": m["in_sync"],
-             "epoch": g["epoch"], "lag_bytes": m["lag_bytes"], "lag_seconds": m["lag_seconds"]}
+             "epoch": g["epoch"], "lag_bytes": m["lag_bytes"], "lag_seconds": m["lag_seconds"],
+             "may_not_lead": m.get("may_not_lead", "")}
             for name, g in sorted(data["groups"].items()) for m in g["members"]]
-    print(_table(rows, ["group", "endpoint", "role", "in_sync", "epoch", "lag_bytes", "lag_seconds"]))
+    print(_table(rows, ["group", "endpoint", "role", "in_sync", "epoch", "lag_bytes", "lag_seconds", "may_not_lead"]))
 
 
 # ---- parser ---------------------------------------------------------------------
@@ -386,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common()
     parser = argparse.ArgumentParser(prog="txmq", parents=[common],
                                      description="txmq: a transactional message broker (RocketMQ design).")
+    parser.add_argument("--version", action="version", version=f"txmq {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     broker = sub.add_parser("broker", help="run a broker")
@@ -471,6 +516,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("group")
     p.add_argument("--topic", action="append", help="topic(s) to report (default: those the group committed)")
     p.set_defaults(func=cmd_group_lag)
+    for action, must_exist, text in (("create", False, "create a consumer group's settings (or change them)"),
+                                     ("update", True, "change an existing consumer group's settings")):
+        p = gsub.add_parser(action, parents=[common], help=text)
+        p.add_argument("name")
+        p.add_argument("--fifo", action=argparse.BooleanOptionalAction, default=None,
+                       help="FIFO (RocketMQ's consumeMessageOrderly): a queue's next messages wait while one is "
+                            "in flight or being retried (default for a new group: --no-fifo)")
+        p.add_argument("--retry-max-times", type=int,
+                       help="redeliveries before a message goes to %%DLQ%%<group> (default for a new group: 16)")
+        p.set_defaults(func=_cmd_group_update(must_exist))
+    p = gsub.add_parser("describe", parents=[common], help="a consumer group's settings")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_group_describe)
+    p = gsub.add_parser("list", parents=[common], help="consumer groups with settings")
+    p.set_defaults(func=cmd_group_list)
+    p = gsub.add_parser("delete", parents=[common], help="delete a consumer group's settings (back to the defaults)")
+    p.add_argument("name")
+    p.set_defaults(func=cmd_group_delete)
 
     p = sub.add_parser("stats", parents=[common], help="broker statistics")
     p.set_defaults(func=cmd_stats)

@@ -25,6 +25,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
+from typing import Sequence
 
 READY = re.compile(r"txmq (?:broker|replica) ready on (\S+):(\d+)")
 
@@ -33,15 +34,19 @@ class EmbeddedBroker:
     """A broker subprocess bound to one data directory."""
 
     def __init__(self, data_dir: Path, *, flush: str = "sync", extra_args: list[str] | None = None,
-                 env: dict[str, str] | None = None, start_timeout_s: float = 60.0, hidden: bool = False) -> None:
+                 env: dict[str, str] | None = None, start_timeout_s: float = 60.0, hidden: bool = False,
+                 program: Sequence[str] | None = None, listen_host: str = "127.0.0.1") -> None:
+        """`program`: the argv that takes `txmq broker start`'s flags (default: this Python's
+        `-m txmq.broker.server`; e.g. an installed `txmq broker start`, or one under `ip netns exec`)."""
         self.data_dir = Path(data_dir)
+        self.program = list(program) if program is not None else [sys.executable, "-m", "txmq.broker.server"]
         self.flush = flush
         self.extra_args = list(extra_args or [])
         self.env = env
         self.start_timeout_s = start_timeout_s
         self.hidden = hidden
         self.proc: subprocess.Popen[str] | None = None
-        self.host = "127.0.0.1"
+        self.host = listen_host
         self.port = 0
         self.output: deque[str] = deque(maxlen=400)
 
@@ -51,7 +56,7 @@ class EmbeddedBroker:
 
     def start(self) -> "EmbeddedBroker":
         """Start the broker and wait until it prints its ready line."""
-        cmd = [sys.executable, "-m", "txmq.broker.server", "--data-dir", str(self.data_dir),
+        cmd = [*self.program, "--data-dir", str(self.data_dir),
                "--listen", f"{self.host}:{self.port}", "--flush", self.flush, *self.extra_args]
         if self.hidden:
             self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -221,6 +221,12 @@ class NotLeader(TxmqError):
     refused a write; the message names the leader when one is known. Nothing was written."""
 
 
+class NotEnoughReplicas(TxmqError):
+    """A write under `sync` replication was refused before it was stored: fewer followers are in
+    sync than --min-insync asks for (Kafka's NotEnoughReplicas). Nothing was written; retry once
+    a follower has caught up."""
+
+
 class ReplicationTimeout(RequestTimeout):
     """A write under `sync` replication was stored by the leader but not confirmed by enough
     in-sync followers in time: it may or may not survive a failover (retry it)."""

@@ -10,6 +10,7 @@ from txmq.broker.client.pull_consumer import PullConsumer
 from txmq.broker.client.transaction_producer import TransactionListener, TransactionProducer
 from txmq.broker.client.types import (
     CheckRequest,
+    ConsumerGroupInfo,
     EndSummary,
     GroupLag,
     LocalTransactionState,
@@ -26,7 +27,7 @@ from txmq.broker.client.types import (
 )
 
 __all__ = [
-    "Admin", "CheckbackSession", "CheckRequest", "EndSummary", "GroupLag", "LocalTransactionState", "Message",
+    "Admin", "CheckbackSession", "CheckRequest", "ConsumerGroupInfo", "EndSummary", "GroupLag", "LocalTransactionState", "Message",
     "NativeClient", "PrepareSummary", "Producer", "PullConsumer", "PullResult", "QueueRange", "ReceivedMessage",
     "SendSummary", "TopicInfo", "TransactionalMessage", "TransactionInfo", "TransactionListener",
     "TransactionProducer", "TransactionSendResult", "to_arrow_table",

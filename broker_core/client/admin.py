@@ -6,7 +6,8 @@ from typing import Any, Sequence
 
 from txmq.broker.client._connection import client_for
 from txmq.broker.client.native_client import NativeClient
-from txmq.broker.client.types import EndSummary, GroupLag, ReceivedMessage, TopicInfo, TransactionInfo
+from txmq.broker.client.types import (ConsumerGroupInfo, EndSummary, GroupLag, ReceivedMessage, TopicInfo,
+                                     TransactionInfo)
 
 
 class Admin:
@@ -55,6 +56,21 @@ class Admin:
     # consumer groups and stats
     def group_lag(self, group: str, topics: Sequence[str] = ()) -> dict[str, dict[int, GroupLag]]:
         return self.client.group_lag(group, topics)
+
+    def update_consumer_group(self, name: str, *, fifo: bool | None = None, retry_max_times: int | None = None,
+                              must_exist: bool = False) -> ConsumerGroupInfo:
+        """A consumer group's settings on this broker (a cluster: ClusterClient.update_consumer_group)."""
+        return self.client.update_consumer_group(name, fifo=fifo, retry_max_times=retry_max_times,
+                                                 must_exist=must_exist)
+
+    def describe_consumer_group(self, name: str) -> ConsumerGroupInfo:
+        return self.client.describe_consumer_group(name)
+
+    def list_consumer_groups(self) -> list[ConsumerGroupInfo]:
+        return self.client.list_consumer_groups()
+
+    def delete_consumer_group(self, name: str) -> None:
+        self.client.delete_consumer_group(name)
 
     def stats(self) -> dict:
         return self.client.stats()

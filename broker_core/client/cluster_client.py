@@ -27,7 +27,7 @@ from txmq.broker.client.cluster_cut import cluster_cut
 from txmq.broker.client.cross_group import CrossGroupTransaction
 from txmq.broker.client.fault_tolerance import LatencyFaultTolerance
 from txmq.broker.client.native_client import NativeClient, parse_endpoints
-from txmq.broker.client.types import (CheckRequest, EndSummary, Message, PrepareSummary, PullResult, QueueRef, Routes,
+from txmq.broker.client.types import (CheckRequest, ConsumerGroupInfo, EndSummary, Message, PrepareSummary, PullResult, QueueRef, Routes,
                                      SendSummary, TopicInfo, TransactionInfo)
 
 log = logging.getLogger(__name__)
@@ -127,6 +127,22 @@ class ClusterClient:
         """Create a topic with `queue_count` queues spread over the groups; its queues."""
         self._boot.create_topic(name, queue_count, message_type)
         return self.routes([name], refresh=True).queues(name)
+
+    def update_consumer_group(self, name: str, *, fifo: bool | None = None, retry_max_times: int | None = None,
+                              must_exist: bool = False) -> ConsumerGroupInfo:
+        """Set a consumer group's settings on every group's leader: each pops its own queues for the
+        consumer group, as each RocketMQ broker holds its own subscription groups."""
+        results = [self.group(g).update_consumer_group(name, fifo=fifo, retry_max_times=retry_max_times,
+                                                       must_exist=must_exist) for g in self._all_groups()]
+        return results[0]
+
+    def delete_consumer_group(self, name: str) -> None:
+        for g in self._all_groups():
+            self.group(g).delete_consumer_group(name)
+
+    def _all_groups(self) -> list[str]:
+        routes = self.routes(refresh=True)
+        return sorted(routes.groups) if routes.cluster else [""]
 
     # ---- sends --------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from txmq.broker.client.local_read import LocalReadUnavailable, LocalSegments
 from txmq.broker.client.types import send_properties
 from txmq.broker.client.types import (
     CheckRequest,
+    ConsumerGroupInfo,
     EndSummary,
     GroupLag,
     Message,
@@ -117,6 +118,11 @@ def _topic_info(view: pb.TopicView) -> TopicInfo:
     return TopicInfo(name=view.name, queue_count=view.queue_count, permission=view.permission,
                      queues={q.queue_id: QueueRange(q.min_offset, q.max_offset) for q in view.queues},
                      message_type=view.message_type or "MIXED")
+
+
+def _group_info(view: pb.ConsumerGroupView) -> ConsumerGroupInfo:
+    return ConsumerGroupInfo(name=view.name, fifo=view.fifo, retry_max_times=view.retry_max_times,
+                             max_delivery_attempts=view.max_delivery_attempts)
 
 
 def _tx_info(view: pb.TransactionView) -> TransactionInfo:
@@ -326,6 +332,27 @@ class NativeClient:
 
     def delete_topic(self, name: str) -> None:
         self._call("DeleteTopic", pb.TopicRequest(name=name))
+
+    # ---- consumer groups ------------------------------------------------------
+    def update_consumer_group(self, name: str, *, fifo: bool | None = None, retry_max_times: int | None = None,
+                              must_exist: bool = False) -> ConsumerGroupInfo:
+        """Create a consumer group's settings or change those given (None keeps the current value).
+        fifo: RocketMQ's consumeMessageOrderly; retry_max_times: redeliveries before `%DLQ%<group>`."""
+        request = pb.UpdateConsumerGroupRequest(name=name, must_exist=must_exist)
+        if fifo is not None:
+            request.fifo = fifo
+        if retry_max_times is not None:
+            request.retry_max_times = retry_max_times
+        return _group_info(self._call("UpdateConsumerGroup", request).group)
+
+    def describe_consumer_group(self, name: str) -> ConsumerGroupInfo:
+        return _group_info(self._call("DescribeConsumerGroup", pb.ConsumerGroupRequest(name=name)).group)
+
+    def list_consumer_groups(self) -> list[ConsumerGroupInfo]:
+        return [_group_info(g) for g in self._call("ListConsumerGroups", pb.ListConsumerGroupsRequest()).groups]
+
+    def delete_consumer_group(self, name: str) -> None:
+        self._call("DeleteConsumerGroup", pb.ConsumerGroupRequest(name=name))
 
     # ---- offsets --------------------------------------------------------------
     def snapshot_offsets(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:

@@ -99,6 +99,16 @@ class TopicInfo:
 
 
 @dataclass(frozen=True)
+class ConsumerGroupInfo:
+    """A consumer group's settings on a broker (RocketMQ's subscription group)."""
+
+    name: str
+    fifo: bool  # consumeMessageOrderly: a queue's next messages wait while one is in flight
+    retry_max_times: int  # redeliveries before the dead-letter topic
+    max_delivery_attempts: int  # retry_max_times + 1
+
+
+@dataclass(frozen=True)
 class QueueSlice:
     topic: str
     queue_id: int

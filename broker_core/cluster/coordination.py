@@ -4,9 +4,15 @@ Keys under /txmq/groups/<group>/:
 - leader   {"endpoint", "epoch"}; attached to the leader's lease, so it goes when the
            leader stops renewing (a crash, a pause, a partition).
 - epoch    the last epoch handed out; raised by one in the transaction that elects.
-- isr      {"epoch", "members"}: replicas holding every acknowledged write. Only
-           the leader changes it, in a transaction that checks it still is the leader;
-           only a member may become leader.
+- isr      {"epoch", "members", "ids", "vouched"}: replicas holding every acknowledged
+           write, each with the id of its data directory (replica.json), and a log end
+           they all held (the end of the last write acknowledged under sync, raised about
+           once a second).
+           Only the leader changes it, in a transaction that checks it still is the
+           leader; only a member with that same data directory and a log at least that
+           long may become leader (may_lead).
+- replicas/<endpoint>  the id of the data directory a replica serves from (no lease):
+           how many replicas the group has had, its size for the --min-insync default.
 - members/<endpoint>  a replica's status (role, log end, lag), on its own lease.
 
 Everything goes through etcd's v3 JSON gateway (etcd3gw's HTTP session): compare-and-
@@ -19,7 +25,7 @@ import base64
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
@@ -64,6 +70,27 @@ class InSyncSet:
     epoch: int
     members: tuple[str, ...]
     revision: int  # mod revision of the key (0: absent)
+    ids: dict[str, str] = field(default_factory=dict)  # member -> the id of the data directory vouched for
+    vouched: int = 0  # a log end every member held (the end of the last write acknowledged under sync)
+
+
+def may_lead(isr: InSyncSet, me: str, replica_id: str, log_end: int) -> str | None:
+    """Why this replica may not lead the group (None: it may). Only a member of the in-sync set
+    holds every acknowledged write, and only with the log that was vouched for: a wiped or
+    replaced data directory has a new id, and a log shorter than what the set held lost
+    acknowledged writes (Kafka's last-replica-standing problem, KIP-966; directory ids, KIP-858)."""
+    if not isr.revision:
+        return None  # a new group: nothing was acknowledged yet
+    if me not in isr.members:
+        return f"{me} is not in the in-sync set {list(isr.members)}: it may lack acknowledged writes"
+    vouched_id = isr.ids.get(me)
+    if vouched_id is not None and vouched_id != replica_id:
+        return (f"{me} serves from data directory {replica_id}, not the one the in-sync set vouched for "
+                f"({vouched_id}): it was wiped or replaced, so it follows until it has copied the log")
+    if log_end < isr.vouched:
+        return (f"{me}'s log ends at {log_end}, shorter than the {isr.vouched} bytes the in-sync set held: "
+                f"it lost acknowledged writes")
+    return None
 
 
 class Coordination(Protocol):
@@ -77,8 +104,10 @@ class Coordination(Protocol):
     def leader(self) -> LeaderRecord | None: ...
     def in_sync(self) -> InSyncSet: ...
     def members(self) -> dict[str, dict]: ...
-    def campaign(self, me: str, alive: set[str]) -> LeaderRecord | None: ...
-    def set_in_sync(self, leader: LeaderRecord, members: list[str]) -> bool: ...
+    def replicas(self) -> dict[str, str]: ...
+    def register(self, endpoint: str, replica_id: str) -> None: ...
+    def campaign(self, me: str, replica_id: str, log_end: int, alive: dict[str, str]) -> LeaderRecord | str: ...
+    def set_in_sync(self, leader: LeaderRecord, ids: dict[str, str], vouched: int) -> bool: ...
     def put_member(self, endpoint: str, info: dict) -> None: ...
     def resign(self, leader: LeaderRecord) -> None: ...
     def close(self) -> None: ...
@@ -89,7 +118,7 @@ class EtcdGroup:
 
     def __init__(self, endpoints: list[tuple[str, int]], group: str, lease_ttl_s: float,
                  *, timeout_s: float = 1.0) -> None:
-        import etcd3gw  # only replicas need it
+        import etcd3gw  # a dependency, loaded here so only replicas pay for its import
 
         self.group = group
         self.prefix = f"{ROOT}{group}/"
@@ -156,7 +185,18 @@ class EtcdGroup:
         if kv is None:
             return InSyncSet(0, (), 0)
         data = json.loads(_unb64(kv["value"]))
-        return InSyncSet(int(data["epoch"]), tuple(data["members"]), int(kv["mod_revision"]))
+        return InSyncSet(int(data["epoch"]), tuple(data["members"]), int(kv["mod_revision"]),
+                         {str(k): str(v) for k, v in (data.get("ids") or {}).items()}, int(data.get("vouched", 0)))
+
+    def replicas(self) -> dict[str, str]:
+        """Every replica the group has had: endpoint -> the id of its data directory."""
+        start = self.prefix + "replicas/"
+        kvs = self._post("/kv/range", {"key": _b64(start), "range_end": _prefix_end(start)}).get("kvs") or []
+        return {_unb64(kv["key"]).decode()[len(start):]: _unb64(kv["value"]).decode() for kv in kvs}
+
+    def register(self, endpoint: str, replica_id: str) -> None:
+        """Record the data directory `endpoint` serves from (kept when it stops: the group's size)."""
+        self._post("/kv/put", {"key": _b64(self.prefix + "replicas/" + endpoint), "value": _b64(replica_id)})
 
     def epoch(self) -> tuple[int, int]:
         kv = self._get(self.prefix + "epoch")
@@ -173,17 +213,19 @@ class EtcdGroup:
 
     # --- writes ---------------------------------------------------------------------
 
-    def campaign(self, me: str, alive: set[str]) -> LeaderRecord | None:
-        """Become leader if the group has none and this replica is in the in-sync set (or the
-        group is new): one transaction creates the leader key on this lease, raises the epoch
-        and writes the in-sync set (its live members). None when another replica won or this
-        one may not lead."""
+    def campaign(self, me: str, replica_id: str, log_end: int, alive: dict[str, str]) -> LeaderRecord | str:
+        """Become leader if the group has none and may_lead allows it: one transaction creates
+        the leader key on this lease, raises the epoch and writes the in-sync set (its live
+        members still on the data directory vouched for; `alive`: endpoint -> the id each
+        reports). The record, or why not (another replica won, or this one may not lead)."""
         isr = self.in_sync()
-        if isr.revision and me not in isr.members:
-            return None  # it may lack acknowledged writes
+        refused = may_lead(isr, me, replica_id, log_end)
+        if refused is not None:
+            return refused
         epoch, epoch_rev = self.epoch()
         record_raw = json.dumps({"endpoint": me, "epoch": epoch + 1}).encode()
-        members = sorted({me} | (set(isr.members) & alive))
+        ids = {m: alive[m] for m in isr.members if m in alive and isr.ids.get(m, alive[m]) == alive[m]}
+        ids[me] = replica_id
         won = self._txn(
             [{"key": _b64(self.prefix + "leader"), "result": "EQUAL", "target": "CREATE", "create_revision": 0},
              {"key": _b64(self.prefix + "epoch"), "result": "EQUAL", "target": "MOD", "mod_revision": epoch_rev},
@@ -191,15 +233,21 @@ class EtcdGroup:
             [{"request_put": {"key": _b64(self.prefix + "leader"), "value": _b64(record_raw), "lease": self.lease_id}},
              {"request_put": {"key": _b64(self.prefix + "epoch"), "value": _b64(str(epoch + 1))}},
              {"request_put": {"key": _b64(self.prefix + "isr"),
-                              "value": _b64(json.dumps({"epoch": epoch + 1, "members": members}))}}])
-        return LeaderRecord(me, epoch + 1, record_raw, self.lease_id or 0) if won else None
+                              "value": _b64(self._isr_value(epoch + 1, ids, isr.vouched))}}])
+        return LeaderRecord(me, epoch + 1, record_raw, self.lease_id or 0) if won else "another replica won"
 
-    def set_in_sync(self, leader: LeaderRecord, members: list[str]) -> bool:
-        """Write the in-sync set, only while `leader` still holds the leader key."""
+    @staticmethod
+    def _isr_value(epoch: int, ids: dict[str, str], vouched: int) -> str:
+        return json.dumps({"epoch": epoch, "members": sorted(ids), "ids": dict(sorted(ids.items())),
+                           "vouched": vouched})
+
+    def set_in_sync(self, leader: LeaderRecord, ids: dict[str, str], vouched: int) -> bool:
+        """Write the in-sync set (member -> its data directory's id) and the log end they all
+        hold, only while `leader` still holds the leader key."""
         return self._txn(
             [{"key": _b64(self.prefix + "leader"), "result": "EQUAL", "target": "VALUE", "value": _b64(leader.raw)}],
-            [{"request_put": {"key": _b64(self.prefix + "isr"),
-                              "value": _b64(json.dumps({"epoch": leader.epoch, "members": sorted(members)}))}}])
+            [{"request_put": {"key": _b64(self.prefix + "isr"), "value": _b64(self._isr_value(leader.epoch, ids,
+                                                                                               vouched))}}])
 
     def put_member(self, endpoint: str, info: dict) -> None:
         self._post("/kv/put", {"key": _b64(self.prefix + "members/" + endpoint),
@@ -285,6 +333,9 @@ def cluster_status(endpoints: list[tuple[str, int]], group: str | None = None) -
                 "log_end": info.get("log_end"),
                 "lag_bytes": max(0, leader_end - info.get("log_end", 0)) if info else None,
                 "lag_seconds": info.get("lag_seconds"),
+                "replica_id": info.get("replica_id"),
+                **({"may_not_lead": info["may_not_lead"]} if info.get("may_not_lead") else {}),
             })
-        out["groups"][name] = {"leader": leader.endpoint if leader else None, "epoch": epoch, "members": rows}
+        out["groups"][name] = {"leader": leader.endpoint if leader else None, "epoch": epoch,
+                               "vouched": isr.vouched, "members": rows}
     return out

@@ -17,12 +17,16 @@ from txmq.broker.embedded import EmbeddedBroker
 
 class LocalGroup:
     def __init__(self, root: Path, etcd: EtcdProcess, name: str = "g1", *, replicas: int = 3,
-                 flush: str = "async", args: list[str] | None = None, metrics: bool = False) -> None:
-        """`metrics`: each replica serves Prometheus metrics on a free port (`metrics_ports`)."""
+                 flush: str = "async", args: list[str] | None = None, metrics: bool = False,
+                 declare_size: bool = True) -> None:
+        """`metrics`: each replica serves Prometheus metrics on a free port (`metrics_ports`);
+        `declare_size`: pass --replicas (else the group learns its size from etcd's registry)."""
         self.root = Path(root)
         self.etcd = etcd
         self.name = name
-        self.args = ["--etcd", etcd.endpoint, "--group", name, "--log-level", "INFO", *(args or [])]
+        self.args = ["--etcd", etcd.endpoint, "--group", name, "--log-level", "INFO",
+                     *(["--replicas", str(replicas)] if declare_size and "--replicas" not in (args or []) else []),
+                     *(args or [])]
         self.replicas: list[EmbeddedBroker] = []
         self.metrics_ports: dict[str, int] = {}
         for i in range(replicas):

@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -22,10 +23,12 @@ from typing import Iterator
 import grpc
 
 from txmq.broker.server.auth import Authenticator, authorization_header, format_date_time
-from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config, WILDCARD_HOSTS
+from txmq.broker.server.addresses import announced_host
+from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config
 from txmq.broker.errors import NotLeader
 from txmq.broker.server.config import BrokerConfig
 from txmq.broker.server.topic_types import TopicType
+from txmq.broker.store.durable import write_bytes_atomically
 from txmq.broker.store.message_store import MessageStore
 
 from .coordination import Coordination, CoordinationUnavailable, EtcdGroup, LeaderRecord
@@ -43,6 +46,9 @@ RECONCILE_EVERY_S = 1.0
 # How often a follower reads the leader key while that leader answers its fetches: a leader
 # that dies, is fenced or stops answering sends it back to reading it every tick.
 LEADER_READ_WHILE_SERVED_S = 1.0
+# How often a leader records in etcd the log end its in-sync set holds (the vouched offset): a
+# replica whose log is shorter may not lead.
+VOUCH_EVERY_S = 1.0
 IDENTITY_FILE = "replica.json"
 EPOCH_FILE = "leader-epochs.json"
 
@@ -67,13 +73,18 @@ class ReplicaNode:
         self._next_status = 0.0
         self._next_reconcile = 0.0
         self._next_leader_read = 0.0
+        self._next_vouch = 0.0
+        self.vouched = 0  # the log end this leader last recorded as its in-sync set's
+        self.registered = False  # this replica's data directory is in etcd's registry of the group
+        self.refused: str | None = None  # why this replica may not lead now (logged once)
+        self.replica_id = ""  # the id of the data directory (replica.json): a wiped one gets a new one
         self.etcd_ok = False
 
     # --- start and stop -------------------------------------------------------------
 
     def start(self) -> tuple[str, int]:
         cfg = self.config
-        self._check_identity()
+        self.replica_id = self._check_identity()
         self.epochs = LeaderEpochs(self.data_dir / EPOCH_FILE)
         self.store = MessageStore(store_config(cfg, replica=True))
         self.store.retain(self)
@@ -88,8 +99,7 @@ class ReplicaNode:
                 SERVICE_NAME, replication_method_handlers(lambda: self.lead, self.group, self._authorize_replica))
             host, port = cfg.listen_host_port
             self.port = bind(self.server, cfg, host, port)
-            advertised = cfg.advertised_host or (host if host not in WILDCARD_HOSTS else "127.0.0.1")
-            self.me = f"{advertised}:{self.port}"
+            self.me = f"{announced_host(host, cfg.advertised_host)}:{self.port}"
             self.server.start()
             self.etcd: Coordination = EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)
             self.membership = EtcdMembership(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s))
@@ -140,21 +150,27 @@ class ReplicaNode:
         if self.auth.enabled:
             self.auth.authenticate(context.invocation_metadata()).require_admin()
 
-    def _check_identity(self) -> None:
-        """A data directory belongs to one group for life: another group's log would be taken
-        for this group's and its tail cut or, worse, served."""
+    def _check_identity(self) -> str:
+        """The data directory's id. A data directory belongs to one group for life: another group's
+        log would be taken for this group's and its tail cut or, worse, served. Its id, made when
+        the directory is (KIP-858's directory id), binds the replica to its log: a wiped or
+        replaced directory is a new replica, which may not lead until it has copied the log."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         path = self.data_dir / IDENTITY_FILE
         if path.exists():
-            owner = json.loads(path.read_text()).get("group")
+            identity = json.loads(path.read_text())
+            owner = identity.get("group")
             if owner != self.group:
                 raise ValueError(f"data directory {self.data_dir} holds a replica of group {owner!r}, "
                                  f"not {self.group!r}: give this replica an empty data directory")
-            return
-        if (self.data_dir / "commitlog").exists() and any((self.data_dir / "commitlog").iterdir()):
+            if identity.get("replica_id"):
+                return str(identity["replica_id"])
+        elif (self.data_dir / "commitlog").exists() and any((self.data_dir / "commitlog").iterdir()):
             raise ValueError(f"data directory {self.data_dir} holds a single broker's data, not a replica's: "
                              f"a replica starts empty and copies its group's log")
-        path.write_text(json.dumps({"group": self.group}))
+        replica_id = uuid.uuid4().hex
+        write_bytes_atomically(path, json.dumps({"group": self.group, "replica_id": replica_id}).encode())
+        return replica_id
 
     def stop(self) -> None:
         self._stop.set()
@@ -196,6 +212,9 @@ class ReplicaNode:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        if not self.registered:
+            self.etcd.register(self.me, self.replica_id)
+            self.registered = True
         if now >= self._next_keepalive:
             alive = self.etcd.keepalive()
             self._next_keepalive = now + self.etcd.ttl / 4
@@ -229,22 +248,48 @@ class ReplicaNode:
         if time.monotonic() >= self._next_reconcile:
             self._next_reconcile = time.monotonic() + RECONCILE_EVERY_S
             self._reconcile_topics()
+            lead.min_insync = self._min_insync()  # the group may have grown
+        acked = lead.acked_through  # read first: a follower added below holds at least this much
         drop, add = lead.in_sync_changes()
         if drop or add:
-            members = (set(lead.in_sync) - drop) | add
-            if self.etcd.set_in_sync(lead.record, sorted(members | {self.me})):
+            members = lead.in_sync_ids((set(lead.in_sync) - drop) | add)
+            if self.etcd.set_in_sync(lead.record, {**members, self.me: self.replica_id}, self._vouch(acked)):
                 log.warning("group %s: in-sync set now %s (dropped %s, added %s)", self.group,
-                            sorted(members | {self.me}), sorted(drop), sorted(add))
+                            sorted(set(members) | {self.me}), sorted(drop), sorted(add))
                 lead.set_in_sync(members)
+        elif acked > self.vouched and time.monotonic() >= self._next_vouch:
+            self.etcd.set_in_sync(lead.record, {**lead.ids, self.me: self.replica_id}, self._vouch(acked))
+
+    def _vouch(self, acked: int) -> int:
+        """The log end the in-sync set holds, as the next write to etcd records it: the end of the
+        last write acknowledged under sync (a write boundary, so a replica's recovery never cuts
+        below it; under async, acknowledged writes are not promised to survive the leader)."""
+        self._next_vouch = time.monotonic() + VOUCH_EVERY_S
+        self.vouched = max(self.vouched, acked)
+        return self.vouched
+
+    def _min_insync(self) -> int:
+        """Followers a sync write waits for: --min-insync, or by default one in a group of two or
+        more replicas and none in a group of one. The group's size is --replicas, or else the
+        replicas that have joined it so far (etcd's registry, which outlives them)."""
+        if self.config.min_insync is not None:
+            return self.config.min_insync
+        size = max(self.config.replicas or 0, len(self.etcd.replicas()), 1)
+        return min(1, size - 1)
 
     def _follow_tick(self, leader: LeaderRecord | None) -> None:
         if leader is None:
             self.waiting_on = None
             if self.follower is not None and self.follower.error:
                 return  # this replica cannot hold the group's log
-            won = self.etcd.campaign(self.me, set(self.etcd.members()))
-            if won is not None:
+            alive = {m: str(info.get("replica_id", "")) for m, info in self.etcd.members().items()}
+            won = self.etcd.campaign(self.me, self.replica_id, self.store.commitlog.write_end, alive)
+            if isinstance(won, LeaderRecord):
+                self.refused = None
                 self._promote(won)
+            elif won != self.refused:
+                self.refused = won
+                log.warning("group %s: %s may not lead: %s", self.group, self.me, won)
             return
         if leader.endpoint == self.me:
             if leader.lease == self.etcd.lease_id:
@@ -262,7 +307,8 @@ class ReplicaNode:
             self.follower = Follower(self.store, self.epochs, leader, group=self.group, me=self.me,
                                      sync_flush=self.config.flush == "sync",
                                      state_dir=self.data_dir / "transaction",
-                                     channel=self._peer_channel(leader.endpoint), metadata=self._peer_metadata)
+                                     channel=self._peer_channel(leader.endpoint), metadata=self._peer_metadata,
+                                     replica_id=self.replica_id)
             self.follower.start()
             log.info("group %s: following %s (epoch %d)", self.group, leader.endpoint, leader.epoch)
 
@@ -325,9 +371,11 @@ class ReplicaNode:
         store = self.store
         end = store.lead()
         self.epochs.begin(record.epoch, end)
-        in_sync = set(self.etcd.in_sync().members) - {self.me}
+        isr = self.etcd.in_sync()
+        self.vouched = isr.vouched
+        in_sync = {m: isr.ids.get(m, "") for m in isr.members if m != self.me}
         lead = ReplicationLeader(store, self.epochs, record, group=self.group, sync=cfg.replication == "sync",
-                                 min_insync=cfg.min_insync, lag_max_s=cfg.replica_lag_max_s,
+                                 min_insync=self._min_insync(), lag_max_s=cfg.replica_lag_max_s,
                                  timeout_s=cfg.replication_timeout_s, in_sync=in_sync,
                                  lease_alive=self.etcd.lease_alive)
         self.lead = lead
@@ -339,9 +387,10 @@ class ReplicaNode:
             while not lead.wait_confirmed(end, max(0.0, min(deadline - time.monotonic(), self.etcd.ttl / 4))):
                 if time.monotonic() >= deadline:
                     behind = {f for f in lead.in_sync if lead.followers[f].offset < end}
-                    if not self.etcd.set_in_sync(record, sorted((set(lead.in_sync) - behind) | {self.me})):
+                    members = {f: i for f, i in lead.ids.items() if f not in behind}
+                    if not self.etcd.set_in_sync(record, {**members, self.me: self.replica_id}, self.vouched):
                         raise RuntimeError("the in-sync set could not be written: another replica leads")
-                    lead.set_in_sync(set(lead.in_sync) - behind)
+                    lead.set_in_sync(members)
                     break
                 self._renew_lease_taking_over()
             self._renew_lease_taking_over()
@@ -433,6 +482,7 @@ class ReplicaNode:
     def status(self) -> dict:
         store = self.store
         info = {"endpoint": self.me, "group": self.group, "updated_ms": int(time.time() * 1000),
+                "replica_id": self.replica_id,
                 "role": "leader" if self.lead is not None else "follower",
                 "log_end": store.commitlog.write_end if store is not None else 0,
                 "elections_won": self.elections_won, "demotions": self.demotions}
@@ -445,4 +495,6 @@ class ReplicaNode:
                         lag_bytes=max(0, f.leader_end - info["log_end"]),
                         lag_seconds=round(time.monotonic() - f.caught_up_at, 3),
                         truncated_bytes=f.truncated_bytes, error=f.error)
+        if self.refused is not None and self.lead is None:
+            info["may_not_lead"] = self.refused
         return info

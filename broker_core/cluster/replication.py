@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import queue
 import os
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -22,13 +23,14 @@ from typing import Callable
 
 import grpc
 
-from txmq.broker.errors import IllegalOffset, NotLeader, ReplicationTimeout, TxmqError
+from txmq.broker.errors import DataDeleted, IllegalOffset, NotEnoughReplicas, NotLeader, ReplicationTimeout, TxmqError
 from txmq.broker.protocol import native_status
 from txmq.broker.protocol import replication_pb2 as pb
 from txmq.broker.protocol.method_table import STREAM_STREAM, UNARY_UNARY, build_method_table
 from txmq.broker.store.durable import write_bytes_atomically
 from txmq.broker.store.message_store import MessageStore
 from txmq.broker.store.replay_columns import load_compiled
+from txmq.broker.timer.service import TIMER_DIR
 from txmq.broker.transaction.snapshot import drop_snapshots
 
 from .coordination import LeaderRecord
@@ -40,7 +42,7 @@ SERVICE_NAME = "txmq.replication.v1.Replication"
 METHODS = {m.name: m for m in build_method_table(pb, "Replication", SERVICE_NAME)}
 FETCH_MAX_BYTES = 8 << 20
 # Metadata kept beside the CommitLog, copied whole to followers when it changes.
-METADATA_FILES = ("topics.json", "offsets.json", "topic_types.json")
+METADATA_FILES = ("topics.json", "offsets.json", "topic_types.json", "consumer_groups.json")
 FETCH_WAIT_MS = 500
 FETCH_STALL_S = 10.0  # a fetch unanswered this long is given up (the leader answers within FETCH_WAIT_MS)
 
@@ -51,6 +53,7 @@ class FollowerProgress:
     last_fetch: float = 0.0
     caught_up_at: float = 0.0  # last time it had everything the leader had sent it
     sent_through: int = 0  # the leader's end when it last answered this follower
+    replica_id: str = ""  # the id of the data directory it fetches into (as it last said)
 
 
 class ReplicationLeader:
@@ -58,8 +61,10 @@ class ReplicationLeader:
     holds each write's acknowledgement until it may be given (the store's ReplicationHook)."""
 
     def __init__(self, store: MessageStore, epochs: LeaderEpochs, record: LeaderRecord, *, group: str,
-                 sync: bool, min_insync: int, lag_max_s: float, timeout_s: float, in_sync: set[str],
+                 sync: bool, min_insync: int, lag_max_s: float, timeout_s: float, in_sync: dict[str, str],
                  lease_alive: Callable[[], bool]) -> None:
+        """`in_sync`: the in-sync followers etcd names, each with the id of the data directory
+        it was vouched for with."""
         self.store = store
         self.epochs = epochs
         self.record = record
@@ -74,14 +79,19 @@ class ReplicationLeader:
         self._bytes = threading.Condition(lock)  # new bytes: fetches waiting for them
         self._publish_lock = threading.Lock()
         now = time.monotonic()
-        self.followers: dict[str, FollowerProgress] = {f: FollowerProgress(0, now, now) for f in in_sync}
+        self.followers: dict[str, FollowerProgress] = {f: FollowerProgress(0, now, now, replica_id=i)
+                                                        for f, i in in_sync.items()}
         self.in_sync: frozenset[str] = frozenset(in_sync)  # followers only; the leader is always in
+        self.ids: dict[str, str] = dict(in_sync)  # each in-sync follower's data directory, as etcd vouches
         self.start = store.commitlog.settled_end  # this epoch's first offset
         self.confirmed = 0
         self._published = -1
         self.fenced = False
         self.fenced_reason = ""
         self.acks_refused = 0
+        # the end of the last write acknowledged under sync (a write boundary its in-sync set
+        # holds): what etcd records as the log end the set vouches for
+        self.acked_through = 0
         self._metadata_paths = [(name, str(store.config.data_dir / name)) for name in METADATA_FILES]
 
     # --- the store's hook -----------------------------------------------------------
@@ -91,6 +101,20 @@ class ReplicationLeader:
             self._bytes.notify_all()  # fetches waiting for bytes, not the writes waiting for acknowledgement
         if not self.in_sync:
             self._advance()
+
+    def admit(self) -> None:
+        """Refuse a write before it is stored when it could not be acknowledged now (Kafka's
+        NotEnoughReplicas): under `sync`, fewer in-sync followers than `min_insync`. A write
+        that is stored is published once its followers hold it, so it must not be stored."""
+        if self.fenced:
+            raise NotLeader(f"this replica no longer leads group {self.group}: {self.fenced_reason}; "
+                            "nothing was written")
+        if self.sync and len(self.in_sync) < self.min_insync:
+            self.acks_refused += 1
+            raise NotEnoughReplicas(
+                f"group {self.group}: {len(self.in_sync)} follower(s) in sync "
+                f"({sorted(self.in_sync) or 'none'}), {self.min_insync} needed under sync replication; "
+                "nothing was written, retry once a follower has caught up")
 
     def acknowledge(self, end: int) -> None:
         deadline = time.monotonic() + self.timeout_s
@@ -114,6 +138,9 @@ class ReplicationLeader:
             self.fence("its etcd lease expired")
             self.acks_refused += 1
             raise NotLeader(f"this replica's lease on group {self.group} expired; the write is not acknowledged")
+        if self.sync:
+            with self._cond:
+                self.acked_through = max(self.acked_through, end)
 
     # --- confirmed offset ----------------------------------------------------------------
 
@@ -150,18 +177,26 @@ class ReplicationLeader:
         everything confirmed and are fetching). The node writes the new set to etcd first."""
         now = time.monotonic()
         with self._cond:
-            drop = {f for f in self.in_sync if now - self.followers[f].caught_up_at > self.lag_max_s}
+            drop = {f for f in self.in_sync if now - self.followers[f].caught_up_at > self.lag_max_s
+                    or self.followers[f].replica_id != self.ids.get(f)}  # wiped: not the log vouched for
             add = {f for f, p in self.followers.items()
-                   if f not in self.in_sync and p.offset >= self.confirmed and now - p.caught_up_at <= self.lag_max_s}
+                   if f not in self.in_sync and p.offset >= self.confirmed and now - p.caught_up_at <= self.lag_max_s
+                   and p.replica_id}
         return drop, add
 
-    def set_in_sync(self, members: set[str]) -> None:
-        """The set etcd now holds (followers only)."""
+    def in_sync_ids(self, members: set[str]) -> dict[str, str]:
+        """Each of `members` (followers) with the data directory it fetches into now."""
+        with self._cond:
+            return {f: self.followers[f].replica_id for f in members if f in self.followers}
+
+    def set_in_sync(self, members: dict[str, str]) -> None:
+        """The set etcd now holds (followers only, with the data directory each was vouched for)."""
         with self._cond:
             now = time.monotonic()
-            for f in members:
-                self.followers.setdefault(f, FollowerProgress(0, now, now))
+            for f, replica_id in members.items():
+                self.followers.setdefault(f, FollowerProgress(0, now, now, replica_id=replica_id))
             self.in_sync = frozenset(members)
+            self.ids = dict(members)
         self._advance()
 
     def wait_confirmed(self, end: int, timeout_s: float) -> bool:
@@ -200,6 +235,7 @@ class ReplicationLeader:
             p = self.followers.setdefault(req.replica, FollowerProgress(req.offset, now, now))
             p.offset = req.offset
             p.last_fetch = now
+            p.replica_id = req.replica_id
             if req.offset >= p.sent_through:
                 p.caught_up_at = now
         if req.replica in self.in_sync:
@@ -295,8 +331,9 @@ class Follower:
 
     def __init__(self, store: MessageStore, epochs: LeaderEpochs, leader: LeaderRecord, *, group: str, me: str,
                  sync_flush: bool, state_dir, channel: grpc.Channel,
-                 metadata: Callable[[], list[tuple[str, str]]]) -> None:
+                 metadata: Callable[[], list[tuple[str, str]]], replica_id: str) -> None:
         self.store = store
+        self.replica_id = replica_id
         self.epochs = epochs
         self.leader = leader
         self.group = group
@@ -365,7 +402,7 @@ class Follower:
         request on the Follow stream, opened when there is none; a Fetch call against a leader
         that has no Follow."""
         request = pb.FetchRequest(
-            group=self.group, epoch=self.leader.epoch, replica=self.me,
+            group=self.group, epoch=self.leader.epoch, replica=self.me, replica_id=self.replica_id,
             offset=self.store.commitlog.write_end, max_bytes=FETCH_MAX_BYTES, max_wait_ms=FETCH_WAIT_MS,
             file_versions=versions)
         if not self.streaming:
@@ -410,6 +447,9 @@ class Follower:
                 resp = self._fetch_from_end(versions)
                 if resp.status.code != native_status.OK_CODE:
                     exc = native_status.error_from(resp.status)
+                    if isinstance(exc, DataDeleted) and exc.min_offset > self.store.commitlog.write_end:
+                        self._restart_at(exc.min_offset)
+                        continue
                     if isinstance(exc, IllegalOffset):
                         synced = False  # ahead of the leader: find where the logs part again
                     log.info("group %s: fetch from %s refused: %s", self.group, self.leader.endpoint, exc)
@@ -472,6 +512,19 @@ class Follower:
         else:
             write_bytes_atomically(self.store.config.data_dir / f.name, f.content)
 
+    def _restart_at(self, offset: int) -> None:
+        """The leader's retention deleted the bytes this log lacks: start over at the leader's log
+        start, with nothing derived from the old log (queues, index, transaction-table snapshots,
+        timer files): they are rebuilt from the log there, as after a single broker's retention."""
+        log.warning("group %s: leader %s keeps its log from %d only, past this log's end %d: "
+                    "this replica starts over there", self.group, self.leader.endpoint, offset,
+                    self.store.commitlog.write_end)
+        self.truncated_bytes += self.store.commitlog.write_end - self.store.commitlog.min_offset
+        self.store.restart_log_at(offset)
+        self.epochs.truncate_to(0)  # the next answer gives the leader's history
+        drop_snapshots(self.state_dir)
+        shutil.rmtree(self.store.config.data_dir / TIMER_DIR, ignore_errors=True)
+
     def _cut_divergent_tail(self) -> None:
         """Cut what this log holds past where it parts from the leader's (Kafka's truncation by
         leader epoch): its last epoch ends in the leader's log at `end_offset`."""
@@ -484,8 +537,14 @@ class Follower:
             raise _CannotFollow(f"the leader's CommitLog segments are {resp.segment_bytes} bytes, this replica's "
                                 f"{mine}: start it with --segment-bytes {resp.segment_bytes} on an empty data dir")
         end = self.store.commitlog.write_end
+        if last is not None and resp.epoch < 0 and end > self.store.commitlog.min_offset:
+            # a leader with no epoch as old as this log's last: its history does not reach back to
+            # this log, so it is no continuation of it, and cutting to its start would erase
+            # writes this group acknowledged (a wiped replica must never lead: may_lead)
+            raise _CannotFollow(f"leader {self.leader.endpoint} holds no epoch as old as this log's last "
+                                f"({last.epoch}); this replica keeps its log rather than cut it")
         if last is None or resp.epoch < 0:
-            cut = 0  # nothing here is known to be the leader's
+            cut = self.store.commitlog.min_offset  # nothing here is known to be the leader's
         else:
             cut = min(resp.end_offset, self.epochs.end_of(resp.epoch, end).start)
         if cut < end:

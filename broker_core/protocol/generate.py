@@ -32,8 +32,12 @@ def proto_sources(proto_root: Path = PROTO_ROOT) -> list[Path]:
 
 def generate_to(out_dir: Path, proto_root: Path = PROTO_ROOT) -> dict[str, bytes]:
     """Compile every .proto into out_dir; return {module file name: content} of this package's modules."""
-    from grpc_tools import protoc  # imported late: only generation needs grpcio-tools
-    import grpc_tools
+    try:  # imported late: only generation needs grpcio-tools, a development tool (the `test` extra)
+        from grpc_tools import protoc
+        import grpc_tools
+    except ModuleNotFoundError:
+        raise SystemExit("regenerating the protobuf modules needs grpcio-tools: pip install grpcio-tools "
+                         "(make venv installs it)") from None
 
     sources = proto_sources(proto_root)
     if not sources:

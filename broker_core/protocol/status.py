@@ -62,6 +62,7 @@ ERROR_CODES: tuple[tuple[type[Exception], int], ...] = (
     (e.ReplicationTimeout, Code.SLAVE_PERSISTENCE_TIMEOUT),
     (e.RequestTimeout, Code.REQUEST_TIMEOUT),
     (e.NotLeader, Code.HA_NOT_AVAILABLE),
+    (e.NotEnoughReplicas, Code.HA_NOT_AVAILABLE),  # RocketMQ's SLAVE_NOT_AVAILABLE put status
     (e.CoordinatorUnavailable, Code.HA_NOT_AVAILABLE),  # after NotLeader: a bare code reads as NotLeader
     (e.BrokerUnavailable, Code.INTERNAL_ERROR),
     (e.StoreError, Code.INTERNAL_ERROR),

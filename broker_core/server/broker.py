@@ -37,6 +37,7 @@ from txmq.broker.server.auth import Authenticator, AuthInterceptor
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
 from txmq.broker.server.membership import LocalMembership, Membership
+from txmq.broker.server.addresses import WILDCARD_HOSTS, announced_host
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.metrics_http import MetricsServer, start_metrics_server
 from txmq.broker.server.rpc_metrics import RpcMetrics
@@ -49,9 +50,6 @@ if TYPE_CHECKING:  # the store loads when a BrokerCore is made
     from txmq.broker.store.metadata import TopicConfig
 
 log = logging.getLogger("txmq.broker")
-
-WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-
 
 def _load_lazy_code() -> None:
     """Load, off the first large COMMIT's path, what Python loads on first use: the compiled record
@@ -77,7 +75,8 @@ def store_config(config: BrokerConfig, *, replica: bool = False):
         retention_hours=config.retention_s / 3600,
         disk_max_used_ratio=config.disk_max_used_ratio,
         page_cache_keep_bytes=config.page_cache_keep_bytes,
-        store_host=(host if host not in WILDCARD_HOSTS else "127.0.0.1", port),
+        # the host in message ids: the listen address, or on a wildcard listen the announced one
+        store_host=(host if host not in WILDCARD_HOSTS else announced_host(host, config.advertised_host), port),
         replica=replica,
     )
 
@@ -92,8 +91,9 @@ class BrokerCore:
         from txmq.broker.transaction.engine import TransactionEngine
         from txmq.broker.transaction.checkback import CheckbackService
         from txmq.broker.server.pop import PopService
+        from txmq.broker.server.consumer_groups import ConsumerGroups
         from txmq.broker.server.topic_types import TopicTypes
-        from txmq.broker.timer.service import TimerService
+        from txmq.broker.timer.service import TIMER_DIR, TimerService
 
         self.config = config
         self.clock = clock
@@ -116,7 +116,9 @@ class BrokerCore:
             self.membership: Membership = LocalMembership()  # a cluster's leader: etcd's (cluster/node.py)
             self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
                          else Authenticator.disabled())
-            self.pop = PopService(self)
+            self.consumer_groups = ConsumerGroups(self.store.topics.path.with_name("consumer_groups.json"),
+                                                  default_max_attempts=config.client_max_delivery_attempts)
+            self.pop = PopService(self)  # after the group settings it reads
             self.topic_types = TopicTypes(self.store.topics.path.with_name("topic_types.json"))
             # the timer runs where writes are taken: a replica derives nothing for it until it leads
             # a group's broker reaches the coordinators of cross-group transactions (cluster/cross_tx.py)
@@ -125,8 +127,8 @@ class BrokerCore:
                 from txmq.broker.cluster.cross_tx import ClusterDecisions
 
                 self.decisions = self.engine.authority = ClusterDecisions.for_broker(self.engine, config, self.auth)
-            self.timer = TimerService(self.store, self.store.config.data_dir / "timer", max_delay_s=config.timer_max_delay_s,
-                                      clock=clock)
+            self.timer = TimerService(self.store, self.store.config.data_dir / TIMER_DIR,
+                                      max_delay_s=config.timer_max_delay_s, clock=clock)
         except BaseException:
             self.store.close()
             raise
@@ -255,9 +257,7 @@ class Broker:
             self._metrics_server = _start_metrics(self.core, cfg.metrics_listen)
 
     def _advertised_host(self) -> str:
-        if self.config.advertised_host:
-            return self.config.advertised_host
-        return self.host if self.host not in WILDCARD_HOSTS else "127.0.0.1"
+        return announced_host(self.host, self.config.advertised_host)
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop accepting calls, let running ones finish for `grace_s`, then close the core."""
@@ -338,7 +338,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", type=Path, help="TOML file with broker settings (flags override it)")
     p.add_argument("--data-dir", type=Path, help="where the CommitLog, queues and metadata live")
     p.add_argument("--listen", help="HOST:PORT to serve gRPC on (port 0 = any free port)")
-    p.add_argument("--advertised-host", help="host announced in routes when listening on a wildcard address")
+    p.add_argument("--advertised-host", help="host clients and peers are told to dial (default: the --listen host; "
+                                             "on a wildcard listen, this host's primary IPv4 address)")
     p.add_argument("--flush", choices=("sync", "async"), help="sync: ack after fsync; async: flush on an interval")
     p.add_argument("--transaction-timeout", help="age before a half is checked back (e.g. 6s)")
     p.add_argument("--check-interval", help="time between check-backs (e.g. 30s)")
@@ -371,7 +372,11 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--replication", choices=("sync", "async"),
                    help="sync (default): acknowledge a write once --min-insync followers hold it; "
                         "async: acknowledge per the leader's --flush")
-    p.add_argument("--min-insync", type=int, help="followers that must hold a write under sync replication (default 1)")
+    p.add_argument("--replicas", type=int,
+                   help="the group's size (default: the replicas that have joined it so far, from etcd)")
+    p.add_argument("--min-insync", type=int,
+                   help="followers that must hold a write under sync replication "
+                        "(default: 1 in a group of two or more replicas, 0 in a group of one)")
     p.add_argument("--lease-ttl", help="the leader's etcd lease (default 2s): a dead leader's group waits this long")
     p.add_argument("--replica-lag-max", help="a follower behind for this long leaves the in-sync set (default 2s)")
     p.add_argument("--timer-max-delay", help="latest delivery time a timer message may ask for, from now "
@@ -391,7 +396,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
                       ("disk_max_used_ratio", "disk_max_used_ratio"), ("flight_listen", "flight_listen"),
                       ("short_call_workers", "short_call_workers"), ("local_reads", "local_reads"),
                       ("etcd", "etcd"), ("group", "group"), ("replication", "replication"),
-                      ("min_insync", "min_insync")):
+                      ("min_insync", "min_insync"), ("replicas", "replicas")):
         value = getattr(args, flag)  # a table of flags: a lookup by name
         if value is not None:
             overrides[key] = value
@@ -419,6 +424,7 @@ def run_broker(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(args)
+        announced_host(config.listen_host_port[0], config.advertised_host)  # a wildcard listen needs one
     except (ValueError, OSError) as exc:
         print(f"txmq broker: bad configuration: {exc}", file=sys.stderr, flush=True)
         return 2
@@ -437,7 +443,9 @@ def run_broker(argv: list[str] | None = None) -> int:
     except BaseException:
         broker.core.close()
         raise
-    _serve_until(stop, f"txmq broker ready on {host}:{port} (data plane: Arrow Flight on port {broker.flight.port})",
+    announced = f"{broker.core.advertised[0]}:{port}" if broker.core.advertised else f"{host}:{port}"
+    _serve_until(stop, f"txmq broker ready on {host}:{port} (announced as {announced}; "
+                       f"data plane: Arrow Flight on port {broker.flight.port})",
                  broker.stop)
     if broker.abandoned_calls:  # the store is closed; Flight's threads would keep the process alive
         sys.stdout.flush()

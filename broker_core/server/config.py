@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import tomllib
+import types
+import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -95,7 +97,11 @@ class BrokerConfig:
     etcd: str | None = None
     group: str | None = None
     replication: str = "sync"  # "sync": acknowledge once min_insync followers hold a write; "async": don't wait
-    min_insync: int = 1  # followers (besides the leader) that must hold a write under sync replication
+    # The group's size: its replicas. None: the replicas that have joined it so far (etcd's registry).
+    replicas: int | None = None
+    # Followers (besides the leader) that must hold a write under sync replication. None: one for
+    # a group of two or more replicas, none for a group of one (min(1, size - 1)).
+    min_insync: int | None = None
     lease_ttl_s: float = 2.0  # the leader's etcd lease: how long a dead leader keeps the group waiting
     replica_lag_max_s: float = 2.0  # a follower not caught up for this long leaves the in-sync set
     replication_timeout_s: float = 5.0  # longest a sync write waits for its followers
@@ -141,8 +147,15 @@ class BrokerConfig:
                 raise ValueError(f"group name must be 1-64 letters, digits, '_', '.' or '-': {self.group!r}")
         if self.replication not in ("sync", "async"):
             raise ValueError(f"replication must be 'sync' or 'async', not {self.replication!r}")
-        if self.min_insync < 0:
+        if self.min_insync is not None and self.min_insync < 0:
             raise ValueError(f"min_insync must not be negative, got {self.min_insync}")
+        if self.replicas is not None and self.replicas < 1:
+            raise ValueError(f"replicas must be at least 1, got {self.replicas}")
+        if (self.replication == "sync" and self.replicas is not None and self.min_insync is not None
+                and self.min_insync > self.replicas - 1):
+            raise ValueError(f"--min-insync {self.min_insync} asks for {self.min_insync} follower(s), but a group of "
+                             f"--replicas {self.replicas} has {self.replicas - 1}: no write could ever be "
+                             f"acknowledged (leave --min-insync out, or use --replication async)")
         if self.lease_ttl_s < 1:
             raise ValueError(f"lease_ttl must be at least 1s (etcd's granularity), got {self.lease_ttl_s}s")
         if not isinstance(self.local_reads, bool):
@@ -167,13 +180,13 @@ class BrokerConfig:
         kwargs: dict[str, Any] = {}
         for raw_key, value in values.items():
             key = raw_key.replace("-", "_")
-            if key in ("transaction_timeout", "check_interval", "retention"):
+            if key not in known and key + "_s" in known:  # a duration named as its flag: lease-ttl = "2s"
                 key, value = key + "_s", parse_duration(value)
             elif key.endswith("_s") and key in known:
                 value = parse_duration(value)
             if key not in known or key == "extra":
                 raise ValueError(f"unknown broker setting: {raw_key!r}")
-            kwargs[key] = value
+            kwargs[key] = _typed(raw_key, _FIELD_TYPES[key], value)
         return cls(**kwargs)
 
     @classmethod
@@ -182,6 +195,33 @@ class BrokerConfig:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)
         table = data.get("broker", data)
-        merged = {k.replace("-", "_"): v for k, v in table.items()}
-        merged.update(overrides or {})
+        beside = sorted(data.keys() - {"broker"}) if table is not data else []
+        if beside:  # settings live in [broker]; anything beside it is not understood
+            raise ValueError(f"unknown table or key beside [broker] in {path}: {beside[0]!r}")
+        merged = dict(table)  # keys as written, so an error names them as the user spelled them
+        merged.update(overrides or {})  # after the file's: a flag wins (from_mapping keeps the last)
         return cls.from_mapping(merged)
+
+
+_FIELD_TYPES = typing.get_type_hints(BrokerConfig)
+
+
+def _typed(key: str, hint: Any, value: Any) -> Any:
+    """`value` as the setting's type (a TOML string for a path, an int for a float), or a
+    ValueError naming the setting: a value of the wrong type must not reach the broker."""
+    if isinstance(hint, types.UnionType):  # "X | None": None is allowed
+        if value is None:
+            return None
+        (hint,) = [a for a in typing.get_args(hint) if a is not type(None)]
+    if hint is bool and isinstance(value, bool):
+        return value
+    if hint is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if hint is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if hint is str and isinstance(value, str):
+        return value
+    if hint is Path and isinstance(value, (str, Path)):
+        return Path(value)
+    kind = {bool: "true or false", int: "an integer", float: "a number", str: "a string", Path: "a path"}[hint]
+    raise ValueError(f"broker setting {key!r} must be {kind}, got {value!r}")

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol, Sequence
 from txmq.broker.server.auth import Authenticator
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig
+from txmq.broker.server.consumer_groups import ConsumerGroups
 from txmq.broker.server.membership import Membership
 from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.rpc_metrics import RpcMetrics
@@ -99,6 +100,7 @@ class ServiceCore(Protocol):
     advertised: tuple[str, int] | None  # (host, port) clients are told, set once the broker listens
     pop: PopService
     topic_types: TopicTypes  # each topic's RocketMQ 5 message type (routes announce it, sends obey it)
+    consumer_groups: ConsumerGroups  # each consumer group's settings (FIFO, retries), as RocketMQ's subscription groups
     # a replicated group's leader: its replication figures (cluster/node.py); None for a single broker
     replication_status: Callable[[], dict] | None
     # a group's leader in a cluster: where every group's queues are; None outside a cluster

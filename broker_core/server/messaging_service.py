@@ -202,22 +202,24 @@ class MessagingService:
 
     def QueryAssignment(self, req: pb.QueryAssignmentRequest, call: Call) -> pb.QueryAssignmentResponse:
         topic = check_topic(req.topic.name)
-        check_group(req.group.name)
+        group = check_group(req.group.name)
         call.identity.require_subscribe(topic)
         # Pop consumption spans every queue of the topic, so (like RocketMQ's proxy)
         # one assignment per broker with queue id -1 is enough: a push consumer then
-        # holds one long poll per topic instead of one per queue.
+        # holds one long poll per topic instead of one per queue. A FIFO group gets one
+        # assignment per queue, as from the proxy: its consumers pop queue by queue.
+        fifo = self.core.consumer_groups.get(group).fifo
+        res = pb.Resource(name=req.topic.name, resource_namespace=req.topic.resource_namespace)
         cluster = self._cluster_brokers(topic, req.endpoints)
         if not cluster:
-            self.core.topic_queue_count(topic)
-        else:  # one assignment per group: its consumers pop across that group's queues
-            res = pb.Resource(name=req.topic.name, resource_namespace=req.topic.resource_namespace)
-            return pb.QueryAssignmentResponse(status=st.ok(), assignments=[
-                pb.Assignment(message_queue=pb.MessageQueue(topic=res, id=-1, permission=pb.READ_WRITE, broker=broker))
-                for broker, _ in cluster])
-        queue = self._queues(req.topic, 1, self._endpoints(req.endpoints))[0]
-        queue.id = -1
-        return pb.QueryAssignmentResponse(status=st.ok(), assignments=[pb.Assignment(message_queue=queue)])
+            count = self.core.topic_queue_count(topic)
+            broker = self._queues(req.topic, 1, self._endpoints(req.endpoints))[0].broker
+            cluster = [(broker, list(range(count)))]
+        # one assignment per group in a cluster: its consumers pop across that group's queues
+        return pb.QueryAssignmentResponse(status=st.ok(), assignments=[
+            pb.Assignment(message_queue=pb.MessageQueue(topic=res, id=queue_id, permission=pb.READ_WRITE,
+                                                        broker=broker))
+            for broker, ids in cluster for queue_id in (ids if fifo else (-1,))])
 
     # --- client lifecycle ---------------------------------------------------------
 
@@ -386,7 +388,8 @@ class MessagingService:
         while True:
             seq = self.pop.arrival_seq
             deliveries = self.pop.receive(group, topic, count, start_queue=start, batch=batch,
-                                          invisible_ms=invisible_ms, message_filter=message_filter)
+                                          invisible_ms=invisible_ms, message_filter=message_filter,
+                                          attempt_id=req.attempt_id if req.HasField("attempt_id") else None)
             remaining = deadline - time.monotonic()
             if deliveries or remaining <= 0 or not context.is_active():
                 break

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UNARY_STREAM, UNARY_UNARY
 from txmq.broker.server.auth import ANONYMOUS
+from txmq.broker.server.consumer_groups import GroupSettings
 from txmq.broker.server.core_seam import ServiceCore
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
 from txmq.broker.store.pull_decode import empty_pull_batch
@@ -622,6 +623,30 @@ class NativeService:
         self.core.topic_types.forget(request.name)
         return pb.DeleteTopicResponse(status=ok_status())
 
+    # ---- consumer groups ---------------------------------------------------
+    def UpdateConsumerGroup(self, request, context) -> pb.ConsumerGroupResponse:
+        self._require_admin(context)
+        settings = self.core.consumer_groups.update(
+            request.name, fifo=request.fifo if request.HasField("fifo") else None,
+            retry_max_times=request.retry_max_times if request.HasField("retry_max_times") else None,
+            must_exist=request.must_exist)
+        return pb.ConsumerGroupResponse(status=ok_status(), group=_group_view(settings))
+
+    def DescribeConsumerGroup(self, request, context) -> pb.ConsumerGroupResponse:
+        self._identity(context)  # signed like every call when auth is on
+        settings = self.core.consumer_groups.describe(request.name)
+        return pb.ConsumerGroupResponse(status=ok_status(), group=_group_view(settings))
+
+    def ListConsumerGroups(self, request, context) -> pb.ListConsumerGroupsResponse:
+        self._identity(context)
+        return pb.ListConsumerGroupsResponse(status=ok_status(),
+                                             groups=[_group_view(g) for g in self.core.consumer_groups.list()])
+
+    def DeleteConsumerGroup(self, request, context) -> pb.DeleteConsumerGroupResponse:
+        self._require_admin(context)
+        self.core.consumer_groups.delete(request.name)
+        return pb.DeleteConsumerGroupResponse(status=ok_status())
+
     def CommitOffsets(self, request, context) -> pb.CommitOffsetsResponse:
         if not request.group:
             raise errors.IllegalConsumerGroup("consumer group is empty")
@@ -657,6 +682,11 @@ class NativeService:
         data = {"store": self.store.stats(), "transactions": self.engine.metrics.snapshot(),
                 "rpc": self.metrics.snapshot()}
         return pb.StatsResponse(status=ok_status(), json=json.dumps(data, default=str))
+
+
+def _group_view(settings: GroupSettings) -> pb.ConsumerGroupView:
+    return pb.ConsumerGroupView(name=settings.name, fifo=settings.fifo, retry_max_times=settings.retry_max_times,
+                                max_delivery_attempts=settings.max_delivery_attempts)
 
 
 def _client_id(context) -> str:

@@ -16,6 +16,16 @@ consumer side; what the store holds is exactly-once). A group seen for the
 first time starts at the queue's minimum offset, so messages sent before the
 first consumer started are not skipped.
 
+FIFO consumer groups (consumer_groups.py, RocketMQ's `consumeMessageOrderly`) pop each
+queue orderly, as Apache's broker does (PopMessageProcessor with ConsumerOrderInfoManager):
+while any message handed out from a queue is in flight (invisible, not acked), nothing more
+of that queue is delivered to the group; once every one of them is acked, moved to the
+dead-letter topic or visible again, the next receive hands out the unacked ones again first,
+in offset order with `delivery_attempt + 1`, then the messages after them. A message group
+lives on one queue (SendMessage picks it by the group's hash), so a group's next message
+never overtakes one being retried, while the other queues' groups go on. Unlike Apache,
+messages acked inside a range are not handed out again with it.
+
 Receipt handles are opaque text: queue, offset, a version that increases with
 every delivery/change, the deadline, and a checksum of (group, topic), so a
 handle is rejected for another group, another topic, a superseded version or an
@@ -54,6 +64,9 @@ class QueueState:
     committed: int
     inflight: dict[int, Inflight] = field(default_factory=dict)
     acked_above: set[int] = field(default_factory=set)  # acked offsets >= committed
+    # FIFO groups: the attempt id of the receive that handed out the in-flight range (a client
+    # retrying that receive, its answer lost, gets the range again: Apache's needBlock(attemptId))
+    attempt_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -79,6 +92,11 @@ class _GroupTopic:
     rotation: int = 0  # start queue of receives that name no queue, so no queue starves
 
 
+def _blocked(q: QueueState, now_ms: int) -> bool:
+    """Whether a FIFO group must wait on this queue: a message it handed out is still invisible."""
+    return any(e.deadline_ms > now_ms for e in q.inflight.values())
+
+
 def parse_filter(expression_type: str, expression: str | None) -> MessageFilter | None:
     """None (everything) for a tag expression '', '*' or None; else the filter of a tag
     expression 'a || b || c' (type "TAG") or a SQL92 expression (type "SQL92")."""
@@ -98,7 +116,7 @@ class PopService:
         self.core = core
         self.store = core.store
         self.clock = clock
-        self.max_attempts = core.config.client_max_delivery_attempts
+        self.groups = core.consumer_groups
         self._states: dict[tuple[str, str], _GroupTopic] = {}
         self._states_lock = threading.Lock()
         self._arrivals = threading.Condition()
@@ -230,21 +248,35 @@ class PopService:
         return round(self.clock() * 1000)
 
     def receive(self, group: str, topic: str, queue_count: int, *, start_queue: int, batch: int,
-                invisible_ms: int, message_filter: MessageFilter | None) -> list[Delivery]:
-        """Take up to `batch` messages (expired in-flight ones first, then new ones); no waiting."""
+                invisible_ms: int, message_filter: MessageFilter | None,
+                attempt_id: str | None = None) -> list[Delivery]:
+        """Take up to `batch` messages (expired in-flight ones first, then new ones); no waiting.
+        `attempt_id`: the client's id of this receive, the same when it retries one (FIFO groups)."""
         st = self._state(group, topic)
+        settings = self.groups.get(group)
+        max_attempts = settings.max_delivery_attempts
         now = self._now_ms()
         out: list[Delivery] = []
         with st.lock:
-            if start_queue < 0:
-                st.rotation += 1
-                start_queue = st.rotation
-            order = [(start_queue + i) % queue_count for i in range(queue_count)]
+            if settings.fifo and start_queue >= 0:
+                order = [start_queue]  # a FIFO group pops the queue it names alone, as Apache's broker does
+            else:
+                if start_queue < 0:
+                    st.rotation += 1
+                    start_queue = st.rotation
+                order = [(start_queue + i) % queue_count for i in range(queue_count)]
+            if settings.fifo:
+                for qid in order:
+                    if len(out) >= batch:
+                        break
+                    self._deliver_orderly(st, qid, self._queue(st, qid), now, invisible_ms, batch - len(out),
+                                          message_filter, max_attempts, attempt_id, out)
+                return out
             for qid in order:
                 if len(out) >= batch:
                     break
                 q = self._queue(st, qid)
-                self._redeliver_expired(st, qid, q, now, invisible_ms, batch - len(out), out)
+                self._redeliver_expired(st, qid, q, now, invisible_ms, batch - len(out), max_attempts, out)
             for qid in order:
                 if len(out) >= batch:
                     break
@@ -252,8 +284,45 @@ class PopService:
                 self._deliver_new(st, qid, q, now, invisible_ms, batch - len(out), message_filter, out)
         return out
 
+    def _deliver_orderly(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int, room: int,
+                         message_filter: MessageFilter | None, max_attempts: int, attempt_id: str | None,
+                         out: list[Delivery]) -> None:
+        """A FIFO group's receive from one queue: nothing while any of the queue's messages is in
+        flight (unless this receive retries the one that took them); else its unacked messages
+        again, in offset order, then the new ones after them."""
+        before = len(out)
+        if _blocked(q, now):
+            if attempt_id is None or attempt_id != q.attempt_id:
+                return
+            self._hand_out_again(st, qid, q, now, invisible_ms, room, out)
+        else:
+            self._redeliver_expired(st, qid, q, now, invisible_ms, room, max_attempts, out)
+        room -= len(out) - before
+        if room > 0:
+            assert all(e.deadline_ms > now for e in q.inflight.values()), \
+                "every unacked message of the range goes out before any new one"
+            self._deliver_new(st, qid, q, now, invisible_ms, room, message_filter, out)
+        if len(out) > before:
+            q.attempt_id = attempt_id
+
+    def _hand_out_again(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int, room: int,
+                        out: list[Delivery]) -> None:
+        """The in-flight range once more, to a receive retried with its attempt id: the same attempts
+        (the client never saw them), new handles and deadlines."""
+        for offset in sorted(q.inflight)[:room]:
+            e = q.inflight[offset]
+            try:
+                msg = self.store.read_at(e.physical_offset, e.size)
+            except DataDeleted:
+                self._retire(st, qid, q, offset)
+                continue
+            st.version += 1
+            e.version = st.version
+            e.deadline_ms = now + invisible_ms
+            out.append(Delivery(msg, qid, offset, e.attempt, self._handle(st, qid, e), invisible_ms))
+
     def _redeliver_expired(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int,
-                           room: int, out: list[Delivery]) -> None:
+                           room: int, max_attempts: int, out: list[Delivery]) -> None:
         expired = sorted(o for o, e in q.inflight.items() if e.deadline_ms <= now)
         for offset in expired:
             if room <= 0:
@@ -264,7 +333,7 @@ class PopService:
             except DataDeleted:
                 self._retire(st, qid, q, offset)
                 continue
-            if e.attempt >= self.max_attempts:
+            if e.attempt >= max_attempts:
                 self._to_dead_letter(st, msg, e.attempt)
                 self._retire(st, qid, q, offset)
                 continue
@@ -313,6 +382,7 @@ class PopService:
         with st.lock:
             qid, q, e = self._find(st, handle)
             self._retire(st, qid, q, e.offset)
+        self._wake_orderly(group)
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         """Move the deadline of an in-flight message; returns its new receipt handle."""
@@ -322,7 +392,9 @@ class PopService:
             st.version += 1
             e.version = st.version
             e.deadline_ms = self._now_ms() + invisible_ms
-            return self._handle(st, qid, e)
+            handle = self._handle(st, qid, e)
+        self._wake_orderly(group)
+        return handle
 
     def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
         st = self._state(group, topic)
@@ -331,6 +403,7 @@ class PopService:
             msg = self.store.read_at(e.physical_offset, e.size)
             self._to_dead_letter(st, msg, e.attempt)
             self._retire(st, qid, q, e.offset)
+        self._wake_orderly(group)
 
     def next_deadline_s(self, group: str, topic: str) -> float | None:
         """Seconds until the earliest in-flight message of (group, topic) becomes visible again."""
@@ -343,6 +416,13 @@ class PopService:
         return max(0.0, (min(deadlines) - now) / 1000) if deadlines else None
 
     # --- internals ---------------------------------------------------------------
+
+    def _wake_orderly(self, group: str) -> None:
+        """A FIFO group's queue may have come free: its waiting receives look again now rather than
+        at their next deadline (Apache's ackOrderly notifies the long polls the same way)."""
+        settings = self.groups.find(group)  # an unconfigured group is not FIFO: nothing to build for it
+        if settings is not None and settings.fifo:
+            self.wake_all()
 
     def _retire(self, st: _GroupTopic, qid: int, q: QueueState, offset: int) -> None:
         q.inflight.pop(offset, None)

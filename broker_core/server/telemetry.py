@@ -105,12 +105,13 @@ def settings_reply(core: ServiceCore, settings: pb.Settings) -> pb.TelemetryComm
         policy.exponential_backoff.multiplier = 2.0
     elif which == "subscription":
         sub = out.subscription
-        sub.fifo = False
+        group = core.consumer_groups.get(sub.group.name)  # the proxy merges the group's settings the same way
+        sub.fifo = group.fifo
         sub.receive_batch_size = cfg.client_receive_batch_size
         sub.long_polling_timeout.seconds = int(cfg.client_long_polling_s)
         policy = out.backoff_policy
         policy.Clear()
-        policy.max_attempts = cfg.client_max_delivery_attempts
+        policy.max_attempts = group.max_delivery_attempts
         for seconds in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200):
             policy.customized_backoff.next.add().seconds = seconds
     else:

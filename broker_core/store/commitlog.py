@@ -515,6 +515,19 @@ class CommitLog:
         self.write_end = offset
         self.flushed_end = min(self.flushed_end, offset)
 
+    def restart_at(self, offset: int) -> None:
+        """Drop every segment and continue the log at `offset`, a segment start past its end (a
+        follower whose leader's retention deleted what it lacks: Kafka's truncateFullyAndStartAt)."""
+        assert offset >= self.write_end and offset % self.segment_bytes == 0, \
+            f"a log restarts forward at a segment start, not at {offset} (its end is {self.write_end})"
+        self.settle()
+        for seg in self._table[1]:
+            seg.close()
+            seg.delete()
+        self._table = ([], [])
+        self._dir_dirty = True
+        self.write_end = self.flushed_end = offset
+
     def delete_segment(self, seg: MappedFile) -> None:
         """Retention: remove the oldest segment (never the one being written)."""
         starts, segs = self._table

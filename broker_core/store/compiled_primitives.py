@@ -15,11 +15,42 @@ the work is large enough to pay for it (see record_block and store/pull_decode_k
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
+
+import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
+from numba.misc.appdirs import AppDirs
+
+
+def _writable(folder: Path) -> bool:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=folder).close()
+        return True
+    except OSError:
+        return False
+
+
+def _ensure_cache_dir() -> None:
+    """numba caches compiled code beside the source, else in the user's cache folder, and a function
+    with cache=True fails to import when it can write neither (an installed package run by a service
+    user without a home): give it a per-user folder under the temp dir then. NUMBA_CACHE_DIR wins."""
+    if numba.config.CACHE_DIR:
+        return
+    if _writable(Path(__file__).parent / "__pycache__"):
+        return
+    if _writable(Path(AppDirs(appname="numba", appauthor=False).user_cache_dir)):
+        return
+    numba.config.CACHE_DIR = str(Path(tempfile.gettempdir()) / f"txmq-numba-{os.getuid()}")
+
+
+_ensure_cache_dir()  # before any function below is compiled with cache=True
 
 
 @intrinsic

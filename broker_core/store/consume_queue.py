@@ -153,6 +153,11 @@ class ConsumeQueue:
         """Write packed entries starting at queue_offset (not yet visible: see publish)."""
         with self._tail_lock:
             start, tail = self._tail
+            if queue_offset > self.written_offset == self.max_offset == self.min_offset and not self._files:
+                # an empty queue whose first entry comes later than 0: its log begins at a segment
+                # retention kept (a replica that started at its leader's log start), so it does too
+                self.min_offset = self.max_offset = self.written_offset = queue_offset
+                self._tail = start, tail = (queue_offset, bytearray())
             if queue_offset == self.written_offset == start + len(tail) // ENTRY_SIZE:
                 tail += data  # in order: stays in memory until the spill
                 self.written_offset = queue_offset + len(data) // ENTRY_SIZE

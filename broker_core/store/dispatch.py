@@ -279,6 +279,18 @@ class Dispatcher:
                 queues.pop(key).destroy()
             self._queues = queues
 
+    def drop_all(self, through: int) -> None:
+        """Remove every queue (a follower's log restarted at `through`: its entries point below it)."""
+        with self.lock:
+            for cq in self._queues.values():
+                cq.destroy()
+            self._queues = {}
+            self._unconfirmed.clear()
+            self.hold = None
+            self.dispatched_through = through
+        with self._dirty_lock:
+            self._dirty = set()
+
     # --- dispatch ----------------------------------------------------------------
 
     def add_listener(self, fn: Callable[[list[DispatchEntry]], None]) -> None:

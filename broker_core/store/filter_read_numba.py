@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+import txmq.broker.store.compiled_primitives  # noqa: F401  (where numba may cache, before the njit below)
 from txmq.broker.store.record_layout import (BODY_LEN_AT, HEADER_V4_SIZE, HOST_V6_EXTRA, MAGIC_AT, MAGIC_CODE,
                                              SYSFLAG_AT)
 from txmq.broker.store.message import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6

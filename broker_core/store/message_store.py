@@ -170,7 +170,9 @@ class MessageStore:
         self.abort_marker.create()
         self.topics = TopicRegistry(root / "topics.json", on_delete=self._drop_topic)
         self.offsets = ConsumerOffsets(root / "offsets.json")
-        self._next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+        # retention is checked at least twice per retention period (a short one, in tests)
+        self._housekeeping_s = min(HOUSEKEEPING_S, config.retention_hours * 3600 / 2)
+        self._next_housekeeping = time.monotonic() + self._housekeeping_s
         self._flusher = FlushService(
             flush_commitlog=self.commitlog.flush if config.flush_mode == "async" else None,
             checkpoint=self._periodic, flush_interval_ms=config.flush_interval_ms,
@@ -215,7 +217,7 @@ class MessageStore:
         self._write_checkpoint()
         self.page_cache.release(self.commitlog.flushed_end)
         if time.monotonic() >= self._next_housekeeping:
-            self._next_housekeeping = time.monotonic() + HOUSEKEEPING_S
+            self._next_housekeeping = time.monotonic() + self._housekeeping_s
             self.delete_expired()
 
     # --- writes --------------------------------------------------------------------
@@ -378,6 +380,20 @@ class MessageStore:
             self.dispatcher.dispatched_through = min(self.dispatcher.dispatched_through, offset)
             self._write_checkpoint()
             return offset
+
+    def restart_log_at(self, offset: int) -> None:
+        """A follower whose log ends before its leader's starts (retention deleted what it lacks)
+        drops its log and everything derived from it, and continues at `offset`, the leader's
+        log start (Kafka's truncateFullyAndStartAt): queues begin at the queue offsets the records
+        from there carry, as a single broker's do after retention."""
+        replay = self.recovery.replay
+        assert replay is not None and self.config.replica, "only a replica's log restarts"
+        with self._replay_lock, self.write_lock.held():
+            self.commitlog.restart_at(offset)
+            self.dispatcher.drop_all(offset)
+            self.index.delete_below(offset)
+            replay.cut_at(offset)
+            self._write_checkpoint()
 
     def lead(self) -> int:
         """A replica becomes its group's leader: what it holds past its last complete group (a

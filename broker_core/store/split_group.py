@@ -151,7 +151,7 @@ class SplitGroupWriter:
                         self.write_lock.let_waiting_writers_in()
                     write = partial(self.write_part, group, batch, hashes, now, begins=i == 0,
                                     ends=i == len(parts) - 1)
-                    self.write_lock.run(write, durable=False)
+                    self.write_lock.run(write, durable=False, admit=i == 0)
                     # part i may still be in flight on the I/O thread; writing it settled part i - 1
                     # (the last part is written in place: then every part has settled)
                     done = len(parts) if i == len(parts) - 1 else i

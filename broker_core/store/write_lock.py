@@ -26,6 +26,10 @@ SPLIT_YIELD_MAX_S = 0.005  # between two parts, how long a split group waits for
 class ReplicationHook(Protocol):
     """A replicated group's leader (cluster/replication.py), seen by the store's writers."""
 
+    def admit(self) -> None:
+        """Raise a typed error (NotEnoughReplicas, NotLeader) when a write may not be stored now,
+        because it could not be acknowledged: a write refused for want of replicas is not stored."""
+
     def written(self, end: int) -> None:
         """The log now holds bytes up to `end`: followers may fetch them (called outside the lock)."""
 
@@ -64,11 +68,15 @@ class WriteLock:
                 raise QueueReserved(f"queue {held[0]}:{held[1]} is reserved by a large COMMIT being written; "
                                     "nothing was written, retry shortly")
 
-    def run(self, write: Callable[[], Any], batch: BatchColumns | None = None, *, durable: bool = True) -> Any:
+    def run(self, write: Callable[[], Any], batch: BatchColumns | None = None, *, durable: bool = True,
+            admit: bool = True) -> Any:
         """Run `write` holding the lock; in sync mode (and `durable`) return only once it is
-        durable. Returns QUEUE_RESERVED, writing nothing, when `batch` writes to a reserved queue."""
+        durable. Returns QUEUE_RESERVED, writing nothing, when `batch` writes to a reserved queue.
+        `admit`: ask the replication hook first (a split group asks before its first part only)."""
         group_commit = self.group_commit
         replication = self.replication
+        if replication is not None and admit:
+            replication.admit()
         if group_commit is None:
             with self.held():
                 if self._reserved and batch is not None and self._touches_reserved(batch):

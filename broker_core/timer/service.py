@@ -56,6 +56,7 @@ WHEEL_MARGIN_S = 3600  # slots beyond the horizon: room for a late cursor
 MARKER = struct.Struct(">q")
 READ_SPAN_MAX = 16 << 20  # one read covers a batch of scheduled records up to this span
 DELIVER_KEY = b"\x02TIMER_DELIVER_MS\x01"
+TIMER_DIR = "timer"  # the service's files, in the store's data directory
 
 
 class TimerService:

@@ -161,6 +161,20 @@ def test_the_cli_creates_a_cluster_topic_and_describes_each_queue_with_its_group
     assert rows[3][1] == rows[0][1] and all(leader == leaders[group] for _, group, leader in rows)
 
 
+def test_the_cli_sets_a_fifo_consumer_group_on_every_group_of_the_cluster(cluster):
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "txmq.broker.cli", "--broker", cluster[0].endpoints, "group", "create",
+                          "cluster-ordered", "--fifo", "--retry-max-times", "2"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    for g in cluster:
+        with NativeClient(g.endpoints) as c:
+            settings = c.describe_consumer_group("cluster-ordered")
+        assert (settings.fifo, settings.retry_max_times) == (True, 2), g.name
+
+
 def test_consumers_of_a_group_divide_a_cluster_topics_queues_through_etcd(cluster):
     from tests.client.test_pull_consumer import _join
     from txmq.broker.client import PullConsumer

@@ -232,10 +232,11 @@ def test_without_etcd_the_leader_stops_acknowledging_and_serves_again_when_etcd_
     assert seen[b"before"] == 1 and seen[b"after"] == 1
 
 
-def test_topics_their_types_and_consumer_offsets_carry_over_a_failover(group_factory):
+def test_topics_their_types_consumer_groups_and_offsets_carry_over_a_failover(group_factory):
     group = group_factory(args=["--replication", "sync"])
     with NativeClient(group.endpoints, timeout_s=20) as client:
         client.create_topic("typed", 6, message_type="FIFO")
+        client.update_consumer_group("ordered", fifo=True, retry_max_times=4)
         client.send([Message("typed", b"x")])
         client.commit_offsets("readers", {"typed": {0: 1}})
         group.wait_same_log_end()
@@ -245,7 +246,9 @@ def test_topics_their_types_and_consumer_offsets_carry_over_a_failover(group_fac
         group.wait_leader(not_epoch=old.epoch)
         info = client.describe_topic("typed")
         lag = client.group_lag("readers", ["typed"])
+        ordered = client.describe_consumer_group("ordered")
     assert info.queue_count == 6 and info.message_type == "FIFO"
+    assert ordered.fifo and ordered.retry_max_times == 4
     assert lag["typed"][0].committed == 1
 
 

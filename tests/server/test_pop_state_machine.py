@@ -19,6 +19,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 from hypothesis import strategies as hs
 
 from txmq.broker.errors import InvalidReceiptHandle
+from txmq.broker.server.consumer_groups import ConsumerGroups
 from txmq.broker.server.pop import PopService
 from txmq.broker.store.config import StoreConfig
 from txmq.broker.store.message import Message
@@ -46,8 +47,9 @@ class PopMachine(RuleBasedStateMachine):
         self.store = MessageStore(StoreConfig(data_dir=self.dir, flush_mode="async"))
         self.store.topics.create(TOPIC, QUEUES)
         self.clock = Clock()
-        core = SimpleNamespace(store=self.store, config=SimpleNamespace(client_max_delivery_attempts=1000),
-                               topic_queue_count=lambda t, create=None: QUEUES)
+        core = SimpleNamespace(store=self.store, topic_queue_count=lambda t, create=None: QUEUES,
+                               consumer_groups=ConsumerGroups(self.dir / "consumer_groups.json",
+                                                              default_max_attempts=1000))
         self.pop = PopService(core, clock=self.clock)
         self.sent: set[bytes] = set()
         self.acked: set[bytes] = set()

@@ -400,6 +400,30 @@ def test_a_consumers_settings_carry_the_proxys_batch_polling_and_retry_schedule(
     assert [d.seconds for d in backoff.customized_backoff.next][:4] == [1, 5, 10, 30]
 
 
+def test_a_fifo_groups_settings_say_fifo_with_its_attempts(wire, admin):
+    group = name("fifo-settings")
+    admin.update_consumer_group(group, fifo=True, retry_max_times=3)
+    s = pb.Settings(client_type=pb.PUSH_CONSUMER)
+    s.subscription.group.name = group
+    reply = settings_reply(wire, s)
+    assert reply.settings.subscription.fifo
+    assert reply.settings.backoff_policy.max_attempts == 4
+
+
+def test_a_fifo_group_is_assigned_each_queue_and_another_one_assignment_of_every_queue(wire, admin):
+    topic, group = name("fifo-assign"), name("fifo-assign")
+    admin.create_topic(topic, 3, message_type="FIFO")
+    admin.update_consumer_group(group, fifo=True)
+
+    def assigned(consumer_group: str) -> list[int]:
+        r = wire.call("QueryAssignment", pb.QueryAssignmentRequest(topic=pb.Resource(name=topic),
+                                                                   group=pb.Resource(name=consumer_group)))
+        assert r.status.code == pb.OK
+        return [a.message_queue.id for a in r.assignments]
+    assert assigned(group) == [0, 1, 2]
+    assert assigned(name("plain")) == [-1]
+
+
 # --- what txmq does not do, refused by name ------------------------------------------------------
 
 def test_a_priority_message_is_refused_as_unsupported(wire):

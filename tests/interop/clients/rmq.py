@@ -9,6 +9,8 @@ never inside the test process. Subcommands:
   simple         SimpleConsumer: receive until --expect bodies (or --timeout), with
                  ack / no-ack / change-invisible behaviours
   push           PushConsumer: consume until --expect bodies (or --timeout)
+  fifo-simple    FIFO messages in several message groups through a SimpleConsumer that nacks one
+  fifo-push      the same through a PushConsumer whose listener fails one
 """
 
 from __future__ import annotations
@@ -198,6 +200,99 @@ def cmd_push(args) -> dict:
     return {"bodies": listener.bodies}
 
 
+def fifo_message(topic: str, group: str, i: int) -> Message:
+    m = make_message(topic, f"{group}-{i}", None)
+    m.message_group = group
+    return m
+
+
+def cmd_fifo_simple(args) -> dict:
+    """A FIFO consumer's SimpleConsumer loop: every message is acked in turn, except --fail, which
+    is nacked (its invisible duration set to --nack-s) on its first --fail-times deliveries, and with
+    it the rest of its message group in that batch (a FIFO consumer does not skip ahead). The first
+    --split messages of each group are sent before consuming, the rest right after the first nack."""
+    groups = args.message_groups.split(",")
+    producer = Producer(config(args), (args.topic,))
+    producer.startup()
+    consumer = SimpleConsumer(config(args), args.group, {args.topic: FilterExpression("*")},
+                              await_duration=args.await_s)
+    consumer.startup()
+    received, acked, errors = [], [], []
+    start = time.time()
+    try:
+        for i in range(args.split):
+            for g in groups:
+                producer.send(fifo_message(args.topic, g, i))
+        rest_sent = False
+        deadline = time.time() + args.timeout
+        while time.time() < deadline and len(acked) < args.expect:
+            try:
+                messages = consumer.receive(args.batch, args.invisible)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                time.sleep(0.2)
+                continue
+            held_back: set[str] = set()
+            for m in messages:
+                body = m.body.decode()
+                received.append({"body": body, "attempt": m.delivery_attempt, "group": m.message_group,
+                                 "at": round(time.time() - start, 3)})
+                if m.message_group in held_back or (body == args.fail and m.delivery_attempt <= args.fail_times):
+                    consumer.change_invisible_duration(m, args.nack_s)
+                    held_back.add(m.message_group)
+                    continue
+                consumer.ack(m)
+                acked.append(body)
+            if held_back and not rest_sent:
+                for i in range(args.split, args.count):
+                    for g in groups:
+                        producer.send(fifo_message(args.topic, g, i))
+                rest_sent = True
+    finally:
+        consumer.shutdown()
+        producer.shutdown()
+    return {"received": received, "acked": acked, "errors": errors}
+
+
+class FifoListener(MessageListener):
+    """Records every consumption; fails --fail on its first --fail-times consumptions."""
+
+    def __init__(self, fail: str | None, fail_times: int) -> None:
+        self.fail, self.fail_times = fail, fail_times
+        self.calls: list[dict] = []
+        self.lock = threading.Lock()
+
+    def consume(self, message) -> ConsumeResult:
+        body = message.body.decode()
+        with self.lock:
+            n = sum(1 for c in self.calls if c["body"] == body) + 1
+            ok = not (body == self.fail and n <= self.fail_times)
+            self.calls.append({"body": body, "group": message.message_group, "ok": ok})
+        return ConsumeResult.SUCCESS if ok else ConsumeResult.FAILURE
+
+
+def cmd_fifo_push(args) -> dict:
+    """A PushConsumer of a FIFO group over --count messages of each of --message-groups."""
+    groups = args.message_groups.split(",")
+    listener = FifoListener(args.fail, args.fail_times)
+    consumer = PushConsumer(config(args), args.group, listener, {args.topic: FilterExpression("*")})
+    consumer.startup()
+    producer = Producer(config(args), (args.topic,))
+    producer.startup()
+    try:
+        for i in range(args.count):
+            for g in groups:
+                producer.send(fifo_message(args.topic, g, i))
+        deadline = time.time() + args.timeout
+        while time.time() < deadline and len({c["body"] for c in listener.calls}) < args.expect:
+            time.sleep(0.1)
+        time.sleep(args.linger)  # a message forwarded to the DLQ, or redelivered, shows up here
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+    return {"calls": listener.calls, "fifo": consumer.fifo}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--endpoint", required=True)
@@ -236,8 +331,26 @@ def main() -> None:
         q.add_argument("--timeout", type=float, default=30)
         q.add_argument("--tag")
         q.add_argument("--sql", help="subscribe with this SQL92 expression instead of a tag expression")
+    fs = sub.add_parser("fifo-simple")
+    fs.add_argument("--split", type=int, default=2, help="messages of each group sent before consuming")
+    fs.add_argument("--batch", type=int, default=32, help="messages per receive")
+    fs.add_argument("--invisible", type=int, default=10)
+    fs.add_argument("--nack-s", type=int, default=2)
+    fs.add_argument("--await-s", type=int, default=1)
+    fp = sub.add_parser("fifo-push")
+    fp.add_argument("--linger", type=float, default=2.0)
+    for q in (fs, fp):
+        q.add_argument("--topic", required=True)
+        q.add_argument("--group", required=True)
+        q.add_argument("--message-groups", required=True, help="comma-separated message groups")
+        q.add_argument("--count", type=int, required=True, help="messages per message group")
+        q.add_argument("--expect", type=int, required=True, help="stop once this many messages were consumed")
+        q.add_argument("--fail", help="the body whose consumption fails")
+        q.add_argument("--fail-times", type=int, default=1)
+        q.add_argument("--timeout", type=float, default=40)
     args = p.parse_args()
-    fn = {"produce": cmd_produce, "transaction": cmd_transaction, "simple": cmd_simple, "push": cmd_push}[args.cmd]
+    fn = {"produce": cmd_produce, "transaction": cmd_transaction, "simple": cmd_simple, "push": cmd_push,
+          "fifo-simple": cmd_fifo_simple, "fifo-push": cmd_fifo_push}[args.cmd]
     try:
         result = fn(args)
     except Exception as exc:

@@ -51,6 +51,7 @@ public final class Interop {
                 case "transaction": result = transaction(args); break;
                 case "simple": result = simple(args); break;
                 case "push": result = push(args); break;
+                case "fifo-push": result = fifoPush(args); break;
                 default: throw new IllegalArgumentException("unknown command " + argv[0]);
             }
         } catch (Throwable t) {
@@ -284,6 +285,56 @@ public final class Interop {
         Thread.sleep(1000L * intArg(args, "linger", 1)); // duplicates would show up here
         synchronized (bodies) {
             return Map.of("bodies", new ArrayList<>(bodies));
+        }
+    }
+
+    /** A PushConsumer of a FIFO group over --count messages of each of --message-groups; its listener
+     *  fails --fail on its first --fail-times consumptions (rmq.py's fifo-push). */
+    private static Object fifoPush(Map<String, String> args) throws Exception {
+        List<Map<String, Object>> calls = Collections.synchronizedList(new ArrayList<>());
+        String fail = args.getOrDefault("fail", "");
+        int failTimes = intArg(args, "fail-times", 1);
+        int expect = intArg(args, "expect", 1);
+        FilterExpression filter = new FilterExpression("*", FilterExpressionType.TAG);
+        PushConsumer consumer = PROVIDER.newPushConsumerBuilder().setClientConfiguration(config(args))
+            .setConsumerGroup(args.get("group"))
+            .setSubscriptionExpressions(Map.of(args.get("topic"), filter))
+            .setMessageListener(m -> {
+                String body = StandardCharsets.UTF_8.decode(m.getBody()).toString();
+                boolean ok;
+                synchronized (calls) {
+                    long before = calls.stream().filter(c -> body.equals(c.get("body"))).count();
+                    ok = !(body.equals(fail) && before < failTimes);
+                    Map<String, Object> call = new LinkedHashMap<>();
+                    call.put("body", body);
+                    call.put("group", m.getMessageGroup().orElse(null));
+                    call.put("ok", ok);
+                    calls.add(call);
+                }
+                return ok ? ConsumeResult.SUCCESS : ConsumeResult.FAILURE;
+            }).build();
+        Map<String, String> send = new HashMap<>(args);
+        try (Producer producer = PROVIDER.newProducerBuilder().setClientConfiguration(config(args))
+            .setTopics(args.get("topic")).build()) {
+            for (int i = 0; i < intArg(args, "count", 1); i++) {
+                for (String group : args.get("message-groups").split(",")) {
+                    send.put("message-group", group);
+                    producer.send(message(send, group + "-" + i));
+                }
+            }
+        }
+        long deadline = System.currentTimeMillis() + 1000L * intArg(args, "timeout", 40);
+        while (System.currentTimeMillis() < deadline) {
+            synchronized (calls) {
+                if (calls.stream().map(c -> c.get("body")).distinct().count() >= expect) {
+                    break;
+                }
+            }
+            Thread.sleep(100);
+        }
+        Thread.sleep(1000L * intArg(args, "linger", 2)); // a forward to the DLQ, or a redelivery, shows up here
+        synchronized (calls) {
+            return Map.of("calls", new ArrayList<>(calls));
         }
     }
 
