@@ -1,7 +1,8 @@
 """Issue 38's items that need hosts: each replica, etcd and the clients on lab hosts of their own.
 
-Each test fails on the code the issue was filed against; those fixed on another branch are marked
-xfail(strict) naming it, so the merge that brings the fix flips them."""
+Each test failed on the code the issue was filed against (main at 0699f1d). Items 1, 3 and 4 are fixed
+(branch replication, merged); items 2 and 5 are marked xfail(strict) naming the branch that fixes them,
+so the merge that brings the fix must remove the mark."""
 
 from __future__ import annotations
 
@@ -58,7 +59,6 @@ def _group(lab: Lab, **kw) -> Group:
     return group
 
 
-@pytest.mark.xfail(strict=True, reason="issue 38 item 1: fixed on branch replication")
 def test_a_wiped_replica_starting_first_does_not_erase_its_group(lab):
     group = _group(lab, args=["--replication", "sync", "--min-insync", "1"])
     assert group.wait_in_sync(3)
@@ -101,7 +101,6 @@ def test_a_commit_retried_after_replication_timeout_publishes_each_message_once(
     assert sorted(bodies) == ["tx-a", "tx-b"]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 38 item 3: fixed on branch replication")
 def test_a_one_replica_group_with_the_defaults_acknowledges_writes(lab):
     group = _group(lab, replicas=1)
     out = _client(group, (
@@ -114,7 +113,6 @@ def test_a_one_replica_group_with_the_defaults_acknowledges_writes(lab):
 
 
 @pytest.mark.lab  # ~1 min: run by `make lab`
-@pytest.mark.xfail(strict=True, reason="issue 38 item 4: fixed on branch replication")
 def test_a_replacement_replica_joins_after_retention_deleted_the_start_of_the_log(lab):
     group = _group(lab, args=["--segment-bytes", str(64 << 10), "--retention", "2s"])
     assert group.wait_in_sync(3)
