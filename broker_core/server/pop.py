@@ -313,15 +313,21 @@ class PopService:
         (the client never saw them), new handles and deadlines."""
         for offset in sorted(q.inflight)[:room]:
             e = q.inflight[offset]
-            try:
-                msg = self.store.read_at(e.physical_offset, e.size)
-            except DataDeleted:
-                self._retire(st, qid, q, offset)
+            msg = self._read_inflight(st, qid, q, offset, e)
+            if msg is None:
                 continue
             st.version += 1
             e.version = st.version
             e.deadline_ms = now + invisible_ms
             out.append(Delivery(msg, qid, offset, e.attempt, self._handle(st, qid, e), invisible_ms))
+
+    def _read_inflight(self, st: _GroupTopic, qid: int, q: QueueState, offset: int, e: Inflight) -> StoredMessage | None:
+        """An in-flight message's record, or None when retention deleted it (the entry is retired)."""
+        try:
+            return self.store.read_at(e.physical_offset, e.size)
+        except DataDeleted:
+            self._retire(st, qid, q, offset)
+            return None
 
     def _redeliver_expired(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int,
                            room: int, max_attempts: int, out: list[Delivery]) -> None:
@@ -330,10 +336,8 @@ class PopService:
             if room <= 0:
                 return
             e = q.inflight[offset]
-            try:
-                msg = self.store.read_at(e.physical_offset, e.size)
-            except DataDeleted:
-                self._retire(st, qid, q, offset)
+            msg = self._read_inflight(st, qid, q, offset, e)
+            if msg is None:
                 continue
             if e.attempt >= max_attempts:
                 self._to_dead_letter(st, msg, e.attempt)
