@@ -278,7 +278,9 @@ class Outcome:
               if ts else "no partition rounds")
         logs = {None: "logs not compared", True: "logs identical", False: "LOGS DIFFER"}[self.identical_logs]
         line = self.result.verdict_line()
-        ok = self.result.ok and self.identical_logs is not False and not self.errors and self.failover_ok()
+        # A run in which nothing was acknowledged proves nothing, so it cannot pass.
+        ok = (self.result.ok and self.result.committed > 0 and self.identical_logs is not False
+              and not self.errors and self.failover_ok())
         head, _, _ = line.rpartition(" VERDICT")
         return f"{head}; {fo}; {logs} VERDICT {'ok' if ok else 'FAIL'}"
 
