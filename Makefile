@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -57,11 +57,19 @@ etcd:
 	  else sudo -n apt-get update -qq && sudo -n apt-get install -y -qq etcd-server; fi; } \
 	  || echo "$(ETCD_HINT); the cluster tests will be skipped" >&2
 
+# libfaketime (Debian's) for the lab's clock jumps; the lab tests that need it say so when it is missing.
+FAKETIME_SO := /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1
+faketime:
+	@test -e $(FAKETIME_SO) || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq libfaketime; \
+	  else sudo -n apt-get update -qq && sudo -n apt-get install -y -qq libfaketime; fi; } \
+	  || echo "libfaketime could not be installed (apt-get install libfaketime): the lab's clock jumps will fail" >&2
+
 # Targets that cannot run without etcd stop here with one line saying how to get it.
 etcd-required:
 	@command -v etcd >/dev/null || { echo "make: $(ETCD_HINT)" >&2; exit 2; }
 
-test: venv interop-venv etcd
+test: venv interop-venv etcd faketime
 	$(VPY) -m pytest $(PYTEST_ARGS)
 
 test-slow: venv interop-venv
@@ -84,7 +92,7 @@ interop: venv interop-venv
 # runs are kept in lab-runs/. LAB_ARGS e.g. "--faults leader-isolated,kill9-leader --rounds 1".
 LAB_ARGS ?=
 
-lab: venv etcd
+lab: venv etcd faketime
 	$(VPY) -m lab.campaign $(LAB_ARGS); status=$$?; \
 	  $(VPY) -m pytest -m lab tests/lab $(PYTEST_ARGS) && exit $$status
 
