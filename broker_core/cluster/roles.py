@@ -25,6 +25,7 @@ import time
 from typing import Callable, Iterable, Iterator
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from txmq.broker.protocol.method_table import STREAM_STREAM, STREAM_UNARY, UNARY_STREAM, UNARY_UNARY, Method
 from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
@@ -106,7 +107,7 @@ def _forwarding_handler(channel: grpc.Channel, method: Method, endpoint: str) ->
 def _is_settings(command: bytes) -> bool:
     try:
         return rocketmq_v2_pb2.TelemetryCommand.FromString(command).WhichOneof("command") == "settings"
-    except Exception:  # not ours to judge: the leader answers it
+    except DecodeError:  # not ours to judge: the leader answers it
         return False
 
 
