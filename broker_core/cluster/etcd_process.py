@@ -7,6 +7,7 @@ in a directory of its own, and is killed with its process group.
 
 from __future__ import annotations
 
+import random
 import shutil
 import socket
 import subprocess
@@ -15,10 +16,35 @@ import urllib.request
 from pathlib import Path
 
 
+_handed_out: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now and below the kernel's ephemeral range, so that no outgoing
+    connection or port-0 bind made before the caller binds it can take it; never the same twice
+    in one process."""
+    low, _ = _ephemeral_range()
+    floor = max(1024, low - 12000)
+    for _ in range(200):
+        port = random.randrange(floor, low)
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise OSError(f"no free loopback port in {floor}..{low - 1}")
 
 
 class EtcdProcess:
