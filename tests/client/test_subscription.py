@@ -4,7 +4,6 @@ published (NativeClient.subscribe, PullConsumer(push=True)); no wait call, no pu
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.client.helpers import bodies_batch
+from tests.client.helpers import Collector, bodies_batch
 from tests.support.broker_process import BrokerProcess
 from txmq.broker import errors
 from txmq.broker.client import NativeClient, PullConsumer
@@ -26,46 +25,6 @@ QUEUES = 4
 
 def _every_queue(offset: int = 0) -> dict[int, int]:
     return {q: offset for q in range(QUEUES)}
-
-
-class Collector:
-    """Iterates a subscription in a thread, keeping every pushed message's (queue, offset, body)."""
-
-    def __init__(self, subscription) -> None:
-        self.subscription = subscription
-        self.messages: list[tuple[int, int, bytes]] = []
-        self.batches = 0
-        self.failure: BaseException | None = None
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            for pushed in self.subscription:
-                rows = pushed.batch.to_pydict()
-                with self._cond:
-                    self.batches += 1
-                    self.messages.extend(zip(rows["queueId"], rows["queueOffset"], rows["body"]))
-                    self._cond.notify_all()
-        except BaseException as exc:
-            self.failure = exc
-
-    def wait_for(self, count: int, timeout_s: float = 20) -> list[bytes]:
-        with self._cond:
-            assert self._cond.wait_for(lambda: len(self.messages) >= count or self.failure, timeout_s), \
-                f"{len(self.messages)} of {count} messages arrived"
-        assert self.failure is None, self.failure
-        return self.bodies()
-
-    def bodies(self) -> list[bytes]:
-        with self._cond:
-            return [body for _, _, body in self.messages]
-
-    def close(self) -> None:
-        self.subscription.close()
-        self._thread.join(10)
-        assert not self._thread.is_alive(), "close() did not end the iteration"
 
 
 @pytest.fixture
