@@ -127,9 +127,10 @@ class DataPlane:
         """The DoGet stream of a subscription, batch by batch as the broker pushes them; it has no
         deadline (it lasts until a failure or the reader, handed to `on_open`, is cancelled)."""
         what = "subscription to " + ", ".join(item.topic for item in request.start)
+        connection = self._connect()
         try:
-            reader = self._connect().do_get(flight.Ticket(pb.PullRequest(subscribe=request).SerializeToString()),
-                                            self._options(None))
+            reader = connection.do_get(flight.Ticket(pb.PullRequest(subscribe=request).SerializeToString()),
+                                       self._options(None))
             on_open(reader)
             while True:
                 try:
@@ -139,6 +140,8 @@ class DataPlane:
                 progress = pb.PullProgress.FromString(chunk.app_metadata.to_pybytes())
                 yield PushedBatch(progress.topic, progress.queue_id, chunk.data, progress.next_offset)
         except (flight.FlightError, pa.ArrowException) as exc:
+            if connection is not self._client:  # another call failed over and closed this connection
+                raise errors.BrokerUnavailable(f"{what}: the connection was reset ({exc})") from None
             # not when cancelled: that is the subscriber closing it, and other streams share the connection
             if isinstance(exc, flight.FlightUnavailableError):
                 self.reset()

@@ -89,9 +89,8 @@ class Subscription:
                 if not self._closed:  # the broker ended it (it does not by itself): follow again
                     raise errors.BrokerUnavailable("the broker ended the subscription")
             except errors.DataDeleted:
-                if self._closed or not self.skip_deleted:
+                if self._closed or not self.skip_deleted or not self._skip_deleted():
                     raise
-                self._skip_deleted()
             except (errors.BrokerUnavailable, errors.RequestTimeout):
                 if self._closed:
                     return
@@ -103,15 +102,19 @@ class Subscription:
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
                 self.reconnects += 1
 
-    def _skip_deleted(self) -> None:
-        """Move the queues whose next messages retention deleted to their first kept offset."""
+    def _skip_deleted(self) -> bool:
+        """Move the queues whose next messages retention deleted to their first kept offset;
+        False when none was behind it."""
         low = self.client.min_offsets(list(self.positions))
+        moved = False
         for topic, queues in self.positions.items():
             for queue_id, pos in queues.items():
                 first = low.get(topic, {}).get(queue_id, 0)
                 if pos < first:
                     log.warning("%s:%s offsets %d..%d were deleted by retention; skipping", topic, queue_id, pos, first)
                     queues[queue_id] = first
+                    moved = True
+        return moved
 
     def close(self) -> None:
         """End the stream; an iteration in another thread stops at once."""

@@ -21,11 +21,11 @@ def test_a_subscription_follows_the_next_leader_and_gets_each_acknowledged_write
         got = Collector(client.subscribe({TOPIC: {0: 0, 1: 0}}))
         try:
             with Load(client, TOPIC) as load:
-                load.wait_acks(50)
+                load.wait_acks(20, timeout_s=90)
                 old = group.wait_leader()
                 group.replica(old.endpoint).kill()
                 group.wait_leader(not_epoch=old.epoch)
-                load.wait_acks(50)
+                load.wait_acks(20, timeout_s=90)
             deadline = time.monotonic() + 60
             while not set(load.acked) <= set(got.bodies()) and time.monotonic() < deadline:
                 time.sleep(0.05)
