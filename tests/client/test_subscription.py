@@ -267,7 +267,8 @@ def test_a_consumer_that_stops_reading_holds_the_broker_to_a_bounded_buffer(tmp_
         rss_growth = _anonymous_rss_bytes(broker.proc.pid) - rss_before
         # the broker made a few batches to fill the wire's flow-control windows, not the 128 MiB written
         assert pushed_while_stalled * 1024 < 16 << 20, pushed_while_stalled
-        assert rss_growth < 64 << 20, rss_growth  # the allocators' own noise is most of it
+        # and its memory did not take the backlog in (the allocators' own noise, up to ~40 MiB, is most of it)
+        assert rss_growth < 96 << 20, rss_growth
         received, written = 1, 1 + rounds * body.num_rows
         for pushed in stream:  # reading again gets everything
             received += pushed.batch.num_rows
