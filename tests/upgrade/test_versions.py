@@ -24,6 +24,7 @@ from txmq.broker.protocol import replication_pb2 as rpb
 from txmq.broker.protocol import status as status_table
 from txmq.broker.protocol.native_methods import NATIVE_METHODS_BY_NAME
 from txmq.broker.store.config import StoreConfig
+from txmq.broker.store.message import Message as StoreMessage
 from txmq.broker.store.message_store import GEOMETRY_FILE, MessageStore
 
 Speaks = versions.Speaks
@@ -43,7 +44,7 @@ def _set_format(data_dir: Path, fmt: int | None) -> None:
 
 def _made_store(data_dir: Path) -> None:
     with MessageStore(StoreConfig(data_dir=data_dir, commitlog_segment_bytes=1 << 20)) as store:
-        store.append([Message("t", b"kept")])
+        store.append([StoreMessage("t", b"kept", 0)])
 
 
 # --- the store format ----------------------------------------------------------------------------
