@@ -7,18 +7,23 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from lab.checker import check_run
+from tests.spark.conftest import spark, spark_env  # noqa: F401 - the Spark session fixture
+from tests.spark.support import topic_bodies
 from tests.upgrade.previous_release import PREVIOUS_RELEASE, REPO, previous_release_python
 from txmq.broker import versions
+from txmq.broker.client.native_client import NativeClient
 from txmq.broker.cluster.local_group import LocalGroup
 from txmq.broker.embedded import EmbeddedBroker
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
 GROUP_ARGS = ["--replication", "sync", "--min-insync", "1", "--transaction-timeout", "1s", "--check-interval", "1s"]
 
@@ -38,6 +43,53 @@ class Workload:
         self.stop_file.touch()
         out, _ = self.proc.communicate(timeout=120)
         assert self.proc.returncode == 0, out[-3000:]
+
+
+class SparkQuery:
+    """A txmq stream read into a parquet sink (exactly-once by its own log), run again and again
+    (Trigger.AvailableNow, as a scheduler would after a failed run) from one checkpoint."""
+
+    def __init__(self, spark, endpoints: str, topic: str, root: Path) -> None:
+        self.spark = spark
+        self.options = {"broker": endpoints, "topic": topic, "startingOffsets": "earliest",
+                        "maxOffsetsPerTrigger": "2000"}
+        self.out = str(root / "out")
+        self.checkpoint = str(root / "checkpoint")
+        self.runs = self.failed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def run_once(self) -> bool:
+        df = self.spark.readStream.format("txmq").options(**self.options).load().select("body")
+        query = (df.writeStream.format("parquet").option("path", self.out)
+                 .option("checkpointLocation", self.checkpoint).trigger(availableNow=True).start())
+        try:
+            query.awaitTermination(180)
+        except Exception:  # noqa: BLE001 - a run that failed during a restart: the next one goes on
+            pass
+        finally:
+            if query.isActive:
+                query.stop()
+        self.runs += 1
+        ok = query.exception() is None
+        self.failed += not ok
+        return ok
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.run_once()
+            self._stop.wait(1.0)
+
+    def __enter__(self) -> "SparkQuery":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(300)
+
+    def bodies(self) -> Counter:
+        return Counter(self.spark.read.parquet(self.out).select("body").toPandas()["body"].map(bytes))
 
 
 def _member(group: LocalGroup, endpoint: str) -> dict:
@@ -88,7 +140,7 @@ def drain(python: Path, run_dir: Path, process: str, endpoints: str, topic: str)
 
 
 def test_a_cluster_upgraded_one_replica_at_a_time_and_one_replica_downgraded_keeps_every_acknowledged_write_once(
-        etcd, tmp_path):
+        etcd, tmp_path, spark):
     previous = previous_release_python()
     print(f"previous release: {PREVIOUS_RELEASE} from {previous}")
     old_program = [str(previous), "-m", "txmq.broker.server"]
@@ -107,9 +159,12 @@ def test_a_cluster_upgraded_one_replica_at_a_time_and_one_replica_downgraded_kee
         loads = [Workload(previous, run, "pa", groups[0].endpoints, "upa", 1),
                  Workload(Path(sys.executable), run, "pb", groups[1].endpoints, "upb", 2)]
         time.sleep(3)
+        # a Spark query over group ub's topic runs across its upgrade, leader change included
+        query = SparkQuery(spark, groups[1].endpoints, "upb", tmp_path / "spark")
         t0 = time.monotonic()
-        for g in groups:
-            roll(g, new_program)
+        with query:
+            for g in groups:
+                roll(g, new_program)
         upgraded_s = time.monotonic() - t0
         for g in groups:
             members = g.status()["members"]
@@ -135,6 +190,12 @@ def test_a_cluster_upgraded_one_replica_at_a_time_and_one_replica_downgraded_kee
             load.stop()
         drain(Path(sys.executable), run, "drain-a", groups[0].endpoints, "upa")
         drain(Path(sys.executable), run, "drain-b", groups[1].endpoints, "upb")
+        with NativeClient(groups[1].endpoints, timeout_s=30) as client:
+            committed = Counter(topic_bodies(client, "upb"))
+        deadline = time.monotonic() + 300
+        while not (query.run_once() and sum(query.bodies().values()) >= sum(committed.values())):
+            assert time.monotonic() < deadline, "the Spark query did not catch up"
+        read = query.bodies()
     finally:
         for g in groups:
             g.stop()
@@ -142,3 +203,6 @@ def test_a_cluster_upgraded_one_replica_at_a_time_and_one_replica_downgraded_kee
     print(result.verdict_line("rolling upgrade"), f"(upgrade of both groups took {upgraded_s:.1f}s)")
     assert result.ok, result.summary()
     assert result.committed > 100, result.summary()
+    print(f"Spark: {sum(read.values())} rows in {query.runs} runs ({query.failed} failed during restarts)")
+    assert read == committed, "the Spark query read a message twice, skipped one, or read one not committed"
+    assert set(read.values()) == {1}
