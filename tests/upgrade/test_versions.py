@@ -122,9 +122,9 @@ def test_this_release_serves_the_release_before_versions():
 # --- refusals on the wire ----------------------------------------------------------------------------
 
 
-@pytest.fixture
-def broker(tmp_path):
-    with EmbeddedBroker(tmp_path / "b", flush="async") as b:
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    with EmbeddedBroker(tmp_path_factory.mktemp("b"), flush="async") as b:
         yield b
 
 
