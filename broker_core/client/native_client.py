@@ -54,6 +54,7 @@ from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.protocol.native_status import raise_for
+from txmq.broker.protocol.native_version import client_headers
 from txmq.broker.transaction.cross_records import CrossRecord
 
 if TYPE_CHECKING:
@@ -83,7 +84,9 @@ _GRPC_ERRORS: dict[grpc.StatusCode, type[errors.TxmqError]] = {
     grpc.StatusCode.PERMISSION_DENIED: errors.Forbidden,
     grpc.StatusCode.UNIMPLEMENTED: errors.Unsupported,
     grpc.StatusCode.INVALID_ARGUMENT: errors.BadRequest,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.VersionUnsupported,  # native_version.py: the only sender
 }
+_VERSION_HEADERS = tuple(client_headers())
 
 
 # RPCs that store something new each time they run: never re-sent after a failure mid-call.
@@ -251,7 +254,7 @@ class NativeClient:
     def _metadata(self) -> list[tuple[str, str]]:
         now = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         md = [("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "txmq-native"),
-              ("x-mq-date-time", now), ("x-mq-request-id", uuid.uuid4().hex)]
+              ("x-mq-date-time", now), ("x-mq-request-id", uuid.uuid4().hex), *_VERSION_HEADERS]
         if self.access_key:
             signature = hmac.new((self.secret_key or "").encode(), now.encode(), hashlib.sha1).hexdigest()
             md.append(("authorization", f"MQv2-HMAC-SHA1 Credential={self.access_key}, "
