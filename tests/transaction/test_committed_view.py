@@ -9,6 +9,8 @@ reads, the queue offset for a time, and all of it again after a crash and recove
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,33 @@ def test_recovery_after_a_crash_shows_the_same_committed_messages(tmp_path: Path
         assert [again.get_by_message_id(m.msg_id) for m in before] == before
     finally:
         again.close()
+
+
+def test_retention_of_the_segments_before_a_commit_leaves_every_committed_message_readable(tmp_path: Path) -> None:
+    """Halves prepared long before their COMMIT: retention of every segment older than the COMMIT's
+    must not leave a queue entry whose message cannot be read (a half's segment lives as long as a
+    queue entry needs it)."""
+    from tests.store._helpers import small_config
+
+    store = MessageStore(small_config(tmp_path / "data"))
+    try:
+        store.topics.create(TOPIC, queue_count=1)
+        engine = TransactionEngine(store, TransactionConfig(), clock=FakeClock())
+        engine.prepare([msg(TOPIC, b"h%03d" % i * 100, 0) for i in range(8)], transaction_id="t")
+        store.append([msg("other", b"f" * 1000, 0) for _ in range(40)])  # a few segments of other traffic
+        engine.end("t", Resolution.COMMIT)
+        engine.close()
+        commit_at = delivered(store)[0].physical_offset
+        old = time.time() - 200 * 3600
+        older = [seg for seg in store.commitlog.segments if seg.start + seg.capacity <= commit_at]
+        assert len(older) >= 2, "the halves must lie segments before the COMMIT for this test to mean anything"
+        for seg in older:
+            os.utime(seg.path, (old, old))
+        store.delete_expired()
+        low, high = store.min_offset(TOPIC, 0), store.max_offset(TOPIC, 0)
+        assert high == 8
+        assert [m.body for m in store.read_queue(TOPIC, 0, low, 100).messages] == \
+            [b"h%03d" % i * 100 for i in range(low, 8)]
+        assert low == 0
+    finally:
+        store.close()
