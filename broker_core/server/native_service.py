@@ -683,6 +683,45 @@ class NativeService:
                 "rpc": self.metrics.snapshot()}
         return pb.StatsResponse(status=ok_status(), json=json.dumps(data, default=str))
 
+    def ClusterStatus(self, request, context) -> pb.ClusterStatusResponse:
+        """Each group's replicas as etcd records them (what `txmq cluster status` prints); a lone
+        broker is one group named "" whose one replica leads."""
+        self._require_admin(context)
+        if not self.core.config.etcd:
+            host, port = self.core.advertised or self.core.config.listen_host_port
+            me = pb.ReplicaStatus(endpoint=f"{host}:{port}", role="leader", in_sync=True, alive=True,
+                                  log_end=int(self.store.stats()["commitlog_max_offset"]),
+                                  lag_bytes=0, lag_seconds=0.0)
+            return pb.ClusterStatusResponse(status=ok_status(), cluster=False,
+                                            groups=[pb.GroupStatus(name="", leader=me.endpoint, members=[me])])
+        from txmq.broker.cluster.coordination import CoordinationUnavailable, cluster_status
+
+        try:
+            data = cluster_status(self.core.config.etcd_endpoints, request.group or None)
+        except CoordinationUnavailable as exc:
+            raise errors.BrokerUnavailable(f"etcd: {exc}") from None
+        groups = [pb.GroupStatus(name=name, leader=g["leader"] or "", epoch=g["epoch"] or 0,
+                                 members=[_replica_status(m) for m in g["members"]])
+                  for name, g in sorted(data["groups"].items())]
+        return pb.ClusterStatusResponse(status=ok_status(), cluster=True, groups=groups)
+
+    def TransactionSummary(self, request, context) -> pb.TransactionSummaryResponse:
+        self._require_admin(context)
+        counts, discarded = self.engine.pending_summary()
+        pending = [pb.PendingGroup(producer_group=group, topic=topic, transactions=c.transactions,
+                                   oldest_age_ms=c.oldest_age_ms, max_check_times=c.max_check_times)
+                   for (group, topic), c in sorted(counts.items())]
+        return pb.TransactionSummaryResponse(status=ok_status(), pending=pending, discarded=discarded)
+
+
+def _replica_status(m: dict) -> pb.ReplicaStatus:
+    unknown = -1  # not reported (a replica that is down): the client reads it as None
+    return pb.ReplicaStatus(endpoint=m["endpoint"], role=m["role"], in_sync=m["in_sync"], alive=m["alive"],
+                            log_end=m["log_end"] if m["log_end"] is not None else unknown,
+                            lag_bytes=m["lag_bytes"] if m["lag_bytes"] is not None else unknown,
+                            lag_seconds=m["lag_seconds"] if m["lag_seconds"] is not None else unknown,
+                            replica_id=str(m.get("replica_id") or ""), may_not_lead=str(m.get("may_not_lead", "")))
+
 
 def _group_view(settings: GroupSettings) -> pb.ConsumerGroupView:
     return pb.ConsumerGroupView(name=settings.name, fifo=settings.fifo, retry_max_times=settings.retry_max_times,
