@@ -71,11 +71,11 @@ class History:
             self.topics.add(now, {t: float(n) for t, n in topic_ends.items()})
 
     def transaction_chart(self) -> dict:
+        """Every transaction line from the start (zeros until a second sample gives rates)."""
         with self._lock:
-            chart = self.transactions.chart(dict(TX_SERIES))
-        order = [label for _, label in TX_SERIES]
-        chart["series"].sort(key=lambda s: order.index(s["label"]) if s["label"] in order else len(order))
-        return chart
+            x = list(self.transactions.times)
+            return {"x": x, "series": [{"label": label, "values": list(self.transactions.values.get(name, [0.0] * len(x)))}
+                                       for name, label in TX_SERIES]}
 
     def topic_chart(self, top: int = 5) -> dict:
         with self._lock:
