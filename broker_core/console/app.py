@@ -43,7 +43,8 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["group_label"] = views.group_label
     templates.env.globals.update(pages=PAGES, refresh_s=refresh_s, version=__version__, brokers=brokers,
-                                 group_label=views.group_label, age=_ms)
+                                 group_label=views.group_label, age=_ms,
+                                 clock=lambda t: time.strftime("%H:%M:%S", time.localtime(t)))
 
     def session_of(request: Request) -> Session | None:
         session = sessions.get(request.cookies.get(COOKIE))
@@ -96,7 +97,9 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
 
     # ---- pages -------------------------------------------------------------------------
     def cluster(request: Request, session: Session) -> dict:
-        return {"view": views.cluster_view(session.client)}
+        view = views.cluster_view(session.client)
+        session.history.note_leaders({g.name: (g.leader, g.epoch) for g in view.groups})
+        return {"view": view, "elections": list(session.history.elections)}
 
     def transactions(request: Request, session: Session) -> dict:
         sample(session)
