@@ -33,6 +33,9 @@ PAGES = (("cluster", "Cluster"), ("transactions", "Transactions"), ("topics", "T
          ("groups", "Consumer groups"), ("messages", "Messages"))
 
 
+TOPICS_PER_PAGE = 100  # a page of 1,000 topics' queues would be a DOM too big to refresh every interval
+
+
 def _ms(ms: float) -> str:
     s = ms / 1000
     return f"{s:.1f} s" if s < 120 else (f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h")
@@ -89,11 +92,12 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
         return endpoint
 
     def sample(session: Session, topics: list[views.TopicRow] | None = None) -> None:
-        """Feed the session's charts (at most once per refresh interval)."""
+        """Feed the session's charts (at most once per refresh interval); topic rates only from
+        the Topics page, which reads the topics anyway."""
         if not session.admin or not session.history.due():
             return
-        topics = topics if topics is not None else views.topics_view(session.client)
-        session.history.sample(views.stats_by_group(session.client), {t.name: t.end for t in topics})
+        ends = {t.name: t.end for t in topics} if topics is not None else None
+        session.history.sample(views.stats_by_group(session.client), ends)
 
     # ---- pages -------------------------------------------------------------------------
     def cluster(request: Request, session: Session) -> dict:
@@ -106,9 +110,16 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
         return {"view": views.transactions_view(session.client)}
 
     def topics(request: Request, session: Session) -> dict:
-        rows = views.topics_view(session.client, include_system=request.query_params.get("system") == "1")
+        q = request.query_params
+        rows = views.topics_view(session.client, include_system=q.get("system") == "1")
         sample(session, rows)
-        return {"topics": rows, "system": request.query_params.get("system") == "1"}
+        wanted = q.get("q", "").strip()
+        matching = [t for t in rows if wanted in t.name] if wanted else rows
+        page_no = max(0, int(q.get("page", "0") or 0)) if q.get("page", "0").isdigit() else 0
+        shown = matching[page_no * TOPICS_PER_PAGE:(page_no + 1) * TOPICS_PER_PAGE]
+        return {"topics": shown, "total": len(rows), "matching": len(matching), "page_no": page_no,
+                "page_count": max(1, -(-len(matching) // TOPICS_PER_PAGE)), "wanted": wanted,
+                "system": q.get("system") == "1"}
 
     def groups(request: Request, session: Session) -> dict:
         return {"groups": views.consumer_groups_view(session.client)}

@@ -74,15 +74,17 @@ class History:
     def due(self) -> bool:
         return time.monotonic() - self._sampled >= self.interval_s * 0.9
 
-    def sample(self, stats: dict[str, dict], topic_ends: dict[str, int]) -> None:
-        """`stats`: each broker group's Stats; `topic_ends`: each topic's summed queue ends."""
+    def sample(self, stats: dict[str, dict], topic_ends: dict[str, int] | None) -> None:
+        """`stats`: each broker group's Stats; `topic_ends`: each topic's summed queue ends (None:
+        not read this time, the topic chart skips this sample)."""
         now = time.time()
         with self._lock:
             self._sampled = time.monotonic()
             tx = {name: float(sum(s.get("transactions", {}).get(name, 0) for s in stats.values()))
                   for name, _ in TX_SERIES}
             self.transactions.add(now, tx)
-            self.topics.add(now, {t: float(n) for t, n in topic_ends.items()})
+            if topic_ends is not None:
+                self.topics.add(now, {t: float(n) for t, n in topic_ends.items()})
 
     def transaction_chart(self) -> dict:
         """Every transaction line from the start (zeros until a second sample gives rates)."""

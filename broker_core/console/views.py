@@ -24,8 +24,9 @@ def group_label(name: str) -> str:
 
 
 def live_groups(cc: ClusterClient) -> list[str]:
-    """The groups with a leader now (a lone broker's one group always)."""
-    routes = cc.routes(refresh=True)
+    """The groups with a leader (a lone broker's one group always), from routes at most the
+    client's route TTL old: a Routes answer lists every topic, too dear to ask per call."""
+    routes = cc.routes()
     if not routes.cluster:
         return [SINGLE]
     return sorted(g for g in routes.groups if routes.leaders.get(g))
@@ -41,18 +42,20 @@ class ClusterView:
 
 
 def cluster_view(cc: ClusterClient) -> ClusterView:
-    """Every group's replicas, asked of the first broker that answers (each reads the same etcd)."""
-    routes = cc.routes(refresh=True)
-    names = sorted(routes.groups) if routes.cluster else [SINGLE]
+    """Every group's replicas, asked of the first broker that answers (each reads the same etcd):
+    the groups known from cached routes first, then from fresh ones (a leader may have died)."""
     last: Exception | None = None
-    for name in [g for g in names if routes.leaders.get(g) or not routes.cluster] or names:
-        try:
-            groups = cc.group(name).cluster_status()
-        except (errors.BrokerUnavailable, errors.NotLeader, errors.RequestTimeout) as exc:
-            last = exc
-            continue
-        shown = {g.name for g in groups}
-        return ClusterView(routes.cluster, groups, [g for g in names if g not in shown])
+    for refresh in (False, True):
+        routes = cc.routes(refresh=refresh)
+        names = sorted(routes.groups) if routes.cluster else [SINGLE]
+        for name in [g for g in names if routes.leaders.get(g) or not routes.cluster]:
+            try:
+                groups = cc.group(name).cluster_status()
+            except (errors.BrokerUnavailable, errors.NotLeader, errors.RequestTimeout) as exc:
+                last = exc
+                continue
+            shown = {g.name for g in groups}
+            return ClusterView(routes.cluster, groups, [g for g in names if g not in shown])
     raise errors.BrokerUnavailable(f"no broker answered ClusterStatus: {last}")
 
 

@@ -95,5 +95,10 @@ def test_a_killed_leader_is_replaced_on_the_page_within_the_refresh(page, consol
     b.get(console.url + "/transactions")
     wait_for(lambda: b.find_elements(By.CSS_SELECTOR, f"tr[data-transaction='{tx.transaction_id}']"),
              what="the pending transaction on g2")
-    time.sleep(REFRESH_S * 3)  # a few chart samples
+    with ClusterClient(g2.replicas[0].endpoint) as client:  # a few commits for the chart
+        for i in range(12):
+            done = client.group("g2").prepare("", [Message("console-spread", b"c")], producer_group="shots")
+            client.group("g2").end_transaction(done.transaction_id, "COMMIT" if i % 4 else "ROLLBACK")
+            time.sleep(REFRESH_S / 2)
+    time.sleep(REFRESH_S * 2)
     b.save_screenshot(str(DOCS / "console-transactions.png"))
