@@ -14,11 +14,13 @@ from __future__ import annotations
 import argparse
 import http.cookiejar
 import json
+import os
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -58,7 +60,10 @@ def http_loads(url: str, loads: int) -> dict[str, dict]:
         times = []
         for _ in range(loads):
             t = time.perf_counter()
-            body = opener.open(url + page).read()
+            try:
+                body = opener.open(url + page).read()
+            except urllib.error.HTTPError as exc:
+                raise SystemExit(f"{page}: HTTP {exc.code}: {exc.read().decode()[-2000:]}") from None
             times.append((time.perf_counter() - t) * 1000)
         out[page] = {"median_ms": round(statistics.median(times), 1), "max_ms": round(max(times), 1),
                      "bytes": len(body)}
@@ -94,16 +99,21 @@ def main() -> None:
     p.add_argument("--pending", type=int, default=100_000)
     p.add_argument("--loads", type=int, default=5)
     args = p.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, EmbeddedBroker(Path(tmp) / "data", flush="async") as broker:
-        t = time.monotonic()
-        fill(broker.endpoint, args.topics, args.pending)
-        filled_s = time.monotonic() - t
-        console = Console(broker.endpoint, refresh_s=60)
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = EmbeddedBroker(Path(tmp) / "data", flush="async", start_timeout_s=300).start()
         try:
-            result = {"topics": args.topics, "pending": args.pending, "fill_s": round(filled_s, 1),
-                      "http": http_loads(console.url, args.loads), "browser_load_ms": browser_loads(console.url)}
+            t = time.monotonic()
+            fill(broker.endpoint, args.topics, args.pending)
+            filled_s = time.monotonic() - t
+            console = Console(broker.endpoint, refresh_s=60, timeout_s=60)
+            try:
+                result = {"load_average_1m": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
+                          "topics": args.topics, "pending": args.pending, "fill_s": round(filled_s, 1),
+                          "http": http_loads(console.url, args.loads), "browser_load_ms": browser_loads(console.url)}
+            finally:
+                console.stop()
         finally:
-            console.stop()
+            broker.kill()  # a clean stop would snapshot 100k transactions first: not what is measured
     print(json.dumps(result))
     out = ROOT / "bench" / "results" / "console_pages.json"
     out.parent.mkdir(exist_ok=True)

@@ -428,7 +428,7 @@ def cmd_console(args) -> None:
         raise UsageError(f"--listen: {exc}") from None
     if args.refresh <= 0:
         raise UsageError(f"--refresh must be positive, got {args.refresh}")
-    serve(args.broker, args.listen, refresh_s=args.refresh)
+    serve(args.broker, args.listen, refresh_s=args.refresh, timeout_s=args.timeout)
 
 
 # ---- parser ---------------------------------------------------------------------

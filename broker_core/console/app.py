@@ -248,12 +248,12 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-def serve(brokers: str, listen: str, *, refresh_s: float = 2.0) -> None:
+def serve(brokers: str, listen: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) -> None:
     """Run the console in the foreground (what `txmq console` does)."""
     import uvicorn
 
     host, _, port = listen.rpartition(":")
-    app = create_app(brokers, refresh_s=refresh_s)
+    app = create_app(brokers, refresh_s=refresh_s, timeout_s=timeout_s)
     config = uvicorn.Config(app, host=host.strip("[]") or "127.0.0.1", port=int(port), log_level="warning")
     server = uvicorn.Server(config)
     # uvicorn prints nothing at "warning": say where the console is, as the broker says where it listens

@@ -28,9 +28,9 @@ webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not in
 class Console:
     """A `txmq console` process."""
 
-    def __init__(self, brokers: str, *, refresh_s: float = REFRESH_S) -> None:
+    def __init__(self, brokers: str, *, refresh_s: float = REFRESH_S, timeout_s: float = 10.0) -> None:
         self.proc = subprocess.Popen([TXMQ, "console", "--broker", brokers, "--listen", "127.0.0.1:0",
-                                      "--refresh", str(refresh_s)], stdout=subprocess.PIPE,
+                                      "--refresh", str(refresh_s), "--timeout", str(timeout_s)], stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         line = self.proc.stdout.readline()
         found = re.search(r"(http://\S+?)/ ", line)
