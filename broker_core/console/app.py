@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 PAGES = (("cluster", "Cluster"), ("transactions", "Transactions"), ("topics", "Topics"),
-         ("groups", "Consumer groups"), ("messages", "Messages"))
+         ("groups", "Consumer groups"), ("messages", "Messages"), ("spark", "Spark"))
 
 
 TOPICS_PER_PAGE = 100  # a page of 1,000 topics' queues would be a DOM too big to refresh every interval
@@ -137,6 +137,10 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
                                         topic=q.get("topic", "").strip(), key=q.get("key", "").strip())
         return {"found": found, "q": q, "done": q.get("done")}
 
+    def spark(request: Request, session: Session) -> dict:
+        checkpoint = request.query_params.get("checkpoint", "").strip()
+        return {"checkpoint": checkpoint, "view": views.spark_view(session.client, checkpoint) if checkpoint else None}
+
     # ---- actions (admin) ---------------------------------------------------------------
     def action(do: Callable[[Request, Session, dict], str]) -> Callable:
         async def endpoint(request: Request) -> Response:
@@ -237,6 +241,7 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
         Route("/groups/{name}/reset", action(reset), methods=["POST"]),
         Route("/messages", page("messages", messages)),
         Route("/messages/resend", action(resend), methods=["POST"]),
+        Route("/spark", page("spark", spark)),
         Route("/api/chart/{name}", chart),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]

@@ -263,3 +263,75 @@ def resend(cc: ClusterClient, group: str, message_id: str, topic: str) -> str:
 def stats_by_group(cc: ClusterClient) -> dict[str, dict]:
     return {name: cc.group(name).stats() for name in live_groups(cc)}
 
+
+
+# ---- spark -----------------------------------------------------------------------------
+
+@dataclass
+class SparkQueueRow:
+    topic: str
+    group: str
+    queue_id: int
+    committed: int
+    end: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end - self.committed)
+
+
+@dataclass
+class SparkView:
+    checkpoint: str
+    batch_id: int | None  # the last batch Spark's commit log holds
+    queues: list[SparkQueueRow]
+    sink_transactions: list[tuple[int, str, str]]  # (batch id, transaction id, state)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(r.lag for r in self.queues)
+
+
+def spark_view(cc: ClusterClient, checkpoint: str, *, sink_batches: int = 5) -> SparkView:
+    """A streaming query's committed source offsets (its checkpoint's offset log at the last batch
+    its commit log holds) against each queue's end, and its sink's last transactions.
+
+    The checkpoint's forms are the connector's (txmq.spark: offsets.from_json, the sink's ids),
+    so this page needs the `spark` extra."""
+    try:
+        from txmq.spark.offsets import from_json
+        from txmq.spark.options import InvalidOption, local_checkpoint_dir, sink_id_for_checkpoint
+        from txmq.spark.sink import committed_batches
+        from txmq.spark.transactions import transaction_id
+    except ImportError as exc:
+        raise errors.Unsupported(f"the Spark page reads checkpoints with txmq's Spark connector: "
+                                 f"pip install 'txmq[spark]' ({exc})") from None
+    try:
+        path = local_checkpoint_dir(checkpoint, helper="txmq console")
+    except InvalidOption as exc:
+        raise errors.BadRequest(str(exc)) from None
+    if not path.is_dir():
+        raise errors.NotFound(f"no checkpoint directory {checkpoint!r} on the console's host")
+    done = sorted(committed_batches(path))
+    cut: dict = {}
+    if done:
+        # Spark's offset log: "v1", the batch's metadata, then one line per source
+        lines = (path / "offsets" / str(done[-1])).read_text().splitlines()
+        for line in lines[2:]:
+            try:
+                cut.update(from_json(json.loads(line)))
+            except ValueError:
+                continue  # another source's offsets
+    ends = cc.snapshot_offsets(sorted(cut)) if cut else {}
+    rows = [SparkQueueRow(t, g, q, cut[t].get((g, q), 0), e)
+            for t in sorted(ends) for (g, q), e in sorted(ends[t].items())]
+    sink = sink_id_for_checkpoint(checkpoint)
+    txs = []
+    for batch in done[-sink_batches:][::-1]:
+        for generation in range(3):
+            tx = transaction_id(sink, batch, generation)
+            try:
+                txs.append((batch, tx, str(cc.get_transaction(tx).state)))
+            except (errors.UnknownTransaction, errors.InvalidTransactionId, errors.NotFound):
+                continue
+    return SparkView(checkpoint, done[-1] if done else None, rows, txs)
