@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
@@ -145,7 +146,6 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
     def action(do: Callable[[Request, Session, dict], str]) -> Callable:
         async def endpoint(request: Request) -> Response:
             form = dict(await request.form())
-            from starlette.concurrency import run_in_threadpool
 
             def run() -> Response:
                 session = session_of(request)
@@ -190,8 +190,6 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
         error = None
         if request.method == "POST":
             form = await request.form()
-            from starlette.concurrency import run_in_threadpool
-
             try:
                 token, _ = await run_in_threadpool(sessions.open, str(form.get("access_key", "")).strip(),
                                                    str(form.get("secret_key", "")))
