@@ -77,7 +77,7 @@ etcd-required:
 	@command -v etcd >/dev/null || { echo "make: $(ETCD_HINT)" >&2; exit 2; }
 
 test: venv interop-venv etcd faketime chromium
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 test-slow: venv interop-venv
 	$(VPY) -m pytest -m slow $(PYTEST_ARGS)

@@ -42,6 +42,7 @@ from txmq.broker.client.types import (
     PendingGroup,
     PrepareSummary,
     PullResult,
+    PushedBatch,
     QueueRange,
     QueueRef,
     Routes,
@@ -60,6 +61,7 @@ from txmq.broker.transaction.cross_records import CrossRecord
 
 if TYPE_CHECKING:
     from txmq.broker.client.checkback import CheckbackSession
+    from txmq.broker.client.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -455,6 +457,28 @@ class NativeClient:
                 self._fail_over()
                 time.sleep(backoff * (0.5 + random.random() / 2))
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def subscribe(self, start: Mapping[str, Mapping[int, int]], *, tags: str | None = None, sql: str | None = None,
+                  max_bytes: int = 0, skip_deleted: bool = True, retry_s: float | None = None) -> "Subscription":
+        """Committed messages of the queues in `start` ({topic: {queue id: first offset}}), pushed by
+        the broker as they are published: iterate the Subscription for PushedBatches (one queue
+        each, in offset order), `close()` it to stop. It reopens its stream from where it got to
+        when the broker goes away, for up to `retry_s` (default: `retry_unavailable_s`) at a time.
+        `tags` and `sql` filter as in `read_queue`; `max_bytes`: records per batch (0: the
+        broker's default); retention-deleted offsets are skipped unless `skip_deleted` is off."""
+        from txmq.broker.client.subscription import Subscription
+
+        return Subscription(self, start, tags=tags, sql=sql, max_bytes=max_bytes, skip_deleted=skip_deleted,
+                            retry_s=retry_s)
+
+    def follow(self, request: pb.SubscribeRequest, on_open: Callable[[Any], None]) -> Iterator[PushedBatch]:
+        """One subscription stream, as it comes (`subscribe` reopens it after failures)."""
+        return self._data.follow(request, on_open)
+
+    def fail_over(self) -> None:
+        """Connect to the next endpoint (and ask it for its data plane) on the next call."""
+        self._fail_over()
+        self._data.reset()
 
     def pull_arrow(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
                    sql: str | None = None, max_bytes: int = 0) -> PullResult:

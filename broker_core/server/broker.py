@@ -273,6 +273,7 @@ class Broker:
             self.listener = None
         if self.flight is not None:
             self.native.closing = True  # open streams end at their next batch
+            self.native.waiters.wake_all()  # and subscriptions waiting for a publish at once
             # Flight's shutdown waits for every call, and a client that neither reads nor ends its
             # stream would hold it forever: wait for the grace, then close the store without them.
             ending = threading.Thread(target=self.flight.shutdown, name="txmq-flight-stop", daemon=True)
