@@ -10,14 +10,14 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test upgrade-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: chromium faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test upgrade-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install -q --upgrade pip
-	$(VPY) -m pip install -q -e '.[test,bench]'
+	$(VPY) -m pip install -q -e '.[test,bench,console]'
 	@# pyspark finds `pyspark_*` data sources with pkgutil.iter_modules, which cannot see the
 	@# editable-install finder: put the folder holding pyspark_txmq on sys.path as well.
 	$(VPY) -c "import site, pathlib; pathlib.Path(site.getsitepackages()[0], 'txmq_spark_autoregister.pth').write_text('$(abspath connector/autoregister)\\n')"
@@ -65,11 +65,18 @@ faketime:
 	  else sudo -n apt-get update -qq && sudo -n apt-get install -y -qq libfaketime; fi; } \
 	  || echo "libfaketime could not be installed (apt-get install libfaketime): the lab's clock jumps will fail" >&2
 
+# Debian's chromium and chromedriver for the console's browser tests (tests/console), which say so when missing.
+chromium:
+	@command -v chromedriver >/dev/null && command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq chromium chromium-driver; \
+	  else sudo -n apt-get update -qq && sudo -n apt-get install -y -qq chromium chromium-driver; fi; } \
+	  || echo "chromium could not be installed (apt-get install chromium chromium-driver): the console's browser tests will be skipped" >&2
+
 # Targets that cannot run without etcd stop here with one line saying how to get it.
 etcd-required:
 	@command -v etcd >/dev/null || { echo "make: $(ETCD_HINT)" >&2; exit 2; }
 
-test: venv interop-venv etcd faketime
+test: venv interop-venv etcd faketime chromium
 	$(VPY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 test-slow: venv interop-venv

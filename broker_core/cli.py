@@ -415,6 +415,22 @@ def cmd_cluster_status(args) -> None:
     print(_table(rows, ["group", "endpoint", "role", "in_sync", "epoch", "lag_bytes", "lag_seconds", "may_not_lead"]))
 
 
+def cmd_console(args) -> None:
+    try:
+        from txmq.broker.console.app import serve
+    except ModuleNotFoundError as exc:
+        raise UsageError(f"the console needs its extra: pip install 'txmq[console]' ({exc.name} is missing)") from None
+    from txmq.broker.server.config import parse_host_port
+
+    try:
+        parse_host_port(args.listen)
+    except ValueError as exc:
+        raise UsageError(f"--listen: {exc}") from None
+    if args.refresh <= 0:
+        raise UsageError(f"--refresh must be positive, got {args.refresh}")
+    serve(args.broker, args.listen, refresh_s=args.refresh, timeout_s=args.timeout)
+
+
 # ---- parser ---------------------------------------------------------------------
 
 def _common() -> argparse.ArgumentParser:
@@ -546,6 +562,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="etcd H:P[,H:P...] (default $TXMQ_ETCD)")
     p.add_argument("--group", help="only this group")
     p.set_defaults(func=cmd_cluster_status)
+
+    p = sub.add_parser("console", parents=[common],
+                       help="web pages of the cluster, transactions in flight, topics, consumer groups and messages")
+    p.add_argument("--listen", default=os.environ.get("TXMQ_CONSOLE_LISTEN", "127.0.0.1:8080"),
+                   help="HOST:PORT the console serves on (default 127.0.0.1:8080, or $TXMQ_CONSOLE_LISTEN)")
+    p.add_argument("--refresh", type=float, default=2.0, help="seconds between a page's refreshes (default 2)")
+    p.set_defaults(func=cmd_console)
     return parser
 
 

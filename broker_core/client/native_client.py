@@ -37,7 +37,9 @@ from txmq.broker.client.types import (
     ConsumerGroupInfo,
     EndSummary,
     GroupLag,
+    GroupStatus,
     Message,
+    PendingGroup,
     PrepareSummary,
     PullResult,
     PushedBatch,
@@ -46,6 +48,7 @@ from txmq.broker.client.types import (
     Routes,
     QueueSlice,
     ReceivedMessage,
+    ReplicaStatus,
     SendSummary,
     TopicInfo,
     TransactionInfo,
@@ -638,10 +641,31 @@ class NativeClient:
         req = pb.ConsumerHeartbeatRequest(group=group, member_id=member_id, ttl_ms=ttl_ms, leave=leave)
         return list(self._call("ConsumerHeartbeat", req).members)
 
+    def cluster_status(self, group: str | None = None) -> list[GroupStatus]:
+        """Every broker group's replicas (role, epoch, in sync, lag, alive), as `txmq cluster status`
+        shows them; a lone broker answers one group named "" (admin only when auth is on)."""
+        resp = self._call("ClusterStatus", pb.ClusterStatusRequest(group=group or ""))
+        return [GroupStatus(name=g.name, leader=g.leader or None, epoch=g.epoch,
+                            members=tuple(_replica_status(m) for m in g.members)) for g in resp.groups]
+
+    def transaction_summary(self) -> tuple[list[PendingGroup], int]:
+        """(PENDING transactions counted by producer group and topic, the DISCARDED count)."""
+        resp = self._call("TransactionSummary", pb.TransactionSummaryRequest())
+        return ([PendingGroup(p.producer_group, p.topic, p.transactions, p.oldest_age_ms, p.max_check_times)
+                 for p in resp.pending], resp.discarded)
+
     def stats(self) -> dict:
         import json
 
         return json.loads(self._call("Stats", pb.StatsRequest()).json or "{}")
+
+
+def _replica_status(m: pb.ReplicaStatus) -> ReplicaStatus:
+    def known(value):  # -1 on the wire: not reported (a replica that is down)
+        return value if value >= 0 else None
+    return ReplicaStatus(endpoint=m.endpoint, role=m.role, in_sync=m.in_sync, alive=m.alive,
+                         log_end=known(m.log_end), lag_bytes=known(m.lag_bytes), lag_seconds=known(m.lag_seconds),
+                         replica_id=m.replica_id, may_not_lead=m.may_not_lead)
 
 
 def _as_table(batch: Any) -> pa.Table:

@@ -222,3 +222,39 @@ class Routes:
             return self.topics[topic]
         except KeyError:
             raise KeyError(f"no route for topic {topic!r}") from None
+
+
+@dataclass(frozen=True)
+class ReplicaStatus:
+    """One replica of a broker group, as etcd records it (the native ClusterStatus call)."""
+
+    endpoint: str
+    role: str  # leader, follower or down
+    in_sync: bool
+    alive: bool
+    log_end: int | None  # None: unknown (the replica is down)
+    lag_bytes: int | None
+    lag_seconds: float | None
+    replica_id: str = ""
+    may_not_lead: str = ""
+
+
+@dataclass(frozen=True)
+class GroupStatus:
+    """A broker group: its leader (None while it elects), epoch and replicas; a lone broker is group ""."""
+
+    name: str
+    leader: str | None
+    epoch: int
+    members: tuple[ReplicaStatus, ...]
+
+
+@dataclass(frozen=True)
+class PendingGroup:
+    """PENDING transactions of one producer group on one topic (the native TransactionSummary call)."""
+
+    producer_group: str
+    topic: str
+    transactions: int
+    oldest_age_ms: int
+    max_check_times: int

@@ -223,10 +223,12 @@ class NativeService:
             return self._queue_count(topic)
         return queue_count
 
-    def _queue_ids(self, topic: str) -> list[int]:
+    def _queue_ids(self, topic: str, with_entries: dict[str, list[int]] | None = None) -> list[int]:
+        """The topic's declared queues and any other with entries (`with_entries`: the store's
+        queue_ids_by_topic, read once for a call about many topics)."""
         config = self._topic(topic)
         ids = set(range(config.queue_count))
-        ids.update(self.store.queue_ids(topic))
+        ids.update(self.store.queue_ids(topic) if with_entries is None else with_entries.get(topic, ()))
         return sorted(ids)
 
     def _per_queue(self, topics: Iterable[str], fn: Callable[[str, int], int]) -> dict[str, dict[int, int]]:
@@ -241,10 +243,10 @@ class NativeService:
                 result[topic][queue_id] = offset
         return result
 
-    def _topic_view(self, config: TopicConfig) -> pb.TopicView:
+    def _topic_view(self, config: TopicConfig, with_entries: dict[str, list[int]] | None = None) -> pb.TopicView:
         name = config.name
         queues = []
-        for q in self._queue_ids(name):
+        for q in self._queue_ids(name, with_entries):
             queues.append(pb.QueueRange(queue_id=q, min_offset=self.store.min_offset(name, q),
                                         max_offset=self.store.max_offset(name, q)))
         return pb.TopicView(name=name, queue_count=config.queue_count, permission=int(config.permission),
@@ -643,12 +645,14 @@ class NativeService:
             host, port = self.core.advertised or self.core.config.listen_host_port
             me = f"{host}:{port}"
             names = list(request.topics) or [t.name for t in self.store.topics.list()]
+            with_entries = self.store.queue_ids_by_topic()
             topics = [pb.TopicRoute(name=n, message_type=self.core.topic_types.get(n).value,
-                                    queues=[pb.QueueRoute(group="", queue_id=q) for q in self._queue_ids(n)])
+                                    queues=[pb.QueueRoute(group="", queue_id=q) for q in self._queue_ids(n, with_entries)])
                       for n in names]
             return pb.RoutesResponse(status=ok_status(), cluster=False, topics=topics,
                                      groups=[pb.GroupRoute(name="", leader=me, endpoints=[me])])
         layouts = routes.topics()
+        with_entries = self.store.queue_ids_by_topic()
         topics = []
         for name in list(request.topics) or sorted(layouts):
             layout = routes.topic(name)
@@ -656,7 +660,7 @@ class NativeService:
                 queues = [pb.QueueRoute(group=q.group, queue_id=q.queue_id) for q in layout.queues]
                 mtype = layout.message_type
             else:  # a topic of this group alone (auto-created by a send, or made before the cluster)
-                queues = [pb.QueueRoute(group=routes.group, queue_id=q) for q in self._queue_ids(name)]
+                queues = [pb.QueueRoute(group=routes.group, queue_id=q) for q in self._queue_ids(name, with_entries)]
                 mtype = self.core.topic_types.get(name).value
             topics.append(pb.TopicRoute(name=name, queues=queues, message_type=mtype))
         groups = [pb.GroupRoute(name=g.name, leader=g.leader or "", endpoints=list(g.endpoints))
@@ -665,7 +669,8 @@ class NativeService:
 
     def ListTopics(self, request, context) -> pb.ListTopicsResponse:
         identity = self._identity(context)
-        views = [self._topic_view(t) for t in self.store.topics.list(include_system=request.include_system)
+        with_entries = self.store.queue_ids_by_topic()
+        views = [self._topic_view(t, with_entries) for t in self.store.topics.list(include_system=request.include_system)
                  if identity.may_subscribe(t.name) or identity.may_publish(t.name)]
         return pb.ListTopicsResponse(status=ok_status(), topics=views)
 
@@ -739,6 +744,45 @@ class NativeService:
         data = {"store": self.store.stats(), "transactions": self.engine.metrics.snapshot(),
                 "rpc": self.metrics.snapshot()}
         return pb.StatsResponse(status=ok_status(), json=json.dumps(data, default=str))
+
+    def ClusterStatus(self, request, context) -> pb.ClusterStatusResponse:
+        """Each group's replicas as etcd records them (what `txmq cluster status` prints); a lone
+        broker is one group named "" whose one replica leads."""
+        self._require_admin(context)
+        if not self.core.config.etcd:
+            host, port = self.core.advertised or self.core.config.listen_host_port
+            me = pb.ReplicaStatus(endpoint=f"{host}:{port}", role="leader", in_sync=True, alive=True,
+                                  log_end=int(self.store.stats()["commitlog_max_offset"]),
+                                  lag_bytes=0, lag_seconds=0.0)
+            return pb.ClusterStatusResponse(status=ok_status(), cluster=False,
+                                            groups=[pb.GroupStatus(name="", leader=me.endpoint, members=[me])])
+        from txmq.broker.cluster.coordination import CoordinationUnavailable, cluster_status
+
+        try:
+            data = cluster_status(self.core.config.etcd_endpoints, request.group or None)
+        except CoordinationUnavailable as exc:
+            raise errors.BrokerUnavailable(f"etcd: {exc}") from None
+        groups = [pb.GroupStatus(name=name, leader=g["leader"] or "", epoch=g["epoch"] or 0,
+                                 members=[_replica_status(m) for m in g["members"]])
+                  for name, g in sorted(data["groups"].items())]
+        return pb.ClusterStatusResponse(status=ok_status(), cluster=True, groups=groups)
+
+    def TransactionSummary(self, request, context) -> pb.TransactionSummaryResponse:
+        self._require_admin(context)
+        counts, discarded = self.engine.pending_summary()
+        pending = [pb.PendingGroup(producer_group=group, topic=topic, transactions=c.transactions,
+                                   oldest_age_ms=c.oldest_age_ms, max_check_times=c.max_check_times)
+                   for (group, topic), c in sorted(counts.items())]
+        return pb.TransactionSummaryResponse(status=ok_status(), pending=pending, discarded=discarded)
+
+
+def _replica_status(m: dict) -> pb.ReplicaStatus:
+    unknown = -1  # not reported (a replica that is down): the client reads it as None
+    return pb.ReplicaStatus(endpoint=m["endpoint"], role=m["role"], in_sync=m["in_sync"], alive=m["alive"],
+                            log_end=m["log_end"] if m["log_end"] is not None else unknown,
+                            lag_bytes=m["lag_bytes"] if m["lag_bytes"] is not None else unknown,
+                            lag_seconds=m["lag_seconds"] if m["lag_seconds"] is not None else unknown,
+                            replica_id=str(m.get("replica_id") or ""), may_not_lead=str(m.get("may_not_lead", "")))
 
 
 def _group_view(settings: GroupSettings) -> pb.ConsumerGroupView:

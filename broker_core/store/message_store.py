@@ -648,6 +648,15 @@ class MessageStore:
         return [q for q in self.dispatcher.queue_ids(topic)
                 if (cq := self.dispatcher.queue(topic, q)) is not None and cq.max_offset > 0]
 
+    def queue_ids_by_topic(self) -> dict[str, list[int]]:
+        """`queue_ids` of every topic in one pass over the queues (a listing of 1,000 topics
+        would otherwise scan every queue once per topic)."""
+        found: dict[str, list[int]] = {}
+        for cq in self.dispatcher.queues():
+            if cq.max_offset > 0:
+                found.setdefault(cq.topic, []).append(cq.queue_id)
+        return {t: sorted(ids) for t, ids in found.items()}
+
     def offset_for_timestamp(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """First queue offset whose store time is >= timestamp_ms (max offset if none)."""
         cq = self.dispatcher.queue(topic, queue_id)

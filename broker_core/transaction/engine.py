@@ -82,6 +82,7 @@ from .state import (
     EndResult,
     FinalRecord,
     HalfRefs,
+    PendingCount,
     PrepareResult,
     Resolution,
     Transaction,
@@ -331,6 +332,26 @@ class TransactionEngine:
             if len(infos) >= limit:
                 break
         return infos
+
+    def pending_summary(self) -> tuple[dict[tuple[str, str], PendingCount], int]:
+        """({(producer group, topic): PendingCount} of PENDING transactions, how many are DISCARDED):
+        the console's view, counted without a TransactionInfo per transaction."""
+        with self._table_lock:
+            candidates = [tx for tx in self._table.values() if tx.state in (TxState.PENDING, TxState.DISCARDED)]
+        now = self._now_ms()
+        counts: dict[tuple[str, str], PendingCount] = {}
+        discarded = 0
+        for tx in candidates:
+            with tx.cond:  # cond guards every field, halves included
+                if tx.state is TxState.DISCARDED:
+                    discarded += 1
+                    continue
+                if tx.state is not TxState.PENDING:
+                    continue
+                topics, age, checks = tx.topics(), max(0, now - tx.created_ms), tx.checks
+            for topic in topics:
+                counts.setdefault((tx.producer_group, topic), PendingCount()).add(age, checks)
+        return counts, discarded
 
     def resume(self, transaction_id: str) -> None:
         """DISCARDED → PENDING again (an admin's decision), with its checks reset."""

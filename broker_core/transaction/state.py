@@ -313,6 +313,20 @@ class TransactionInfo:
     last_check_ms: int = 0
 
 
+@dataclass
+class PendingCount:
+    """PENDING transactions of one (producer group, topic): how many, the oldest's age, the most checked."""
+
+    transactions: int = 0
+    oldest_age_ms: int = 0
+    max_check_times: int = 0
+
+    def add(self, age_ms: int, check_times: int) -> None:
+        self.transactions += 1
+        self.oldest_age_ms = max(self.oldest_age_ms, age_ms)
+        self.max_check_times = max(self.max_check_times, check_times)
+
+
 @dataclass(frozen=True)
 class PrepareResult:
     transaction_id: str

@@ -18,7 +18,10 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 # an optional import -> (the extra that provides it, the only source paths that may import it)
 OPTIONAL = {"pyspark": ("spark", ("connector/",)),
-            "grpc_tools": ("test", ("broker_core/protocol/generate.py",))}
+            "grpc_tools": ("test", ("broker_core/protocol/generate.py",)),
+            "starlette": ("console", ("broker_core/console/",)),
+            "jinja2": ("console", ("broker_core/console/",)),
+            "uvicorn": ("console", ("broker_core/console/",))}
 
 
 def _third_party_imports() -> dict[str, set[str]]:

@@ -88,6 +88,15 @@ def test_the_wheel_holds_every_module_of_the_source_tree(installed):
     assert not missing, f"the wheel lacks {missing}"
 
 
+def test_the_wheel_holds_the_consoles_templates_and_static_files(installed):
+    folder = ROOT / "broker_core" / "console"
+    data = [p for sub in ("templates", "static") for p in (folder / sub).iterdir() if p.is_file()]
+    assert data, "the console has no templates or static files to check"
+    missing = [str(p.relative_to(folder)) for p in data
+               if not (installed.site / "txmq/broker/console" / p.relative_to(folder)).is_file()]
+    assert not missing, f"the wheel lacks the console's {missing}"
+
+
 def test_the_installed_venv_imports_txmq_from_the_wheel_only(installed):
     where = installed.run(installed.python, "-c", textwrap.dedent("""
         import pyspark_txmq, txmq.broker, txmq.spark

@@ -1,0 +1,124 @@
+"""Console page loads: 1,000 topics and 100,000 pending transactions (goal: each page < 300 ms).
+
+    .venv/bin/python bench/console_pages.py [--topics N] [--pending N] [--loads N]
+
+One broker (flush async), N topics of 4 queues with a message in each queue, N pending
+transactions (one half each, under 10 producer groups, over 20 topics), then `txmq console`
+as its own process. Each page is fetched --loads times over HTTP (the server's whole answer:
+native calls + render) and once in headless chromium when it is installed (navigation to
+load event). Prints one JSON line and writes bench/results/console_pages.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.cookiejar
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.console.conftest import Console  # noqa: E402  (the test harness starts `txmq console`)
+from txmq.broker.client import Message, NativeClient  # noqa: E402
+from txmq.broker.embedded import EmbeddedBroker  # noqa: E402
+
+PAGES = ("/cluster", "/topics", "/transactions", "/groups")
+
+
+def fill(endpoint: str, topics: int, pending: int) -> None:
+    with NativeClient(endpoint) as c:
+        for i in range(topics):
+            c.create_topic(f"bench-topic-{i:04d}", 4)
+        for start in range(0, topics, 100):
+            c.send([Message(f"bench-topic-{i:04d}", b"m") for i in range(start, min(topics, start + 100))
+                    for _ in range(4)])
+
+    def prepare(worker: int) -> None:
+        with NativeClient(endpoint) as c:
+            for n in range(worker, pending, 8):
+                c.prepare("", [Message(f"bench-topic-{n % 20:04d}", b"half")], producer_group=f"pg-{n % 10}",
+                          return_message_ids=False)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(prepare, range(8)))
+
+
+def http_loads(url: str, loads: int) -> dict[str, dict]:
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+    opener.open(url + "/cluster").read()  # the session
+    out = {}
+    for page in PAGES:
+        times = []
+        for _ in range(loads):
+            t = time.perf_counter()
+            try:
+                body = opener.open(url + page).read()
+            except urllib.error.HTTPError as exc:
+                raise SystemExit(f"{page}: HTTP {exc.code}: {exc.read().decode()[-2000:]}") from None
+            times.append((time.perf_counter() - t) * 1000)
+        out[page] = {"median_ms": round(statistics.median(times), 1), "max_ms": round(max(times), 1),
+                     "bytes": len(body)}
+    return out
+
+
+def browser_loads(url: str) -> dict[str, float] | None:
+    if not (shutil.which("chromium") and shutil.which("chromedriver")):
+        return None
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=options)
+    try:
+        driver.get(url + "/cluster")
+        out = {}
+        for page in PAGES:
+            driver.get(url + page)
+            out[page] = round(driver.execute_script(
+                "var n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime;"), 1)
+        return out
+    finally:
+        driver.quit()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--topics", type=int, default=1000)
+    p.add_argument("--pending", type=int, default=100_000)
+    p.add_argument("--loads", type=int, default=5)
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = EmbeddedBroker(Path(tmp) / "data", flush="async", start_timeout_s=300).start()
+        try:
+            t = time.monotonic()
+            fill(broker.endpoint, args.topics, args.pending)
+            filled_s = time.monotonic() - t
+            console = Console(broker.endpoint, refresh_s=60, timeout_s=60)
+            try:
+                result = {"load_average_1m": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
+                          "topics": args.topics, "pending": args.pending, "fill_s": round(filled_s, 1),
+                          "http": http_loads(console.url, args.loads), "browser_load_ms": browser_loads(console.url)}
+            finally:
+                console.stop()
+        finally:
+            broker.kill()  # a clean stop would snapshot 100k transactions first: not what is measured
+    print(json.dumps(result))
+    out = ROOT / "bench" / "results" / "console_pages.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

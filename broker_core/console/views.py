@@ -1,0 +1,337 @@
+"""What each page shows, read from the brokers through the public client.
+
+A view is plain data (dataclasses) built from native calls on a ClusterClient: the templates
+only lay it out. Groups without a leader (electing) are shown, and their figures are left out
+rather than guessed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from txmq.broker import errors
+from txmq.broker.client.cluster_client import ClusterClient
+from txmq.broker.client.types import GroupStatus, PendingGroup, ReceivedMessage, TransactionInfo
+
+SINGLE = ""  # the group name of a broker that is not in a cluster
+
+
+def group_label(name: str) -> str:
+    return name or "(single broker)"
+
+
+def live_groups(cc: ClusterClient) -> list[str]:
+    """The groups with a leader (a lone broker's one group always), from routes at most the
+    client's route TTL old: a Routes answer lists every topic, too dear to ask per call."""
+    routes = cc.routes()
+    if not routes.cluster:
+        return [SINGLE]
+    return sorted(g for g in routes.groups if routes.leaders.get(g))
+
+
+# ---- cluster ---------------------------------------------------------------------------
+
+@dataclass
+class ClusterView:
+    cluster: bool
+    groups: list[GroupStatus]
+    unreachable: list[str] = field(default_factory=list)  # groups no broker would report on
+
+
+def cluster_view(cc: ClusterClient) -> ClusterView:
+    """Every group's replicas, asked of the first broker that answers (each reads the same etcd):
+    the groups known from cached routes first, then from fresh ones (a leader may have died)."""
+    last: Exception | None = None
+    for refresh in (False, True):
+        routes = cc.routes(refresh=refresh)
+        names = sorted(routes.groups) if routes.cluster else [SINGLE]
+        for name in [g for g in names if routes.leaders.get(g) or not routes.cluster]:
+            try:
+                groups = cc.group(name).cluster_status()
+            except (errors.BrokerUnavailable, errors.NotLeader, errors.RequestTimeout) as exc:
+                last = exc
+                continue
+            shown = {g.name for g in groups}
+            return ClusterView(routes.cluster, groups, [g for g in names if g not in shown])
+    raise errors.BrokerUnavailable(f"no broker answered ClusterStatus: {last}")
+
+
+# ---- transactions ----------------------------------------------------------------------
+
+@dataclass
+class TransactionsView:
+    pending: list[tuple[str, PendingGroup]]  # (broker group, counts by producer group and topic)
+    oldest: list[tuple[str, TransactionInfo]]  # the oldest pending transactions, each with its group
+    discarded: list[tuple[str, TransactionInfo]]
+    totals: dict[str, int]
+
+
+def transactions_view(cc: ClusterClient, *, rows: int = 50) -> TransactionsView:
+    pending, oldest, discarded = [], [], []
+    discarded_count = 0
+    for name in live_groups(cc):
+        client = cc.group(name)
+        summary, n_discarded = client.transaction_summary()
+        pending += [(name, p) for p in summary]
+        discarded_count += n_discarded
+        oldest += [(name, t) for t in client.list_transactions(state="PENDING", limit=rows)]
+        if n_discarded:
+            discarded += [(name, t) for t in client.list_transactions(state="DISCARDED", limit=rows)]
+    oldest.sort(key=lambda gt: -gt[1].age_ms)
+    totals = {"pending": sum(p.transactions for _, p in pending), "discarded": discarded_count}
+    return TransactionsView(pending, oldest[:rows], discarded[:rows], totals)
+
+
+# ---- topics ----------------------------------------------------------------------------
+
+@dataclass
+class QueueRow:
+    group: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass
+class TopicRow:
+    name: str
+    message_type: str
+    queues: list[QueueRow]
+
+    @property
+    def messages(self) -> int:
+        return sum(q.max_offset - q.min_offset for q in self.queues)
+
+    @property
+    def end(self) -> int:
+        return sum(q.max_offset for q in self.queues)
+
+    @property
+    def groups(self) -> list[str]:
+        return sorted({q.group for q in self.queues})
+
+
+def topics_view(cc: ClusterClient, *, include_system: bool = False) -> list[TopicRow]:
+    """Each topic with its queues on every group (one ListTopics call per group)."""
+    topics: dict[str, TopicRow] = {}
+    for name in live_groups(cc):
+        for t in cc.group(name).list_topics(include_system=include_system):
+            row = topics.setdefault(t.name, TopicRow(t.name, t.message_type, []))
+            row.queues += [QueueRow(name, q, r.min_offset, r.max_offset) for q, r in sorted(t.queues.items())]
+    return [topics[n] for n in sorted(topics)]
+
+
+# ---- consumer groups -------------------------------------------------------------------
+
+@dataclass
+class LagRow:
+    group: str  # broker group
+    topic: str
+    queue_id: int
+    committed: int
+    max_offset: int
+    lag: int
+
+
+@dataclass
+class ConsumerGroupRow:
+    name: str
+    fifo: bool
+    retry_max_times: int
+    members: list[str]
+    lag: list[LagRow]
+
+    @property
+    def total_lag(self) -> int:
+        return sum(r.lag for r in self.lag)
+
+
+def consumer_group_names(cc: ClusterClient) -> list[str]:
+    names: set[str] = set()
+    for name in live_groups(cc):
+        names |= {g.name for g in cc.group(name).list_consumer_groups()}
+    return sorted(names)
+
+
+def consumer_group_view(cc: ClusterClient, consumer_group: str) -> ConsumerGroupRow:
+    lag: list[LagRow] = []
+    settings = None
+    members: set[str] = set()
+    for name in live_groups(cc):
+        client = cc.group(name)
+        try:
+            settings = settings or client.describe_consumer_group(consumer_group)
+        except errors.ConsumerGroupNotFound:
+            pass
+        try:
+            per_topic = client.group_lag(consumer_group)
+        except errors.ConsumerGroupNotFound:  # nothing committed on this group's queues
+            per_topic = {}
+        lag += [LagRow(name, t, q, e.committed, e.max_offset, e.lag)
+                for t, qs in sorted(per_topic.items()) for q, e in sorted(qs.items())]
+    if settings is None and not lag:
+        raise errors.ConsumerGroupNotFound(f"consumer group {consumer_group!r} has no settings and no offsets")
+    return ConsumerGroupRow(consumer_group, settings.fifo if settings else False,
+                            settings.retry_max_times if settings else 16, sorted(members), lag)
+
+
+def consumer_groups_view(cc: ClusterClient) -> list[ConsumerGroupRow]:
+    return [consumer_group_view(cc, n) for n in consumer_group_names(cc)]
+
+
+def reset_offsets(cc: ClusterClient, consumer_group: str, topic: str, to: str) -> None:
+    """Move a consumer group's committed offsets of `topic` to its queues' start or end."""
+    ends = cc.min_offsets([topic]) if to == "earliest" else cc.snapshot_offsets([topic])
+    cc.commit_offsets(consumer_group, ends)
+
+
+# ---- messages --------------------------------------------------------------------------
+
+@dataclass
+class MessagePath:
+    message: ReceivedMessage
+    group: str
+    steps: list[str]
+    preview_kind: str  # json, text or hex
+    preview: str
+
+
+def body_preview(body: bytes, limit: int = 4096) -> tuple[str, str]:
+    head = body[:limit]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return "hex", " ".join(f"{b:02x}" for b in head[:1024])
+    try:
+        return "json", json.dumps(json.loads(body), indent=2)[:limit]
+    except ValueError:
+        return "text", text
+
+
+def _path(m: ReceivedMessage, group: str) -> list[str]:
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(m.store_timestamp_ms / 1000))
+    steps = []
+    if m.transaction_id:
+        steps += [f"half stored in transaction {m.transaction_id}", "transaction COMMIT"]
+    where = f" on group {group}" if group else ""
+    origin = m.properties.get("ORIGIN_TOPIC")
+    if origin:  # a dead letter: its consumer group gave up on it after RETRY_TIMES deliveries
+        steps.append(f"delivered from {origin} {m.properties.get('RETRY_TIMES', '?')} times, then dead-lettered")
+    steps.append(f"stored in {m.topic} queue {m.queue_id} at offset {m.queue_offset}{where} ({stamp} UTC)")
+    return steps
+
+
+def _paths(found: Iterable[tuple[str, ReceivedMessage]]) -> list[MessagePath]:
+    out = []
+    for group, m in found:
+        kind, text = body_preview(m.body)
+        out.append(MessagePath(m, group, _path(m, group), kind, text))
+    return out
+
+
+def find_messages(cc: ClusterClient, *, message_id: str = "", topic: str = "", key: str = "",
+                  limit: int = 32) -> list[MessagePath]:
+    """Messages by id (asked of every group) or by topic and key."""
+    found: list[tuple[str, ReceivedMessage]] = []
+    for name in live_groups(cc):
+        client = cc.group(name)
+        if message_id:
+            try:
+                found.append((name, client.get_message(message_id)))
+            except (errors.MessageNotFound, errors.NotFound):
+                continue
+        elif topic and key:
+            try:
+                found += [(name, m) for m in client.query_messages(topic, key, max_count=limit)]
+            except errors.TopicNotFound:
+                continue
+    return _paths(found)
+
+
+def resend(cc: ClusterClient, group: str, message_id: str, topic: str) -> str:
+    """Send a copy of a message (e.g. from a %DLQ% topic) to `topic`; the new message id."""
+    from txmq.broker.client.types import Message
+
+    m = cc.group(group).get_message(message_id)
+    summary = cc.send([Message(topic, m.body, tag=m.tag, keys=list(m.keys))], topic=topic)
+    return summary.message_ids[0] if summary.message_ids else ""
+
+
+def stats_by_group(cc: ClusterClient) -> dict[str, dict]:
+    return {name: cc.group(name).stats() for name in live_groups(cc)}
+
+
+
+# ---- spark -----------------------------------------------------------------------------
+
+@dataclass
+class SparkQueueRow:
+    topic: str
+    group: str
+    queue_id: int
+    committed: int
+    end: int
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.end - self.committed)
+
+
+@dataclass
+class SparkView:
+    checkpoint: str
+    batch_id: int | None  # the last batch Spark's commit log holds
+    queues: list[SparkQueueRow]
+    sink_transactions: list[tuple[int, str, str]]  # (batch id, transaction id, state)
+
+    @property
+    def total_lag(self) -> int:
+        return sum(r.lag for r in self.queues)
+
+
+def spark_view(cc: ClusterClient, checkpoint: str, *, sink_batches: int = 5) -> SparkView:
+    """A streaming query's committed source offsets (its checkpoint's offset log at the last batch
+    its commit log holds) against each queue's end, and its sink's last transactions.
+
+    The checkpoint's forms are the connector's (txmq.spark: offsets.from_json, the sink's ids),
+    so this page needs the `spark` extra."""
+    try:
+        from txmq.spark.offsets import from_json
+        from txmq.spark.options import InvalidOption, local_checkpoint_dir, sink_id_for_checkpoint
+        from txmq.spark.sink import committed_batches
+        from txmq.spark.transactions import transaction_id
+    except ImportError as exc:
+        raise errors.Unsupported(f"the Spark page reads checkpoints with txmq's Spark connector: "
+                                 f"pip install 'txmq[spark]' ({exc})") from None
+    try:
+        path = local_checkpoint_dir(checkpoint, helper="txmq console")
+    except InvalidOption as exc:
+        raise errors.BadRequest(str(exc)) from None
+    if not path.is_dir():
+        raise errors.NotFound(f"no checkpoint directory {checkpoint!r} on the console's host")
+    done = sorted(committed_batches(path))
+    cut: dict = {}
+    if done:
+        # Spark's offset log: "v1", the batch's metadata, then one line per source
+        lines = (path / "offsets" / str(done[-1])).read_text().splitlines()
+        for line in lines[2:]:
+            try:
+                cut.update(from_json(json.loads(line)))
+            except ValueError:
+                continue  # another source's offsets
+    ends = cc.snapshot_offsets(sorted(cut)) if cut else {}
+    rows = [SparkQueueRow(t, g, q, cut[t].get((g, q), 0), e)
+            for t in sorted(ends) for (g, q), e in sorted(ends[t].items())]
+    sink = sink_id_for_checkpoint(checkpoint)
+    txs = []
+    for batch in done[-sink_batches:][::-1]:
+        for generation in range(3):
+            tx = transaction_id(sink, batch, generation)
+            try:
+                txs.append((batch, tx, str(cc.get_transaction(tx).state)))
+            except (errors.UnknownTransaction, errors.InvalidTransactionId, errors.NotFound):
+                continue
+    return SparkView(checkpoint, done[-1] if done else None, rows, txs)
