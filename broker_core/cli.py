@@ -136,6 +136,38 @@ def cmd_topic_describe(args) -> None:
         print(_table(rows, ["queue_id", "group", "leader", "min_offset", "max_offset", "messages"]))
 
 
+def cmd_topic_move(args) -> None:
+    """Move one queue to another group, or even a topic out over the groups (cluster/moves.py)."""
+    if args.even == bool(args.queue or args.to):
+        raise UsageError("give --queue GROUP:ID and --to GROUP, or --even")
+    if args.queue and not args.to:
+        raise UsageError("--queue needs --to GROUP")
+    with _client(args) as c:
+        result = c.move_queues(topic=args.name, queue=args.queue or "", to=args.to or "", even=args.even,
+                               dry_run=args.dry_run, wait_s=args.wait)
+    _emit_moves(args, result)
+
+
+def cmd_group_drain(args) -> None:
+    """Move every queue off a broker group, then retire it (no new queue, no transaction goes there)."""
+    with _client(args) as c:
+        result = c.move_queues(drain=args.group, dry_run=args.dry_run, wait_s=args.wait)
+    _emit_moves(args, result)
+
+
+def _emit_moves(args, result: dict) -> None:
+    if args.json:
+        _emit(args, result)
+        return
+    rows = [{"topic": m["topic"], "queue": m["queue"], "from": m.get("from", ""), "to": m["to"],
+             "state": m.get("state", "planned"), "at_offset": m.get("base", ""), "error": m.get("error", "")}
+            for m in result.get("moves", [])]
+    print(_table(rows, ["topic", "queue", "from", "to", "state", "at_offset", "error"]) if rows else "nothing to move")
+    if result.get("retired"):
+        print(f"group {result['retired']} retired: it holds no queue and takes no new transaction; it may stop "
+              "once its consumers have read the history it still holds")
+
+
 def cmd_topic_delete(args) -> None:
     with _client(args) as c:
         c.delete_topic(args.name)
@@ -452,6 +484,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = tsub.add_parser("describe", parents=[common], help="queues and offsets of a topic")
     p.add_argument("name")
     p.set_defaults(func=cmd_topic_describe)
+    p = tsub.add_parser("move", parents=[common], help="move a queue to another broker group (or even a topic out)")
+    p.add_argument("name")
+    p.add_argument("--queue", help="the queue, GROUP:ID as `topic describe` names it")
+    p.add_argument("--to", help="the broker group to move it to")
+    p.add_argument("--even", action="store_true", help="move queues until every live group holds as many (±1)")
+    p.add_argument("--dry-run", action="store_true", help="only print what would move")
+    p.add_argument("--wait", type=float, default=30.0,
+                   help="seconds the queue's pending transactions may take to end before the move rolls back")
+    p.set_defaults(func=cmd_topic_move)
     p = tsub.add_parser("delete", parents=[common], help="delete a topic")
     p.add_argument("name")
     p.set_defaults(func=cmd_topic_delete)
@@ -526,6 +567,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--retry-max-times", type=int,
                        help="redeliveries before a message goes to %%DLQ%%<group> (default for a new group: 16)")
         p.set_defaults(func=_cmd_group_update(must_exist))
+    p = gsub.add_parser("drain", parents=[common],
+                        help="move every queue off a BROKER group, then retire it (cluster; not a consumer group)")
+    p.add_argument("group", help="the broker group (--group of its brokers)")
+    p.add_argument("--dry-run", action="store_true", help="only print what would move")
+    p.add_argument("--wait", type=float, default=30.0, help="per queue, as `topic move --wait`")
+    p.set_defaults(func=cmd_group_drain)
     p = gsub.add_parser("describe", parents=[common], help="a consumer group's settings")
     p.add_argument("name")
     p.set_defaults(func=cmd_group_describe)

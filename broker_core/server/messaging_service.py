@@ -24,7 +24,7 @@ import grpc
 
 from txmq.broker.errors import (BadRequest, IllegalDeliveryTime, IllegalInvisibleTime, IllegalOffset,
                                 IllegalPollingTime, IllegalQueue, InvalidTransactionId, MessageCorrupted,
-                                Unsupported)
+                                QueueSealed, Unsupported)
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, STREAM_STREAM,
                                                    UNARY_STREAM, UNARY_UNARY)
@@ -266,17 +266,22 @@ class MessagingService:
     # --- publishing ------------------------------------------------------------------
 
     def _select_queue(self, topic: str, count: int, message_group: str | None) -> int:
+        sealed = self.store.sealed_queue_ids(topic)  # moved to another group: no new writes here
+        ids = [q for q in range(count) if q not in sealed] if sealed else range(count)
+        if not ids:
+            raise QueueSealed(f"every queue of topic {topic!r} on this group moved to another group: "
+                              "query the route again")
         if message_group:  # FIFO: one group always lands on one queue, so its order is kept
-            return zlib.crc32(message_group.encode()) % count
+            return ids[zlib.crc32(message_group.encode()) % len(ids)]
         counter = self._round_robin.get(topic)
         if counter is None:
             counter = self._round_robin.setdefault(topic, itertools.count())
-        first = next(counter) % count
-        for step in range(count):  # a queue a large COMMIT is writing would refuse: any other will do
-            queue_id = (first + step) % count
+        first = next(counter) % len(ids)
+        for step in range(len(ids)):  # a queue a large COMMIT is writing would refuse: any other will do
+            queue_id = ids[(first + step) % len(ids)]
             if not self.store.queue_reserved(topic, queue_id):
                 return queue_id
-        return first  # every queue is held: the append answers TOO_MANY_REQUESTS
+        return ids[first]  # every queue is held: the append answers TOO_MANY_REQUESTS
 
     def SendMessage(self, req: pb.SendMessageRequest, call: Call) -> pb.SendMessageResponse:
         if not req.messages:

@@ -166,7 +166,7 @@ class NativeService:
         self.core = core
         self.store = core.store
         self.engine = core.engine
-        self.selector = QueueSelector()
+        self.selector = QueueSelector(self.store.sealed_queue_ids)
         self.ids = MessageIdGenerator()
         self.waiters = OffsetWaiters(self.store)
         self.metrics = metrics if metrics is not None else core.rpc_metrics
@@ -596,15 +596,45 @@ class NativeService:
         for name in list(request.topics) or sorted(layouts):
             layout = routes.topic(name)
             if layout is not None:
-                queues = [pb.QueueRoute(group=q.group, queue_id=q.queue_id) for q in layout.queues]
+                queues = [pb.QueueRoute(group=q.group, queue_id=q.queue_id, sealing=q.sealing,
+                                        moves=[pb.QueueSegment(group=m.group, queue_id=m.queue_id, base=m.base)
+                                               for m in q.moves])
+                          for q in layout.queues]
                 mtype = layout.message_type
             else:  # a topic of this group alone (auto-created by a send, or made before the cluster)
                 queues = [pb.QueueRoute(group=routes.group, queue_id=q) for q in self._queue_ids(name)]
                 mtype = self.core.topic_types.get(name).value
             topics.append(pb.TopicRoute(name=name, queues=queues, message_type=mtype))
-        groups = [pb.GroupRoute(name=g.name, leader=g.leader or "", endpoints=list(g.endpoints))
+        groups = [pb.GroupRoute(name=g.name, leader=g.leader or "", endpoints=list(g.endpoints), retired=g.retired)
                   for g in routes.groups().values()]
         return pb.RoutesResponse(status=ok_status(), cluster=True, groups=groups, topics=topics)
+
+    def SealQueue(self, request, context) -> pb.SealQueueResponse:
+        """A move's seal of this group's queue (cluster/moves.py): refuse new writes to it, wait for
+        the halves it holds to end, answer its end once acknowledged; or release the seal."""
+        self._require_admin(context)
+        if self.core.moves is None:
+            raise errors.Unsupported("queues move only between the groups of a cluster")
+        self._topic(request.topic)
+        if request.release:
+            self.store.hold_seal(request.topic, request.queue_id, False)
+            return pb.SealQueueResponse(status=ok_status())
+        wait_s = (request.wait_ms or 30_000) / 1000.0
+        self.store.hold_seal(request.topic, request.queue_id)
+        self.engine.settle_queue(request.topic, request.queue_id, wait_s)
+        end = self.store.sealed_end(request.topic, request.queue_id, wait_s)
+        return pb.SealQueueResponse(status=ok_status(), end_offset=end)
+
+    def MoveQueues(self, request, context) -> pb.MoveQueuesResponse:
+        """Move a queue, even out a topic or drain a group (cluster/moves.py), from this broker."""
+        self._require_admin(context)
+        moves = self.core.moves
+        if moves is None:
+            raise errors.Unsupported("queues move only between the groups of a cluster (brokers with --etcd)")
+        result = moves.run(topic=request.topic, queue=request.queue, to=request.to, even=request.even,
+                           drain=request.drain, dry_run=request.dry_run,
+                           wait_s=(request.wait_ms or 30_000) / 1000.0)
+        return pb.MoveQueuesResponse(status=ok_status(), json=json.dumps(result))
 
     def ListTopics(self, request, context) -> pb.ListTopicsResponse:
         identity = self._identity(context)
