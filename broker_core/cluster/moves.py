@@ -90,7 +90,7 @@ class QueueMover:
                 return record
             record["from"] = source.group
             try:
-                end = self._seal(source, topic, wait_s)
+                end, consumer_offsets = self._seal(source, topic, wait_s)
             except Exception as exc:
                 self._roll_back(topic, queue, to, source)
                 record.update(state="rolled_back", error=str(exc))
@@ -99,6 +99,7 @@ class QueueMover:
                 raise RequestTimeout(f"move of {topic} {queue[0]}:{queue[1]} to {to} rolled back: {exc}") from exc
             segment = self._commit(topic, queue, to, source.base + end)
             self._create_target(topic, to)  # the source keeps its seal: the queue moved on for good
+            self._carry_offsets(topic, segment, consumer_offsets)
             record.update(state="done", base=segment.base, target_queue=segment.queue_id,
                           seconds=round(self.clock() - started, 3))
             with self._lock:
@@ -150,7 +151,7 @@ class QueueMover:
                 return q.current
         raise BrokerUnavailable(f"topic {topic!r}: its layout kept changing under the move")
 
-    def _seal(self, source: Segment, topic: str, wait_s: float) -> int:
+    def _seal(self, source: Segment, topic: str, wait_s: float) -> tuple[int, dict[str, int]]:
         """Step 2 on the source's leader, again on its next leader when it changes meanwhile."""
         from txmq.broker.protocol import native_pb2
         deadline = time.monotonic() + wait_s + SEAL_RETRY_S
@@ -158,7 +159,7 @@ class QueueMover:
         while True:
             try:
                 response = self.call_leader(source.group, "SealQueue", request, wait_s + 15.0)
-                return int(response.end_offset)
+                return int(response.end_offset), dict(response.consumer_offsets)
             except (NotLeader, BrokerUnavailable, CoordinationUnavailable) as exc:
                 if time.monotonic() >= deadline:
                     raise
@@ -179,6 +180,19 @@ class QueueMover:
             if self._cas(layout, dataclasses.replace(q, moves=q.moves + (segment,), sealing="")):
                 return segment
         raise BrokerUnavailable(f"topic {topic!r}: its layout kept changing under the move")
+
+    def _carry_offsets(self, topic: str, segment: Segment, offsets: dict[str, int]) -> None:
+        """Consumer groups' committed offsets of the queue (logical: they hold as they are) go to the
+        group that keeps them from now on, so a group that leaves takes none with it."""
+        from txmq.broker.protocol import native_pb2
+        for consumer_group, offset in sorted(offsets.items()):
+            request = native_pb2.CommitOffsetsRequest(group=consumer_group, offsets=[
+                native_pb2.TopicOffsets(topic=topic, offsets={segment.queue_id: offset})])
+            try:
+                self.call_leader(segment.group, "CommitOffsets", request, 10.0)
+            except Exception as exc:
+                log.warning("move: consumer group %s's offset of %s not carried to %s: %s", consumer_group, topic,
+                            segment.group, exc)
 
     def _roll_back(self, topic: str, queue: tuple[str, int], to: str, source: Segment) -> None:
         for _ in range(16):

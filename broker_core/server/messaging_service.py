@@ -190,23 +190,23 @@ class MessagingService:
                                 broker=pb.Broker(name=name, id=0, endpoints=rotated(endpoints, i)),
                                 accept_message_types=accepted) for i in range(count)]
 
-    def _cluster_brokers(self, topic: str, requested: pb.Endpoints | None) -> list[tuple[pb.Broker, list[int]]]:
+    def _cluster_brokers(self, topic: str, requested: pb.Endpoints | None) -> list[tuple[pb.Broker, dict[int, bool]]]:
         """In a cluster, each group holding queues of a registered `topic` (with a leader now) as
-        a RocketMQ broker named for the group, with its queue ids; [] for any other topic."""
+        a RocketMQ broker named for the group, with its physical queue ids, each writable or not
+        (a queue moved away stays readable where its history lies); [] for any other topic."""
         routes = self.core.routes
         layout = routes.topic(topic) if routes is not None else None
         if layout is None:
             return []
         groups = routes.groups()
         out = []
-        for name in sorted({q.group for q in layout.queues}):
+        for name in sorted({s.group for q in layout.queues for s in q.segments}):
             route = groups.get(name)
             if route is None or not route.leader:
                 continue  # a group electing a leader is left out until it has one
             endpoints = (self._endpoints(requested) if name == routes.group
                          else _endpoints_of(route.leader))
-            out.append((pb.Broker(name=name, id=0, endpoints=endpoints),
-                        [q.queue_id for q in layout.queues if q.group == name]))
+            out.append((pb.Broker(name=name, id=0, endpoints=endpoints), layout.physical(name)))
         return out
 
     def QueryRoute(self, req: pb.QueryRouteRequest, call: Call) -> pb.QueryRouteResponse:
@@ -218,10 +218,10 @@ class MessagingService:
             mtype = self.core.routes.topic(topic).message_type
             accepted = (TopicType.parse(mtype) if mtype else TopicType.MIXED).accepted
             res = pb.Resource(name=req.topic.name, resource_namespace=req.topic.resource_namespace)
-            queues = [pb.MessageQueue(topic=res, id=q, permission=pb.READ_WRITE,
+            queues = [pb.MessageQueue(topic=res, id=q, permission=pb.READ_WRITE if writable else pb.READ,
                                       broker=pb.Broker(name=broker.name, id=0, endpoints=rotated(broker.endpoints, k)),
                                       accept_message_types=accepted)
-                      for broker, ids in cluster for k, q in enumerate(ids)]
+                      for broker, ids in cluster for k, (q, writable) in enumerate(sorted(ids.items()))]
             return pb.QueryRouteResponse(status=st.ok(), message_queues=queues)
         count = self.core.topic_queue_count(topic)
         # each queue announces the topic's type, as the proxy does: producers refuse any other
@@ -248,7 +248,7 @@ class MessagingService:
         return pb.QueryAssignmentResponse(status=st.ok(), assignments=[
             pb.Assignment(message_queue=pb.MessageQueue(topic=res, id=queue_id, permission=pb.READ_WRITE,
                                                         broker=broker))
-            for broker, ids in cluster for queue_id in (ids if fifo else (-1,))])
+            for broker, ids in cluster for queue_id in (sorted(ids) if fifo else (-1,))])
 
     # --- client lifecycle ---------------------------------------------------------
 

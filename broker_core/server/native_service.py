@@ -623,7 +623,9 @@ class NativeService:
         self.store.hold_seal(request.topic, request.queue_id)
         self.engine.settle_queue(request.topic, request.queue_id, wait_s)
         end = self.store.sealed_end(request.topic, request.queue_id, wait_s)
-        return pb.SealQueueResponse(status=ok_status(), end_offset=end)
+        key = (request.topic, request.queue_id)
+        offsets = {g: held[key] for g in self.store.offsets.groups() if key in (held := self.store.offsets.group(g))}
+        return pb.SealQueueResponse(status=ok_status(), end_offset=end, consumer_offsets=offsets)
 
     def MoveQueues(self, request, context) -> pb.MoveQueuesResponse:
         """Move a queue, even out a topic or drain a group (cluster/moves.py), from this broker."""

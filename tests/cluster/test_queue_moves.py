@@ -139,3 +139,93 @@ def test_a_queue_moved_under_transactional_load_is_read_exactly_once_in_order(tw
     after = [off for queue, off, _ in load.read if queue == moving and off >= base]
     assert base > 0 and after, "the moved queue took no writes before or after the move"
     assert end == max(off for queue, off, _ in load.read if queue == moving) + 1
+
+
+def test_a_move_completes_when_the_source_groups_leader_is_killed_while_it_waits_for_a_pending_transaction(tmp_path):
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    a = LocalGroup(tmp_path, etcd, "a", replicas=3, args=["--lease-ttl", "2s", *FAST]).start()
+    b = LocalGroup(tmp_path, etcd, "b", replicas=1, args=["--replication", "async", *FAST]).start()
+    try:
+        with ClusterClient(a.endpoints) as client:
+            client.create_topic("kill", 2)
+            moving = queue_on(client, "kill", "a")
+        load = Load(b.endpoints, "kill").start()
+        with NativeClient(a.endpoints) as on_a:  # halves on a's only queue of the topic, left pending
+            held = on_a.prepare("", [Message("kill", b"held-1"), Message("kill", b"held-2")], producer_group="movers")
+        outcome: dict = {}
+
+        def move() -> None:
+            try:
+                with NativeClient(b.endpoints) as admin:
+                    outcome["result"] = admin.move_queues(topic="kill", queue=f"{moving[0]}:{moving[1]}", to="b",
+                                                          wait_s=40)
+            except errors.TxmqError as exc:
+                outcome["error"] = exc
+
+        mover = threading.Thread(target=move, daemon=True)
+        mover.start()
+        time.sleep(1.5)
+        assert mover.is_alive(), f"the move did not wait for the pending transaction: {outcome}"
+        old = a.wait_leader()
+        a.replica(old.endpoint).kill()
+        a.wait_leader(not_epoch=old.epoch)
+        deadline = time.monotonic() + 30
+        with NativeClient(a.endpoints) as on_a:
+            while True:  # the new leader takes writes once a follower is in sync again
+                try:
+                    on_a.end_transaction(held.transaction_id, "COMMIT")
+                    break
+                except (errors.NotEnoughReplicas, errors.BrokerUnavailable, errors.NotLeader):
+                    assert time.monotonic() < deadline, "the held transaction could not be committed"
+                    time.sleep(0.3)
+        load.acked.extend([b"held-1", b"held-2"])
+        mover.join(90)
+        assert not mover.is_alive(), "the move never ended"
+        assert "error" not in outcome, outcome
+        assert [m["state"] for m in outcome["result"]["moves"]] == ["done"]
+        time.sleep(1.0)
+        load.finish(b.endpoints)
+        load.check_exactly_once_in_order()
+        with ClusterClient(b.endpoints) as client:
+            q = next(q for q in client.queues("kill") if q.key == moving)
+            assert q.current.group == "b" and not q.sealing
+        held_offsets = [off for queue, off, body in load.read if body.startswith(b"held-")]
+        assert held_offsets and max(held_offsets) < q.current.base, "the held halves committed past the seal"
+    finally:
+        b.stop()
+        a.stop()
+        etcd.kill()
+
+
+def test_a_drained_group_can_stop_for_good_while_the_topic_stays_writable_and_readable(tmp_path, capsys):
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    a, b = (LocalGroup(tmp_path, etcd, n, replicas=1, args=["--replication", "async", *FAST]).start() for n in "ab")
+    try:
+        with ClusterClient(b.endpoints) as client:
+            client.create_topic("drained", 4)
+            for i in range(20):
+                client.send([Message("drained", f"before-{i}".encode())], topic="drained")
+            before = client.snapshot_offsets(["drained"])["drained"]
+            client.commit_offsets("readers", {"drained": before})
+        assert txmq_main(["--broker", b.endpoints.split(";")[0], "group", "drain", "a", "--json"]) == 0
+        assert '"retired": "a"' in capsys.readouterr().out
+        a.stop()
+        with ClusterClient(b.endpoints) as client:
+            assert {q.current.group for q in client.queues("drained")} == {"b"}
+            sent = Counter(client.send([Message("drained", f"after-{i}".encode())], topic="drained").group
+                           for i in range(20))
+            assert sent == Counter({"b": 20})
+            assert all(client.transaction_group(f"tx-{i}") == "b" for i in range(50))
+            tx = client.prepare("", [Message("drained", b"in-a-transaction")], producer_group="movers")
+            client.end_transaction(tx.transaction_id, "COMMIT")
+            start = client.committed_offsets("readers", ["drained"])["drained"]
+            assert start == before, "the consumer group's offsets did not carry over"
+            end = client.snapshot_offsets(["drained"])["drained"]
+            bodies = [body for queue, stop in sorted(end.items())
+                      for r in client.read_queue("drained", queue, start.get(queue, 0), stop)
+                      for body in r.batch.column("body").to_pylist()]
+        assert Counter(bodies) == Counter([f"after-{i}".encode() for i in range(20)] + [b"in-a-transaction"])
+    finally:
+        b.stop()
+        a.stop()
+        etcd.kill()
