@@ -445,6 +445,13 @@ def cmd_cluster_status(args) -> None:
              "may_not_lead": m.get("may_not_lead", "")}
             for name, g in sorted(data["groups"].items()) for m in g["members"]]
     print(_table(rows, ["group", "endpoint", "role", "in_sync", "epoch", "lag_bytes", "lag_seconds", "may_not_lead"]))
+    for m in data.get("moving", []):
+        print(f"moving: {m['topic']} {m['queue']} from {m['from']} to {m['to']}")
+    for m in data.get("moved", []):
+        where = " -> ".join(f"{s['group']}:{s['queue_id']}@{s['from_offset']}" for s in m["segments"])
+        print(f"moved: {m['topic']} {m['queue']} now on {m['on']} ({where})")
+    if data.get("retired"):
+        print(f"retired (drained) groups: {', '.join(data['retired'])}")
 
 
 # ---- parser ---------------------------------------------------------------------

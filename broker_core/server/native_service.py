@@ -713,6 +713,9 @@ class NativeService:
         self._require_admin(context)
         data = {"store": self.store.stats(), "transactions": self.engine.metrics.snapshot(),
                 "rpc": self.metrics.snapshot()}
+        if self.core.moves is not None:
+            data["moves"] = {**self.core.moves.status(),
+                             "sealed_queues": sorted(f"{t}:{q}" for t, q in self.store.sealed_queues())}
         return pb.StatsResponse(status=ok_status(), json=json.dumps(data, default=str))
 
 

@@ -277,6 +277,9 @@ class MessageStore:
         assert written == visible, f"a sealed queue's written end {written} is past its visible end {visible}"
         return visible
 
+    def sealed_queues(self) -> frozenset[tuple[str, int]]:
+        return self.write_lock.sealed
+
     def sealed_queue_ids(self, topic: str) -> frozenset[int]:
         sealed = self.write_lock.sealed
         return frozenset(q for t, q in sealed if t == topic) if sealed else frozenset()

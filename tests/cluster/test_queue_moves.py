@@ -16,6 +16,7 @@ from txmq.broker.cli import main as txmq_main
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
+from txmq.broker.cluster.coordination import cluster_status
 from txmq.broker.cluster.etcd_process import EtcdProcess
 from txmq.broker.cluster.local_group import LocalGroup
 
@@ -126,11 +127,14 @@ def test_a_queue_moved_under_transactional_load_is_read_exactly_once_in_order(tw
     time.sleep(1.5)
     with NativeClient(b.endpoints) as admin:
         result = admin.move_queues(topic="mv", queue=f"{moving[0]}:{moving[1]}", to="b")
+        assert admin.stats()["moves"]["counts"]["done"] == 1
     assert [m["state"] for m in result["moves"]] == ["done"]
     base = result["moves"][0]["base"]
+    status = cluster_status([("127.0.0.1", a.etcd.client_port)])
+    assert [(m["queue"], m["on"], m["segments"][-1]["from_offset"]) for m in status["moved"]] == \
+        [(f"{moving[0]}:{moving[1]}", "b", base)]
     time.sleep(1.5)
     load.finish(a.endpoints)
-    print("acked", len(load.acked), "read", len(load.read), "errors", load.errors[:3], "result", result)
     load.check_exactly_once_in_order()
     with ClusterClient(a.endpoints) as client:
         q = next(q for q in client.queues("mv") if q.key == moving)
