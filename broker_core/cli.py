@@ -119,21 +119,36 @@ def cmd_topic_describe(args) -> None:
 
     with ClusterClient(args.broker, timeout_s=args.timeout, retry_unavailable_s=min(args.timeout, 3.0)) as c:
         routes = c.routes([args.name])
-        views = {g: c.group(g).describe_topic(args.name) for g in dict.fromkeys(q.group for q in routes.queues(args.name))}
+        views = {}
+        for g in dict.fromkeys(s.group for q in routes.queues(args.name) for s in q.segments):
+            try:
+                views[g] = c.group(g).describe_topic(args.name)
+            except errors.BrokerUnavailable:
+                if any(q.current.group == g for q in routes.queues(args.name)):
+                    raise  # only a group holding nothing but history may be gone
     first = next(iter(views.values()))
     rows = []
     for q in routes.queues(args.name):
-        r = views[q.group].queues.get(q.queue_id)
-        rows.append({"queue_id": q.queue_id, "group": q.group, "leader": routes.leaders.get(q.group) or "",
-                     "min_offset": r.min_offset if r else 0, "max_offset": r.max_offset if r else 0,
-                     "messages": (r.max_offset - r.min_offset) if r else 0})
+        # a moved queue (docs/cluster.md, "Moving queues"): its offsets are logical, its end on the group it is on now
+        parts = [(s, views[s.group].queues.get(s.queue_id)) for s in q.segments if s.group in views]
+        low = next(((s, r) for s, r in parts if r is not None), (None, None))
+        now = views[q.current.group].queues.get(q.current.queue_id)
+        min_offset = low[0].base + low[1].min_offset if low[1] is not None else q.current.base
+        max_offset = q.current.base + (now.max_offset if now else 0)
+        row = {"queue_id": q.queue_id, "group": q.group, "leader": routes.leaders.get(q.group) or "",
+               "min_offset": min_offset, "max_offset": max_offset, "messages": max_offset - min_offset}
+        if q.moves or q.sealing:
+            row.update(on=q.current.group, leader=routes.leaders.get(q.current.group) or "",
+                       segments=[[s.group, s.queue_id, s.base] for s in q.segments], moving_to=q.sealing)
+        rows.append(row)
     data = {"name": args.name, "message_type": routes.message_types.get(args.name) or first.message_type,
             "queue_count": len(rows), "permission": first.permission, "cluster": routes.cluster, "queues": rows}
     if args.json:
         _emit(args, data)
     else:
         print(f"topic {args.name}: {data['message_type']} messages, {len(rows)} queues, permission {first.permission}")
-        print(_table(rows, ["queue_id", "group", "leader", "min_offset", "max_offset", "messages"]))
+        columns = ["queue_id", "group", "leader", "min_offset", "max_offset", "messages"]
+        print(_table(rows, columns + (["on", "moving_to"] if any("on" in r for r in rows) else [])))
 
 
 def cmd_topic_move(args) -> None:

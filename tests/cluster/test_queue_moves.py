@@ -4,6 +4,7 @@ broker processes; producers run transactions through the move while a consumer r
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -211,9 +212,16 @@ def test_a_drained_group_can_stop_for_good_while_the_topic_stays_writable_and_re
                 client.send([Message("drained", f"before-{i}".encode())], topic="drained")
             before = client.snapshot_offsets(["drained"])["drained"]
             client.commit_offsets("readers", {"drained": before})
-        assert txmq_main(["--broker", b.endpoints.split(";")[0], "group", "drain", "a", "--json"]) == 0
-        assert '"retired": "a"' in capsys.readouterr().out
+        broker = ["--broker", b.endpoints.split(";")[0]]
+        assert txmq_main([*broker, "topic", "move", "drained", "--even", "--dry-run", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["moves"] == [], "2 queues on each of 2 groups is even"
+        assert txmq_main([*broker, "group", "drain", "a", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["retired"] == "a"
         a.stop()
+        assert txmq_main([*broker, "topic", "describe", "drained", "--json"]) == 0
+        described = json.loads(capsys.readouterr().out)["queues"]
+        assert {r.get("on", r["group"]) for r in described} == {"b"}
+        assert sum(r["max_offset"] for r in described) == 20
         with ClusterClient(b.endpoints) as client:
             assert {q.current.group for q in client.queues("drained")} == {"b"}
             sent = Counter(client.send([Message("drained", f"after-{i}".encode())], topic="drained").group
