@@ -368,34 +368,52 @@ class ClusterClient:
                     continue
             raise
 
-    def _queue(self, topic: str, queue: tuple[str, int]):
+    def _queue(self, topic: str, queue: tuple[str, int], *, refresh: bool = False):
         """The routed queue (group, queue id) of `topic`; None for one the routes do not list."""
-        routes = self.routes([topic])
+        routes = self.routes([topic], refresh=refresh)
         return next((q for q in routes.topics.get(topic, ()) if q.key == tuple(queue)), None)
 
     def read_queue(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> Iterator:
         """Queue (group, queue id) of `topic`, range [start, end), as the group's `read_queue` streams
-        it; a moved queue's range is read from each segment's group in turn, in its own offsets."""
-        group, queue_id = queue
-        q = self._queue(topic, queue)
-        if q is None or not q.moves:
-            yield from self.group(group).read_queue(topic, queue_id, start, end, **kwargs)
-            return
-        for segment, lo, hi in seg.ranges(q.segments, start, end):
-            for result in self.group(segment.group).read_queue(topic, segment.queue_id, lo, hi, **kwargs):
-                yield seg.shifted(result, segment, queue_id)
+        it; a moved queue's range is read from each segment's group in turn, in its own offsets. A
+        range past what the cached routes place (a move since they were read) is read again with
+        fresh routes from where it stopped."""
+        pos, refreshed = start, False
+        while True:
+            q = self._queue(topic, queue, refresh=refreshed)
+            try:
+                if q is None or not q.moves:
+                    for result in self.group(queue[0]).read_queue(topic, queue[1], pos, end, **kwargs):
+                        pos = result.next_offset
+                        yield result
+                    return
+                for segment, lo, hi in seg.ranges(q.segments, pos, end):
+                    for result in self.group(segment.group).read_queue(topic, segment.queue_id, lo, hi, **kwargs):
+                        result = seg.shifted(result, segment, queue[1])
+                        pos = result.next_offset
+                        yield result
+                return
+            except errors.IllegalOffset:
+                if refreshed:
+                    raise
+                refreshed = True  # the end lies on a group the cached routes did not know of yet
 
     def pull_arrow(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> PullResult:
-        group, queue_id = queue
-        q = self._queue(topic, queue)
-        if q is None or not q.moves:
-            return self.group(group).pull_arrow(topic, queue_id, start, end, **kwargs)
-        pieces = seg.ranges(q.segments, start, end)
-        if not pieces:
-            raise errors.BadRequest(f"empty range [{start}, {end}) of {topic} {group}:{queue_id}")
-        segment, lo, hi = pieces[0]
-        return seg.shifted(self.group(segment.group).pull_arrow(topic, segment.queue_id, lo, hi, **kwargs),
-                           segment, queue_id)
+        for refresh in (False, True):
+            q = self._queue(topic, queue, refresh=refresh)
+            try:
+                if q is None or not q.moves:
+                    return self.group(queue[0]).pull_arrow(topic, queue[1], start, end, **kwargs)
+                pieces = seg.ranges(q.segments, start, end)
+                if not pieces:
+                    raise errors.BadRequest(f"empty range [{start}, {end}) of {topic} {queue[0]}:{queue[1]}")
+                segment, lo, hi = pieces[0]
+                return seg.shifted(self.group(segment.group).pull_arrow(topic, segment.queue_id, lo, hi, **kwargs),
+                                   segment, queue[1])
+            except errors.IllegalOffset:
+                if refresh:
+                    raise
+        raise AssertionError("unreachable")
 
     def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
         """Every topic: a cluster's registered ones (queues per group are in `routes`), or a lone broker's."""
