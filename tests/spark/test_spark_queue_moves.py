@@ -41,8 +41,7 @@ def test_a_streaming_query_reads_across_a_queue_move_and_restarts_from_its_check
                 time.sleep(0.05)
 
     def collect(df, batch_id: int) -> None:
-        rows.extend((r["group"], r["queueId"], r["queueOffset"], r["body"])
-                    for r in df.select("group", "queueId", "queueOffset", "body").collect())
+        rows.extend((r["group"], r["queueId"], r["queueOffset"], r["body"]) for r in df.collect())
 
     def start():
         return (spark.readStream.format("txmq").options(broker=endpoints, topic="smove", startingOffsets="earliest",
@@ -59,7 +58,8 @@ def test_a_streaming_query_reads_across_a_queue_move_and_restarts_from_its_check
     try:
         time.sleep(4)
         with NativeClient(b.endpoints) as admin:
-            result = admin.move_queues(topic="smove", queue=f"{moving[0]}:{moving[1]}", to="sb")
+            result = admin.move_queues(topic="smove", queue=f"{moving[0]}:{moving[1]}", to="sb",
+                                        wait_s=60)
         assert [m["state"] for m in result["moves"]] == ["done"]
         time.sleep(3)
         query.stop()  # a restart after the move: the checkpoint's offsets of the moved queue still hold
