@@ -241,3 +241,21 @@ def test_a_drained_group_can_stop_for_good_while_the_topic_stays_writable_and_re
         b.stop()
         a.stop()
         etcd.kill()
+
+
+def test_a_move_whose_queue_keeps_a_pending_transaction_past_the_wait_rolls_back_and_the_queue_takes_writes_again(
+        two_groups):
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as client:
+        client.create_topic("stuck", 2)
+        moving = queue_on(client, "stuck", "a")
+    with NativeClient(a.endpoints) as on_a:
+        held = on_a.prepare("", [Message("stuck", b"held")], producer_group="movers")
+        with NativeClient(b.endpoints) as admin, pytest.raises(errors.RequestTimeout, match="rolled back.*pending"):
+            admin.move_queues(topic="stuck", queue=f"{moving[0]}:{moving[1]}", to="b", wait_s=1)
+        assert on_a.send([Message("stuck", b"after")], topic="stuck").count == 1  # unsealed: it takes writes
+        on_a.end_transaction(held.transaction_id, "COMMIT")
+    with ClusterClient(a.endpoints) as client:
+        q = next(q for q in client.queues("stuck") if q.key == moving)
+        assert not q.moves and not q.sealing
+        assert client.snapshot_offsets(["stuck"])["stuck"][moving] == 2
