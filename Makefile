@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test upgrade-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -70,7 +70,7 @@ etcd-required:
 	@command -v etcd >/dev/null || { echo "make: $(ETCD_HINT)" >&2; exit 2; }
 
 test: venv interop-venv etcd faketime
-	$(VPY) -m pytest $(PYTEST_ARGS)
+	$(VPY) -m pytest --durations=25 $(PYTEST_ARGS)
 
 test-slow: venv interop-venv
 	$(VPY) -m pytest -m slow $(PYTEST_ARGS)
@@ -80,6 +80,11 @@ test-slow: venv interop-venv
 # local[2], a streaming pipeline across an executor kill -9, the foreachBatch helper. ~10 min.
 spark-cluster-test: venv
 	$(VPY) -m pytest -m slow -s tests/spark/test_spark_on_cluster.py $(PYTEST_ARGS)
+
+# A rolling upgrade from the previous release (its wheel built once into .cache/upgrade/) on two
+# 3-replica groups around etcd under transactional load, and a downgrade; lab.checker judges it. ~3 min.
+upgrade-test: venv etcd etcd-required
+	$(VPY) -m pytest -m slow -s tests/upgrade $(PYTEST_ARGS)
 
 # The official RocketMQ 5 clients (Python, Java with Maven, Go, Node.js with npm) against broker
 # processes, alone. The suite builds the Java and Go drivers and installs Node's client itself

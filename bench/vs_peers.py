@@ -25,8 +25,9 @@ and settings go into the result.
    RocketMQ Python client (bench/vs_peers_rmq_client.py in .venv-rocketmq),
    1 and 8 threads: txmq against Apache RocketMQ 5, per_s, p50, p99.
 5. e2e: one transaction at a time; the time from the commit call to a consumer
-   holding the message, p50/p99: txmq (PullConsumer), Kafka (read_committed
-   consumer), RocketMQ 5 and txmq through the official client (PushConsumer).
+   holding the message, p50/p99: txmq (a push subscription, and the PullConsumer's
+   wait-then-pull as `txmq_pull`), Kafka (read_committed consumer), RocketMQ 5 and
+   txmq through the official client (PushConsumer).
 Each pair takes turns, best of --repeat rounds. Ratios are txmq / peer
 (throughput) or peer / txmq (latency), so > 1 means txmq is ahead.
 Prints one JSON line and writes bench/results/vs_peers.json.
@@ -140,22 +141,33 @@ def txmq_tx100(endpoint: str, topic: str):
     return one, client.close
 
 
-def txmq_e2e(endpoint: str, topic: str, count: int, warmup: int) -> dict:
-    """One-message transactions one at a time; a PullConsumer (long poll) in a thread times each arrival."""
+def txmq_e2e(endpoint: str, topic: str, count: int, warmup: int, *, push: bool) -> dict:
+    """One-message transactions one at a time; a consumer thread times each arrival: a push
+    subscription (`NativeClient.subscribe`) or, before it, a PullConsumer (long poll, then a pull)."""
     import pyarrow as pa
 
     from txmq.broker.client import NativeClient, PullConsumer
 
     client = NativeClient(endpoint, timeout_s=30)
-    consumer = PullConsumer(endpoint, [topic], start="latest")
     timer = _ArrivalTimer()
+    if push:
+        reader = NativeClient(endpoint, timeout_s=30)
+        consumer = reader.subscribe(reader.snapshot_offsets([topic]))
 
-    def consume() -> None:
-        while not timer.stop.is_set():
-            for batch in consumer.poll(timeout_ms=1000):
+        def consume() -> None:
+            for pushed in consumer:
                 now = time.perf_counter()
-                for body in batch.column(batch.schema.get_field_index("body")).to_pylist():
+                for body in pushed.batch.column("body").to_pylist():
                     timer.arrived(int(body[:12]), now)
+    else:
+        consumer = PullConsumer(endpoint, [topic], start="latest")
+
+        def consume() -> None:
+            while not timer.stop.is_set():
+                for batch in consumer.poll(timeout_ms=1000):
+                    now = time.perf_counter()
+                    for body in batch.column(batch.schema.get_field_index("body")).to_pylist():
+                        timer.arrived(int(body[:12]), now)
 
     thread = threading.Thread(target=consume, daemon=True)
     thread.start()
@@ -170,8 +182,10 @@ def txmq_e2e(endpoint: str, topic: str, count: int, warmup: int) -> dict:
             timer.wait(seq)
     finally:
         timer.stop.set()
-        thread.join(5)
         consumer.close()
+        thread.join(5)
+        if push:
+            reader.close()
         client.close()
     return timer.figures(warmup)
 
@@ -511,6 +525,8 @@ def compute_ratios(result: dict) -> dict:
         for p in ("p50_ms", "p99_ms"):
             r[f"e2e_{p[:3]}_vs_{peer}"] = ratio(e2e.get("txmq", {}).get(p), e2e.get(peer, {}).get(p),
                                                 lower_is_better=True)
+            r[f"e2e_pull_{p[:3]}_vs_{peer}"] = ratio(e2e.get("txmq_pull", {}).get(p), e2e.get(peer, {}).get(p),
+                                                     lower_is_better=True)
     for p in ("p50_ms", "p99_ms"):
         r[f"e2e_official_client_{p[:3]}_vs_rocketmq"] = ratio(
             rm.get("e2e_official_client_txmq", {}).get(p), rm.get("e2e_official_client_rocketmq", {}).get(p),
@@ -557,7 +573,9 @@ def main() -> None:
                         topic = f"e2e-{uuid.uuid4().hex[:6]}"
                         client.create_topic(topic, QUEUES)
                         kafka.create_topic(topic, QUEUES)
-                        result["e2e"] = {"txmq": txmq_e2e(broker.endpoint, topic, e2e_count, 20),
+                        # txmq: the push subscription; txmq_pull: the PullConsumer's wait-then-pull, as before it
+                        result["e2e"] = {"txmq": txmq_e2e(broker.endpoint, topic, e2e_count, 20, push=True),
+                                         "txmq_pull": txmq_e2e(broker.endpoint, topic, e2e_count, 20, push=False),
                                          "kafka": kafka_e2e(kafka, topic, e2e_count, 20)}
                     if parts & {"spark", "spark_read", "spark_write"}:
                         read_rows = rows if parts & {"spark", "spark_read"} else 0

@@ -115,6 +115,10 @@ class Unsupported(TxmqError):
     """The request asks for a feature this broker does not provide."""
 
 
+class VersionUnsupported(Unsupported):
+    """A peer speaks a wire version this side cannot serve (txmq.broker.versions)."""
+
+
 # --- not found -----------------------------------------------------------------
 
 
@@ -249,3 +253,7 @@ class BrokerUnreachable(BrokerUnavailable):
 
 class StoreError(TxmqError):
     """An I/O failure or an invariant violation inside the store: the broker is unhealthy."""
+
+
+class StoreFormatUnsupported(StoreError):
+    """A data directory holds a store format this release cannot read (txmq.broker.versions)."""

@@ -7,6 +7,7 @@ from txmq.broker.client.checkback import CheckbackSession
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.producer import Producer
 from txmq.broker.client.pull_consumer import PullConsumer
+from txmq.broker.client.subscription import Subscription
 from txmq.broker.client.transaction_producer import TransactionListener, TransactionProducer
 from txmq.broker.client.types import (
     CheckRequest,
@@ -17,6 +18,7 @@ from txmq.broker.client.types import (
     Message,
     PrepareSummary,
     PullResult,
+    PushedBatch,
     QueueRange,
     ReceivedMessage,
     SendSummary,
@@ -28,7 +30,7 @@ from txmq.broker.client.types import (
 
 __all__ = [
     "Admin", "CheckbackSession", "CheckRequest", "ConsumerGroupInfo", "EndSummary", "GroupLag", "LocalTransactionState", "Message",
-    "NativeClient", "PrepareSummary", "Producer", "PullConsumer", "PullResult", "QueueRange", "ReceivedMessage",
-    "SendSummary", "TopicInfo", "TransactionalMessage", "TransactionInfo", "TransactionListener",
+    "NativeClient", "PrepareSummary", "Producer", "PullConsumer", "PullResult", "PushedBatch", "QueueRange", "ReceivedMessage",
+    "SendSummary", "Subscription", "TopicInfo", "TransactionalMessage", "TransactionInfo", "TransactionListener",
     "TransactionProducer", "TransactionSendResult", "to_arrow_table",
 ]

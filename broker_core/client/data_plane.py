@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 
 from txmq.broker import errors
 from txmq.broker.client.local_read import LocalSegments
-from txmq.broker.client.types import PullResult
+from txmq.broker.client.types import PullResult, PushedBatch
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_status import error_from
 
@@ -119,6 +119,31 @@ class DataPlane:
                                  min_offset=progress.min_offset, max_offset=progress.max_offset)
         except (flight.FlightError, pa.ArrowException) as exc:
             if isinstance(exc, (flight.FlightUnavailableError, flight.FlightCancelledError)):
+                self.reset()
+            raise typed_error(exc, what) from None
+
+    def follow(self, request: pb.SubscribeRequest, on_open: Callable[[flight.FlightStreamReader], None]
+               ) -> Iterator[PushedBatch]:
+        """The DoGet stream of a subscription, batch by batch as the broker pushes them; it has no
+        deadline (it lasts until a failure or the reader, handed to `on_open`, is cancelled)."""
+        what = "subscription to " + ", ".join(item.topic for item in request.start)
+        connection = self._connect()
+        try:
+            reader = connection.do_get(flight.Ticket(pb.PullRequest(subscribe=request).SerializeToString()),
+                                       self._options(None))
+            on_open(reader)
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    return
+                progress = pb.PullProgress.FromString(chunk.app_metadata.to_pybytes())
+                yield PushedBatch(progress.topic, progress.queue_id, chunk.data, progress.next_offset)
+        except (flight.FlightError, pa.ArrowException) as exc:
+            if connection is not self._client:  # another call failed over and closed this connection
+                raise errors.BrokerUnavailable(f"{what}: the connection was reset ({exc})") from None
+            # not when cancelled: that is the subscriber closing it, and other streams share the connection
+            if isinstance(exc, flight.FlightUnavailableError):
                 self.reset()
             raise typed_error(exc, what) from None
 

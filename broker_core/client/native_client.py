@@ -40,6 +40,7 @@ from txmq.broker.client.types import (
     Message,
     PrepareSummary,
     PullResult,
+    PushedBatch,
     QueueRange,
     QueueRef,
     QueueSegment,
@@ -54,10 +55,12 @@ from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.protocol.native_status import raise_for
+from txmq.broker.protocol.native_version import client_headers
 from txmq.broker.transaction.cross_records import CrossRecord
 
 if TYPE_CHECKING:
     from txmq.broker.client.checkback import CheckbackSession
+    from txmq.broker.client.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +85,9 @@ _GRPC_ERRORS: dict[grpc.StatusCode, type[errors.TxmqError]] = {
     grpc.StatusCode.PERMISSION_DENIED: errors.Forbidden,
     grpc.StatusCode.UNIMPLEMENTED: errors.Unsupported,
     grpc.StatusCode.INVALID_ARGUMENT: errors.BadRequest,
+    grpc.StatusCode.FAILED_PRECONDITION: errors.VersionUnsupported,  # native_version.py: the only sender
 }
+_VERSION_HEADERS = tuple(client_headers())
 
 
 # RPCs that store something new each time they run: never re-sent after a failure mid-call.
@@ -250,7 +255,7 @@ class NativeClient:
     def _metadata(self) -> list[tuple[str, str]]:
         now = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         md = [("x-mq-client-id", self.client_id), ("x-mq-language", "PYTHON"), ("x-mq-protocol", "txmq-native"),
-              ("x-mq-date-time", now), ("x-mq-request-id", uuid.uuid4().hex)]
+              ("x-mq-date-time", now), ("x-mq-request-id", uuid.uuid4().hex), *_VERSION_HEADERS]
         if self.access_key:
             signature = hmac.new((self.secret_key or "").encode(), now.encode(), hashlib.sha1).hexdigest()
             md.append(("authorization", f"MQv2-HMAC-SHA1 Credential={self.access_key}, "
@@ -467,6 +472,28 @@ class NativeClient:
                 self._fail_over()
                 time.sleep(backoff * (0.5 + random.random() / 2))
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def subscribe(self, start: Mapping[str, Mapping[int, int]], *, tags: str | None = None, sql: str | None = None,
+                  max_bytes: int = 0, skip_deleted: bool = True, retry_s: float | None = None) -> "Subscription":
+        """Committed messages of the queues in `start` ({topic: {queue id: first offset}}), pushed by
+        the broker as they are published: iterate the Subscription for PushedBatches (one queue
+        each, in offset order), `close()` it to stop. It reopens its stream from where it got to
+        when the broker goes away, for up to `retry_s` (default: `retry_unavailable_s`) at a time.
+        `tags` and `sql` filter as in `read_queue`; `max_bytes`: records per batch (0: the
+        broker's default); retention-deleted offsets are skipped unless `skip_deleted` is off."""
+        from txmq.broker.client.subscription import Subscription
+
+        return Subscription(self, start, tags=tags, sql=sql, max_bytes=max_bytes, skip_deleted=skip_deleted,
+                            retry_s=retry_s)
+
+    def follow(self, request: pb.SubscribeRequest, on_open: Callable[[Any], None]) -> Iterator[PushedBatch]:
+        """One subscription stream, as it comes (`subscribe` reopens it after failures)."""
+        return self._data.follow(request, on_open)
+
+    def fail_over(self) -> None:
+        """Connect to the next endpoint (and ask it for its data plane) on the next call."""
+        self._fail_over()
+        self._data.reset()
 
     def pull_arrow(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
                    sql: str | None = None, max_bytes: int = 0) -> PullResult:

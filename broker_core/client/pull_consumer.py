@@ -9,11 +9,17 @@ Given a ClusterClient it reads every group of a cluster, its queues keyed (group
 With `allocation` ("average" or "consistent_hash") the members of a consumer group divide
 the queues among themselves: each heartbeats to the brokers, learns the live members and
 reads only its share, re-dividing when a member joins or leaves (RocketMQ's rebalance).
+
+With `push=True` (one broker group, every queue) the broker pushes instead: one subscription
+stream (client/subscription.py) is read by a thread into a small bounded buffer that `poll`
+drains, so a commit reaches the consumer without a wait call and a pull.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 import uuid
 from typing import Any, Hashable, Iterator, Mapping, Protocol, Sequence, TypeVar
@@ -25,10 +31,14 @@ from txmq.broker.client._connection import client_for
 from txmq.broker.client.allocation import STRATEGIES, allocate
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
+from txmq.broker.client.subscription import Subscription
+from txmq.broker.client.types import PushedBatch
 from txmq.broker.store.sql92 import SqlFilter
 
 log = logging.getLogger(__name__)
 
+# Pushed batches a push consumer holds that `poll` has not taken: the stream waits beyond that.
+PUSH_BUFFER_BATCHES = 8
 K = TypeVar("K", bound=Hashable)  # a queue's key: its id in one group, (group, id) in a cluster
 Offsets = dict[str, dict[Any, int]]
 
@@ -55,7 +65,8 @@ class PullConsumer:
     def __init__(self, broker: NativeClient | ClusterClient | str, topics: Sequence[str], *, group: str | None = None,
                  start: str | int | Offsets = "earliest", tags: str | None = None, sql: str | None = None,
                  max_bytes: int = 2 << 20, skip_deleted: bool = True, allocation: str | None = None,
-                 member_id: str | None = None, heartbeat_ttl_ms: int = 10_000, **client_kwargs: Any) -> None:
+                 member_id: str | None = None, heartbeat_ttl_ms: int = 10_000, push: bool = False,
+                 **client_kwargs: Any) -> None:
         if not topics:
             raise ValueError("a PullConsumer needs at least one topic")
         if sql:
@@ -81,6 +92,14 @@ class PullConsumer:
         self._next_heartbeat = 0.0
         self._start = start
         self.positions: Offsets = self._initial_positions(start)
+        self._push: _PushFeed | None = None
+        if push:
+            if allocation is not None:
+                raise ValueError("a push consumer reads every queue: dividing them (allocation=...) needs pull")
+            if not isinstance(self.client, NativeClient):
+                raise ValueError("a push consumer reads one broker group: give it a NativeClient or an endpoint")
+            self._push = _PushFeed(self.client.subscribe(self.positions, tags=tags, sql=sql, max_bytes=max_bytes,
+                                                         skip_deleted=skip_deleted))
 
     def _initial_positions(self, start: str | int | Offsets, topics: Sequence[str] | None = None) -> Offsets:
         topics = list(topics or self.topics)
@@ -144,7 +163,10 @@ class PullConsumer:
     # ---- reads ----------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 1000) -> list[pa.RecordBatch]:
-        """Every committed message past the current positions, up to a consistent cut; [] on timeout."""
+        """Every committed message past the current positions, up to a consistent cut; [] on timeout.
+        A push consumer returns what the broker pushed so far (waiting up to `timeout_ms` for some)."""
+        if self._push is not None:
+            return self._poll_pushed(timeout_ms)
         cut = self.client.snapshot_offsets(self.topics)
         self._rebalance(cut)
         if not self._behind(self._mine(cut)) and timeout_ms > 0:
@@ -155,6 +177,15 @@ class PullConsumer:
         for topic, queues in self._mine(cut).items():
             for key, end in queues.items():
                 batches.extend(self._pull_queue(topic, key, end))
+        return batches
+
+    def _poll_pushed(self, timeout_ms: int) -> list[pa.RecordBatch]:
+        assert self._push is not None
+        batches = []
+        for pushed in self._push.take(timeout_ms / 1000.0):
+            self.positions.setdefault(pushed.topic, {})[pushed.queue_id] = pushed.next_offset
+            if pushed.batch.num_rows:
+                batches.append(pushed.batch)
         return batches
 
     def _behind(self, cut: Offsets) -> bool:
@@ -191,6 +222,8 @@ class PullConsumer:
         self.client.commit_offsets(self.group, self._mine(self.positions))
 
     def close(self) -> None:
+        if self._push is not None:
+            self._push.close()
         try:
             if self.allocation is not None and self.members:
                 self.client.consumer_heartbeat(self.group, self.member_id, self.heartbeat_ttl_ms, leave=True)  # at once
@@ -205,3 +238,52 @@ class PullConsumer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _PushFeed:
+    """A thread reading a subscription into a bounded buffer: the stream waits while it is full."""
+
+    def __init__(self, subscription: Subscription) -> None:
+        self.subscription = subscription
+        self._buffer: queue.Queue[PushedBatch | BaseException] = queue.Queue(PUSH_BUFFER_BATCHES)
+        self._stop = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="txmq-push-consumer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            for pushed in self.subscription:
+                while not self._stop.is_set():
+                    try:
+                        self._buffer.put(pushed, timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as exc:  # the consumer's next poll raises it
+            if not self._stop.is_set():
+                self._buffer.put(exc)
+
+    def take(self, timeout_s: float) -> list[PushedBatch]:
+        """What was pushed: at least one batch unless `timeout_s` passes first."""
+        if self._failure is not None:
+            raise self._failure
+        items: list[PushedBatch] = []
+        try:
+            item = self._buffer.get(timeout=timeout_s) if timeout_s > 0 else self._buffer.get_nowait()
+            while True:
+                if isinstance(item, BaseException):  # raised after the batches before it are taken
+                    self._failure = item
+                    break
+                items.append(item)
+                item = self._buffer.get_nowait()
+        except queue.Empty:
+            pass
+        if not items and self._failure is not None:
+            raise self._failure
+        return items
+
+    def close(self) -> None:
+        self._stop.set()
+        self.subscription.close()
+        self._thread.join(5)

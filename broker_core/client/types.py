@@ -160,6 +160,17 @@ class PullResult:
 
 
 @dataclass(frozen=True)
+class PushedBatch:
+    """A subscription's batch: messages of one queue, and the offset its next batch starts at
+    (a filtered batch may have no rows while next_offset moves on)."""
+
+    topic: str
+    queue_id: int
+    batch: pa.RecordBatch
+    next_offset: int
+
+
+@dataclass(frozen=True)
 class CheckRequest:
     """A broker's question "did this transaction's local work commit?"."""
 

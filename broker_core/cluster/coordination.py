@@ -334,6 +334,9 @@ def cluster_status(endpoints: list[tuple[str, int]], group: str | None = None) -
                 "lag_bytes": max(0, leader_end - info.get("log_end", 0)) if info else None,
                 "lag_seconds": info.get("lag_seconds"),
                 "replica_id": info.get("replica_id"),
+                # a replica of a release before versions reports none of these: wire 1, format 1
+                "version": info.get("version"), "replication_wire": info.get("replication_wire", 1 if info else None),
+                "store_format": info.get("store_format", 1 if info else None),
                 **({"may_not_lead": info["may_not_lead"]} if info.get("may_not_lead") else {}),
             })
         out["groups"][name] = {"leader": leader.endpoint if leader else None, "epoch": epoch,

@@ -22,6 +22,7 @@ from typing import Iterator
 
 import grpc
 
+from txmq.broker import __version__, versions
 from txmq.broker.server.auth import Authenticator, authorization_header, format_date_time
 from txmq.broker.server.addresses import announced_host
 from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config
@@ -508,7 +509,10 @@ class ReplicaNode:
                 "replica_id": self.replica_id,
                 "role": "leader" if self.lead is not None else "follower",
                 "log_end": store.commitlog.write_end if store is not None else 0,
-                "elections_won": self.elections_won, "demotions": self.demotions}
+                "elections_won": self.elections_won, "demotions": self.demotions,
+                # what a rolling upgrade watches: each replica's release and what it speaks and reads
+                "version": __version__, "replication_wire": versions.REPLICATION.version,
+                "store_format": store.store_format if store is not None else None}
         if self.lead is not None:
             info.update(epoch=self.lead.record.epoch, confirmed=self.lead.confirmed, lag_seconds=0.0,
                         acks_refused=self.lead.acks_refused, followers=self.lead.status())

@@ -23,7 +23,9 @@ from typing import Callable
 
 import grpc
 
-from txmq.broker.errors import DataDeleted, IllegalOffset, NotEnoughReplicas, NotLeader, ReplicationTimeout, TxmqError
+from txmq.broker import versions
+from txmq.broker.errors import (DataDeleted, IllegalOffset, NotEnoughReplicas, NotLeader, ReplicationTimeout, TxmqError,
+                                VersionUnsupported)
 from txmq.broker.protocol import native_status
 from txmq.broker.protocol import replication_pb2 as pb
 from txmq.broker.protocol.method_table import STREAM_STREAM, UNARY_UNARY, build_method_table
@@ -215,13 +217,25 @@ class ReplicationLeader:
 
     def epoch_end(self, req: pb.EpochEndRequest) -> pb.EpochEndResponse:
         self._check_group(req.group)
+        self._check_wire(req, "")
         found = self.epochs.end_of(req.epoch, self.store.commitlog.settled_end)
         return pb.EpochEndResponse(status=native_status.ok_status(), leader_epoch=self.record.epoch,
                                    epoch=found.epoch, end_offset=found.start,
-                                   segment_bytes=self.store.config.commitlog_segment_bytes)
+                                   segment_bytes=self.store.config.commitlog_segment_bytes,
+                                   wire_version=versions.REPLICATION.version, wire_oldest=versions.REPLICATION.oldest,
+                                   store_format=self.store.store_format)
+
+    def _check_wire(self, req: pb.EpochEndRequest | pb.FetchRequest, replica: str) -> None:
+        """Refuse a follower whose replication wire this leader cannot serve (the group serves on)."""
+        peer = versions.Speaks.from_wire(req.wire_version, req.wire_oldest)
+        if not versions.compatible(versions.REPLICATION, peer):
+            raise VersionUnsupported(
+                f"group {self.group}: follower {replica or '(unnamed)'} speaks replication wire {peer}; this leader "
+                f"speaks {versions.REPLICATION}: run a txmq release next to this one on it")
 
     def fetch(self, req: pb.FetchRequest) -> pb.FetchResponse:
         self._check_group(req.group)
+        self._check_wire(req, req.replica)
         if self.fenced or req.epoch != self.record.epoch or not self._lease_alive():
             raise NotLeader(f"group {self.group}: fetch for epoch {req.epoch}, this replica leads epoch "
                             f"{self.record.epoch}{' (fenced)' if self.fenced else ''}"
@@ -256,7 +270,9 @@ class ReplicationLeader:
             status=native_status.ok_status(), epoch=self.record.epoch, offset=req.offset, data=data,
             leader_end=leader_end, confirmed=self.confirmed,
             epochs=[pb.Epoch(epoch=e.epoch, start_offset=e.start) for e in self.epochs.entries],
-            files=self._changed_files(req.file_versions), log_start=self.store.commitlog.min_offset)
+            files=self._changed_files(req.file_versions), log_start=self.store.commitlog.min_offset,
+            wire_version=versions.REPLICATION.version, wire_oldest=versions.REPLICATION.oldest,
+            store_format=self.store.store_format)
 
     def _changed_files(self, known) -> list[pb.MetadataFile]:
         out = []
@@ -397,14 +413,15 @@ class Follower:
                 log.exception("group %s: dispatching replicated bytes failed", self.group)
                 self._stop.wait(0.5)
 
-    def _fetch_from_end(self, versions: dict[str, int]) -> pb.FetchResponse:
+    def _fetch_from_end(self, file_versions: dict[str, int]) -> pb.FetchResponse:
         """The fetch from this log's end (it tells the leader this replica holds the log): the next
         request on the Follow stream, opened when there is none; a Fetch call against a leader
         that has no Follow."""
         request = pb.FetchRequest(
             group=self.group, epoch=self.leader.epoch, replica=self.me, replica_id=self.replica_id,
             offset=self.store.commitlog.write_end, max_bytes=FETCH_MAX_BYTES, max_wait_ms=FETCH_WAIT_MS,
-            file_versions=versions)
+            file_versions=file_versions, wire_version=versions.REPLICATION.version,
+            wire_oldest=versions.REPLICATION.oldest)
         if not self.streaming:
             return self._fetch(request, timeout=FETCH_STALL_S, metadata=self._metadata())
         if self._stream is None:
@@ -438,15 +455,17 @@ class Follower:
 
     def _run(self) -> None:
         synced = False
-        versions: dict[str, int] = {}  # the leader's metadata-file versions this replica holds
+        file_versions: dict[str, int] = {}  # the leader's metadata-file versions this replica holds
         while not self._stop.is_set():
             try:
                 if not synced:
                     self._cut_divergent_tail()
                     synced = True
-                resp = self._fetch_from_end(versions)
+                resp = self._fetch_from_end(file_versions)
                 if resp.status.code != native_status.OK_CODE:
                     exc = native_status.error_from(resp.status)
+                    if isinstance(exc, VersionUnsupported):
+                        raise _CannotFollow(str(exc))
                     if isinstance(exc, DataDeleted) and exc.min_offset > self.store.commitlog.write_end:
                         self._restart_at(exc.min_offset)
                         continue
@@ -458,7 +477,7 @@ class Follower:
                 self._apply(resp)
                 for f in resp.files:
                     self._take_file(f)
-                    versions[f.name] = f.version
+                    file_versions[f.name] = f.version
                 if resp.data:
                     # the next fetch acknowledges these bytes at once (holding them is what a sync
                     # write waits for, as with Kafka's and RocketMQ's followers); the dispatch
@@ -489,6 +508,7 @@ class Follower:
         return time.monotonic() - self.answered_at < FETCH_WAIT_MS / 1000 + 0.25
 
     def _apply(self, resp: pb.FetchResponse) -> None:
+        self._take_store_format(resp.store_format)  # before bytes of a newer format land here
         if resp.data:
             self.store.append_replicated(resp.offset, resp.data)
         end = self.store.commitlog.write_end
@@ -499,6 +519,17 @@ class Follower:
         now = self.answered_at = time.monotonic()
         if end >= resp.leader_end:
             self.caught_up_at = now
+
+    def _take_store_format(self, leader_format: int) -> None:
+        """This replica's data directory holds the leader's bytes: it records the leader's store
+        format when newer than its own, and refuses to follow one it cannot read."""
+        fmt = leader_format or versions.STORE_FORMAT_UNRECORDED
+        if fmt <= self.store.store_format:
+            return
+        if not versions.store_format_readable(fmt):
+            raise _CannotFollow(f"leader {self.leader.endpoint} writes store format {fmt}; this replica reads store "
+                                f"formats {versions.STORE_FORMAT_OLDEST}-{versions.STORE_FORMAT}: upgrade it")
+        self.store.record_store_format(fmt)
 
     def _take_file(self, f: pb.MetadataFile) -> None:
         """The leader's copy of a metadata file: the store's registries reload it; the others are
@@ -531,7 +562,16 @@ class Follower:
         last = self.epochs.last
         resp = self._epoch_end(pb.EpochEndRequest(group=self.group, epoch=last.epoch if last else -1), timeout=5,
                                metadata=self._metadata())
-        native_status.raise_for(resp.status)
+        if resp.status.code != native_status.OK_CODE:
+            exc = native_status.error_from(resp.status)
+            if isinstance(exc, VersionUnsupported):
+                raise _CannotFollow(str(exc))
+            raise exc
+        leader = versions.Speaks.from_wire(resp.wire_version, resp.wire_oldest)
+        if not versions.compatible(versions.REPLICATION, leader):
+            raise _CannotFollow(f"leader {self.leader.endpoint} speaks replication wire {leader}; this replica "
+                                f"speaks {versions.REPLICATION}: run a txmq release next to the leader's here")
+        self._take_store_format(resp.store_format)
         mine = self.store.config.commitlog_segment_bytes
         if resp.segment_bytes != mine:
             raise _CannotFollow(f"the leader's CommitLog segments are {resp.segment_bytes} bytes, this replica's "

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from txmq.broker.protocol import native_pb2 as txmq_dot_broker_dot_protocol_dot_native__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&txmq/broker/protocol/replication.proto\x12\x13txmq.replication.v1\x1a!txmq/broker/protocol/native.proto\",\n\x05\x45poch\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"/\n\x0f\x45pochEndRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\"\x8a\x01\n\x10\x45pochEndResponse\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.txmq.native.v1.Status\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\x15\n\rsegment_bytes\x18\x05 \x01(\x03\"\x8a\x02\n\x0c\x46\x65tchRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0f\n\x07replica\x18\x03 \x01(\t\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\x05\x12J\n\rfile_versions\x18\x07 \x03(\x0b\x32\x33.txmq.replication.v1.FetchRequest.FileVersionsEntry\x12\x12\n\nreplica_id\x18\x08 \x01(\t\x1a\x33\n\x11\x46ileVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\">\n\x0cMetadataFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\x0c\"\xfc\x01\n\rFetchResponse\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.txmq.native.v1.Status\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x12\n\nleader_end\x18\x05 \x01(\x03\x12\x11\n\tconfirmed\x18\x06 \x01(\x03\x12*\n\x06\x65pochs\x18\x07 \x03(\x0b\x32\x1a.txmq.replication.v1.Epoch\x12\x30\n\x05\x66iles\x18\x08 \x03(\x0b\x32!.txmq.replication.v1.MetadataFile\x12\x11\n\tlog_start\x18\t \x01(\x03\x32\x8b\x02\n\x0bReplication\x12W\n\x08\x45pochEnd\x12$.txmq.replication.v1.EpochEndRequest\x1a%.txmq.replication.v1.EpochEndResponse\x12N\n\x05\x46\x65tch\x12!.txmq.replication.v1.FetchRequest\x1a\".txmq.replication.v1.FetchResponse\x12S\n\x06\x46ollow\x12!.txmq.replication.v1.FetchRequest\x1a\".txmq.replication.v1.FetchResponse(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n&txmq/broker/protocol/replication.proto\x12\x13txmq.replication.v1\x1a!txmq/broker/protocol/native.proto\",\n\x05\x45poch\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"Z\n\x0f\x45pochEndRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x14\n\x0cwire_version\x18\x03 \x01(\x05\x12\x13\n\x0bwire_oldest\x18\x04 \x01(\x05\"\xcb\x01\n\x10\x45pochEndResponse\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.txmq.native.v1.Status\x12\x14\n\x0cleader_epoch\x18\x02 \x01(\x03\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x12\n\nend_offset\x18\x04 \x01(\x03\x12\x15\n\rsegment_bytes\x18\x05 \x01(\x03\x12\x14\n\x0cwire_version\x18\x06 \x01(\x05\x12\x13\n\x0bwire_oldest\x18\x07 \x01(\x05\x12\x14\n\x0cstore_format\x18\x08 \x01(\x05\"\xb5\x02\n\x0c\x46\x65tchRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0f\n\x07replica\x18\x03 \x01(\t\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x11\n\tmax_bytes\x18\x05 \x01(\x05\x12\x13\n\x0bmax_wait_ms\x18\x06 \x01(\x05\x12J\n\rfile_versions\x18\x07 \x03(\x0b\x32\x33.txmq.replication.v1.FetchRequest.FileVersionsEntry\x12\x12\n\nreplica_id\x18\x08 \x01(\t\x12\x14\n\x0cwire_version\x18\t \x01(\x05\x12\x13\n\x0bwire_oldest\x18\n \x01(\x05\x1a\x33\n\x11\x46ileVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\">\n\x0cMetadataFile\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\x03\x12\x0f\n\x07\x63ontent\x18\x03 \x01(\x0c\"\xbd\x02\n\rFetchResponse\x12&\n\x06status\x18\x01 \x01(\x0b\x32\x16.txmq.native.v1.Status\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\x12\x12\n\nleader_end\x18\x05 \x01(\x03\x12\x11\n\tconfirmed\x18\x06 \x01(\x03\x12*\n\x06\x65pochs\x18\x07 \x03(\x0b\x32\x1a.txmq.replication.v1.Epoch\x12\x30\n\x05\x66iles\x18\x08 \x03(\x0b\x32!.txmq.replication.v1.MetadataFile\x12\x11\n\tlog_start\x18\t \x01(\x03\x12\x14\n\x0cwire_version\x18\n \x01(\x05\x12\x13\n\x0bwire_oldest\x18\x0b \x01(\x05\x12\x14\n\x0cstore_format\x18\x0c \x01(\x05\x32\x8b\x02\n\x0bReplication\x12W\n\x08\x45pochEnd\x12$.txmq.replication.v1.EpochEndRequest\x1a%.txmq.replication.v1.EpochEndResponse\x12N\n\x05\x46\x65tch\x12!.txmq.replication.v1.FetchRequest\x1a\".txmq.replication.v1.FetchResponse\x12S\n\x06\x46ollow\x12!.txmq.replication.v1.FetchRequest\x1a\".txmq.replication.v1.FetchResponse(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,17 +37,17 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_EPOCH']._serialized_start=98
   _globals['_EPOCH']._serialized_end=142
   _globals['_EPOCHENDREQUEST']._serialized_start=144
-  _globals['_EPOCHENDREQUEST']._serialized_end=191
-  _globals['_EPOCHENDRESPONSE']._serialized_start=194
-  _globals['_EPOCHENDRESPONSE']._serialized_end=332
-  _globals['_FETCHREQUEST']._serialized_start=335
-  _globals['_FETCHREQUEST']._serialized_end=601
-  _globals['_FETCHREQUEST_FILEVERSIONSENTRY']._serialized_start=550
-  _globals['_FETCHREQUEST_FILEVERSIONSENTRY']._serialized_end=601
-  _globals['_METADATAFILE']._serialized_start=603
-  _globals['_METADATAFILE']._serialized_end=665
-  _globals['_FETCHRESPONSE']._serialized_start=668
-  _globals['_FETCHRESPONSE']._serialized_end=920
-  _globals['_REPLICATION']._serialized_start=923
-  _globals['_REPLICATION']._serialized_end=1190
+  _globals['_EPOCHENDREQUEST']._serialized_end=234
+  _globals['_EPOCHENDRESPONSE']._serialized_start=237
+  _globals['_EPOCHENDRESPONSE']._serialized_end=440
+  _globals['_FETCHREQUEST']._serialized_start=443
+  _globals['_FETCHREQUEST']._serialized_end=752
+  _globals['_FETCHREQUEST_FILEVERSIONSENTRY']._serialized_start=701
+  _globals['_FETCHREQUEST_FILEVERSIONSENTRY']._serialized_end=752
+  _globals['_METADATAFILE']._serialized_start=754
+  _globals['_METADATAFILE']._serialized_end=816
+  _globals['_FETCHRESPONSE']._serialized_start=819
+  _globals['_FETCHRESPONSE']._serialized_end=1136
+  _globals['_REPLICATION']._serialized_start=1139
+  _globals['_REPLICATION']._serialized_end=1406
 # @@protoc_insertion_point(module_scope)

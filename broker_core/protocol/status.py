@@ -43,6 +43,7 @@ ERROR_CODES: tuple[tuple[type[Exception], int], ...] = (
     (e.PropertyConflictWithType, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
     (e.InvalidTransactionId, Code.INVALID_TRANSACTION_ID),
     (e.BadRequest, Code.BAD_REQUEST),
+    (e.VersionUnsupported, Code.VERSION_UNSUPPORTED),
     (e.Unsupported, Code.UNSUPPORTED),
     (e.TopicNotFound, Code.TOPIC_NOT_FOUND),
     (e.ConsumerGroupNotFound, Code.CONSUMER_GROUP_NOT_FOUND),
@@ -76,7 +77,6 @@ for _cls, _code in ERROR_CODES:
 _CLASS_BY_CODE.setdefault(Code.NOT_FOUND, e.NotFound)
 _CLASS_BY_CODE.setdefault(Code.PAYLOAD_TOO_LARGE, e.MessageBodyTooLarge)
 _CLASS_BY_CODE.setdefault(Code.NOT_IMPLEMENTED, e.Unsupported)
-_CLASS_BY_CODE.setdefault(Code.VERSION_UNSUPPORTED, e.Unsupported)
 
 SUCCESS_CODES = frozenset({Code.OK, Code.MULTIPLE_RESULTS})
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from txmq.broker.errors import TopicNotFound
+from txmq.broker.errors import StoreFormatUnsupported, TopicNotFound
 from txmq.broker.server.auth import Authenticator, AuthInterceptor
 from txmq.broker.server.checkback_router import CheckbackRouter
 from txmq.broker.server.config import BrokerConfig, parse_duration, parse_host_port
@@ -274,6 +274,7 @@ class Broker:
             self.listener = None
         if self.flight is not None:
             self.native.closing = True  # open streams end at their next batch
+            self.native.waiters.wake_all()  # and subscriptions waiting for a publish at once
             # Flight's shutdown waits for every call, and a client that neither reads nor ends its
             # stream would hold it forever: wait for the grace, then close the store without them.
             ending = threading.Thread(target=self.flight.shutdown, name="txmq-flight-stop", daemon=True)
@@ -300,7 +301,9 @@ def make_grpc_server(cfg: BrokerConfig, auth: Authenticator,
     from txmq.broker.protocol import keepalive
     from txmq.broker.protocol.rocketmq_methods import SERVICE_NAME
 
-    interceptors = []
+    from txmq.broker.protocol.native_version import NativeVersionInterceptor
+
+    interceptors: list[grpc.ServerInterceptor] = [NativeVersionInterceptor()]
     if auth.enabled:
         interceptors.append(AuthInterceptor(auth, in_band_prefixes=(f"/{SERVICE_NAME}/",)))
     return grpc.server(
@@ -457,7 +460,11 @@ def run_broker(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
     if config.etcd:
         return _run_replica(config, stop)
-    broker = Broker(config)
+    try:
+        broker = Broker(config)
+    except StoreFormatUnsupported as exc:
+        print(f"txmq broker: {exc}", file=sys.stderr, flush=True)
+        return 2
     try:
         host, port = broker.start()
     except BaseException:
@@ -480,7 +487,7 @@ def _run_replica(config: BrokerConfig, stop: threading.Event) -> int:
     node = ReplicaNode(config)
     try:
         host, port = node.start()
-    except ValueError as exc:
+    except (ValueError, StoreFormatUnsupported) as exc:
         print(f"txmq broker: {exc}", file=sys.stderr, flush=True)
         return 2
     _serve_until(stop, f"txmq replica ready on {host}:{port} (group {config.group}, etcd {config.etcd})", node.stop)

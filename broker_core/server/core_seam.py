@@ -45,6 +45,8 @@ class ClusterRoutes(Protocol):
 
     def refresh(self) -> None: ...
 
+    def sealed(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]: ...
+
 
 class ServiceStore(Protocol):
     """What the services call on the store (MessageStore)."""
@@ -64,6 +66,10 @@ class ServiceStore(Protocol):
     def sealed_queue_ids(self, topic: str) -> frozenset[int]: ...
 
     def sealed_queues(self) -> frozenset[tuple[str, int]]: ...
+
+    def seal_queues(self, moved: Iterable[tuple[str, int]], sealing: Iterable[tuple[str, int]]) -> None: ...
+
+    def hold_seal(self, topic: str, queue_id: int, held: bool = True) -> None: ...
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, *,
                    tag_filter: TagFilter | MessageFilter | str | None = None,

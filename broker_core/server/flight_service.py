@@ -1,7 +1,9 @@
 """The broker's Arrow Flight service: the data plane for bulk reads and writes.
 
 - DoGet streams a queue range (ticket: a native `PullRequest`) as record batches in
-  the Spark source's schema; each batch's app_metadata is a `PullProgress`.
+  the Spark source's schema; each batch's app_metadata is a `PullProgress`. A ticket whose
+  `subscribe` is set is a push subscription: a stream of every queue's committed
+  messages as they are published, that ends only when the client or the broker goes.
 - DoPut takes a stream of batches (descriptor command: a native `PutCommand`) as plain
   sends or as a transaction's halves, and answers each batch on the metadata stream
   with the `SendResponse` or `PrepareResponse` the gRPC call would give.
@@ -134,6 +136,11 @@ class TxmqFlightServer(flight.FlightServerBase):
     @_guarded
     def do_get(self, context, ticket):
         request = _parse(pb.PullRequest, ticket.ticket, "ticket")
+        if request.HasField("subscribe"):
+            # no read-ahead: a subscription waits for publishes, which would hold a pool thread; and
+            # Flight asks for the next batch only once this one is written, which bounds what it holds
+            pushed = self.service.subscribe_stream(self._identity(context), request.subscribe, context.is_cancelled)
+            return flight.GeneratorStream(PULL_SCHEMA, _with_metadata(pushed))
         batches = self.service.pull_stream(self._identity(context), request)
         return flight.GeneratorStream(PULL_SCHEMA, _read_ahead(_with_metadata(batches), self._read_ahead))
 

@@ -475,6 +475,63 @@ class NativeService:
         return self._pull_batches(topic, queue_id, start, end, request.max_bytes or DEFAULT_PULL_BYTES,
                                   request.max_batches, message_filter, plans)
 
+    def subscribe_stream(self, identity, request: pb.SubscribeRequest,
+                         is_cancelled: Callable[[], bool]) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
+        """A push subscription: each queue's messages from its start offset, up to a consistent cut
+        and then past every new one as publishes move it, until the caller goes away
+        (`is_cancelled`) or the broker stops (BrokerUnavailable). Each range is read by
+        `pull_stream`, so a subscriber sees exactly what a pull of the same cut would; every
+        batch's progress names its queue. The request is checked before this returns."""
+        positions: dict[str, dict[int, int]] = {}
+        for item in request.start:
+            identity.require_subscribe(item.topic)
+            queue_ids = self._queue_ids(item.topic)
+            for queue_id, offset in item.offsets.items():
+                if queue_id not in queue_ids:
+                    raise errors.BadRequest(f"topic {item.topic!r} has no queue {queue_id}")
+                if offset < 0:
+                    raise errors.IllegalOffset(f"start offset of {item.topic}/{queue_id} is negative: {offset}")
+            positions.setdefault(item.topic, {}).update(item.offsets)
+        if not any(positions.values()):
+            raise errors.BadRequest("a subscription names no queue: give start offsets per topic and queue")
+        if not 0 <= request.max_bytes <= MAX_PULL_BYTES:
+            raise errors.BadRequest(f"max_bytes must be in [0, {MAX_PULL_BYTES}], got {request.max_bytes}")
+        MessageFilter.parse(request.tags, request.sql)  # a bad expression fails the call, not its first batch
+        return self._pushed_batches(identity, positions, request, is_cancelled)
+
+    def _pushed_batches(self, identity, positions: dict[str, dict[int, int]], request: pb.SubscribeRequest,
+                        is_cancelled: Callable[[], bool]) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
+        topics = list(positions)
+
+        def active() -> bool:
+            return not self.closing and not is_cancelled()
+
+        def cut_of_subscribed() -> dict[str, dict[int, int]]:
+            whole = self._cut(topics)
+            return {t: {q: whole.get(t, {}).get(q, 0) for q in queues} for t, queues in positions.items()}
+
+        cut = cut_of_subscribed()
+        while True:
+            for topic, queues in positions.items():
+                for queue_id, pos in queues.items():
+                    end = cut.get(topic, {}).get(queue_id, 0)
+                    if pos >= end:
+                        continue
+                    pull = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=pos, end_offset=end,
+                                          tags=request.tags, sql=request.sql, max_bytes=request.max_bytes)
+                    started = time.perf_counter()
+                    for batch, progress in self.pull_stream(identity, pull):
+                        progress.topic, progress.queue_id = topic, queue_id
+                        queues[queue_id] = progress.next_offset
+                        self.metrics.observe("push", batch.num_rows, time.perf_counter() - started)
+                        yield batch, progress  # resumes once the batch is on the wire (flow control)
+                        started = time.perf_counter()
+            # woken by the store's next dispatch; the liveness checks notice a consumer that went away
+            _, cut = self.waiters.wait(cut_of_subscribed, positions, time.monotonic() + MAX_WAIT_MS / 1000, active)
+            self._check_open()
+            if is_cancelled():
+                return
+
     def _pull_batches(self, topic: str, queue_id: int, start: int, end: int, max_bytes: int, max_batches: int,
                       message_filter: MessageFilter, plans: bool) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
         if start == end:
@@ -616,8 +673,12 @@ class NativeService:
         if self.core.moves is None:
             raise errors.Unsupported("queues move only between the groups of a cluster")
         self._topic(request.topic)
-        if request.release:
+        if request.release:  # a move rolled back: the registry, read afresh, says what stays sealed
             self.store.hold_seal(request.topic, request.queue_id, False)
+            routes = self.core.routes
+            if routes is not None:
+                routes.refresh()
+                self.store.seal_queues(*routes.sealed())
             return pb.SealQueueResponse(status=ok_status())
         wait_s = (request.wait_ms or 30_000) / 1000.0
         self.store.hold_seal(request.topic, request.queue_id)

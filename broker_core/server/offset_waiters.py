@@ -37,6 +37,10 @@ class OffsetWaiters:
         store.add_dispatch_listener(self._on_dispatch)
 
     def _on_dispatch(self, entries: Any) -> None:
+        self.wake_all()
+
+    def wake_all(self) -> None:
+        """Wake every waiter to look again (new entries, or the broker stopping)."""
         with self._cond:
             self._generation += 1
             self._cond.notify_all()

@@ -22,11 +22,14 @@ import time
 from dataclasses import dataclass
 from functools import partial, reduce
 from operator import or_
+from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
 
-from txmq.broker.errors import DataDeleted, IllegalOffset, MessageNotFound, RequestTimeout, StoreError
+from txmq.broker import __version__, versions
+from txmq.broker.errors import (DataDeleted, IllegalOffset, MessageNotFound, RequestTimeout, StoreError,
+                                StoreFormatUnsupported)
 from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.commitlog import CommitLog, WritePlan
@@ -99,25 +102,45 @@ COPY_PART_BYTES = 8 << 20
 
 GEOMETRY_FILE = "store_meta.json"
 GEOMETRY_FIELDS = ("commitlog_segment_bytes", "consume_queue_entries_per_file")
+FORMAT_FIELD = "store_format"  # txmq.broker.versions.STORE_FORMAT when the directory was made
 
 
-def _with_on_disk_geometry(config: StoreConfig) -> StoreConfig:
-    """File geometry is fixed when a data directory is created (store_meta.json).
+def _with_on_disk_geometry(config: StoreConfig) -> tuple[StoreConfig, int]:
+    """File geometry and the store format are fixed when a data directory is created (store_meta.json).
 
     Opening it later with different sizes would misread segments and queue files,
-    so the recorded sizes win over the configured ones (with a warning).
+    so the recorded sizes win over the configured ones (with a warning). A format this
+    release cannot read is refused before anything reads the files. Returns the config
+    and the directory's store format.
     """
     path = config.data_dir / GEOMETRY_FILE
     recorded = read_json(path, None)
     if recorded is None:
-        write_json_atomically(path, {f: getattr(config, f) for f in GEOMETRY_FIELDS})
-        return config
+        fresh = not any((config.data_dir / "commitlog").glob("*"))
+        fmt = versions.STORE_FORMAT if fresh else versions.STORE_FORMAT_UNRECORDED
+        write_json_atomically(path, {**{f: getattr(config, f) for f in GEOMETRY_FIELDS}, FORMAT_FIELD: fmt})
+        return config, fmt
+    fmt = int(recorded.get(FORMAT_FIELD, versions.STORE_FORMAT_UNRECORDED))
+    if not versions.store_format_readable(fmt):
+        raise StoreFormatUnsupported(
+            f"data directory {config.data_dir} holds store format {fmt}; this txmq ({__version__}) reads store "
+            f"formats {versions.STORE_FORMAT_OLDEST}-{versions.STORE_FORMAT}: start a release that reads format {fmt}")
     changed = {f: int(recorded[f]) for f in GEOMETRY_FIELDS if f in recorded and int(recorded[f]) != getattr(config, f)}
     if changed:
         log.warning("store %s was created with %s; using those instead of the configured values",
                     config.data_dir, changed)
         config = dataclasses.replace(config, **changed)
-    return config
+    return config, fmt
+
+
+def record_store_format(data_dir: Path, fmt: int) -> None:
+    """Raise the store format recorded in `data_dir` to `fmt` (before the first file of that format is
+    written: a release that cannot read it then refuses the directory instead of misreading it)."""
+    assert versions.store_format_readable(fmt), f"this release cannot write store format {fmt}"
+    path = data_dir / GEOMETRY_FILE
+    recorded = read_json(path, {})
+    if int(recorded.get(FORMAT_FIELD, versions.STORE_FORMAT_UNRECORDED)) < fmt:
+        write_json_atomically(path, {**recorded, FORMAT_FIELD: fmt})
 
 
 @dataclass
@@ -141,7 +164,12 @@ class MessageStore:
         except OSError:
             os.close(self._lock_fd)
             raise StoreError(f"store directory {root} is in use by another process") from None
-        config = self.config = _with_on_disk_geometry(config)
+        try:
+            config, self.store_format = _with_on_disk_geometry(config)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self.config = config
         self.commitlog = CommitLog(root / "commitlog", config.commitlog_segment_bytes, config.store_host)
         self.write_lock = WriteLock(GroupCommit(self.commitlog.flush) if config.flush_mode == "sync" else None,
                                     lambda: self.commitlog.write_end)
@@ -181,6 +209,13 @@ class MessageStore:
         self.filter_bits = FilterBitmaps(self, root / "filter_expressions.json")
 
     # --- lifecycle ---------------------------------------------------------------
+
+    def record_store_format(self, fmt: int) -> None:
+        """Record that this directory holds store format `fmt` from now on: call it before the first
+        file of a newer format is written (a feature of a later format coming into use), and a
+        replica before it takes such bytes from its leader (versions.py)."""
+        record_store_format(self.config.data_dir, fmt)
+        self.store_format = max(self.store_format, fmt)
 
     def close(self) -> None:
         """Flush everything, write the checkpoint, remove the abort marker (a clean stop)."""

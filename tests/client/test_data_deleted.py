@@ -45,7 +45,8 @@ class _RetainedStore:
 
 @pytest.fixture
 def stub_client():
-    core = SimpleNamespace(store=_RetainedStore(), engine=SimpleNamespace(), router=None, config=None,
+    engine = SimpleNamespace(consistent_cut=lambda topics: {("t", 0): 150})
+    core = SimpleNamespace(store=_RetainedStore(), engine=engine, router=None, config=None,
                            metrics=ServerMetrics(), rpc_metrics=RpcMetrics(), auth=Authenticator.disabled(),
                            advertised=None)
     service = NativeService(core)
@@ -72,3 +73,16 @@ def test_deleted_offsets_raise_data_deleted_with_the_min_offset(stub_client):
 
 def test_min_offsets_report_the_retained_start(stub_client):
     assert stub_client.min_offsets(["t"]) == {"t": {0: 100}}
+
+
+def test_a_subscription_below_the_retained_start_raises_data_deleted_when_not_skipping(stub_client):
+    with pytest.raises(errors.DataDeleted) as info:
+        next(iter(stub_client.subscribe({"t": {0: 5}}, skip_deleted=False)))
+    assert info.value.min_offset == 100
+
+
+def test_a_skipping_subscription_moves_to_the_retained_start_and_raises_only_what_skipping_cannot_pass(stub_client):
+    subscription = stub_client.subscribe({"t": {0: 5}})
+    with pytest.raises(errors.DataDeleted):  # this store's reads fail from 100 on too: nothing more to skip
+        next(iter(subscription))
+    assert subscription.positions == {"t": {0: 100}}
