@@ -119,21 +119,68 @@ def cmd_topic_describe(args) -> None:
 
     with ClusterClient(args.broker, timeout_s=args.timeout, retry_unavailable_s=min(args.timeout, 3.0)) as c:
         routes = c.routes([args.name])
-        views = {g: c.group(g).describe_topic(args.name) for g in dict.fromkeys(q.group for q in routes.queues(args.name))}
+        views = {}
+        for g in dict.fromkeys(s.group for q in routes.queues(args.name) for s in q.segments):
+            try:
+                views[g] = c.group(g).describe_topic(args.name)
+            except errors.BrokerUnavailable:
+                if any(q.current.group == g for q in routes.queues(args.name)):
+                    raise  # only a group holding nothing but history may be gone
     first = next(iter(views.values()))
     rows = []
     for q in routes.queues(args.name):
-        r = views[q.group].queues.get(q.queue_id)
-        rows.append({"queue_id": q.queue_id, "group": q.group, "leader": routes.leaders.get(q.group) or "",
-                     "min_offset": r.min_offset if r else 0, "max_offset": r.max_offset if r else 0,
-                     "messages": (r.max_offset - r.min_offset) if r else 0})
+        # a moved queue (docs/cluster.md, "Moving queues"): its offsets are logical, its end on the group it is on now
+        parts = [(s, views[s.group].queues.get(s.queue_id)) for s in q.segments if s.group in views]
+        low = next(((s, r) for s, r in parts if r is not None), (None, None))
+        now = views[q.current.group].queues.get(q.current.queue_id)
+        min_offset = low[0].base + low[1].min_offset if low[1] is not None else q.current.base
+        max_offset = q.current.base + (now.max_offset if now else 0)
+        row = {"queue_id": q.queue_id, "group": q.group, "leader": routes.leaders.get(q.group) or "",
+               "min_offset": min_offset, "max_offset": max_offset, "messages": max_offset - min_offset}
+        if q.moves or q.sealing:
+            row.update(on=q.current.group, leader=routes.leaders.get(q.current.group) or "",
+                       segments=[[s.group, s.queue_id, s.base] for s in q.segments], moving_to=q.sealing)
+        rows.append(row)
     data = {"name": args.name, "message_type": routes.message_types.get(args.name) or first.message_type,
             "queue_count": len(rows), "permission": first.permission, "cluster": routes.cluster, "queues": rows}
     if args.json:
         _emit(args, data)
     else:
         print(f"topic {args.name}: {data['message_type']} messages, {len(rows)} queues, permission {first.permission}")
-        print(_table(rows, ["queue_id", "group", "leader", "min_offset", "max_offset", "messages"]))
+        columns = ["queue_id", "group", "leader", "min_offset", "max_offset", "messages"]
+        print(_table(rows, columns + (["on", "moving_to"] if any("on" in r for r in rows) else [])))
+
+
+def cmd_topic_move(args) -> None:
+    """Move one queue to another group, or even a topic out over the groups (cluster/moves.py)."""
+    if args.even == bool(args.queue or args.to):
+        raise UsageError("give --queue GROUP:ID and --to GROUP, or --even")
+    if args.queue and not args.to:
+        raise UsageError("--queue needs --to GROUP")
+    with _client(args) as c:
+        result = c.move_queues(topic=args.name, queue=args.queue or "", to=args.to or "", even=args.even,
+                               dry_run=args.dry_run, wait_s=args.wait)
+    _emit_moves(args, result)
+
+
+def cmd_group_drain(args) -> None:
+    """Move every queue off a broker group, then retire it (no new queue, no transaction goes there)."""
+    with _client(args) as c:
+        result = c.move_queues(drain=args.group, dry_run=args.dry_run, wait_s=args.wait)
+    _emit_moves(args, result)
+
+
+def _emit_moves(args, result: dict) -> None:
+    if args.json:
+        _emit(args, result)
+        return
+    rows = [{"topic": m["topic"], "queue": m["queue"], "from": m.get("from", ""), "to": m["to"],
+             "state": m.get("state", "planned"), "at_offset": m.get("base", ""), "error": m.get("error", "")}
+            for m in result.get("moves", [])]
+    print(_table(rows, ["topic", "queue", "from", "to", "state", "at_offset", "error"]) if rows else "nothing to move")
+    if result.get("retired"):
+        print(f"group {result['retired']} retired: it holds no queue and takes no new transaction; it may stop "
+              "once its consumers have read the history it still holds")
 
 
 def cmd_topic_delete(args) -> None:
@@ -413,6 +460,13 @@ def cmd_cluster_status(args) -> None:
              "may_not_lead": m.get("may_not_lead", "")}
             for name, g in sorted(data["groups"].items()) for m in g["members"]]
     print(_table(rows, ["group", "endpoint", "role", "in_sync", "epoch", "lag_bytes", "lag_seconds", "may_not_lead"]))
+    for m in data.get("moving", []):
+        print(f"moving: {m['topic']} {m['queue']} from {m['from']} to {m['to']}")
+    for m in data.get("moved", []):
+        where = " -> ".join(f"{s['group']}:{s['queue_id']}@{s['from_offset']}" for s in m["segments"])
+        print(f"moved: {m['topic']} {m['queue']} now on {m['on']} ({where})")
+    if data.get("retired"):
+        print(f"retired (drained) groups: {', '.join(data['retired'])}")
 
 
 def cmd_console(args) -> None:
@@ -468,6 +522,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = tsub.add_parser("describe", parents=[common], help="queues and offsets of a topic")
     p.add_argument("name")
     p.set_defaults(func=cmd_topic_describe)
+    p = tsub.add_parser("move", parents=[common], help="move a queue to another broker group (or even a topic out)")
+    p.add_argument("name")
+    p.add_argument("--queue", help="the queue, GROUP:ID as `topic describe` names it")
+    p.add_argument("--to", help="the broker group to move it to")
+    p.add_argument("--even", action="store_true", help="move queues until every live group holds as many (±1)")
+    p.add_argument("--dry-run", action="store_true", help="only print what would move")
+    p.add_argument("--wait", type=float, default=30.0,
+                   help="seconds the queue's pending transactions may take to end before the move rolls back")
+    p.set_defaults(func=cmd_topic_move)
     p = tsub.add_parser("delete", parents=[common], help="delete a topic")
     p.add_argument("name")
     p.set_defaults(func=cmd_topic_delete)
@@ -542,6 +605,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--retry-max-times", type=int,
                        help="redeliveries before a message goes to %%DLQ%%<group> (default for a new group: 16)")
         p.set_defaults(func=_cmd_group_update(must_exist))
+    p = gsub.add_parser("drain", parents=[common],
+                        help="move every queue off a BROKER group, then retire it (cluster; not a consumer group)")
+    p.add_argument("group", help="the broker group (--group of its brokers)")
+    p.add_argument("--dry-run", action="store_true", help="only print what would move")
+    p.add_argument("--wait", type=float, default=30.0, help="per queue, as `topic move --wait`")
+    p.set_defaults(func=cmd_group_drain)
     p = gsub.add_parser("describe", parents=[common], help="a consumer group's settings")
     p.add_argument("name")
     p.set_defaults(func=cmd_group_describe)

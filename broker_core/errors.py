@@ -216,6 +216,11 @@ class QueueReserved(TooManyRequests):
     (a split group, see store/split_group.py); nothing was written. Retry shortly."""
 
 
+class QueueSealed(TooManyRequests):
+    """A new write to a queue that a move between groups sealed here (cluster/moves.py): nothing
+    was written; the queue takes writes on its new group (refresh the routes and retry)."""
+
+
 class RequestTimeout(TxmqError):
     """The operation did not complete within its deadline."""
 

@@ -27,6 +27,7 @@ from txmq.broker.client.cluster_cut import cluster_cut
 from txmq.broker.client.cross_group import CrossGroupTransaction
 from txmq.broker.client.fault_tolerance import LatencyFaultTolerance
 from txmq.broker.client.native_client import NativeClient, parse_endpoints
+from txmq.broker.client import segments as seg
 from txmq.broker.client.types import (CheckRequest, ConsumerGroupInfo, EndSummary, Message, PrepareSummary, PullResult, QueueRef, Routes,
                                      SendSummary, TopicInfo, TransactionInfo)
 
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 # How long a group's client retries replicas it cannot reach before the call fails and the
 # group is avoided: above a group's failover time (docs/benchmarks.md, "Broker groups").
 GROUP_UNREACHABLE_S = 5.0
+
+# how often a send refused by a queue a move sealed is tried again (the routes refreshed each time)
+SEALED_RETRIES = 50
 
 # {topic: {(group, queue id): offset}}: offsets of a cluster's queues
 ClusterOffsets = dict[str, dict[tuple[str, int], int]]
@@ -150,7 +154,9 @@ class ClusterClient:
         """A group for the next send to `topic`: round-robin over its queues, so a group takes
         sends in proportion to the queues it holds; groups electing a leader are skipped."""
         routes = self.routes([topic])
-        live = [q.group for q in routes.queues(topic) if routes.leaders.get(q.group) or not routes.cluster]
+        # a moved queue takes writes on its current group; one being moved takes none meanwhile
+        live = [q.current.group for q in routes.queues(topic)
+                if not q.sealing and (routes.leaders.get(q.current.group) or not routes.cluster)]
         if not live:
             raise errors.BrokerUnavailable(f"no group holding queues of {topic!r} has a leader now")
         turn = self._turn.setdefault(topic, itertools.count())
@@ -160,18 +166,29 @@ class ClusterClient:
         """Run `send(client)` on a chosen group; a group that could not be reached (nothing
         was sent) is avoided and the next is tried, so a down group does not stop a topic."""
         tried: set[str] = set()
+        sealed_retries = 0
         while True:
             group = self._choose(topic)
             if group in tried:
-                group = next((g for g in dict.fromkeys(q.group for q in self.queues(topic)) if g not in tried), group)
+                group = next((g for g in dict.fromkeys(q.current.group for q in self.queues(topic))
+                              if g not in tried), group)
             tried.add(group)
             started = time.monotonic()
             try:
                 summary = send(self.group(group))
+            except errors.QueueSealed:
+                # the group's queues of the topic moved away meanwhile: nothing was written
+                sealed_retries += 1
+                if sealed_retries > SEALED_RETRIES:
+                    raise
+                tried.discard(group)
+                time.sleep(min(0.05 * sealed_retries, 0.5))
+                self.routes([topic], refresh=True)
+                continue
             except errors.BrokerUnreachable:
                 self.faults.update(group, 0, failed=True)
                 self.routes([topic], refresh=True)
-                if len(tried) >= len({q.group for q in self.queues(topic)}):
+                if len(tried) >= len({q.current.group for q in self.queues(topic)}):
                     raise
                 log.warning("group %s unreachable; sending %s to another group", group, topic)
                 continue
@@ -191,59 +208,150 @@ class ClusterClient:
 
     # ---- reads --------------------------------------------------------------------
 
-    def _per_group(self, topics: Sequence[str], call) -> ClusterOffsets:
-        """`call(client, topics)` on every group holding queues of `topics`, in parallel, merged."""
+    def _per_group(self, topics: Sequence[str], call, *, last_only: bool = False) -> ClusterOffsets:
+        """`call(client, topics)` on every group holding queues of `topics`, in parallel: the raw
+        answers, {topic: {(group, physical queue id): value}}. A moved queue's segments are asked
+        on their groups; with `last_only`, only its last one (where its end is), and a group holding
+        only earlier segments may be down (their offsets are then left out)."""
         routes = self.routes(topics)
-        groups = sorted({q.group for t in topics for q in routes.queues(t)})
+        needed: dict[str, set[str]] = {}  # group -> topics it must answer for
+        optional: dict[str, set[str]] = {}  # group -> topics it may answer for
+        for t in topics:
+            for q in routes.queues(t):
+                needed.setdefault(q.current.group, set()).add(t)
+                if not last_only:
+                    for s in q.segments[:-1]:
+                        optional.setdefault(s.group, set()).add(t)
+        groups = sorted(set(needed) | set(optional))
         out: ClusterOffsets = {t: {} for t in topics}
+
+        def ask(g: str):
+            mine = sorted(needed.get(g, set()) | optional.get(g, set()))
+            try:
+                return g, call(self.group(g), mine)
+            except errors.BrokerUnavailable:
+                if g in needed:
+                    raise
+                return g, {}  # only history lies there, and the group is gone: read from what remains
+
         with ThreadPoolExecutor(max(1, len(groups))) as pool:
-            answers = list(pool.map(lambda g: (g, call(self.group(g), [t for t in topics if any(
-                q.group == g for q in routes.queues(t))])), groups))
+            answers = list(pool.map(ask, groups))
         for group, offsets in answers:
             for topic, queues in offsets.items():
                 for queue_id, offset in queues.items():
                     out[topic][(group, queue_id)] = offset
         return out
 
+    def _logical(self, topics: Sequence[str], physical: ClusterOffsets, how: str) -> ClusterOffsets:
+        """Raw per-group answers as offsets of the topics' (logical) queues. `how`: "end" (the last
+        segment's), "min" (the first segment that answered), "committed" (the last segment holding
+        one), "time" (the first segment whose answer lies before its end)."""
+        routes = self.routes(topics)
+        out: ClusterOffsets = {t: {} for t in topics}
+        for t in topics:
+            got = physical.get(t, {})
+            for q in routes.queues(t):
+                if not q.moves:
+                    if q.key in got:
+                        out[t][q.key] = got[q.key]
+                    continue
+                pieces = list(seg.spans(q.segments))
+                keys = [(s.group, s.queue_id) for s, _ in pieces]
+                if how == "end":
+                    last = pieces[-1][0]
+                    out[t][q.key] = last.base + got.get(keys[-1], 0)  # its queue not created yet: empty
+                elif how == "committed":
+                    found = [got[k] for k in keys if k in got]
+                    if found:
+                        out[t][q.key] = found[-1]  # committed offsets are logical already
+                else:
+                    for (s, length), k in zip(pieces, keys):
+                        if k not in got:
+                            continue
+                        value = s.base + got[k]
+                        if how == "min" or length is None or value < s.base + length:
+                            out[t][q.key] = value
+                            break
+        return out
+
     def snapshot_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
         """Each group's consistent cut of `topics`: a single-group transaction is whole or absent
         in them; one across groups may show on one group before another applies its decision
         (consistent_cut leaves those out)."""
-        return self._per_group(topics, lambda c, ts: c.snapshot_offsets(ts))
+        return self._logical(topics, self._per_group(topics, lambda c, ts: c.snapshot_offsets(ts), last_only=True),
+                             "end")
 
     def consistent_cut(self, topics: Sequence[str], start: Mapping[str, Mapping[tuple[str, int], int]],
                        snapshot: ClusterOffsets | None = None) -> ClusterOffsets:
         """A cluster-wide consistent cut of `topics` between `start` (a consistent cut, e.g. the
         previous batch's end) and `snapshot` (the groups' snapshots, taken now when None): no
-        transaction across groups lies partly below it (client/cluster_cut.py)."""
+        transaction across groups lies partly below it (client/cluster_cut.py). A moved queue's
+        segments are cut as the physical queues they are, then read back as one offset."""
         snapshot = self.snapshot_offsets(topics) if snapshot is None else snapshot
-        return cluster_cut(_GroupClients(self), {t: dict(q) for t, q in start.items()}, snapshot)
+        routes = self.routes(topics)
+        moved = {t: {q.key: q for q in routes.queues(t) if q.moves} for t in topics}
+        if not any(moved.values()):
+            return cluster_cut(_GroupClients(self), {t: dict(q) for t, q in start.items()}, snapshot)
+        p_start: dict[str, dict[tuple[str, int], int]] = {}
+        p_snap: ClusterOffsets = {}
+        for t in topics:
+            p_start[t], p_snap[t] = {}, {}
+            for key, end in snapshot.get(t, {}).items():
+                begin = start.get(t, {}).get(key, 0)
+                q = moved[t].get(key)
+                if q is None:
+                    p_start[t][key], p_snap[t][key] = begin, end
+                    continue
+                lo, hi = seg.to_physical(q.segments, begin), seg.to_physical(q.segments, end)
+                for k in lo:
+                    if lo[k] < hi[k]:  # only segments with something to read take part
+                        p_start[t][k], p_snap[t][k] = lo[k], hi[k]
+        cut = cluster_cut(_GroupClients(self), p_start, p_snap)
+        out: ClusterOffsets = {}
+        for t in topics:
+            out[t] = {}
+            for key, end in snapshot.get(t, {}).items():
+                q = moved[t].get(key)
+                if q is None:
+                    out[t][key] = cut.get(t, {}).get(key, end)
+                    continue
+                begin = seg.to_physical(q.segments, start.get(t, {}).get(key, 0))
+                positions = {k: cut.get(t, {}).get(k, v) for k, v in begin.items()}
+                out[t][key] = seg.to_logical(q.segments, positions)
+        return out
 
     def min_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
-        return self._per_group(topics, lambda c, ts: c.min_offsets(ts))
+        return self._logical(topics, self._per_group(topics, lambda c, ts: c.min_offsets(ts)), "min")
 
     def offsets_for_timestamp(self, topics: Sequence[str], timestamp_ms: int) -> ClusterOffsets:
-        return self._per_group(topics, lambda c, ts: c.offsets_for_timestamp(ts, timestamp_ms))
+        return self._logical(topics, self._per_group(topics, lambda c, ts: c.offsets_for_timestamp(ts, timestamp_ms)),
+                             "time")
 
     def committed_offsets(self, consumer_group: str, topics: Sequence[str]) -> ClusterOffsets:
         """The consumer group's committed offsets (queues it never committed are absent)."""
-        return self._per_group(topics, lambda c, ts: c.committed_offsets(consumer_group, ts))
+        return self._logical(topics, self._per_group(topics, lambda c, ts: c.committed_offsets(consumer_group, ts)),
+                             "committed")
 
     def wait_for_offsets(self, topics: Sequence[str], known: Mapping[str, Mapping[tuple[str, int], int]],
                          timeout_ms: int) -> ClusterOffsets:
         """Long poll every group at once: the cluster's cut as soon as one group has moved past
         `known`, else at the timeout."""
         routes = self.routes(topics)
-        groups = sorted({q.group for t in topics for q in routes.queues(t)})
-        pool = ThreadPoolExecutor(max(1, len(groups)))
+        # group -> {topic: {physical queue id: known physical end}}: where each queue's end grows
+        parts: dict[str, dict[str, dict[int, int]]] = {}
+        for t in topics:
+            for q in routes.queues(t):
+                cur = q.current
+                part = parts.setdefault(cur.group, {}).setdefault(t, {})
+                if q.key in known.get(t, {}):
+                    part[cur.queue_id] = max(0, known[t][q.key] - cur.base)
+        pool = ThreadPoolExecutor(max(1, len(parts)))
 
         def wait(group: str) -> None:
-            mine = [t for t in topics if any(q.group == group for q in routes.queues(t))]
-            part = {t: {q: o for (g, q), o in known.get(t, {}).items() if g == group} for t in mine}
-            self.group(group).wait_for_offsets(mine, part, timeout_ms)
+            self.group(group).wait_for_offsets(sorted(parts[group]), parts[group], timeout_ms)
 
         try:
-            waits = [pool.submit(wait, g) for g in groups]
+            waits = [pool.submit(wait, g) for g in sorted(parts)]
             futures_wait(waits, timeout=timeout_ms / 1000.0 + 1.0, return_when=FIRST_COMPLETED)
         finally:
             pool.shutdown(wait=False)  # the other groups' long polls end at their timeout
@@ -260,14 +368,52 @@ class ClusterClient:
                     continue
             raise
 
+    def _queue(self, topic: str, queue: tuple[str, int], *, refresh: bool = False):
+        """The routed queue (group, queue id) of `topic`; None for one the routes do not list."""
+        routes = self.routes([topic], refresh=refresh)
+        return next((q for q in routes.topics.get(topic, ()) if q.key == tuple(queue)), None)
+
     def read_queue(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> Iterator:
-        """Queue (group, queue id) of `topic`, range [start, end), as the group's `read_queue` streams it."""
-        group, queue_id = queue
-        return self.group(group).read_queue(topic, queue_id, start, end, **kwargs)
+        """Queue (group, queue id) of `topic`, range [start, end), as the group's `read_queue` streams
+        it; a moved queue's range is read from each segment's group in turn, in its own offsets. A
+        range past what the cached routes place (a move since they were read) is read again with
+        fresh routes from where it stopped."""
+        pos, refreshed = start, False
+        while True:
+            q = self._queue(topic, queue, refresh=refreshed)
+            try:
+                if q is None or not q.moves:
+                    for result in self.group(queue[0]).read_queue(topic, queue[1], pos, end, **kwargs):
+                        pos = result.next_offset
+                        yield result
+                    return
+                for segment, lo, hi in seg.ranges(q.segments, pos, end):
+                    for result in self.group(segment.group).read_queue(topic, segment.queue_id, lo, hi, **kwargs):
+                        result = seg.shifted(result, segment, queue[1])
+                        pos = result.next_offset
+                        yield result
+                return
+            except errors.IllegalOffset:
+                if refreshed:
+                    raise
+                refreshed = True  # the end lies on a group the cached routes did not know of yet
 
     def pull_arrow(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> PullResult:
-        group, queue_id = queue
-        return self.group(group).pull_arrow(topic, queue_id, start, end, **kwargs)
+        for refresh in (False, True):
+            q = self._queue(topic, queue, refresh=refresh)
+            try:
+                if q is None or not q.moves:
+                    return self.group(queue[0]).pull_arrow(topic, queue[1], start, end, **kwargs)
+                pieces = seg.ranges(q.segments, start, end)
+                if not pieces:
+                    raise errors.BadRequest(f"empty range [{start}, {end}) of {topic} {queue[0]}:{queue[1]}")
+                segment, lo, hi = pieces[0]
+                return seg.shifted(self.group(segment.group).pull_arrow(topic, segment.queue_id, lo, hi, **kwargs),
+                                   segment, queue[1])
+            except errors.IllegalOffset:
+                if refresh:
+                    raise
+        raise AssertionError("unreachable")
 
     def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
         """Every topic: a cluster's registered ones (queues per group are in `routes`), or a lone broker's."""
@@ -281,6 +427,10 @@ class ClusterClient:
         by_group: dict[str, dict[str, dict[int, int]]] = {}
         for topic, queues in offsets.items():
             for (group, queue_id), offset in queues.items():
+                # a moved queue's offsets (logical) are kept by the group it is written on now
+                q = self._queue(topic, (group, queue_id))
+                if q is not None and q.moves:
+                    group, queue_id = q.current.group, q.current.queue_id
                 by_group.setdefault(group, {}).setdefault(topic, {})[queue_id] = offset
         for group, part in by_group.items():
             self.group(group).commit_offsets(consumer_group, part)
@@ -296,7 +446,8 @@ class ClusterClient:
             pinned = self._tx_groups.get(transaction_id)
         if pinned is not None:
             return pinned
-        groups = sorted(self.routes().groups)
+        routes = self.routes()
+        groups = sorted(g for g in routes.groups if g not in routes.retired)  # a drained group takes none
         if not groups:
             raise errors.BrokerUnavailable("the cluster's routes list no group")
         return groups[zlib.crc32(transaction_id.encode()) % len(groups)]
@@ -333,7 +484,7 @@ class ClusterClient:
         if len(participants) > 1:
             if not transaction_id or not topic:
                 raise errors.BadRequest("a transaction across groups needs its id and one topic")
-            live = sorted({q.group for q in self.queues(topic)} & set(participants))
+            live = sorted({q.current.group for q in self.queues(topic) if not q.sealing} & set(participants))
             if not live:
                 raise errors.BrokerUnavailable(f"no participant group of transaction {transaction_id} "
                                                f"({', '.join(participants)}) holds a live queue of {topic!r}")

@@ -45,6 +45,7 @@ from txmq.broker.client.types import (
     PushedBatch,
     QueueRange,
     QueueRef,
+    QueueSegment,
     Routes,
     QueueSlice,
     ReceivedMessage,
@@ -329,9 +330,23 @@ class NativeClient:
         return Routes(cluster=resp.cluster,
                       groups={g.name: tuple(g.endpoints) for g in resp.groups},
                       leaders={g.name: g.leader or None for g in resp.groups},
-                      topics={t.name: tuple(QueueRef(t.name, q.group, q.queue_id) for q in t.queues)
+                      topics={t.name: tuple(QueueRef(t.name, q.group, q.queue_id,
+                                                     tuple(QueueSegment(m.group, m.queue_id, m.base) for m in q.moves),
+                                                     q.sealing) for q in t.queues)
                               for t in resp.topics},
-                      message_types={t.name: t.message_type for t in resp.topics})
+                      message_types={t.name: t.message_type for t in resp.topics},
+                      retired=frozenset(g.name for g in resp.groups if g.retired))
+
+    def move_queues(self, *, topic: str = "", queue: str = "", to: str = "", even: bool = False, drain: str = "",
+                    dry_run: bool = False, wait_s: float = 30.0) -> dict:
+        """Move queues between a cluster's groups (docs/cluster.md, "Moving queues"): queue "group:id"
+        of `topic` to group `to`, or `topic` evened out over the groups (`even`), or every queue off
+        group `drain` (which is then retired). What moved (or would, with `dry_run`)."""
+        import json
+
+        req = pb.MoveQueuesRequest(topic=topic, queue=queue, to=to, even=even, drain=drain, dry_run=dry_run,
+                                   wait_ms=int(wait_s * 1000))
+        return json.loads(self._call("MoveQueues", req, timeout_s=max(self.timeout_s, 600.0)).json or "{}")
 
     def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
         resp = self._call("ListTopics", pb.ListTopicsRequest(include_system=include_system))

@@ -198,13 +198,38 @@ class TransactionSendResult:
 
 
 @dataclass(frozen=True)
+class QueueSegment:
+    """Where part of a moved queue lies: a physical queue of `group` holding its offsets from `base` on."""
+
+    group: str
+    queue_id: int
+    base: int
+
+
+@dataclass(frozen=True)
 class QueueRef:
     """A queue of a cluster topic: RocketMQ's (topic, broker name, queue id), a group standing
-    for the broker. Outside a cluster the group is ""."""
+    for the broker. Outside a cluster the group is "". A queue keeps its name when it moves to
+    another group (docs/cluster.md, "Moving queues"): `moves` says where its later offsets lie."""
 
     topic: str
     group: str
     queue_id: int
+    moves: tuple[QueueSegment, ...] = ()
+    sealing: str = ""  # a move to this group is under way: the queue takes no writes meanwhile
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.group, self.queue_id)
+
+    @property
+    def segments(self) -> tuple[QueueSegment, ...]:
+        return (QueueSegment(self.group, self.queue_id, 0),) + self.moves
+
+    @property
+    def current(self) -> QueueSegment:
+        """The segment new writes go to."""
+        return self.moves[-1] if self.moves else QueueSegment(self.group, self.queue_id, 0)
 
 
 @dataclass(frozen=True)
@@ -216,6 +241,7 @@ class Routes:
     leaders: dict[str, str | None]  # group -> its leader's endpoint, None while it elects
     topics: dict[str, tuple[QueueRef, ...]]  # topic -> its queues in their global order
     message_types: dict[str, str] = field(default_factory=dict)
+    retired: frozenset[str] = frozenset()  # groups drained for good: no transaction hashes to them
 
     def queues(self, topic: str) -> tuple[QueueRef, ...]:
         try:

@@ -341,4 +341,25 @@ def cluster_status(endpoints: list[tuple[str, int]], group: str | None = None) -
             })
         out["groups"][name] = {"leader": leader.endpoint if leader else None, "epoch": epoch,
                                "vouched": isr.vouched, "members": rows}
+    out.update(_moves_status(probe))
     return out
+
+
+def _moves_status(etcd: EtcdGroup) -> dict[str, Any]:
+    """Moves in the route registry (routes.py, moves.py): queues being moved, queues that moved
+    (each with where it is written now and from which offset), retired groups."""
+    from .routes import RETIRED_ROOT, TOPICS_ROOT, TopicLayout
+
+    moving, moved = [], []
+    for key, value, rev in etcd.range_prefix(TOPICS_ROOT):
+        layout = TopicLayout.parse(key[len(TOPICS_ROOT):], value, rev)
+        for q in layout.queues:
+            name = f"{q.group}:{q.queue_id}"
+            if q.sealing:
+                moving.append({"topic": layout.name, "queue": name, "from": q.current.group, "to": q.sealing})
+            if q.moves:
+                moved.append({"topic": layout.name, "queue": name, "on": q.current.group,
+                              "segments": [{"group": s.group, "queue_id": s.queue_id, "from_offset": s.base}
+                                           for s in q.segments]})
+    retired = sorted(k[len(RETIRED_ROOT):] for k, _, _ in etcd.range_prefix(RETIRED_ROOT))
+    return {"moving": moving, "moved": moved, "retired": retired}

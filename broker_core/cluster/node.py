@@ -26,7 +26,7 @@ from txmq.broker import __version__, versions
 from txmq.broker.server.auth import Authenticator, authorization_header, format_date_time
 from txmq.broker.server.addresses import announced_host
 from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config
-from txmq.broker.errors import NotLeader
+from txmq.broker.errors import BrokerUnavailable, NotLeader
 from txmq.broker.protocol import keepalive
 from txmq.broker.server.config import BrokerConfig
 from txmq.broker.server.topic_types import TopicType
@@ -38,6 +38,7 @@ from .epochs import LeaderEpochs
 from .replication import SERVICE_NAME, Follower, ReplicationLeader, replication_method_handlers
 from .roles import RoleRouter
 from .membership import EtcdMembership
+from .moves import QueueMover
 from .routes import GroupRoute, RouteRegistry, RouteView
 
 log = logging.getLogger("txmq.cluster")
@@ -108,6 +109,7 @@ class ReplicaNode:
             self.membership = EtcdMembership(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s))
             self.routes = RouteView(RouteRegistry(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)),
                                     self.group, self._create_share)
+            self.moves = QueueMover(self.routes, self._call_leader)
         except BaseException:
             self.store.close()
             raise
@@ -330,17 +332,30 @@ class ReplicaNode:
             self._create_local(topic, share, message_type)
             return
         from txmq.broker.protocol import native_pb2
+        self._call_endpoint(route.leader, "CreateTopic", native_pb2.CreateTopicRequest(
+            name=topic, queue_count=share, message_type=message_type, group_only=True), 5.0)
+
+    def _call_leader(self, group: str, method_name: str, request, timeout_s: float):
+        """A native call to `group`'s leader now (signed as a replica); NotLeader while it has none."""
+        route = self.routes.snapshot(fresh=True).groups.get(group)
+        if route is None or not route.leader:
+            raise NotLeader(f"group {group} has no leader now")
+        return self._call_endpoint(route.leader, method_name, request, timeout_s)
+
+    def _call_endpoint(self, endpoint: str | None, method_name: str, request, timeout_s: float):
         from txmq.broker.protocol.native_methods import NATIVE_METHODS_BY_NAME
         from txmq.broker.protocol.native_status import raise_for
-        method = NATIVE_METHODS_BY_NAME["CreateTopic"]
-        channel = self._peer_channel(route.leader)
+        method = NATIVE_METHODS_BY_NAME[method_name]
+        channel = self._peer_channel(endpoint)
         try:
             call = channel.unary_unary(method.path, request_serializer=method.request_class.SerializeToString,
                                        response_deserializer=method.response_class.FromString)
-            response = call(native_pb2.CreateTopicRequest(name=topic, queue_count=share, message_type=message_type,
-                                                          group_only=True),
-                            metadata=self._peer_metadata(), timeout=5.0)
+            try:
+                response = call(request, metadata=self._peer_metadata(), timeout=timeout_s)
+            except grpc.RpcError as exc:
+                raise BrokerUnavailable(f"{endpoint}: {exc.code().name}: {exc.details()}") from exc
             raise_for(response.status)
+            return response
         finally:
             channel.close()
 
@@ -359,6 +374,8 @@ class ReplicaNode:
         """Create what the registry gives this group and it lacks (a create while it was down)."""
         if self.broker is None:
             return
+        self.broker.core.store.seal_queues(*self.routes.sealed())
+        self.moves.resume_stuck(self.group)
         for topic, (share, message_type) in self.routes.shares().items():
             try:
                 self._create_local(topic, share, message_type)
@@ -403,6 +420,9 @@ class ReplicaNode:
                 core = BrokerCore(cfg, store=store)
             core.replication_status = self.status
             core.routes = self.routes
+            core.moves = self.moves
+            self.routes.refresh()  # queues sealed by moves refuse writes from the first one on
+            store.seal_queues(*self.routes.sealed())
             core.membership = self.membership
             broker = Broker(cfg, core)
             handlers = broker.service_handlers()

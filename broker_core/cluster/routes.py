@@ -2,8 +2,11 @@
 
 Keys in etcd:
 - /txmq/topics/<topic>   {"queues": [[group, queue_id], ...], "type": T}: a cluster topic's
-                         queues in their global order; written once by compare-and-swap and
-                         only ever extended, so a queue never moves to another group.
+                         queues in their global order; every write is a compare-and-swap. A
+                         queue that moved (moves.py) is [group, queue_id, [[group', id', base],
+                         ...], sealing]: its later segments, each a physical queue of another
+                         group holding its logical offsets from `base` on; `sealing` names the
+                         group a move is under way to (no new writes at the source meanwhile).
 - /txmq/groups/<g>/...   the groups themselves (coordination.py): a group routes only while
                          its leader key, which lives on the leader's lease, exists. So a dead
                          group's queues drop out of every route until it elects again.
@@ -14,6 +17,7 @@ group numbers its share of a topic's queues from 0.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -29,13 +33,51 @@ from .coordination import ROOT, EtcdKV
 log = logging.getLogger(__name__)
 
 TOPICS_ROOT = "/txmq/topics/"
+RETIRED_ROOT = "/txmq/retired/"  # /txmq/retired/<group>: drained for good (moves.py)
 MISS_REFRESH_S = 0.1  # a topic missing from the cached routes is looked up again at most this often
 
 
 @dataclass(frozen=True)
-class QueueRef:
+class Segment:
+    """A physical queue holding a logical queue's offsets from `base` on (its offset 0 is `base`)."""
+
     group: str
     queue_id: int
+    base: int
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    """A logical queue: named by where it was created (group, queue_id), which is also its first
+    segment; `moves` are the segments it moved to, in order; `sealing` the target of a move under way."""
+
+    group: str
+    queue_id: int
+    moves: tuple[Segment, ...] = ()
+    sealing: str = ""
+
+    @property
+    def segments(self) -> tuple[Segment, ...]:
+        return (Segment(self.group, self.queue_id, 0),) + self.moves
+
+    @property
+    def current(self) -> Segment:
+        """The segment that takes new writes."""
+        return self.moves[-1] if self.moves else Segment(self.group, self.queue_id, 0)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.group, self.queue_id)
+
+    def to_json(self) -> list:
+        if not self.moves and not self.sealing:
+            return [self.group, self.queue_id]
+        return [self.group, self.queue_id, [[m.group, m.queue_id, m.base] for m in self.moves], self.sealing]
+
+    @classmethod
+    def parse(cls, entry: list) -> "QueueRef":
+        moves = tuple(Segment(str(g), int(q), int(b)) for g, q, b in (entry[2] if len(entry) > 2 else ()))
+        return cls(str(entry[0]), int(entry[1]), moves, str(entry[3]) if len(entry) > 3 else "")
 
 
 @dataclass(frozen=True)
@@ -46,18 +88,52 @@ class TopicLayout:
     revision: int = 0  # etcd mod revision of the layout key
 
     def share(self, group: str) -> int:
-        """How many queues `group` holds (its queue ids are 0..share-1)."""
-        return sum(1 for q in self.queues if q.group == group)
+        """How many physical queues `group` holds (its queue ids are 0..share-1): its own queues
+        and the segments of queues moved to it."""
+        return max((s.queue_id + 1 for q in self.queues for s in q.segments if s.group == group), default=0)
+
+    def physical(self, group: str) -> dict[int, bool]:
+        """{physical queue id on `group`: whether it takes new writes}: a queue sealed by a move
+        (under way or done) is read-only there."""
+        out: dict[int, bool] = {}
+        for q in self.queues:
+            current = q.current
+            for s in q.segments:
+                if s.group == group:
+                    out[s.queue_id] = s == current and not q.sealing
+        return out
+
+    def sealed(self, group: str) -> tuple[frozenset[int], frozenset[int]]:
+        """(moved, sealing): `group`'s physical queues whose queue moved on to another segment, and
+        those a move under way sealed (they still take COMMITs of the halves they hold)."""
+        moved, sealing = set(), set()
+        for q in self.queues:
+            current = q.current
+            for s in q.segments:
+                if s.group == group and s != current:
+                    moved.add(s.queue_id)
+            if q.sealing and current.group == group:
+                sealing.add(current.queue_id)
+        return frozenset(moved), frozenset(sealing)
+
+    def queue(self, group: str, queue_id: int) -> QueueRef:
+        """The logical queue named (group, queue_id)."""
+        for q in self.queues:
+            if q.key == (group, queue_id):
+                return q
+        raise IllegalQueue(f"topic {self.name!r} has no queue {group}:{queue_id}")
+
+    def replaced(self, queue: QueueRef) -> "TopicLayout":
+        """This layout with `queue` (same logical name) in place of the old entry."""
+        return dataclasses.replace(self, queues=tuple(queue if q.key == queue.key else q for q in self.queues))
 
     def to_json(self) -> bytes:
-        return json.dumps({"queues": [[q.group, q.queue_id] for q in self.queues],
-                           "type": self.message_type}).encode()
+        return json.dumps({"queues": [q.to_json() for q in self.queues], "type": self.message_type}).encode()
 
     @classmethod
     def parse(cls, name: str, raw: bytes, revision: int = 0) -> "TopicLayout":
         data = json.loads(raw)
-        return cls(name, tuple(QueueRef(str(g), int(q)) for g, q in data["queues"]), str(data.get("type", "")),
-                   revision)
+        return cls(name, tuple(QueueRef.parse(e) for e in data["queues"]), str(data.get("type", "")), revision)
 
 
 @dataclass(frozen=True)
@@ -65,6 +141,7 @@ class GroupRoute:
     name: str
     leader: str | None  # "H:P" of the leader, None while the group elects
     members: tuple[str, ...]  # every live replica, the leader first: a client's fail-over list
+    retired: bool = False  # drained for good (moves.py): no new queue, no transaction goes there
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -84,7 +161,8 @@ def spread(queue_count: int, groups: list[str], existing: tuple[QueueRef, ...] =
         raise BrokerUnavailable("no broker group has a leader: the topic's queues have nowhere to go")
     held: dict[str, int] = {}
     for q in existing:
-        held[q.group] = max(held.get(q.group, 0), q.queue_id + 1)
+        for s in q.segments:  # a group's physical queues include the segments moved to it
+            held[s.group] = max(held.get(s.group, 0), s.queue_id + 1)
     out = list(existing)
     order = sorted(groups)
     for i in range(queue_count - len(existing)):
@@ -92,7 +170,7 @@ def spread(queue_count: int, groups: list[str], existing: tuple[QueueRef, ...] =
         out.append(QueueRef(group, held.get(group, 0)))
         held[group] = held.get(group, 0) + 1
     result = tuple(out)
-    assert len(set(result)) == len(result), "a queue is listed twice"
+    assert len({q.key for q in result}) == len(result), "a queue is listed twice"
     return result
 
 
@@ -113,11 +191,12 @@ class RouteRegistry:
                 leaders[name] = str(json.loads(value)["endpoint"])
             elif rest.startswith("members/"):
                 members.setdefault(name, []).append(rest[len("members/"):])
+        retired = {key[len(RETIRED_ROOT):] for key, _, _ in self.etcd.range_prefix(RETIRED_ROOT)}
         out = {}
         for name in sorted(names):
             leader = leaders.get(name)
             rest = sorted(m for m in members.get(name, []) if m != leader)
-            out[name] = GroupRoute(name, leader, tuple(([leader] if leader else []) + rest))
+            out[name] = GroupRoute(name, leader, tuple(([leader] if leader else []) + rest), name in retired)
         return out
 
     def topics(self) -> dict[str, TopicLayout]:
@@ -195,7 +274,7 @@ class RouteView:
         return self.snapshot().topics
 
     def live_groups(self) -> list[str]:
-        return sorted(name for name, g in self.snapshot(fresh=True).groups.items() if g.leader)
+        return sorted(name for name, g in self.snapshot(fresh=True).groups.items() if g.leader and not g.retired)
 
     def create_topic(self, name: str, queue_count: int, message_type: str) -> TopicLayout:
         """Register the topic's spread, then create each group's share: this group's first (its
@@ -223,3 +302,13 @@ class RouteView:
             if share:
                 out[name] = (share, layout.message_type)
         return out
+
+    def sealed(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+        """(moved, sealing) queues of this group, as (topic, queue id): see TopicLayout.sealed."""
+        moved: set[tuple[str, int]] = set()
+        sealing: set[tuple[str, int]] = set()
+        for name, layout in self.topics().items():
+            m, s = layout.sealed(self.group)
+            moved.update((name, q) for q in m)
+            sealing.update((name, q) for q in s)
+        return moved, sealing

@@ -114,6 +114,7 @@ class BrokerCore:
             self.advertised: tuple[str, int] | None = None  # set by Broker.start once it listens
             self.replication_status = None  # a group's leader: set by cluster/node.py
             self.routes = None  # a group's leader in a cluster: set by cluster/node.py
+            self.moves = None  # the cluster's queue mover (cluster/moves.py), set with routes
             self.membership: Membership = LocalMembership()  # a cluster's leader: etcd's (cluster/node.py)
             self.auth = (Authenticator.from_file(config.auth_file) if config.auth_file
                          else Authenticator.disabled())

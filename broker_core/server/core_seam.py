@@ -25,6 +25,7 @@ from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.transaction.engine import TransactionEngine
 
 if TYPE_CHECKING:  # pop.py takes a ServiceCore itself; routes are the cluster's, which imports the server
+    from txmq.broker.cluster.moves import QueueMover
     from txmq.broker.cluster.routes import GroupRoute, TopicLayout
     from txmq.broker.server.pop import PopService
 
@@ -44,6 +45,8 @@ class ClusterRoutes(Protocol):
 
     def refresh(self) -> None: ...
 
+    def sealed(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]: ...
+
 
 class ServiceStore(Protocol):
     """What the services call on the store (MessageStore)."""
@@ -57,6 +60,16 @@ class ServiceStore(Protocol):
     def append_columns(self, batch: BatchColumns) -> Sequence[AppendResult]: ...
 
     def queue_reserved(self, topic: str, queue_id: int) -> bool: ...
+
+    def queue_sealed(self, topic: str, queue_id: int) -> bool: ...
+
+    def sealed_queue_ids(self, topic: str) -> frozenset[int]: ...
+
+    def sealed_queues(self) -> frozenset[tuple[str, int]]: ...
+
+    def seal_queues(self, moved: Iterable[tuple[str, int]], sealing: Iterable[tuple[str, int]]) -> None: ...
+
+    def hold_seal(self, topic: str, queue_id: int, held: bool = True) -> None: ...
 
     def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int, *,
                    tag_filter: TagFilter | MessageFilter | str | None = None,
@@ -107,6 +120,7 @@ class ServiceCore(Protocol):
     replication_status: Callable[[], dict] | None
     # a group's leader in a cluster: where every group's queues are; None outside a cluster
     routes: ClusterRoutes | None
+    moves: "QueueMover | None"  # moves queues between groups (cluster/moves.py); None outside a cluster
     membership: Membership  # consumer groups' live members (in etcd in a cluster)
 
     def topic_queue_count(self, topic: str, *, create: bool | None = None) -> int: ...

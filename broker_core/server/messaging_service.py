@@ -24,7 +24,7 @@ import grpc
 
 from txmq.broker.errors import (BadRequest, IllegalDeliveryTime, IllegalInvisibleTime, IllegalOffset,
                                 IllegalPollingTime, IllegalQueue, InvalidTransactionId, MessageCorrupted,
-                                Unsupported)
+                                QueueSealed, Unsupported)
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb
 from txmq.broker.protocol.rocketmq_methods import (ROCKETMQ_METHODS, STREAM_STREAM,
                                                    UNARY_STREAM, UNARY_UNARY)
@@ -190,23 +190,23 @@ class MessagingService:
                                 broker=pb.Broker(name=name, id=0, endpoints=rotated(endpoints, i)),
                                 accept_message_types=accepted) for i in range(count)]
 
-    def _cluster_brokers(self, topic: str, requested: pb.Endpoints | None) -> list[tuple[pb.Broker, list[int]]]:
+    def _cluster_brokers(self, topic: str, requested: pb.Endpoints | None) -> list[tuple[pb.Broker, dict[int, bool]]]:
         """In a cluster, each group holding queues of a registered `topic` (with a leader now) as
-        a RocketMQ broker named for the group, with its queue ids; [] for any other topic."""
+        a RocketMQ broker named for the group, with its physical queue ids, each writable or not
+        (a queue moved away stays readable where its history lies); [] for any other topic."""
         routes = self.core.routes
         layout = routes.topic(topic) if routes is not None else None
         if layout is None:
             return []
         groups = routes.groups()
         out = []
-        for name in sorted({q.group for q in layout.queues}):
+        for name in sorted({s.group for q in layout.queues for s in q.segments}):
             route = groups.get(name)
             if route is None or not route.leader:
                 continue  # a group electing a leader is left out until it has one
             endpoints = (self._endpoints(requested) if name == routes.group
                          else _endpoints_of(route.leader))
-            out.append((pb.Broker(name=name, id=0, endpoints=endpoints),
-                        [q.queue_id for q in layout.queues if q.group == name]))
+            out.append((pb.Broker(name=name, id=0, endpoints=endpoints), layout.physical(name)))
         return out
 
     def QueryRoute(self, req: pb.QueryRouteRequest, call: Call) -> pb.QueryRouteResponse:
@@ -218,10 +218,10 @@ class MessagingService:
             mtype = self.core.routes.topic(topic).message_type
             accepted = (TopicType.parse(mtype) if mtype else TopicType.MIXED).accepted
             res = pb.Resource(name=req.topic.name, resource_namespace=req.topic.resource_namespace)
-            queues = [pb.MessageQueue(topic=res, id=q, permission=pb.READ_WRITE,
+            queues = [pb.MessageQueue(topic=res, id=q, permission=pb.READ_WRITE if writable else pb.READ,
                                       broker=pb.Broker(name=broker.name, id=0, endpoints=rotated(broker.endpoints, k)),
                                       accept_message_types=accepted)
-                      for broker, ids in cluster for k, q in enumerate(ids)]
+                      for broker, ids in cluster for k, (q, writable) in enumerate(sorted(ids.items()))]
             return pb.QueryRouteResponse(status=st.ok(), message_queues=queues)
         count = self.core.topic_queue_count(topic)
         # each queue announces the topic's type, as the proxy does: producers refuse any other
@@ -248,7 +248,7 @@ class MessagingService:
         return pb.QueryAssignmentResponse(status=st.ok(), assignments=[
             pb.Assignment(message_queue=pb.MessageQueue(topic=res, id=queue_id, permission=pb.READ_WRITE,
                                                         broker=broker))
-            for broker, ids in cluster for queue_id in (ids if fifo else (-1,))])
+            for broker, ids in cluster for queue_id in (sorted(ids) if fifo else (-1,))])
 
     # --- client lifecycle ---------------------------------------------------------
 
@@ -266,17 +266,22 @@ class MessagingService:
     # --- publishing ------------------------------------------------------------------
 
     def _select_queue(self, topic: str, count: int, message_group: str | None) -> int:
+        sealed = self.store.sealed_queue_ids(topic)  # moved to another group: no new writes here
+        ids = [q for q in range(count) if q not in sealed] if sealed else range(count)
+        if not ids:
+            raise QueueSealed(f"every queue of topic {topic!r} on this group moved to another group: "
+                              "query the route again")
         if message_group:  # FIFO: one group always lands on one queue, so its order is kept
-            return zlib.crc32(message_group.encode()) % count
+            return ids[zlib.crc32(message_group.encode()) % len(ids)]
         counter = self._round_robin.get(topic)
         if counter is None:
             counter = self._round_robin.setdefault(topic, itertools.count())
-        first = next(counter) % count
-        for step in range(count):  # a queue a large COMMIT is writing would refuse: any other will do
-            queue_id = (first + step) % count
+        first = next(counter) % len(ids)
+        for step in range(len(ids)):  # a queue a large COMMIT is writing would refuse: any other will do
+            queue_id = ids[(first + step) % len(ids)]
             if not self.store.queue_reserved(topic, queue_id):
                 return queue_id
-        return first  # every queue is held: the append answers TOO_MANY_REQUESTS
+        return ids[first]  # every queue is held: the append answers TOO_MANY_REQUESTS
 
     def SendMessage(self, req: pb.SendMessageRequest, call: Call) -> pb.SendMessageResponse:
         if not req.messages:

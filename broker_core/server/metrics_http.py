@@ -150,6 +150,18 @@ def _replication_metrics(w: _Writer, status: dict) -> None:
             w.sample(name, value, {"follower": endpoint})
 
 
+def _move_metrics(w: _Writer, status: dict) -> None:
+    """Queue moves run from this broker (cluster/moves.py) and the queues this group has sealed."""
+    name = "txmq_queue_moves_total"
+    w.declare(name, "counter", "Queue moves run from this broker, by outcome.")
+    for outcome, n in sorted(status["counts"].items()):
+        w.sample(name, n, {"outcome": outcome})
+    for key, help_text in (("running", "Queue moves running from this broker now."),
+                           ("sealed_queues", "Queues of this group sealed by moves (moved away or being moved).")):
+        w.declare(f"txmq_queue_moves_{key}", "gauge", help_text)
+        w.sample(f"txmq_queue_moves_{key}", status[key])
+
+
 def render(core: ServiceCore) -> str:
     """The whole exposition text for one scrape (each source guarded: a failing one is skipped)."""
     w = _Writer()
@@ -161,6 +173,10 @@ def render(core: ServiceCore) -> str:
     )
     if core.replication_status is not None:
         sources += ((_replication_metrics, core.replication_status),)
+    moves = core.moves
+    if moves is not None:
+        sources += ((_move_metrics, lambda: {**moves.status(), "running": len(moves.status()["running"]),
+                                             "sealed_queues": len(core.store.sealed_queues())}),)
     for write, read in sources:
         try:
             write(w, read())

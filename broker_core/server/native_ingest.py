@@ -27,6 +27,7 @@ from txmq.broker.errors import (
     IllegalMessageTag,
     IllegalPropertyKey,
     MessageBodyEmpty,
+    QueueSealed,
 )
 from txmq.broker.protocol import native_pb2
 from txmq.broker.protocol.native_arrow import check_send_schema
@@ -45,26 +46,46 @@ QueueCountFn = Callable[[str], int]
 
 
 class QueueSelector:
-    """Chooses a queue per message: by sharding key when given, else round-robin per topic."""
+    """Chooses a queue per message: by sharding key when given, else round-robin per topic; never
+    a queue a move to another group sealed here (`sealed(topic)`: their ids)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sealed: Callable[[str], frozenset[int]] = lambda topic: frozenset()) -> None:
         self._counters: dict[str, itertools.count] = {}
         self._lock = threading.Lock()
+        self._sealed = sealed
+
+    def _writable(self, topic: str, queue_count: int) -> list[int] | None:
+        """The queue ids that take writes when some are sealed (None: all of 0..count-1)."""
+        sealed = self._sealed(topic)
+        if not sealed:
+            return None
+        ids = [q for q in range(queue_count) if q not in sealed]
+        if not ids:
+            raise QueueSealed(f"every queue of topic {topic!r} on this group moved to another group: "
+                              "refresh the routes and send again")
+        return ids
 
     def select(self, topic: str, queue_count: int, sharding_key: str | None) -> int:
         if queue_count <= 0:
             raise BadRequest(f"topic {topic!r} has no writable queues")
+        ids = self._writable(topic, queue_count)
+        n = queue_count if ids is None else len(ids)
         if sharding_key:
             # crc32 is stable across processes (Python's hash() is salted).
-            return zlib.crc32(sharding_key.encode()) % queue_count
-        return next(self._counter(topic)) % queue_count
+            k = zlib.crc32(sharding_key.encode()) % n
+        else:
+            k = next(self._counter(topic)) % n
+        return k if ids is None else ids[k]
 
     def select_round_robin(self, topic: str, queue_count: int, n: int) -> list[int]:
         """Queues for `n` messages without sharding keys: what `n` calls of `select` would give."""
         if queue_count <= 0:
             raise BadRequest(f"topic {topic!r} has no writable queues")
+        ids = self._writable(topic, queue_count)
         counter = self._counter(topic)
-        return [next(counter) % queue_count for _ in range(n)]
+        if ids is None:
+            return [next(counter) % queue_count for _ in range(n)]
+        return [ids[next(counter) % len(ids)] for _ in range(n)]
 
     def _counter(self, topic: str) -> "itertools.count[int]":
         counter = self._counters.get(topic)

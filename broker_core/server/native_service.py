@@ -166,7 +166,7 @@ class NativeService:
         self.core = core
         self.store = core.store
         self.engine = core.engine
-        self.selector = QueueSelector()
+        self.selector = QueueSelector(self.store.sealed_queue_ids)
         self.ids = MessageIdGenerator()
         self.waiters = OffsetWaiters(self.store)
         self.metrics = metrics if metrics is not None else core.rpc_metrics
@@ -657,15 +657,51 @@ class NativeService:
         for name in list(request.topics) or sorted(layouts):
             layout = routes.topic(name)
             if layout is not None:
-                queues = [pb.QueueRoute(group=q.group, queue_id=q.queue_id) for q in layout.queues]
+                queues = [pb.QueueRoute(group=q.group, queue_id=q.queue_id, sealing=q.sealing,
+                                        moves=[pb.QueueSegment(group=m.group, queue_id=m.queue_id, base=m.base)
+                                               for m in q.moves])
+                          for q in layout.queues]
                 mtype = layout.message_type
             else:  # a topic of this group alone (auto-created by a send, or made before the cluster)
                 queues = [pb.QueueRoute(group=routes.group, queue_id=q) for q in self._queue_ids(name, with_entries)]
                 mtype = self.core.topic_types.get(name).value
             topics.append(pb.TopicRoute(name=name, queues=queues, message_type=mtype))
-        groups = [pb.GroupRoute(name=g.name, leader=g.leader or "", endpoints=list(g.endpoints))
+        groups = [pb.GroupRoute(name=g.name, leader=g.leader or "", endpoints=list(g.endpoints), retired=g.retired)
                   for g in routes.groups().values()]
         return pb.RoutesResponse(status=ok_status(), cluster=True, groups=groups, topics=topics)
+
+    def SealQueue(self, request, context) -> pb.SealQueueResponse:
+        """A move's seal of this group's queue (cluster/moves.py): refuse new writes to it, wait for
+        the halves it holds to end, answer its end once acknowledged; or release the seal."""
+        self._require_admin(context)
+        if self.core.moves is None:
+            raise errors.Unsupported("queues move only between the groups of a cluster")
+        self._topic(request.topic)
+        if request.release:  # a move rolled back: the registry, read afresh, says what stays sealed
+            self.store.hold_seal(request.topic, request.queue_id, False)
+            routes = self.core.routes
+            if routes is not None:
+                routes.refresh()
+                self.store.seal_queues(*routes.sealed())
+            return pb.SealQueueResponse(status=ok_status())
+        wait_s = (request.wait_ms or 30_000) / 1000.0
+        self.store.hold_seal(request.topic, request.queue_id)
+        self.engine.settle_queue(request.topic, request.queue_id, wait_s)
+        end = self.store.sealed_end(request.topic, request.queue_id, wait_s)
+        key = (request.topic, request.queue_id)
+        offsets = {g: held[key] for g in self.store.offsets.groups() if key in (held := self.store.offsets.group(g))}
+        return pb.SealQueueResponse(status=ok_status(), end_offset=end, consumer_offsets=offsets)
+
+    def MoveQueues(self, request, context) -> pb.MoveQueuesResponse:
+        """Move a queue, even out a topic or drain a group (cluster/moves.py), from this broker."""
+        self._require_admin(context)
+        moves = self.core.moves
+        if moves is None:
+            raise errors.Unsupported("queues move only between the groups of a cluster (brokers with --etcd)")
+        result = moves.run(topic=request.topic, queue=request.queue, to=request.to, even=request.even,
+                           drain=request.drain, dry_run=request.dry_run,
+                           wait_s=(request.wait_ms or 30_000) / 1000.0)
+        return pb.MoveQueuesResponse(status=ok_status(), json=json.dumps(result))
 
     def ListTopics(self, request, context) -> pb.ListTopicsResponse:
         identity = self._identity(context)
@@ -743,6 +779,9 @@ class NativeService:
         self._require_admin(context)
         data = {"store": self.store.stats(), "transactions": self.engine.metrics.snapshot(),
                 "rpc": self.metrics.snapshot()}
+        if self.core.moves is not None:
+            data["moves"] = {**self.core.moves.status(),
+                             "sealed_queues": sorted(f"{t}:{q}" for t, q in self.store.sealed_queues())}
         return pb.StatsResponse(status=ok_status(), json=json.dumps(data, default=str))
 
     def ClusterStatus(self, request, context) -> pb.ClusterStatusResponse:

@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 import numpy as np
 
 from txmq.broker import __version__, versions
-from txmq.broker.errors import DataDeleted, IllegalOffset, MessageNotFound, StoreError, StoreFormatUnsupported
+from txmq.broker.errors import (DataDeleted, IllegalOffset, MessageNotFound, RequestTimeout, StoreError,
+                                StoreFormatUnsupported)
 from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.commitlog import CommitLog, WritePlan
@@ -279,6 +280,44 @@ class MessageStore:
         """Whether a large COMMIT being written holds the queue now (writers of it wait for its
         end). A hint, read without the write lock: a write checks again under it."""
         return self.write_lock.is_reserved(topic, queue_id)
+
+    def seal_queues(self, moved: Iterable[tuple[str, int]], sealing: Iterable[tuple[str, int]]) -> None:
+        """The queues that moves to other groups sealed here (the whole sets, see WriteLock.seal)."""
+        self.write_lock.seal(moved, sealing)
+
+    def hold_seal(self, topic: str, queue_id: int, held: bool = True) -> None:
+        self.write_lock.hold_seal((topic, queue_id), held)
+
+    def queue_sealed(self, topic: str, queue_id: int) -> bool:
+        return self.write_lock.is_sealed(topic, queue_id)
+
+    def first_sealed(self, topics: Sequence[str], queue_ids: Sequence[int]) -> tuple[str, int] | None:
+        """The first of these queues a move sealed (None, at once, while no queue is sealed)."""
+        sealed = self.write_lock.sealed
+        if not sealed:
+            return None
+        return next((q for q in set(zip(topics, queue_ids)) if q in sealed), None)
+
+    def sealed_end(self, topic: str, queue_id: int, timeout_s: float) -> int:
+        """The end of a queue a move sealed: what was written to it acknowledged and visible, its
+        written end (nothing more is written to it). RequestTimeout when not visible in time."""
+        assert self.write_lock.is_sealed(topic, queue_id), "only a sealed queue has an end for good"
+        with self.write_lock.held():
+            end = self.commitlog.write_end
+        self.write_lock.acknowledge(end)
+        if not self.wait_visible(timeout_s):
+            raise RequestTimeout(f"queue {topic}:{queue_id}: its last writes were not confirmed within {timeout_s:g}s")
+        written = self.dispatcher.written_snapshot().get((topic, queue_id), 0)
+        visible = self.max_offset(topic, queue_id)
+        assert written == visible, f"a sealed queue's written end {written} is past its visible end {visible}"
+        return visible
+
+    def sealed_queues(self) -> frozenset[tuple[str, int]]:
+        return self.write_lock.sealed
+
+    def sealed_queue_ids(self, topic: str) -> frozenset[int]:
+        sealed = self.write_lock.sealed
+        return frozenset(q for t, q in sealed if t == topic) if sealed else frozenset()
 
     def append_columns(self, batch: BatchColumns) -> Sequence[AppendResult]:
         """append() for a batch given as columns (BatchColumns.of_bodies): validated the same way."""

@@ -15,9 +15,10 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
-from txmq.broker.errors import QueueReserved, StoreError
+from txmq.broker.errors import QueueReserved, QueueSealed, StoreError
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.flush import GroupCommit
+from txmq.broker.store.message import PROP_TIMER_OF, SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
 
 QUEUE_RESERVED: Any = object()  # WriteLock.run: the batch waits for a split group, nothing written
 SPLIT_YIELD_MAX_S = 0.005  # between two parts, how long a split group waits for writers queued at the lock
@@ -49,6 +50,11 @@ class WriteLock:
         self._waiters_lock = threading.Lock()  # += is not atomic across threads: a drifted count would stall groups
         self._write_end = write_end
         self._reserved: set[tuple[str, int]] = set()
+        # queues a move between groups sealed (see seal): new writes to them are refused
+        self._moved: frozenset[tuple[str, int]] = frozenset()
+        self._sealing: frozenset[tuple[str, int]] = frozenset()
+        self._held: frozenset[tuple[str, int]] = frozenset()
+        self._sealed: frozenset[tuple[str, int]] = frozenset()  # the union of the three
         self._unreserved = threading.Condition(self.lock)
         self.replication: ReplicationHook | None = None  # set while this store leads a replicated group
 
@@ -83,6 +89,8 @@ class WriteLock:
             with self.held():
                 if self._reserved and batch is not None and self._touches_reserved(batch):
                     return QUEUE_RESERVED
+                if self._sealed and batch is not None:
+                    self._check_sealed(batch)
                 results = write()
                 end = self._write_end()
         else:
@@ -91,6 +99,8 @@ class WriteLock:
                 with self.held():
                     if self._reserved and batch is not None and self._touches_reserved(batch):
                         return QUEUE_RESERVED
+                    if self._sealed and batch is not None:
+                        self._check_sealed(batch)
                     results = write()
                     end = self._write_end()
             finally:
@@ -149,6 +159,43 @@ class WriteLock:
         """The split group is over: release its queues (the caller holds the lock)."""
         self._reserved.clear()
         self._unreserved.notify_all()
+
+    def seal(self, moved: Iterable[tuple[str, int]], sealing: Iterable[tuple[str, int]]) -> None:
+        """Set the queues moves to other groups sealed, as the route registry says: `moved` ones
+        (their move is done) take no write at all, `sealing` ones (a move under way) still take
+        the COMMITs of halves they held before the seal. Set under the lock: a write that passed
+        the check is in the log when this returns."""
+        with self.lock:
+            self._moved = frozenset(moved)
+            self._sealing = frozenset(sealing)
+            self._sealed = self._moved | self._sealing | self._held
+
+    def hold_seal(self, queue: tuple[str, int], held: bool = True) -> None:
+        """Seal `queue` as `sealing` until released (a move's seal call, before the registry says so)."""
+        with self.lock:
+            self._held = self._held | {queue} if held else self._held - {queue}
+            self._sealed = self._moved | self._sealing | self._held
+
+    def is_sealed(self, topic: str, queue_id: int) -> bool:
+        return (topic, queue_id) in self._sealed
+
+    @property
+    def sealed(self) -> frozenset[tuple[str, int]]:
+        return self._sealed
+
+    def _check_sealed(self, batch: BatchColumns) -> None:
+        sealed, moved = self._sealed, self._moved
+        props = batch.properties
+        for i, queue in enumerate(zip(batch.topics, batch.queue_ids)):
+            if queue not in sealed:
+                continue
+            if props is not None and props[i] and PROP_TIMER_OF in props[i]:
+                continue  # a timer delivery the timer could not send elsewhere (timer/service.py)
+            if queue not in moved and \
+                    int(batch.sys_flags[i]) & SYSFLAG_TRANSACTION_MASK == SYSFLAG_TRANSACTION_COMMIT:
+                continue  # the COMMIT of a half it held before the seal: the move waits for these
+            raise QueueSealed(f"queue {queue[0]}:{queue[1]} was sealed by a move to another group; nothing was "
+                              "written: refresh the routes and send again")
 
     def _touches_reserved(self, batch: BatchColumns) -> bool:
         return not self._reserved.isdisjoint(zip(batch.topics, batch.queue_ids))

@@ -41,6 +41,8 @@ import numpy as np
 from txmq.broker.errors import (
     BadRequest,
     CoordinatorUnavailable,
+    QueueSealed,
+    RequestTimeout,
     TransactionAlreadyEnded,
     TransactionConflict,
     UnknownTransaction,
@@ -195,6 +197,7 @@ class TransactionEngine:
             with collector_paused():
                 immunity = immunity_ms(immunity_s, self.config.transaction_timeout_s, self.config.max_immunity_s)
                 with self._gate.shared():
+                    self._check_not_sealed(topics, queue_ids)
                     results = append_halves(tx_id, now)
                     self._apply_halves(tx, topics, queue_ids, results, sender, immunity, now)
                     applied = True
@@ -314,6 +317,43 @@ class TransactionEngine:
             return TransactionInfo(transaction_id, tx.state)
         with tx.cond:
             return self._info(tx, self._now_ms())
+
+    def _check_not_sealed(self, topics: Sequence[str], queue_ids: Sequence[int]) -> None:
+        """A half may not go to a queue a move sealed: its COMMIT would land past the end the move fixed."""
+        sealed = self.store.first_sealed(topics, queue_ids)
+        if sealed is not None:
+            topic, queue_id = sealed
+            raise QueueSealed(f"queue {topic}:{queue_id} was sealed by a move to another group; no half was "
+                              "stored: refresh the routes and send again")
+
+    def holding(self, topic: str, queue_id: int) -> list[str]:
+        """The pending transactions with halves for (topic, queue_id)."""
+        with self._table_lock:
+            candidates = [tx for tx in self._table.values() if tx.state is TxState.PENDING]
+        out = []
+        for tx in candidates:
+            with tx.cond:
+                if tx.state is TxState.PENDING and topic in tx.topics() and any(
+                        r.real_topic == topic and r.real_queue_id == queue_id for r in tx.halves):
+                    out.append(tx.transaction_id)
+        return out
+
+    def settle_queue(self, topic: str, queue_id: int, timeout_s: float) -> None:
+        """Wait until no pending transaction holds halves for a queue that was just sealed (the
+        seal is checked with the halves' append under the gate, so none is added after this
+        starts); RequestTimeout names those still pending at the deadline."""
+        with self._gate.exclusive():
+            pass  # a prepare that passed the seal's check has its halves in the table now
+        deadline = time.monotonic() + timeout_s
+        while True:
+            holding = self.holding(topic, queue_id)
+            if not holding:
+                return
+            if time.monotonic() >= deadline:
+                raise RequestTimeout(f"queue {topic}:{queue_id} still has {len(holding)} pending transaction(s) "
+                                     f"after {timeout_s:g}s ({', '.join(holding[:5])}...): end or roll them back, "
+                                     "or move again with a longer --wait")
+            time.sleep(0.05)
 
     def pending(self, *, topic: str | None = None, limit: int = 1000) -> list[TransactionInfo]:
         return self.transactions(state=TxState.PENDING, topic=topic, limit=limit)

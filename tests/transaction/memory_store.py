@@ -151,6 +151,9 @@ class MemoryStore:
         with self._lock:
             return len(self._queues.get((topic, queue_id), []))
 
+    def first_sealed(self, topics, queue_ids) -> tuple[str, int] | None:
+        return None  # no queue of this store ever moves to another group
+
     def max_offsets_snapshot(self, topics: Iterable[str] | None = None) -> dict[tuple[str, int], int]:
         with self._lock:
             wanted = set(topics) if topics is not None else None
