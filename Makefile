@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test s3-server s3a-jars torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -80,6 +80,27 @@ test-slow: venv interop-venv
 # local[2], a streaming pipeline across an executor kill -9, the foreachBatch helper. ~10 min.
 spark-cluster-test: venv
 	$(VPY) -m pytest -m slow -s tests/spark/test_spark_on_cluster.py $(PYTEST_ARGS)
+
+# An S3-compatible server in memory (gofakes3, built from the Go module proxy) for the connector's
+# checkpoint-on-S3 tests, cached under .cache/; the tests skip with a reason when Go is missing.
+S3_SERVER := .cache/s3-server/s3server
+s3-server: $(S3_SERVER)
+
+$(S3_SERVER): tests/spark/s3server/main.go tests/spark/s3server/go.mod tests/spark/s3server/go.sum
+	@command -v go >/dev/null || { echo "make: the Go toolchain (go) is not on PATH: it builds the S3 test server" >&2; exit 2; }
+	mkdir -p $(dir $@) && cd tests/spark/s3server && go build -o $(abspath $@) .
+
+# Hadoop's S3A filesystem for Spark's own s3a:// checkpoints (hadoop-aws matching pyspark's Hadoop, and
+# the AWS SDK bundle it names) from Maven Central into .cache/s3a-jars/, for the slow checkpoint-on-S3 test.
+HADOOP_AWS := org.apache.hadoop:hadoop-aws:3.5.0
+AWS_BUNDLE := software.amazon.awssdk:bundle:2.35.4
+s3a-jars: .cache/s3a-jars/.fetched
+
+.cache/s3a-jars/.fetched:
+	mkdir -p .cache/s3a-jars
+	for a in $(HADOOP_AWS) $(AWS_BUNDLE); do \
+	  mvn -q dependency:copy -Dartifact=$$a -DoutputDirectory=.cache/s3a-jars || exit 1; done
+	touch $@
 
 # The official RocketMQ 5 clients (Python, Java with Maven, Go, Node.js with npm) against broker
 # processes, alone. The suite builds the Java and Go drivers and installs Node's client itself
