@@ -179,10 +179,10 @@ class Connection:
         from txmq.broker.client.cluster_client import ClusterClient
 
         return ClusterClient(self.endpoints, access_key=self.access_key, secret_key=self.secret_key,
-                             tls=self.tls, ca_file=self._ca_file_on_this_host(), timeout_s=self.timeout_s,
+                             tls=self.tls, ca_file=self.ca_file_on_this_host(), timeout_s=self.timeout_s,
                              local_reads=self.local_reads)
 
-    def _ca_file_on_this_host(self) -> str | None:
+    def ca_file_on_this_host(self) -> str | None:
         """The CA bundle as a file on the host this runs on (an executor's, or the driver's), named by its
         digest, written once and atomically: the client reads a path."""
         if self.ca_pem is None:
