@@ -90,15 +90,17 @@ $(S3_SERVER): tests/spark/s3server/main.go tests/spark/s3server/go.mod tests/spa
 	@command -v go >/dev/null || { echo "make: the Go toolchain (go) is not on PATH: it builds the S3 test server" >&2; exit 2; }
 	mkdir -p $(dir $@) && cd tests/spark/s3server && go build -o $(abspath $@) .
 
-# Hadoop's S3A filesystem for Spark's own s3a:// checkpoints (hadoop-aws matching pyspark's Hadoop, and
-# the AWS SDK bundle it names) from Maven Central into .cache/s3a-jars/, for the slow checkpoint-on-S3 test.
+# Hadoop's S3A filesystem for Spark's own s3a:// checkpoints (hadoop-aws matching pyspark's Hadoop, the AWS
+# SDK bundle and the S3 analytics accelerator it needs) from Maven Central into .cache/s3a-jars/, for the
+# slow checkpoint-on-S3 test.
 HADOOP_AWS := org.apache.hadoop:hadoop-aws:3.5.0
 AWS_BUNDLE := software.amazon.awssdk:bundle:2.35.4
-s3a-jars: .cache/s3a-jars/.fetched
+S3_ANALYTICS := software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:1.3.1
+s3a-jars: .cache/s3a-jars/.fetched-3.5.0
 
-.cache/s3a-jars/.fetched:
+.cache/s3a-jars/.fetched-3.5.0:
 	mkdir -p .cache/s3a-jars
-	for a in $(HADOOP_AWS) $(AWS_BUNDLE); do \
+	for a in $(HADOOP_AWS) $(AWS_BUNDLE) $(S3_ANALYTICS); do \
 	  mvn -q dependency:copy -Dartifact=$$a -DoutputDirectory=.cache/s3a-jars || exit 1; done
 	touch $@
 

@@ -55,7 +55,7 @@ S3A_JARS = REPO / ".cache" / "s3a-jars"
 
 def fetch_s3a_jars() -> Path:
     """Hadoop's S3A jars (make s3a-jars, Maven Central, cached); skips the test when mvn is missing."""
-    if shutil.which("mvn") is None and not (S3A_JARS / ".fetched").exists():
+    if shutil.which("mvn") is None and not (S3A_JARS / ".fetched-3.5.0").exists():
         pytest.skip("mvn is not on PATH: it fetches hadoop-aws and the AWS SDK bundle (make s3a-jars)")
     subprocess.run(["make", "-s", "s3a-jars"], cwd=REPO, check=True, timeout=1800)
     return S3A_JARS
