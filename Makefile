@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: chromium faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test upgrade-test torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: chromium faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test upgrade-test s3-server s3a-jars torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -92,6 +92,29 @@ spark-cluster-test: venv
 # 3-replica groups around etcd under transactional load, and a downgrade; lab.checker judges it. ~3 min.
 upgrade-test: venv etcd etcd-required
 	$(VPY) -m pytest -m slow -s tests/upgrade $(PYTEST_ARGS)
+
+# An S3-compatible server in memory (gofakes3, built from the Go module proxy) for the connector's
+# checkpoint-on-S3 tests, cached under .cache/; the tests skip with a reason when Go is missing.
+S3_SERVER := .cache/s3-server/s3server
+s3-server: $(S3_SERVER)
+
+$(S3_SERVER): tests/spark/s3server/main.go tests/spark/s3server/go.mod tests/spark/s3server/go.sum
+	@command -v go >/dev/null || { echo "make: the Go toolchain (go) is not on PATH: it builds the S3 test server" >&2; exit 2; }
+	mkdir -p $(dir $@) && cd tests/spark/s3server && go build -o $(abspath $@) .
+
+# Hadoop's S3A filesystem for Spark's own s3a:// checkpoints (hadoop-aws matching pyspark's Hadoop, the AWS
+# SDK bundle and the S3 analytics accelerator it needs) from Maven Central into .cache/s3a-jars/, for the
+# slow checkpoint-on-S3 test.
+HADOOP_AWS := org.apache.hadoop:hadoop-aws:3.5.0
+AWS_BUNDLE := software.amazon.awssdk:bundle:2.35.4
+S3_ANALYTICS := software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:1.3.1
+s3a-jars: .cache/s3a-jars/.fetched-3.5.0
+
+.cache/s3a-jars/.fetched-3.5.0:
+	mkdir -p .cache/s3a-jars
+	for a in $(HADOOP_AWS) $(AWS_BUNDLE) $(S3_ANALYTICS); do \
+	  mvn -q dependency:copy -Dartifact=$$a -DoutputDirectory=.cache/s3a-jars || exit 1; done
+	touch $@
 
 # The official RocketMQ 5 clients (Python, Java with Maven, Go, Node.js with npm) against broker
 # processes, alone. The suite builds the Java and Go drivers and installs Node's client itself

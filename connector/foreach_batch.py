@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
-from pathlib import Path
 from typing import Callable, Iterator
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from txmq.broker.errors import TransactionConflict, UnknownTransaction
 
@@ -38,8 +37,9 @@ from txmq.broker.client.types import CheckRequest
 
 from . import transactions as txn
 from .client_seam import CheckbackHandle, ConnectorClient
+from .checkpoint_fs import CheckpointDir
 from .faults import crash_point
-from .options import SinkOptions, local_checkpoint_dir
+from .options import SinkOptions
 from .schema import validate_sink_schema
 from .sink import batch_participants, send_halves
 from .source import executor_client
@@ -55,7 +55,8 @@ class TransactionalBatch:
     def __init__(self, *, broker: str, checkpoint_location: str,
                  local_transaction: Callable[[object, int], None], check: Callable[[int], bool],
                  topic: str | None = None, producer_group: str | None = None, sink_id: str | None = None,
-                 checkback: bool = True, **conn_options: str) -> None:
+                 checkback: bool = True, checkpoint_filesystem: pafs.FileSystem | None = None,
+                 **conn_options: str) -> None:
         opts = {"broker": broker, "checkpointLocation": checkpoint_location, **conn_options}
         if topic:
             opts["topic"] = topic
@@ -66,8 +67,8 @@ class TransactionalBatch:
         self.producer_group = producer_group or f"spark-fb-{self.sink_id}"
         self.local_transaction = local_transaction
         self.check = check
-        checkpoint_dir = local_checkpoint_dir(checkpoint_location, helper="TransactionalBatch")
-        self.manifest_dir = checkpoint_dir / "txmq-foreach-batch"
+        self.checkpoint = CheckpointDir(checkpoint_location, helper="TransactionalBatch",
+                                        filesystem=checkpoint_filesystem)
         self.nonce = txn.run_nonce()
         self._participants: tuple[str, ...] | None = None
         self._checkback_wanted = checkback
@@ -117,23 +118,19 @@ class TransactionalBatch:
 
     # --- manifest --------------------------------------------------------------------
 
-    def _manifest_path(self, batch_id: int) -> Path:
-        return self.manifest_dir / f"{batch_id}.json"
+    @staticmethod
+    def _manifest_name(batch_id: int) -> str:
+        return f"txmq-foreach-batch/{batch_id}.json"
 
     def _write_manifest(self, batch_id: int, tx: str, senders: list[str]) -> None:
-        self.manifest_dir.mkdir(parents=True, exist_ok=True)
-        path = self._manifest_path(batch_id)
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump({"transaction_id": tx, "senders": senders, "participants": list(self.participants)}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        manifest = {"transaction_id": tx, "senders": senders, "participants": list(self.participants)}
+        self.checkpoint.write(self._manifest_name(batch_id), json.dumps(manifest).encode())
 
     def _read_manifest(self, batch_id: int) -> dict | None:
+        data = self.checkpoint.read(self._manifest_name(batch_id))
         try:
-            return json.loads(self._manifest_path(batch_id).read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+            return None if data is None else json.loads(data)
+        except json.JSONDecodeError:
             return None
 
     def _commit_if_done(self, tx: str, batch_id: int) -> bool:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping
@@ -154,7 +156,7 @@ class Connection:
     access_key: str | None = None
     secret_key: str | None = None
     tls: bool = False
-    ca_file: str | None = None
+    ca_pem: bytes | None = None  # the tlsCaFile's contents, read on the driver: executors on other hosts lack the file
     timeout_s: float = 30.0
     local_reads: bool = False  # same host only: decode the broker's CommitLog files (client/local_read.py)
 
@@ -165,9 +167,10 @@ class Connection:
             raise InvalidOption("options 'accessKey' and 'secretKey' must be given together")
         ca_file = _get(opts, "tlsCaFile")
         tls = parse_bool("tls", _get(opts, "tls"), default=ca_file is not None)
+        ca_pem = _read_ca_file(ca_file) if ca_file is not None else None
         timeout = parse_positive_int("requestTimeoutMs", _get(opts, "requestTimeoutMs"))
         local_reads = parse_bool("localReads", _get(opts, "localReads"), default=False)
-        return Connection(parse_endpoints(_get(opts, "broker")), access, secret, tls, ca_file,
+        return Connection(parse_endpoints(_get(opts, "broker")), access, secret, tls, ca_pem,
                           timeout / 1000 if timeout else 30.0, local_reads)
 
     def client(self) -> ConnectorClient:
@@ -176,8 +179,27 @@ class Connection:
         from txmq.broker.client.cluster_client import ClusterClient
 
         return ClusterClient(self.endpoints, access_key=self.access_key, secret_key=self.secret_key,
-                             tls=self.tls, ca_file=self.ca_file, timeout_s=self.timeout_s,
+                             tls=self.tls, ca_file=self.ca_file_on_this_host(), timeout_s=self.timeout_s,
                              local_reads=self.local_reads)
+
+    def ca_file_on_this_host(self) -> str | None:
+        """The CA bundle as a file on the host this runs on (an executor's, or the driver's), named by its
+        digest, written once and atomically: the client reads a path."""
+        if self.ca_pem is None:
+            return None
+        path = Path(tempfile.gettempdir()) / f"txmq-ca-{hashlib.sha256(self.ca_pem).hexdigest()[:16]}.pem"
+        if not path.exists():
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_bytes(self.ca_pem)
+            os.replace(tmp, path)
+        return str(path)
+
+
+def _read_ca_file(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise InvalidOption(f"option 'tlsCaFile': cannot read {path!r} on the driver: {e.strerror}") from None
 
 
 _SOURCE_OPTIONS = {
@@ -332,29 +354,14 @@ def sink_id_for_checkpoint(location: str) -> str:
     The checkpoint is what makes a restarted query "the same query", so it is what
     the transaction ids of its batches must derive from.
     """
-    norm = _without_file_scheme(location.rstrip("/"))
+    norm = without_file_scheme(location.rstrip("/"))
     return "ckpt-" + hashlib.sha1(norm.encode()).hexdigest()[:16]
 
 
-def _without_file_scheme(location: str) -> str:
+def without_file_scheme(location: str) -> str:
     """`file:///chk/q` and `file:/chk/q` as `/chk/q`; anything else unchanged."""
     if location.startswith("file:"):
         location = location[5:]
         while location.startswith("//"):
             location = location[1:]
     return location
-
-
-_URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
-
-
-def local_checkpoint_dir(location: str, *, helper: str) -> Path:
-    """The directory of a checkpoint location on the driver's host, for the helpers that read or
-    write it with local file calls (SinkCheckback, TransactionalBatch). A location on another
-    filesystem (hdfs://, s3a://) is refused: those calls would use a local directory of that name."""
-    path = _without_file_scheme(location)
-    if _URI_SCHEME.match(path):
-        raise InvalidOption(f"txmq {helper}: checkpoint location {location!r} is not a local path of the driver's "
-                            f"host, and {helper} reads the checkpoint with local file calls (hdfs:// and s3a:// "
-                            "checkpoints are not supported by it yet; docs/spark.md, \"Running on a Spark cluster\")")
-    return Path(path)

@@ -26,10 +26,10 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -49,8 +49,9 @@ from txmq.broker.client.types import CheckRequest
 
 from . import transactions as txn
 from .client_seam import CheckbackHandle, ConnectorClient, TransactionClient
+from .checkpoint_fs import CheckpointDir
 from .faults import crash_point
-from .options import InvalidOption, SinkOptions, local_checkpoint_dir
+from .options import InvalidOption, SinkOptions
 from .schema import sink_arrow_batch, validate_sink_schema
 from .source import executor_client
 
@@ -234,12 +235,9 @@ class TxmqBatchWriter(_WriterBase, DataSourceArrowWriter):
                              participants=self.participants)
 
 
-def committed_batches(checkpoint_dir: Path) -> set[int]:
+def committed_batches(checkpoint: CheckpointDir) -> set[int]:
     """Batch ids in the query's commit log (`<checkpoint>/commits/<id>`): Spark finished them."""
-    commits = checkpoint_dir / "commits"
-    if not commits.is_dir():
-        return set()
-    return {int(p.name) for p in commits.iterdir() if p.name.isdigit()}
+    return {int(name) for name in checkpoint.names("commits") if name.isdigit()}
 
 
 class SinkCheckback:
@@ -253,12 +251,13 @@ class SinkCheckback:
     """
 
     def __init__(self, checkpoint_location: str, *, broker: str, topics: Sequence[str],
-                 sink_id: str | None = None, producer_group: str | None = None, **conn_options: str) -> None:
+                 sink_id: str | None = None, producer_group: str | None = None,
+                 checkpoint_filesystem: pafs.FileSystem | None = None, **conn_options: str) -> None:
         opts = {"broker": broker, "checkpointLocation": checkpoint_location, **conn_options}
         if sink_id:
             opts["sinkId"] = sink_id
         self.options = SinkOptions.parse(opts)
-        self.checkpoint_dir = local_checkpoint_dir(checkpoint_location, helper="SinkCheckback")
+        self.checkpoint = CheckpointDir(checkpoint_location, helper="SinkCheckback", filesystem=checkpoint_filesystem)
         self.sink_id = self.options.sink_id
         self.producer_group = producer_group or f"spark-sink-{self.sink_id}"
         self.topics = list(topics)
@@ -269,7 +268,7 @@ class SinkCheckback:
         parsed = txn.parse_transaction_id(transaction_id)
         if parsed is None or parsed[0] != self.sink_id:
             return "UNKNOWN"
-        return "ROLLBACK" if parsed[1] in committed_batches(self.checkpoint_dir) else "UNKNOWN"
+        return "ROLLBACK" if parsed[1] in committed_batches(self.checkpoint) else "UNKNOWN"
 
     def _handle(self, request: CheckRequest) -> str:
         return self.answer(request.transaction_id)

@@ -94,26 +94,28 @@ def foreach_schedule(rng: random.Random, kills: int) -> list[str]:
     return out[:kills]
 
 
-def sink_scenario(spark_env, spark_broker, client, tmp_path, crashes: list[str], rows: int = 60) -> None:
+def sink_scenario(spark_env, spark_broker, client, tmp_path, crashes: list[str], rows: int = 60,
+                  checkpoint: str | None = None, extra: list[str] = ()) -> None:
     src, dst = f"src-{uuid.uuid4().hex[:8]}", f"dst-{uuid.uuid4().hex[:8]}"
     client.create_topic(src, 4)
     client.create_topic(dst, 4)
     expected = fill_source(client, src, rows)
     args = ["--mode", "sink", "--broker", spark_broker.endpoint, "--src", src, "--dst", dst,
-            "--checkpoint", str(tmp_path / "ckpt")]
+            "--checkpoint", checkpoint or str(tmp_path / "ckpt"), *extra]
     kill_and_restart(spark_env, tmp_path / "driver.log", args, crashes)
     got = Counter(topic_bodies(client, dst))
     assert sorted(got.elements()) == sorted(expected), "lost or duplicated rows"
 
 
-def foreach_scenario(spark_env, spark_broker, client, tmp_path, crashes: list[str], rows: int = 60) -> None:
+def foreach_scenario(spark_env, spark_broker, client, tmp_path, crashes: list[str], rows: int = 60,
+                     checkpoint: str | None = None, extra: list[str] = ()) -> None:
     src, dst = f"src-{uuid.uuid4().hex[:8]}", f"dst-{uuid.uuid4().hex[:8]}"
     client.create_topic(src, 4)
     client.create_topic(dst, 4)
     expected = fill_source(client, src, rows)
     db = tmp_path / "local.db"
     args = ["--mode", "foreach", "--broker", spark_broker.endpoint, "--src", src, "--dst", dst,
-            "--checkpoint", str(tmp_path / "ckpt"), "--db", str(db)]
+            "--checkpoint", checkpoint or str(tmp_path / "ckpt"), "--db", str(db), *extra]
     kill_and_restart(spark_env, tmp_path / "driver.log", args, crashes)
     con = sqlite3.connect(db)
     in_db = sorted(bytes(r[0]) for r in con.execute("SELECT body FROM rows"))
