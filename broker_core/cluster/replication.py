@@ -184,6 +184,12 @@ class ReplicationLeader:
                    and p.replica_id}
         return drop, add
 
+    def silent_in_sync(self, silent_s: float) -> set[str]:
+        """In-sync followers whose last fetch reached this leader over `silent_s` ago."""
+        now = time.monotonic()
+        with self._cond:
+            return {f for f in self.in_sync if now - self.followers[f].last_fetch > silent_s}
+
     def in_sync_ids(self, members: set[str]) -> dict[str, str]:
         """Each of `members` (followers) with the data directory it fetches into now."""
         with self._cond:
@@ -344,6 +350,7 @@ class Follower:
         self.confirmed = 0
         self.leader_log_start: int | None = None  # what the leader's retention kept (None: not heard yet)
         self.caught_up_at = time.monotonic()
+        self.started_at = self.caught_up_at
         self.answered_at = 0.0  # when the leader last answered a fetch (monotonic)
         self.error: str | None = None  # a reason this replica cannot follow at all (fatal)
         self.truncated_bytes = 0
@@ -487,6 +494,10 @@ class Follower:
         """Whether the leader answered a fetch within a long poll's wait (and a little): it is
         alive, unfenced and still holds its lease (fetch checks both)."""
         return time.monotonic() - self.answered_at < FETCH_WAIT_MS / 1000 + 0.25
+
+    def leader_silent_s(self) -> float:
+        """Seconds since the leader last answered a fetch (since following began, if it never did)."""
+        return time.monotonic() - max(self.answered_at, self.started_at)
 
     def _apply(self, resp: pb.FetchResponse) -> None:
         if resp.data:
