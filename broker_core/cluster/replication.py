@@ -5,7 +5,8 @@ log end, and that offset tells the leader how much the follower holds. The leade
 `confirmed` offset is the least end over itself and its in-sync followers (RocketMQ 5's
 confirm offset, Kafka's high watermark): readers see only records before it
 (Dispatcher.publish_confirmed), and a write under `sync` replication is acknowledged
-once it is confirmed with at least `min_insync` followers in the set. A follower appends
+once it is confirmed with at least `min_insync` followers in the set. Under `sync` it does not
+advance while fewer than `min_insync` followers are in the set (KIP-966). A follower appends
 the bytes as they are and dispatches them with recovery's code (MessageStore.append_replicated),
 so its queues, index and, once promoted, transaction table are the leader's.
 """
@@ -149,6 +150,10 @@ class ReplicationLeader:
             ends = [self.store.commitlog.settled_end]
             ends += [self.followers[f].offset for f in self.in_sync]
             confirmed = min(ends)
+            if self.sync and len(self.in_sync) < self.min_insync:
+                # too few in sync to acknowledge: the high watermark stays (KIP-966), or a write
+                # admitted before the followers fell out would be published yet never acknowledged
+                confirmed = min(confirmed, self.confirmed)
         # published before any write is acknowledged by it (a producer reads its own writes), and
         # outside the condition: dispatch listeners run in publish
         with self._publish_lock:
