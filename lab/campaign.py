@@ -207,6 +207,12 @@ def f_leader_cut_from_followers(group: Group, clients: list[Host], leader: Host)
     return _heal_net(group)
 
 
+def f_leader_to_followers_dropped(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
+    # one way: the leader's packets to its followers vanish, theirs to it arrive (etcd and clients reach it)
+    faults.partition(group.lab, [leader], _followers(group, leader), one_way=True)
+    return _heal_net(group)
+
+
 def f_client_cut_from_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     faults.partition(group.lab, clients, [leader])
     return _heal_net(group)
@@ -273,6 +279,7 @@ FAULTS = {f.name: f for f in [
     Fault("leader-isolated", f_leader_isolated),
     Fault("leader-cut-from-etcd", f_leader_cut_from_etcd),
     Fault("leader-cut-from-followers", f_leader_cut_from_followers),
+    Fault("leader-to-followers-dropped", f_leader_to_followers_dropped),
     Fault("client-cut-from-leader", f_client_cut_from_leader),
     Fault("follower-isolated", f_follower_isolated),
     Fault("one-way-from-leader", f_one_way_from_leader),
