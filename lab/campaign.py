@@ -107,10 +107,13 @@ class Group:
         self.replicas.remove(host)
         self.removed.append(host)
 
-    def add_replica(self, *, wait: bool = True) -> Host:
-        """A new replica with an empty disk on a new host, joining the running group."""
-        n = len(self.replicas) + len(self.removed) + 1
-        host = self.lab.host(f"r{n}", tmpfs_mb=self.disk_mb)
+    def add_replica(self, host: Host | None = None, *, wait: bool = True) -> Host:
+        """A replica with an empty disk joining the running group: on a new host, or on `host` (one
+        removed before, its disk wiped)."""
+        if host is None:
+            host = self.lab.host(f"r{len(self.replicas) + len(self.removed) + 1}", tmpfs_mb=self.disk_mb)
+        else:
+            self.removed.remove(host)
         self.replicas.append(host)
         self.start_replica(host, wait=wait)
         return host
@@ -260,14 +263,24 @@ def f_wiped_follower(group: Group, clients: list[Host], leader: Host) -> Callabl
 
 
 def f_replace_follower(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
-    """A membership change in a running group: a follower removed for good (killed, its entry in
-    etcd's registry of the group deleted, as docs/replication.md says to shrink a group) and a
-    replacement with an empty disk added on a new host, with an address no client was given."""
+    """Membership changes in a running group: a follower removed (killed, its entry in etcd's registry
+    of the group deleted, as docs/replication.md says to shrink a group) and a replacement with an
+    empty disk added on a new host, an address no client was given. At the heal the newcomer is
+    removed in turn and the old host comes back with an empty disk, so that the clients, given r1..r3
+    at the start, again have every replica's endpoint for the faults that follow."""
     victim = _followers(group, leader)[0]
     faults.kill9(victim)
     group.remove_replica(victim)
-    group.add_replica(wait=False)
-    return lambda: None
+    newcomer = group.add_replica(wait=False)
+
+    def heal() -> None:
+        group.wait_in_sync(len(group.replicas), 20)  # the newcomer joined (else it is removed unsynced)
+        faults.kill9(newcomer)
+        group.remove_replica(newcomer)
+        faults.wipe_disk(victim)
+        group.add_replica(victim)
+
+    return heal
 
 
 def f_full_disk_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
@@ -322,6 +335,13 @@ class Outcome:
               and not self.errors and self.failover_ok())
         head, _, _ = line.rpartition(" VERDICT")
         return f"{head}; {fo}; {logs} VERDICT {'ok' if ok else 'FAIL'}"
+
+
+def _acked_once(history: Path) -> bool:
+    try:
+        return '"type":"ok"' in history.read_text()
+    except FileNotFoundError:
+        return False
 
 
 def _settled(group: Group, quiet_s: float = 3.0) -> str | None:
@@ -393,7 +413,13 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
                     [str(OFFICIAL_PYTHON), "-m", "lab.workloads", mode, "--endpoints", group.endpoints, "--topic",
                      topic, "--history", str(hist / f"{mode}.jsonl"), "--process", mode, "--duration",
                      str(duration), "--stop-file", str(stop_file), "--timeout", "5"], env=base_env()))
-        time.sleep(4)
+        # Each writer's first acknowledged write before the first fault: on a loaded machine a client can
+        # take many seconds to start, and a fault's time to the first ack would count that start.
+        writers_hist = [hist / f"w{i + 1}.jsonl" for i in range(writers)] + (
+            [hist / "official.jsonl", hist / "official-tx.jsonl"] if official else [])
+        if not faults.wait_until(lambda: all(_acked_once(p) for p in writers_hist), 90, 0.5):
+            outcome_errors.append("a writer had no write acknowledged within 90 s of its start")
+        time.sleep(2)
         deadline = time.monotonic() + budget
         events: list[tuple[str, float]] = []
         for rnd in range(rounds):

@@ -56,6 +56,7 @@ VOUCH_EVERY_S = 1.0
 # from etcd: it abdicates to them instead of holding a lease under which it can acknowledge nothing.
 CUT_OFF_S = 1.5
 REPORT_SILENT_S = 1.0
+REPORT_GRACE_S = 1.0  # how much longer such a follower stays in the set, for its report to reach etcd
 IDENTITY_FILE = "replica.json"
 EPOCH_FILE = "leader-epochs.json"
 
@@ -262,6 +263,12 @@ class ReplicaNode:
             lead.min_insync = self._min_insync()  # the group may have grown
         acked = lead.acked_through  # read first: a follower added below holds at least this much
         drop, add = lead.in_sync_changes()
+        if drop and lead.sync and len(lead.in_sync - drop) < lead.min_insync:
+            # too few would be left to acknowledge: a follower that stopped fetching may yet report this
+            # leader silent (then it abdicates to it, and a follower out of the set could not lead), so
+            # it is dropped only once it had time to say so; one that fetches but lags is dropped now
+            drop = {f for f in drop if lead.fetch_silence(f) < CUT_OFF_S
+                    or lead.fetch_silence(f) >= self.config.replica_lag_max_s + REPORT_GRACE_S}
         if drop or add:
             members = lead.in_sync_ids((set(lead.in_sync) - drop) | add)
             if self.etcd.set_in_sync(lead.record, {**members, self.me: self.replica_id}, self._vouch(acked)):
@@ -408,24 +415,26 @@ class ReplicaNode:
         cfg = self.config
         t0 = time.monotonic()
         self.router.unavailable(f"group {self.group}: replica {self.me} is taking over as leader")
-        self._stop_following()
         store = self.store
+        leading = False
         try:
-            # etcd is read before the store leads: a failure here (etcd cut off) leaves the store a
-            # replica's, so the next election can promote it (a store that led cannot be promoted
-            # again: each later win failed, raising the epoch, an election storm)
-            isr = self.etcd.in_sync()
-            min_insync = self._min_insync()
+            # the lease is renewed meanwhile: stopping the follower waits for its threads (a call to a
+            # leader gone silent), and the store's take-over dispatches what was fetched last
+            with self._lease_renewed_meanwhile():
+                self._stop_following()
+                # etcd is read before the store leads: a failure here (etcd cut off) leaves the store a
+                # replica's, so the next election can promote it (a store that led cannot be promoted
+                # again: each later win failed, raising the epoch, an election storm)
+                isr = self.etcd.in_sync()
+                min_insync = self._min_insync()
+                leading = True
+                end = store.lead()
+                self.epochs.begin(record.epoch, end)
         except BaseException:
-            self._give_up_taking_over(record, "etcd could not be read as it took over")
-            raise
-        try:
-            end = store.lead()
-            self.epochs.begin(record.epoch, end)
-        except BaseException:
-            store.close()  # in no state to follow: reopened as a replica's, as after a step-down
-            self.store = MessageStore(store_config(cfg, replica=True))
-            self._give_up_taking_over(record, "its store could not take over")
+            if leading:  # in no state to follow: reopened as a replica's, as after a step-down
+                store.close()
+                self.store = MessageStore(store_config(cfg, replica=True))
+            self._give_up_taking_over(record, "it could not take over its store and etcd's in-sync set")
             raise
         self.vouched = isr.vouched
         in_sync = {m: isr.ids.get(m, "") for m in isr.members if m != self.me}

@@ -189,6 +189,11 @@ class ReplicationLeader:
                    and p.replica_id}
         return drop, add
 
+    def fetch_silence(self, follower: str) -> float:
+        """Seconds since `follower`'s last fetch reached this leader."""
+        with self._cond:
+            return time.monotonic() - self.followers[follower].last_fetch
+
     def silent_in_sync(self, silent_s: float) -> set[str]:
         """In-sync followers whose last fetch reached this leader over `silent_s` ago."""
         now = time.monotonic()
@@ -389,9 +394,12 @@ class Follower:
         stream = self._stream
         if stream is not None:
             stream.cancel()  # a fetch thread waiting for an answer gets CANCELLED at once
+        # closing the channel ends any call in flight at once: an EpochEnd to a leader gone silent
+        # waits up to 5 s, and the replica's decision thread, which stops this follower when another
+        # replica leads or this one takes over, renews its lease meanwhile only after the join
+        self._channel.close()
         self._thread.join(10)
         self._dispatch_thread.join(10)
-        self._channel.close()
 
     def _dispatch(self) -> None:
         """Flush (under --flush sync) and dispatch what the fetch loop appended, off its path."""
