@@ -304,7 +304,7 @@ FAULTS = {f.name: f for f in [
     Fault("full-disk-leader", f_full_disk_leader, partition=False),
     Fault("replace-follower", f_replace_follower, partition=False),
 ]}
-SHORT = ["leader-isolated", "leader-cut-from-followers", "kill9-leader"]
+SHORT = ["leader-isolated", "leader-cut-from-followers"]  # kill -9: tests/cluster/test_replication.py
 FAILOVER_TARGET_S = 5.0
 
 

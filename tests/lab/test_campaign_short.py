@@ -1,6 +1,6 @@
-"""A short campaign in the default suite (~60 s): the leader isolated by a silent drop, cut from its
-followers, then killed -9, with native writers (transactions and check-back), a consumer and, when
-its venv exists, the official client (plain sends; transactions with check-back) on hosts of their own. Safety only: the
+"""A short campaign in the default suite (~55 s): the leader isolated by a silent drop, then cut
+from its followers, with native writers (transactions and check-back), a consumer and, when its venv
+exists, the official client (plain sends; transactions with check-back) on hosts of their own. Safety only: the
 failover-time target is test_partitions.py's (issue 38 item 5); `make lab` runs every fault."""
 
 from __future__ import annotations
