@@ -54,7 +54,9 @@ class Group:
         self.lab = lab
         self.name = name
         self.etcd_host = lab.host("etcd")
+        self.disk_mb = disk_mb
         self.replicas = [lab.host(f"r{i + 1}", tmpfs_mb=disk_mb) for i in range(replicas)]
+        self.removed: list[Host] = []  # replicas taken out of the group (membership faults)
         self.ctl = lab.host("ctl")
         self.args = list(args or [])
         self.faketime = faketime
@@ -94,6 +96,27 @@ class Group:
         self.started[host.name] = time.time()
         if wait and not faults.wait_until(lambda: READY.search(log.read_bytes()[start_size:].decode(errors="replace")), 60, 0.1):
             raise RuntimeError(f"replica {host.name} did not start:\n{log.read_text()[-3000:]}")
+
+    def remove_replica(self, host: Host) -> None:
+        """Take `host` out of the group for good: its data directory's entry in etcd's registry (which
+        sizes the group) is deleted; the replica must be stopped first."""
+        key = f"/txmq/groups/{self.name}/replicas/{self.endpoint(host)}"
+        self.ctl_python("from txmq.broker.cluster.coordination import EtcdGroup\n"
+                        f"EtcdGroup([({self.etcd_host.addr!r}, {ETCD_PORT})], {self.name!r}, 2).delete({key!r})\n"
+                        "print(1)")
+        self.replicas.remove(host)
+        self.removed.append(host)
+
+    def add_replica(self, host: Host | None = None, *, wait: bool = True) -> Host:
+        """A replica with an empty disk joining the running group: on a new host, or on `host` (one
+        removed before, its disk wiped)."""
+        if host is None:
+            host = self.lab.host(f"r{len(self.replicas) + len(self.removed) + 1}", tmpfs_mb=self.disk_mb)
+        else:
+            self.removed.remove(host)
+        self.replicas.append(host)
+        self.start_replica(host, wait=wait)
+        return host
 
     def start(self) -> Group:
         self.start_etcd()
@@ -187,6 +210,12 @@ def f_leader_cut_from_followers(group: Group, clients: list[Host], leader: Host)
     return _heal_net(group)
 
 
+def f_leader_to_followers_dropped(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
+    # one way: the leader's packets to its followers vanish, theirs to it arrive (etcd and clients reach it)
+    faults.partition(group.lab, [leader], _followers(group, leader), one_way=True)
+    return _heal_net(group)
+
+
 def f_client_cut_from_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     faults.partition(group.lab, clients, [leader])
     return _heal_net(group)
@@ -233,6 +262,27 @@ def f_wiped_follower(group: Group, clients: list[Host], leader: Host) -> Callabl
     return lambda: group.start_replica(victim)
 
 
+def f_replace_follower(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
+    """Membership changes in a running group: a follower removed (killed, its entry in etcd's registry
+    of the group deleted, as docs/replication.md says to shrink a group) and a replacement with an
+    empty disk added on a new host, an address no client was given. At the heal the newcomer is
+    removed in turn and the old host comes back with an empty disk, so that the clients, given r1..r3
+    at the start, again have every replica's endpoint for the faults that follow."""
+    victim = _followers(group, leader)[0]
+    faults.kill9(victim)
+    group.remove_replica(victim)
+    newcomer = group.add_replica(wait=False)
+
+    def heal() -> None:
+        group.wait_in_sync(len(group.replicas), 20)  # the newcomer joined (else it is removed unsynced)
+        faults.kill9(newcomer)
+        group.remove_replica(newcomer)
+        faults.wipe_disk(victim)
+        group.add_replica(victim)
+
+    return heal
+
+
 def f_full_disk_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     faults.fill_disk(leader, leave_bytes=64 << 10)
     return lambda: faults.free_disk(leader)
@@ -242,6 +292,7 @@ FAULTS = {f.name: f for f in [
     Fault("leader-isolated", f_leader_isolated),
     Fault("leader-cut-from-etcd", f_leader_cut_from_etcd),
     Fault("leader-cut-from-followers", f_leader_cut_from_followers),
+    Fault("leader-to-followers-dropped", f_leader_to_followers_dropped),
     Fault("client-cut-from-leader", f_client_cut_from_leader),
     Fault("follower-isolated", f_follower_isolated),
     Fault("one-way-from-leader", f_one_way_from_leader),
@@ -251,8 +302,9 @@ FAULTS = {f.name: f for f in [
     Fault("clock-jump-leader", f_clock_jump_leader, partition=False),
     Fault("wiped-follower", f_wiped_follower, partition=False),
     Fault("full-disk-leader", f_full_disk_leader, partition=False),
+    Fault("replace-follower", f_replace_follower, partition=False),
 ]}
-SHORT = ["leader-isolated", "kill9-leader"]
+SHORT = ["leader-isolated", "leader-cut-from-followers"]  # kill -9: tests/cluster/test_replication.py
 FAILOVER_TARGET_S = 5.0
 
 
@@ -283,6 +335,28 @@ class Outcome:
               and not self.errors and self.failover_ok())
         head, _, _ = line.rpartition(" VERDICT")
         return f"{head}; {fo}; {logs} VERDICT {'ok' if ok else 'FAIL'}"
+
+
+def _acked_once(history: Path) -> bool:
+    try:
+        return '"type":"ok"' in history.read_text()
+    except FileNotFoundError:
+        return False
+
+
+def _settled(group: Group, quiet_s: float = 3.0) -> str | None:
+    """Why the group's leadership has not settled once the faults healed (None: it has): one leader,
+    and no election for `quiet_s` (an election storm raises the epoch again and again)."""
+    try:
+        before = group.status()
+        time.sleep(quiet_s)
+        after = group.status()
+    except Exception as exc:
+        return f"group status unreadable after the faults: {exc}"
+    if not after.get("leader") or after.get("epoch") != before.get("epoch") or after["leader"] != before.get("leader"):
+        return (f"leadership did not settle: leader {before.get('leader')} epoch {before.get('epoch')} -> "
+                f"leader {after.get('leader')} epoch {after.get('epoch')} within {quiet_s:g}s")
+    return None
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -317,7 +391,7 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
     budget = 60 + rounds * len(fault_names) * (hold_s + recover_s + 10) + 60
     with Lab("camp", workdir=run_dir / "hosts") as lab:
         group = Group(lab, disk_mb=disk_mb, faketime=needs_faketime)
-        clients = [lab.host(f"c{i + 1}") for i in range(writers + (1 if with_consumer else 0) + (1 if official else 0))]
+        clients = [lab.host(f"c{i + 1}") for i in range(writers + (1 if with_consumer else 0) + (2 if official else 0))]
         group.start()
         log(f"lab: group up, leader {group.wait_leader()[0].name}; etcd {group.etcd}; replicas {group.endpoints}")
         group.create_topic(topic)
@@ -333,12 +407,19 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
                 [python(), "-m", "lab.workloads", "consumer", "--endpoints", group.endpoints, "--topic", topic,
                  "--history", str(hist / "consumer.jsonl"), "--process", "consumer", "--duration", str(duration),
                  "--stop-file", str(stop_file), "--timeout", "5"], env=base_env()))
-        if official:
-            procs.append(clients[-1].popen(
-                [str(OFFICIAL_PYTHON), "-m", "lab.workloads", "official", "--endpoints", group.endpoints, "--topic",
-                 topic, "--history", str(hist / "official.jsonl"), "--process", "official", "--duration",
-                 str(duration), "--stop-file", str(stop_file), "--timeout", "5"], env=base_env()))
-        time.sleep(4)
+        if official:  # plain sends, and transactions with check-back, each client on a host of its own
+            for mode, host in (("official", clients[-2]), ("official-tx", clients[-1])):
+                procs.append(host.popen(
+                    [str(OFFICIAL_PYTHON), "-m", "lab.workloads", mode, "--endpoints", group.endpoints, "--topic",
+                     topic, "--history", str(hist / f"{mode}.jsonl"), "--process", mode, "--duration",
+                     str(duration), "--stop-file", str(stop_file), "--timeout", "5"], env=base_env()))
+        # Each writer's first acknowledged write before the first fault: on a loaded machine a client can
+        # take many seconds to start, and a fault's time to the first ack would count that start.
+        writers_hist = [hist / f"w{i + 1}.jsonl" for i in range(writers)] + (
+            [hist / "official.jsonl", hist / "official-tx.jsonl"] if official else [])
+        if not faults.wait_until(lambda: all(_acked_once(p) for p in writers_hist), 90, 0.5):
+            outcome_errors.append("a writer had no write acknowledged within 90 s of its start")
+        time.sleep(2)
         deadline = time.monotonic() + budget
         events: list[tuple[str, float]] = []
         for rnd in range(rounds):
@@ -384,7 +465,9 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
                 outcome_errors.append("a workload did not stop within 60 s")
         # Check-back settles what the writers left: wait for the group to settle before the final read.
         group.wait_in_sync(len(group.replicas), 45)
-        time.sleep(3)
+        settled = _settled(group)
+        if settled is not None:
+            outcome_errors.append(settled)
         drain = group.ctl.run([python(), "-m", "lab.workloads", "drain", "--endpoints", group.endpoints, "--topic",
                                topic, "--history", str(hist / "drain.jsonl"), "--process", "drain", "--timeout", "20"],
                               env=base_env(), timeout=180)

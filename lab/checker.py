@@ -266,8 +266,15 @@ def check(ops: list[dict[str, Any]]) -> Result:
     # Check-back: a producer is asked only about its own transactions.
     owner = {op["txn"]: op["process"] for op in sends.values() if op.get("txn")}
     for op in ops:
-        if op["f"] == "check" and owner.get(op["txn"], op["process"]) != op["process"]:
-            found["misrouted_check"].append({"asked": op["process"], "txn": op["txn"], "owner": owner[op["txn"]]})
+        if op["f"] != "check":
+            continue
+        if op.get("value") in sends:  # an official client's check names the message it was asked about
+            asked_owner = sends[op["value"]]["process"]
+        else:
+            asked_owner = owner.get(op.get("txn"), op["process"])
+        if asked_owner != op["process"]:
+            found["misrouted_check"].append({"asked": op["process"], "txn": op.get("txn") or op.get("value"),
+                                             "owner": asked_owner})
 
     # Polls: one consumer session reads each queue at rising offsets.
     last: dict[tuple[str, Any, str], tuple[int, str]] = {}

@@ -10,6 +10,9 @@ Run as `python -m lab.workloads MODE --endpoints "a:p;b:p;c:p" --topic T --histo
 - `drain`: reads every queue from 0 to the end of a consistent cut, once, as the final read.
 - `official`: the official RocketMQ 5 Python client (rocketmq-python-client, in .venv-rocketmq) sending
   plain messages; it cannot import txmq, so it only needs this file and its own package.
+- `official-tx`: the official Python client's transactions (one half message each, as the RocketMQ 5
+  clients allow), ended COMMIT or ROLLBACK by the client (an unsure end retried), or left to the
+  broker's check-back, which its TransactionChecker answers from the client's own decisions.
 
 Each stops when `--duration` has passed or the `--stop-file` exists, whichever comes first.
 """
@@ -194,6 +197,74 @@ def run_official(args: argparse.Namespace) -> None:
         h.close()
 
 
+def run_official_tx(args: argparse.Namespace) -> None:
+    """Transactions through the official Python client, with check-back (see the module doc)."""
+    from rocketmq import (ClientConfiguration, Credentials, Message, Producer,  # type: ignore[import-not-found]
+                          TransactionChecker, TransactionResolution)
+
+    rng = random.Random(args.seed)
+    proc = args.process
+    stop = _stopper(args)
+    h = _OwnHistory(args.history, proc)
+    decisions: dict[str, str] = {}  # value (the body) -> the decision this producer made
+    labels: dict[str, str] = {}  # value -> the transaction's label in the history
+
+    class Checker(TransactionChecker):
+        def check(self, message) -> TransactionResolution:
+            value = message.body.decode()
+            decision = decisions.get(value)
+            h.record("check", "ok", txn=labels.get(value), value=value, known=decision is not None)
+            if decision is None:  # another producer's transaction: not this one's to answer
+                return TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
+            return TransactionResolution.COMMIT if decision == "COMMIT" else TransactionResolution.ROLLBACK
+
+    config = ClientConfiguration(args.endpoints, Credentials("", ""), request_timeout=int(args.timeout))
+    producer = Producer(config, (args.topic,), Checker())
+    producer.startup()
+    i = 0
+    try:
+        while not stop():
+            i += 1
+            value, label = f"{proc}-{i}", f"{proc}-t{i}"
+            labels[value] = label
+            roll = rng.random()
+            decision = "ROLLBACK" if roll < 0.2 else "COMMIT"
+            decisions[value] = decision  # known before the half is sent: a check may come at once
+            msg = Message()
+            msg.topic = args.topic
+            msg.body = value.encode()
+            t0 = time.monotonic()
+            tx = producer.begin_transaction()
+            try:
+                producer.send(msg, tx)
+            except Exception as exc:  # the half may be stored: check-back asks, and this producer answers
+                h.record("send", "info", queue=None, value=value, seq=i, txn=label, error=type(exc).__name__,
+                         retrying_client=True)
+                time.sleep(0.05)
+                continue
+            h.record("send", "ok", queue=None, value=value, seq=i, txn=label, retrying_client=True,
+                     latency=round(time.monotonic() - t0, 4))
+            if roll > 0.9:
+                h.record(decision.lower(), "info", txn=label, via="check-back")
+                continue
+            f = decision.lower()
+            deadline = time.monotonic() + args.end_retry_s
+            while True:
+                t0 = time.monotonic()
+                try:
+                    tx.commit() if decision == "COMMIT" else tx.rollback()
+                    h.record(f, "ok", txn=label, latency=round(time.monotonic() - t0, 4))
+                    break
+                except Exception as exc:  # unsure: ending is idempotent, so retry as the docs say
+                    h.record(f, "info", txn=label, error=type(exc).__name__)
+                    if stop() or time.monotonic() > deadline:
+                        break  # check-back settles it
+                    time.sleep(0.2)
+    finally:
+        producer.shutdown()
+        h.close()
+
+
 class _OwnHistory:
     """The same JSON lines as lab.checker.History, for a venv that cannot import the lab package."""
 
@@ -212,7 +283,8 @@ class _OwnHistory:
         self._file.close()
 
 
-MODES = {"native": run_native, "consumer": run_consumer, "drain": run_drain, "official": run_official}
+MODES = {"native": run_native, "consumer": run_consumer, "drain": run_drain, "official": run_official,
+         "official-tx": run_official_tx}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -110,6 +110,7 @@ class Coordination(Protocol):
     def set_in_sync(self, leader: LeaderRecord, ids: dict[str, str], vouched: int) -> bool: ...
     def put_member(self, endpoint: str, info: dict) -> None: ...
     def resign(self, leader: LeaderRecord) -> None: ...
+    def abdicate(self, leader: LeaderRecord, ids: dict[str, str], vouched: int) -> bool: ...
     def close(self) -> None: ...
 
 
@@ -258,6 +259,18 @@ class EtcdGroup:
         self._txn(
             [{"key": _b64(self.prefix + "leader"), "result": "EQUAL", "target": "VALUE", "value": _b64(leader.raw)}],
             [{"request_delete_range": {"key": _b64(self.prefix + "leader")}}])
+
+    def abdicate(self, leader: LeaderRecord, ids: dict[str, str], vouched: int) -> bool:
+        """Give the leader key up and leave the in-sync set in one transaction, while `leader` still
+        holds the key: `ids` (the other members, each with its data directory) hold every
+        acknowledged write, so one of them is elected, and this replica may not lead again until it
+        has caught up with the next leader (no election ping-pong back to a leader cut off)."""
+        assert ids, "a leader abdicates only to in-sync followers"
+        return self._txn(
+            [{"key": _b64(self.prefix + "leader"), "result": "EQUAL", "target": "VALUE", "value": _b64(leader.raw)}],
+            [{"request_delete_range": {"key": _b64(self.prefix + "leader")}},
+             {"request_put": {"key": _b64(self.prefix + "isr"),
+                              "value": _b64(self._isr_value(leader.epoch, ids, vouched))}}])
 
     # --- plain keys (the route registry) ------------------------------------------------
 

@@ -52,6 +52,13 @@ LEADER_READ_WHILE_SERVED_S = 1.0
 # How often a leader records in etcd the log end its in-sync set holds (the vouched offset): a
 # replica whose log is shorter may not lead.
 VOUCH_EVERY_S = 1.0
+# A leader under sync replication that has heard no fetch from its in-sync followers for CUT_OFF_S,
+# too few left to acknowledge, while one of them reports in etcd (its member status, on its own
+# lease) that this leader has not answered it for REPORT_SILENT_S, is cut off from them but not
+# from etcd: it abdicates to them instead of holding a lease under which it can acknowledge nothing.
+CUT_OFF_S = 1.5
+REPORT_SILENT_S = 1.0
+REPORT_GRACE_S = 1.0  # how much longer such a follower stays in the set, for its report to reach etcd
 IDENTITY_FILE = "replica.json"
 EPOCH_FILE = "leader-epochs.json"
 
@@ -251,12 +258,20 @@ class ReplicaNode:
             self._step_down(lead.fenced_reason or "its etcd lease expired")
             self.etcd.resign(leader)  # the key may outlive the fencing (etcd restored the lease): an election follows
             return
+        if self._abdicate_if_cut_off(lead):
+            return
         if time.monotonic() >= self._next_reconcile:
             self._next_reconcile = time.monotonic() + RECONCILE_EVERY_S
             self._reconcile_topics()
             lead.min_insync = self._min_insync()  # the group may have grown
         acked = lead.acked_through  # read first: a follower added below holds at least this much
         drop, add = lead.in_sync_changes()
+        if drop and lead.sync and len(lead.in_sync - drop) < lead.min_insync:
+            # too few would be left to acknowledge: a follower that stopped fetching may yet report this
+            # leader silent (then it abdicates to it, and a follower out of the set could not lead), so
+            # it is dropped only once it had time to say so; one that fetches but lags is dropped now
+            drop = {f for f in drop if lead.fetch_silence(f) < CUT_OFF_S
+                    or lead.fetch_silence(f) >= self.config.replica_lag_max_s + REPORT_GRACE_S}
         if drop or add:
             members = lead.in_sync_ids((set(lead.in_sync) - drop) | add)
             if self.etcd.set_in_sync(lead.record, {**members, self.me: self.replica_id}, self._vouch(acked)):
@@ -265,6 +280,36 @@ class ReplicaNode:
                 lead.set_in_sync(members)
         elif acked > self.vouched and time.monotonic() >= self._next_vouch:
             self.etcd.set_in_sync(lead.record, {**lead.ids, self.me: self.replica_id}, self._vouch(acked))
+
+    def _abdicate_if_cut_off(self, lead: ReplicationLeader) -> bool:
+        """Hand leadership to the in-sync followers when this leader is cut off from them but not
+        from etcd (see CUT_OFF_S): they report it silent on their own leases, so they are alive
+        and reach etcd, and they hold every acknowledged write. A follower that is dead or cut
+        from etcd reports nothing (its status key goes with its lease) and is dropped from the
+        in-sync set as usual. True when it abdicated."""
+        if not lead.sync:
+            return False
+        silent = lead.silent_in_sync(CUT_OFF_S)
+        if not silent or len(lead.in_sync) - len(silent) >= lead.min_insync:
+            return False
+        members = self.etcd.members()
+        reporters = sorted(
+            f for f in silent
+            if (info := members.get(f)) is not None and info.get("role") == "follower"
+            and info.get("leader") == self.me and info.get("epoch") == lead.record.epoch
+            and info.get("replica_id") == lead.ids.get(f) and info.get("leader_silent_s", 0) >= REPORT_SILENT_S)
+        if not reporters:
+            return False
+        reason = (f"cut off from its in-sync followers {reporters} (no fetch for {CUT_OFF_S:g}s) while they "
+                  f"reach etcd: it abdicates so that one of them leads")
+        record = lead.record
+        lead.fence(reason)  # acknowledges nothing from here on, before etcd hears of it
+        ids = dict(lead.ids)  # the in-sync followers, each on the data directory vouched for
+        abdicated = self.etcd.abdicate(record, ids, self._vouch(lead.acked_through))
+        self._step_down(reason)
+        if not abdicated:
+            log.warning("group %s: the leader key changed before %s could abdicate", self.group, self.me)
+        return True
 
     def _vouch(self, acked: int) -> int:
         """The log end the in-sync set holds, as the next write to etcd records it: the end of the
@@ -388,15 +433,31 @@ class ReplicaNode:
         cfg = self.config
         t0 = time.monotonic()
         self.router.unavailable(f"group {self.group}: replica {self.me} is taking over as leader")
-        self._stop_following()
         store = self.store
-        end = store.lead()
-        self.epochs.begin(record.epoch, end)
-        isr = self.etcd.in_sync()
+        leading = False
+        try:
+            # the lease is renewed meanwhile: stopping the follower waits for its threads (a call to a
+            # leader gone silent), and the store's take-over dispatches what was fetched last
+            with self._lease_renewed_meanwhile():
+                self._stop_following()
+                # etcd is read before the store leads: a failure here (etcd cut off) leaves the store a
+                # replica's, so the next election can promote it (a store that led cannot be promoted
+                # again: each later win failed, raising the epoch, an election storm)
+                isr = self.etcd.in_sync()
+                min_insync = self._min_insync()
+                leading = True
+                end = store.lead()
+                self.epochs.begin(record.epoch, end)
+        except BaseException:
+            if leading:  # in no state to follow: reopened as a replica's, as after a step-down
+                store.close()
+                self.store = MessageStore(store_config(cfg, replica=True))
+            self._give_up_taking_over(record, "it could not take over its store and etcd's in-sync set")
+            raise
         self.vouched = isr.vouched
         in_sync = {m: isr.ids.get(m, "") for m in isr.members if m != self.me}
         lead = ReplicationLeader(store, self.epochs, record, group=self.group, sync=cfg.replication == "sync",
-                                 min_insync=self._min_insync(), lag_max_s=cfg.replica_lag_max_s,
+                                 min_insync=min_insync, lag_max_s=cfg.replica_lag_max_s,
                                  timeout_s=cfg.replication_timeout_s, in_sync=in_sync,
                                  lease_alive=self.etcd.lease_alive)
         self.lead = lead
@@ -431,16 +492,22 @@ class ReplicaNode:
             log.exception("group %s: %s could not start serving as leader", self.group, self.me)
             self.broker = None
             self._step_down("it could not start serving")  # another replica may do better
-            try:
-                self.etcd.resign(record)
-            except CoordinationUnavailable:
-                pass  # the lease runs out instead
+            self._give_up_taking_over(record, "it could not start serving")
             return
         self.broker = broker
         self.router.serve(handlers, itself=self.me)  # relayed Telemetry streams go on here
         self.elections_won += 1
         log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over)", self.group, self.me,
                     record.epoch, end, time.monotonic() - t0)
+
+    def _give_up_taking_over(self, record: LeaderRecord, reason: str) -> None:
+        """Give back a leader key this replica won but cannot serve under (another replica may do
+        better); if etcd is away the lease runs out instead."""
+        log.warning("group %s: %s gives up epoch %d: %s", self.group, self.me, record.epoch, reason)
+        try:
+            self.etcd.resign(record)
+        except CoordinationUnavailable:
+            pass
 
     def _renew_lease_taking_over(self) -> None:
         """Renew the lease as the tick would (this thread runs the tick, and a take-over on a loaded
@@ -521,6 +588,7 @@ class ReplicaNode:
             info.update(epoch=f.leader.epoch, confirmed=f.confirmed, leader=f.leader.endpoint,
                         lag_bytes=max(0, f.leader_end - info["log_end"]),
                         lag_seconds=round(time.monotonic() - f.caught_up_at, 3),
+                        leader_silent_s=round(f.leader_silent_s(), 3),
                         truncated_bytes=f.truncated_bytes, error=f.error)
         if self.refused is not None and self.lead is None:
             info["may_not_lead"] = self.refused

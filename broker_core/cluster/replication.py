@@ -5,7 +5,8 @@ log end, and that offset tells the leader how much the follower holds. The leade
 `confirmed` offset is the least end over itself and its in-sync followers (RocketMQ 5's
 confirm offset, Kafka's high watermark): readers see only records before it
 (Dispatcher.publish_confirmed), and a write under `sync` replication is acknowledged
-once it is confirmed with at least `min_insync` followers in the set. A follower appends
+once it is confirmed with at least `min_insync` followers in the set. Under `sync` it does not
+advance while fewer than `min_insync` followers are in the set (KIP-966). A follower appends
 the bytes as they are and dispatches them with recovery's code (MessageStore.append_replicated),
 so its queues, index and, once promoted, transaction table are the leader's.
 """
@@ -151,6 +152,10 @@ class ReplicationLeader:
             ends = [self.store.commitlog.settled_end]
             ends += [self.followers[f].offset for f in self.in_sync]
             confirmed = min(ends)
+            if self.sync and len(self.in_sync) < self.min_insync:
+                # too few in sync to acknowledge: the high watermark stays (KIP-966), or a write
+                # admitted before the followers fell out would be published yet never acknowledged
+                confirmed = min(confirmed, self.confirmed)
         # published before any write is acknowledged by it (a producer reads its own writes), and
         # outside the condition: dispatch listeners run in publish
         with self._publish_lock:
@@ -185,6 +190,17 @@ class ReplicationLeader:
                    if f not in self.in_sync and p.offset >= self.confirmed and now - p.caught_up_at <= self.lag_max_s
                    and p.replica_id}
         return drop, add
+
+    def fetch_silence(self, follower: str) -> float:
+        """Seconds since `follower`'s last fetch reached this leader."""
+        with self._cond:
+            return time.monotonic() - self.followers[follower].last_fetch
+
+    def silent_in_sync(self, silent_s: float) -> set[str]:
+        """In-sync followers whose last fetch reached this leader over `silent_s` ago."""
+        now = time.monotonic()
+        with self._cond:
+            return {f for f in self.in_sync if now - self.followers[f].last_fetch > silent_s}
 
     def in_sync_ids(self, members: set[str]) -> dict[str, str]:
         """Each of `members` (followers) with the data directory it fetches into now."""
@@ -360,6 +376,7 @@ class Follower:
         self.confirmed = 0
         self.leader_log_start: int | None = None  # what the leader's retention kept (None: not heard yet)
         self.caught_up_at = time.monotonic()
+        self.started_at = self.caught_up_at
         self.answered_at = 0.0  # when the leader last answered a fetch (monotonic)
         self.error: str | None = None  # a reason this replica cannot follow at all (fatal)
         self.truncated_bytes = 0
@@ -393,9 +410,12 @@ class Follower:
         stream = self._stream
         if stream is not None:
             stream.cancel()  # a fetch thread waiting for an answer gets CANCELLED at once
+        # closing the channel ends any call in flight at once: an EpochEnd to a leader gone silent
+        # waits up to 5 s, and the replica's decision thread, which stops this follower when another
+        # replica leads or this one takes over, renews its lease meanwhile only after the join
+        self._channel.close()
         self._thread.join(10)
         self._dispatch_thread.join(10)
-        self._channel.close()
 
     def _dispatch(self) -> None:
         """Flush (under --flush sync) and dispatch what the fetch loop appended, off its path."""
@@ -506,6 +526,10 @@ class Follower:
         """Whether the leader answered a fetch within a long poll's wait (and a little): it is
         alive, unfenced and still holds its lease (fetch checks both)."""
         return time.monotonic() - self.answered_at < FETCH_WAIT_MS / 1000 + 0.25
+
+    def leader_silent_s(self) -> float:
+        """Seconds since the leader last answered a fetch (since following began, if it never did)."""
+        return time.monotonic() - max(self.answered_at, self.started_at)
 
     def _apply(self, resp: pb.FetchResponse) -> None:
         self._take_store_format(resp.store_format)  # before bytes of a newer format land here

@@ -220,3 +220,14 @@ def test_a_duplicate_of_a_client_that_retries_on_its_own_is_counted_apart():
     ]
     result = checker.check(ops)
     assert result.ok and result.duplicates_by_retry == 1
+
+
+def test_an_official_clients_check_back_about_another_producers_message_is_misrouted():
+    # the official client's TransactionChecker is given the message, not a transaction id
+    ops = [
+        {"f": "send", "type": "ok", "process": "native", "queue": None, "value": "a", "seq": 0, "txn": "t1", "time": 1},
+        {"f": "check", "type": "ok", "process": "official", "txn": None, "value": "a", "known": False, "time": 2},
+        {"f": "commit", "type": "ok", "process": "native", "txn": "t1", "time": 3},
+        {"f": "drain", "type": "ok", "process": "d", "msgs": [["T/0", 0, "a"]], "time": 4},
+    ]
+    assert checker.check(ops).anomalies["misrouted_check"] == [{"asked": "official", "txn": "a", "owner": "native"}]
