@@ -190,7 +190,7 @@ class QueueMover:
                 native_pb2.TopicOffsets(topic=topic, offsets={segment.queue_id: offset})])
             try:
                 self.call_leader(segment.group, "CommitOffsets", request, 10.0)
-            except Exception as exc:
+            except TxmqError as exc:
                 log.warning("move: consumer group %s's offset of %s not carried to %s: %s", consumer_group, topic,
                             segment.group, exc)
 
@@ -212,7 +212,7 @@ class QueueMover:
         try:
             self.call_leader(source.group, "SealQueue",
                              native_pb2.SealQueueRequest(topic=topic, queue_id=source.queue_id, release=True), 5.0)
-        except Exception as exc:  # a new leader holds no seal of its own: nothing to release there
+        except TxmqError as exc:  # a new leader holds no seal of its own: nothing to release there
             log.warning("move: releasing the seal of %s on %s: %s", topic, source.group, exc)
 
     def _create_target(self, topic: str, to: str) -> None:
@@ -224,7 +224,7 @@ class QueueMover:
         if route is not None and route.leader:
             try:
                 self.view.create_share(route, topic, layout.share(to), layout.message_type)
-            except Exception as exc:
+            except (TxmqError, CoordinationUnavailable) as exc:
                 log.warning("move: creating %s's new queue of %s: %s (its leader's reconcile will)", to, topic, exc)
 
     # ---- plans ------------------------------------------------------------------------

@@ -39,6 +39,7 @@ from txmq.broker.store.message import (
     Message,
     StoredMessage,
 )
+from txmq.broker.errors import TopicNotFound
 from txmq.broker.store.metadata import read_json, write_json_atomically
 from txmq.broker.timer.files import NONE, TimerLog, TimerWheel
 
@@ -337,7 +338,7 @@ class TimerService:
         look (docs/cluster.md, "Not yet")."""
         try:
             count = self.store.topics.get(topic).queue_count
-        except Exception:
+        except TopicNotFound:  # deleted since it was scheduled: the store refuses the delivery, typed
             return queue_id
         sealed = self.store.sealed_queue_ids(topic)
         writable = [q for q in range(count) if q not in sealed]
