@@ -88,9 +88,11 @@ def test_a_commit_retried_after_replication_timeout_publishes_each_message_once(
     first = _client(group, (
         f"try:\n    e = c.end_transaction({prepared['tx']!r}, 'COMMIT'); out['state'] = str(e.state)\n"
         "except errors.TxmqError as exc:\n    out['error'] = type(exc).__name__"))
-    # ReplicationTimeout today (the COMMIT is in the log, unacknowledged); NotEnoughReplicas where the
-    # leader refuses a write it cannot have acknowledged before storing it: either way the client retries.
-    assert "error" in first, first
+    # ReplicationTimeout (the COMMIT is in the log, unacknowledged) or NotEnoughReplicas (refused before
+    # storing) while the cut-off leader still leads; COMMITTED once it has abdicated and the client's
+    # failover reached the new leader. Either way the client retries the COMMIT as the docs advise;
+    # tests/cluster/test_commit_retry_after_replication_timeout.py pins the unacknowledged path alone.
+    assert "error" in first or first.get("state") == "COMMITTED", first
     faults.heal(lab)
     assert group.wait_in_sync(3, 60)
     _client(group, f"c.end_transaction({prepared['tx']!r}, 'COMMIT')")  # the retry the docs advise
