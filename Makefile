@@ -10,7 +10,7 @@ export PYSPARK_PYTHON := $(abspath $(VPY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(VPY))
 PYTEST_ARGS ?=
 
-.PHONY: chromium faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test upgrade-test s3-server s3a-jars torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
+.PHONY: chromium screenshots faketime lab venv dist etcd etcd-required demo-cluster test test-slow spark-cluster-test upgrade-test s3-server s3a-jars torture interop interop-venv spark-kafka-venv peers-jars proto demo bench bench-quick bench-peers clean
 
 venv: $(STAMP)
 
@@ -75,6 +75,10 @@ chromium:
 # Targets that cannot run without etcd stop here with one line saying how to get it.
 etcd-required:
 	@command -v etcd >/dev/null || { echo "make: $(ETCD_HINT)" >&2; exit 2; }
+
+# The README's console pictures (docs/console*.png), taken by the console's cluster test.
+screenshots: venv etcd chromium
+	TXMQ_SCREENSHOTS=docs $(VPY) -m pytest -q tests/console/test_console_cluster.py -k killed_leader
 
 test: venv interop-venv etcd faketime chromium
 	$(VPY) -m pytest --durations=25 $(PYTEST_ARGS)
