@@ -7,9 +7,8 @@ configured), so a default txmq broker does the same (`--tls-mode`):
 
 - `permissive` (default): a small forwarder process owns the port. It reads the first byte of each
   connection without consuming it: 0x16 (a TLS handshake record) goes to the gRPC server's TLS port,
-  anything else to its plaintext port; it then only moves bytes (splice(2), in the kernel). A
-  process of its own, so the forwarding never waits for the broker's GIL. On Linux the two inner
-  ports are abstract Unix sockets, so they take no TCP ports from the host's ephemeral range.
+  anything else to its plaintext port, both on loopback; it then only moves bytes (splice(2), in
+  the kernel). A process of its own, so the forwarding never waits for the broker's GIL.
 - `enforcing`: the gRPC server listens with TLS alone, directly.
 - `disabled`: the gRPC server listens in plaintext alone, directly (no forwarding hop).
 
@@ -22,7 +21,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import secrets
 import shutil
 import socket
 import subprocess
@@ -106,27 +104,20 @@ def bind_grpc(server: grpc.Server, host: str, port: int, *, mode: str,
         if bound == 0:
             raise OSError(f"cannot listen on {address}")
         return DirectListener(bound)
-    if sys.platform == "linux":
-        name = f"txmq-{os.getpid()}-{secrets.token_hex(6)}"
-        plain, secure = f"{name}-plain", f"{name}-tls"
-        bound = (server.add_insecure_port(f"unix-abstract:{plain}"),
-                 server.add_secure_port(f"unix-abstract:{secure}", credentials))
-        backends = (f"unix:{plain}", f"unix:{secure}")
-    else:
-        bound = (server.add_insecure_port("127.0.0.1:0"), server.add_secure_port("127.0.0.1:0", credentials))
-        backends = (f"tcp:{bound[0]}", f"tcp:{bound[1]}")
-    if 0 in bound:
-        raise OSError("cannot listen on the TLS forwarder's inner ports")
-    return ForwarderProcess(host, port, *backends)
+    plain = server.add_insecure_port("127.0.0.1:0")
+    secure = server.add_secure_port("127.0.0.1:0", credentials)
+    if plain == 0 or secure == 0:
+        raise OSError("cannot listen on loopback for the TLS forwarder")
+    return ForwarderProcess(host, port, plain, secure)
 
 
 class ForwarderProcess:
     """The forwarder (this module run as a program) owning the public port, as a child process;
     it exits when this process closes it or dies (its stdin then ends)."""
 
-    def __init__(self, host: str, port: int, plain: str, tls: str) -> None:
+    def __init__(self, host: str, port: int, plain_port: int, tls_port: int) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "txmq.broker.server.listen_port", host, str(port), plain, tls],
+            [sys.executable, "-m", "txmq.broker.server.listen_port", host, str(port), str(plain_port), str(tls_port)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, close_fds=True)
         line = self._proc.stdout.readline().decode().strip()
         if not line.startswith("port "):
@@ -178,24 +169,7 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
                 pass
 
 
-def _connect_backend(backend: str) -> socket.socket:
-    """A connection to an inner port named `unix:<abstract name>` or `tcp:<loopback port>`."""
-    kind, _, where = backend.partition(":")
-    assert kind in ("unix", "tcp"), backend
-    if kind == "tcp":
-        s = socket.create_connection(("127.0.0.1", int(where)))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return s
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        s.connect("\0" + where)
-    except OSError:
-        s.close()
-        raise
-    return s
-
-
-def _serve_connection(conn: socket.socket, plain: str, tls: str) -> None:
+def _serve_connection(conn: socket.socket, plain_port: int, tls_port: int) -> None:
     backend = None
     try:
         conn.settimeout(30)  # a client that connects and says nothing is dropped
@@ -203,8 +177,10 @@ def _serve_connection(conn: socket.socket, plain: str, tls: str) -> None:
         if not first:
             return
         conn.settimeout(None)
-        backend = _connect_backend(tls if first[0] == TLS_HANDSHAKE else plain)
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        port = tls_port if first[0] == TLS_HANDSHAKE else plain_port
+        backend = socket.create_connection(("127.0.0.1", port))
+        for s in (conn, backend):
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         other = threading.Thread(target=_pump, args=(backend, conn), daemon=True)
         other.start()
         _pump(conn, backend)
@@ -230,7 +206,7 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def main(argv: list[str]) -> int:
-    host, port, plain, tls = argv[0], int(argv[1]), argv[2], argv[3]
+    host, port, plain_port, tls_port = argv[0], int(argv[1]), int(argv[2]), int(argv[3])
     deadline = time.monotonic() + 5
     while True:
         try:
@@ -250,7 +226,7 @@ def main(argv: list[str]) -> int:
                 conn, _ = server.accept()
             except OSError:
                 return
-            threading.Thread(target=_serve_connection, args=(conn, plain, tls), daemon=True).start()
+            threading.Thread(target=_serve_connection, args=(conn, plain_port, tls_port), daemon=True).start()
 
     threading.Thread(target=accept_loop, daemon=True).start()
     sys.stdin.buffer.read()  # until the broker closes it, or dies
