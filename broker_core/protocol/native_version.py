@@ -11,6 +11,7 @@ import grpc
 
 from txmq.broker import versions
 from txmq.broker.protocol.native_methods import SERVICE_NAME
+from txmq.broker.protocol.refusing import refusing_handler
 
 _PREFIX = f"/{SERVICE_NAME}/"
 
@@ -45,14 +46,4 @@ class NativeVersionInterceptor(grpc.ServerInterceptor):
         handler = continuation(handler_call_details)
         if handler is None:
             return None
-
-        def deny(request, context):
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, message)
-
-        if handler.request_streaming and handler.response_streaming:
-            return grpc.stream_stream_rpc_method_handler(lambda it, ctx: deny(None, ctx))
-        if handler.request_streaming:
-            return grpc.stream_unary_rpc_method_handler(lambda it, ctx: deny(None, ctx))
-        if handler.response_streaming:
-            return grpc.unary_stream_rpc_method_handler(deny)
-        return grpc.unary_unary_rpc_method_handler(deny)
+        return refusing_handler(handler, grpc.StatusCode.FAILED_PRECONDITION, message)

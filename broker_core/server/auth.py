@@ -41,6 +41,7 @@ from typing import Iterable, Sequence
 import grpc
 
 from txmq.broker.errors import Forbidden, Unauthorized
+from txmq.broker.protocol.refusing import refusing_handler
 
 MAX_CLOCK_SKEW_S = 15 * 60
 _AUTH_RE = re.compile(
@@ -245,19 +246,8 @@ class AuthInterceptor(grpc.ServerInterceptor):
         try:
             self._auth.authenticate(handler_call_details.invocation_metadata)
         except Unauthorized as exc:
-            message = str(exc)
-
-            def deny(request, context):
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
-
             handler = continuation(handler_call_details)
             if handler is None:
                 return None
-            if handler.request_streaming and handler.response_streaming:
-                return grpc.stream_stream_rpc_method_handler(lambda it, ctx: deny(None, ctx))
-            if handler.request_streaming:
-                return grpc.stream_unary_rpc_method_handler(lambda it, ctx: deny(None, ctx))
-            if handler.response_streaming:
-                return grpc.unary_stream_rpc_method_handler(deny)
-            return grpc.unary_unary_rpc_method_handler(deny)
+            return refusing_handler(handler, grpc.StatusCode.UNAUTHENTICATED, str(exc))
         return continuation(handler_call_details)
