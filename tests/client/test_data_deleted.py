@@ -33,6 +33,9 @@ class _RetainedStore:
     def queue_ids(self, topic):
         return [0]
 
+    def sealed_queue_ids(self, topic):
+        return frozenset()
+
     def read_queue(self, topic, queue_id, offset, max_count, **kwargs):
         raise errors.DataDeleted(f"offset {offset} of {topic}:{queue_id} was deleted", min_offset=100)
 
