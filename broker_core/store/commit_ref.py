@@ -1,0 +1,213 @@
+"""COMMIT by reference (issue #42): the commit record's slots and the record a slot stands for.
+
+A COMMIT by reference does not copy its halves. It writes, in the COMMIT's group, commit records
+in COMMIT_REF_TOPIC whose body is a topic table followed by one fixed 40-byte *slot* per final
+message; the user topic's queue entry points at the slot (docs/TRANSACTIONS.md, "COMMIT by
+reference"). This module is the one owner of that body's layout and of turning (half bytes,
+slot, commit record header) into the record the copy would have written: every reader of a
+record at a queue entry goes through `final_record`.
+
+Body layout (big-endian)::
+
+    TOPICCOUNT 2, then per topic: TOPICLEN 1 + the topic (UTF-8)
+    slots, back to back, each SLOT_SIZE (44) bytes:
+      0  SLOTSIZE   4   SLOT_SIZE, where a record has TOTALSIZE
+      4  SLOTMAGIC  4   SLOT_MAGIC, where a record has MAGICCODE (no record or blank has it)
+      8  HALFPHYS   8   the half's physical offset
+     16  HALFSIZE   4   the half's TOTALSIZE
+     20  FINALSIZE  4   the final record's TOTALSIZE (the half's less the dropped properties)
+     24  QUEUEID    4
+     28  TOPICINDEX 2   into the topic table
+     30  FLAGS      2   SLOT_HAS_UNIQ_KEY | SLOT_HAS_KEYS | SLOT_SCHEDULED
+     32  BACK       4   bytes from the commit record's start to this slot's start
+     36  TAGHASH    8   the queue entry's tag hash, carried here so replay reads no half
+
+A slot carries the final size as well as the half's (an improvement on the first design, which
+put the half's size in the queue entry): the queue entry then holds exactly what the copy's
+entry held (size included), so pulls' byte budgets and every reader's `size` are unchanged.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from txmq.broker.errors import StoreError
+from txmq.broker.store.checksum import crc32
+from txmq.broker.store.message import (
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_GROUP_BITS,
+    SYSFLAG_STOREHOST_V6,
+    SYSFLAG_TRANSACTION_MASK,
+)
+from txmq.broker.store.record_layout import (
+    BLANK_MAGIC_CODE,
+    CRC_PREFIX,
+    CRC_SUFFIX_LEN,
+    HEADERS,
+    MAGIC_CODE,
+    PREFIX,
+)
+
+COMMIT_REF_TOPIC = "TXMQ_SYS_COMMIT_REF"
+SLOT_MAGIC = 0x5C0FFEE5
+assert SLOT_MAGIC not in (MAGIC_CODE, BLANK_MAGIC_CODE)
+
+SLOT_HAS_UNIQ_KEY = 0x1  # the half has UNIQ_KEY: replay adds an index entry for it
+SLOT_HAS_KEYS = 0x2  # the half has KEYS: replay adds index entries for them
+SLOT_SCHEDULED = 0x4  # the half carried a deliverAt: the slot's queue is the timer wheel's
+
+SLOT = struct.Struct(">IIqiiihHIq")
+SLOT_SIZE = SLOT.size
+SLOT_DTYPE = np.dtype([
+    ("size", ">u4"), ("magic", ">u4"), ("half_phys", ">i8"), ("half_size", ">i4"), ("final_size", ">i4"),
+    ("queue_id", ">i4"), ("topic_index", ">i2"), ("flags", ">u2"), ("back", ">u4"), ("tag_hash", ">i8")])
+assert SLOT_DTYPE.itemsize == SLOT_SIZE == 44
+# Bits a final record never takes from its half (the copy's rule, record_copy._NOT_INHERITED).
+_NOT_INHERITED = SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_BITS | SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One final message of a COMMIT by reference, as its commit record holds it."""
+
+    half_phys: int
+    half_size: int
+    final_size: int
+    topic: str
+    queue_id: int
+    flags: int
+    tag_hash: int
+
+
+@dataclass(frozen=True)
+class CommitHeader:
+    """What a final record takes from its commit record (the copy took it from its own write)."""
+
+    store_timestamp: int
+    store_host_raw: bytes
+    sys_flag: int  # the commit record's: its transaction type and group bits are the final's
+
+
+def topic_table(topics: Sequence[str]) -> bytes:
+    """The body's head: the distinct topics its slots name, in the order given."""
+    raws = [t.encode() for t in topics]
+    if len(raws) > 0x7FFF or any(not 0 < len(r) < 256 for r in raws):
+        raise StoreError(f"a commit record names {len(raws)} topics; each must be 1-255 bytes")
+    return len(raws).to_bytes(2, "big") + b"".join(len(r).to_bytes(1, "big") + r for r in raws)
+
+
+def encode_body(slots: Sequence[Slot], body_at: int) -> bytes:
+    """A commit record's body for `slots`; `body_at` is where the body starts in its record (the
+    record's header size), which each slot's BACK distance counts from."""
+    topics = list(dict.fromkeys(s.topic for s in slots))
+    index = {t: k for k, t in enumerate(topics)}
+    head = topic_table(topics)
+    first = body_at + len(head)
+    return head + b"".join(
+        SLOT.pack(SLOT_SIZE, SLOT_MAGIC, s.half_phys, s.half_size, s.final_size, s.queue_id, index[s.topic],
+                  s.flags, first + k * SLOT_SIZE, s.tag_hash)
+        for k, s in enumerate(slots))
+
+
+def decode_body(body: bytes | memoryview) -> tuple[list[str], np.ndarray]:
+    """(topics, slots as a SLOT_DTYPE array) of a commit record's body: replay's column-wise view."""
+    count = int.from_bytes(body[:2], "big")
+    topics, at = [], 2
+    for _ in range(count):
+        n = body[at]
+        topics.append(bytes(body[at + 1:at + 1 + n]).decode())
+        at += 1 + n
+    if (len(body) - at) % SLOT_SIZE:
+        raise StoreError(f"commit record body of {len(body)} bytes does not end on a slot")
+    slots = np.frombuffer(body, dtype=SLOT_DTYPE, offset=at)
+    if len(slots) and not (bool((slots["magic"] == SLOT_MAGIC).all()) and bool((slots["size"] == SLOT_SIZE).all())):
+        raise StoreError("commit record body holds a slot without the slot magic")
+    return topics, slots
+
+
+def slots_of(body: bytes | memoryview) -> list[Slot]:
+    """The slots of a commit record's body, one object each (the record-by-record readers' view)."""
+    topics, rows = decode_body(body)
+    return [Slot(int(r["half_phys"]), int(r["half_size"]), int(r["final_size"]), topics[int(r["topic_index"])],
+                 int(r["queue_id"]), int(r["flags"]), int(r["tag_hash"])) for r in rows]
+
+
+def is_slot(buf: bytes | memoryview, off: int = 0) -> bool:
+    """Whether the bytes at `off` are a slot (a reader at a queue entry's offset asks first)."""
+    if len(buf) - off < PREFIX.size:
+        return False
+    size, magic = PREFIX.unpack_from(buf, off)
+    return magic == SLOT_MAGIC and size == SLOT_SIZE
+
+
+def read_slot(buf: bytes | memoryview, off: int = 0) -> tuple[int, int, int, int, int, int]:
+    """(half physical offset, half size, final size, queue id, flags, BACK) of the slot at `off`."""
+    size, magic, half_phys, half_size, final_size, queue_id, _, flags, back, _ = SLOT.unpack_from(buf, off)
+    if magic != SLOT_MAGIC or size != SLOT_SIZE:
+        raise StoreError(f"no slot at {off}: magic {magic:#x}")
+    return half_phys, half_size, final_size, queue_id, flags, back
+
+
+def final_record(half: bytes | memoryview, *, topic: str, queue_id: int, queue_offset: int, physical_offset: int,
+                 commit: CommitHeader, drop_properties: Sequence[str]) -> bytes:
+    """The record the copy would have written for `half` (one whole half record): the half's
+    body, flag, born fields, reconsume times and properties less `drop_properties`; the topic,
+    queue id and queue offset of its queue entry; the slot's address as its physical offset; the
+    commit record's store time, store host, transaction type and group bits;
+    PREPAREDTRANSACTIONOFFSET the half's own physical offset; its record CRC taken again."""
+    half = bytes(half)
+    sys_flag = int.from_bytes(half[36:40], "big", signed=True)
+    hdr = HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
+    (size, magic, body_crc, _, flag, _, half_phys, _, born_ts, born_raw, _, _, reconsume, _,
+     body_len) = hdr.unpack_from(half, 0)
+    if magic != MAGIC_CODE or size != len(half):
+        raise StoreError(f"the half a slot names at {half_phys} is not a whole record")
+    body_at = hdr.size
+    tail_at = body_at + body_len
+    props_at = tail_at + 3 + half[tail_at]
+    props = half[props_at:size - len(CRC_PREFIX) - CRC_SUFFIX_LEN]
+    for name in drop_properties:
+        props = _without(props, name.encode())
+    store_raw = commit.store_host_raw
+    store_v6 = len(store_raw) > 8
+    born_v6 = bool(sys_flag & SYSFLAG_BORNHOST_V6)
+    final_flag = (sys_flag & ~_NOT_INHERITED) | (commit.sys_flag & (SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_BITS))
+    final_flag |= (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
+    topic_raw = topic.encode()
+    out_hdr = HEADERS[(born_v6, store_v6)]
+    total = out_hdr.size + body_len + 3 + len(topic_raw) + len(props) + len(CRC_PREFIX) + CRC_SUFFIX_LEN
+    header = out_hdr.pack(total, MAGIC_CODE, body_crc, queue_id, flag, queue_offset, physical_offset, final_flag,
+                          born_ts, born_raw, commit.store_timestamp, store_raw, reconsume, half_phys, body_len)
+    tail = b"".join((len(topic_raw).to_bytes(1, "big"), topic_raw,
+                     (len(props) + len(CRC_PREFIX) + CRC_SUFFIX_LEN).to_bytes(2, "big"), props, CRC_PREFIX))
+    crc = crc32(tail, crc32(header))
+    return b"".join((header, half[body_at:tail_at], tail, b"%010d\x02" % crc))
+
+
+def final_size(half_size: int, half_props: bytes, half_topic: str, topic: str, drop_properties: Sequence[str]) -> int:
+    """The final record's TOTALSIZE for a half of `half_size` in `half_topic` with this property
+    string, once its topic is `topic` and `drop_properties` are cut out."""
+    kept = half_props
+    for name in drop_properties:
+        kept = _without(kept, name.encode())
+    return half_size - (len(half_props) - len(kept)) - len(half_topic.encode()) + len(topic.encode())
+
+
+def _without(props: bytes, name: bytes) -> bytes:
+    """`props` (name \\x01 value \\x02 ...) without the property `name`."""
+    head = name + b"\x01"
+    at = props.find(head)
+    while at > 0 and props[at - 1] != 2:  # inside a longer name: look further
+        at = props.find(head, at + 1)
+    if at < 0:
+        return props
+    return props[:at] + props[props.index(b"\x02", at) + 1:]
+
+
+__all__ = ["COMMIT_REF_TOPIC", "CommitHeader", "SLOT_DTYPE", "SLOT_HAS_KEYS", "SLOT_HAS_UNIQ_KEY", "SLOT_MAGIC",
+           "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "decode_body", "encode_body", "final_record", "final_size",
+           "is_slot", "read_slot", "slots_of"]
