@@ -35,6 +35,8 @@ import numpy as np
 from txmq.broker.errors import StoreError
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.columnar_read import gather_records, read_spans
+from txmq.broker.store.commit_ref import SLOT_HAS_KEYS, SLOT_HAS_UNIQ_KEY, SLOT_SCHEDULED, Slot
+from txmq.broker.store.dispatch import tag_hashes_of
 from txmq.broker.store.message import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_GROUP_BITS,
@@ -49,6 +51,7 @@ from txmq.broker.store.record_layout import (
     FIXED_HEAD,
     HOST_V4_SIZE,
     HOST_V6_EXTRA,
+    HEADER_V4_SIZE,
     HOST_V6_SIZE,
     MAGIC_CODE,
     RECONSUME_AT,
@@ -381,6 +384,30 @@ def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
         props_crc=props_crc, tags=tags, uniq_keys=uniq_keys, keys=keys)
 
 
+def reference_slots(store, copies: RecordCopies, *, store_v6: bool = False) -> list[Slot]:
+    """The slots of a COMMIT by reference for `copies` (store/commit_ref.py): the same scan of the
+    sources as a copy (one owner of finding each half's destination, tags, UNIQ_KEY and KEYS),
+    keeping of each copy only its size, queue, tag hash and what replay must know. `store_v6`:
+    the broker's store host is IPv6 (a copy's header would be longer by HOST_V6_EXTRA)."""
+    batch = copy_columns(store, copies)
+    tags, uniq_keys, keys = batch.dispatch_columns()
+    store_extra = HOST_V6_EXTRA if store_v6 else 0
+    if batch.block is not None:  # IPv4 born hosts: the block's layout has the copies' sizes already
+        sizes = (batch.block.layout.sizes + store_extra).tolist()
+    else:
+        sizes = [HEADER_V4_SIZE + (HOST_V6_EXTRA if len(born) > HOST_V4_SIZE else 0) + store_extra + body_len
+                 + 3 + len(topic.encode()) + len(props) + CRC_SUFFIX_LEN
+                 for born, body_len, topic, props in zip(batch.born_raws, batch.body_lens, batch.topics,
+                                                         batch.props_crc)]
+    scheduled = copies.reroute.topic if copies.reroute is not None else None
+    return [Slot(phys, size, final, topic, qid,
+                 (SLOT_HAS_UNIQ_KEY if uniq else 0) | (SLOT_HAS_KEYS if key else 0)
+                 | (SLOT_SCHEDULED if topic == scheduled else 0), th)
+            for phys, size, final, topic, qid, uniq, key, th in zip(
+                copies.physical_offsets.tolist(), copies.sizes.tolist(), sizes, batch.topics, batch.queue_ids,
+                uniq_keys, keys, tag_hashes_of(tags))]
+
+
 def _source_spans(store, copies: RecordCopies):
     """(bytes, the source's position in them, physical offset, size) per source, in order.
 
@@ -489,4 +516,4 @@ def _decoded(values: list[bytes | None]) -> list[str | None]:
     return [v.decode() if v is not None else None for v in values]
 
 
-__all__ = ["RecordCopies", "Reroute", "copy_columns", "dispatch_properties", "load_compiled_scan"]
+__all__ = ["RecordCopies", "Reroute", "copy_columns", "dispatch_properties", "load_compiled_scan", "reference_slots"]

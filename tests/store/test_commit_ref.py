@@ -27,7 +27,7 @@ from txmq.broker.store.commit_ref import (
     read_slot,
     slots_of,
 )
-from txmq.broker.store.message import HALF_TOPIC
+from txmq.broker.store.message import HALF_TOPIC, SYSFLAG_TRANSACTION_COMMIT
 from txmq.broker.store.record_layout import CRC_PREFIX, CRC_SUFFIX_LEN, HEADER_V4_SIZE, STORE_HOST_AT
 from txmq.broker.transaction import Resolution, TransactionConfig, TransactionEngine
 from txmq.broker.transaction.half import PROP_PREPARED_MS
@@ -129,3 +129,49 @@ def test_a_body_whose_slots_lack_the_magic_is_refused() -> None:
     body[-SLOT_SIZE + 4] ^= 0xFF
     with pytest.raises(StoreError, match="slot magic"):
         decode_body(bytes(body))
+
+
+def _halves_committed(path: Path, count: int):
+    """A store where `count` halves (tags, keys and ids on some, a deliverAt on one) were copied by
+    today's COMMIT; returns (store, the RecordCopies the COMMIT made, the copies' queue entries
+    by half offset)."""
+    from txmq.broker.store.message import PROP_TIMER_DELIVER_MS, TIMER_TOPIC
+    from txmq.broker.transaction.engine import SCHEDULED, _copies_of
+
+    store = MessageStore(StoreConfig(data_dir=path, flush_mode="async"))
+    store.topics.create(TOPIC, queue_count=2)
+    engine = TransactionEngine(store, TransactionConfig(), clock=_Clock())
+    messages = [Message(topic=TOPIC, body=b"b%d" % i, queue_id=i % 2,
+                        properties={**({"TAGS": "t%d" % (i % 3)} if i % 4 else {}),
+                                    **({"UNIQ_KEY": f"U{i}"} if i % 5 else {}), **({"KEYS": f"k{i}"} if i % 7 else {}),
+                                    **({PROP_TIMER_DELIVER_MS: str(1_700_000_000_000 + 3_600_000)} if i == 3 else {})})
+                for i in range(count)]
+    engine.prepare(messages, transaction_id="t", producer_group="g")
+    copies = _copies_of(engine._table["t"].halves, None, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
+    engine.end("t", Resolution.COMMIT)
+    engine.close()
+    entries = {}
+    for topic, qids in ((TOPIC, (0, 1)), (TIMER_TOPIC, (0,))):
+        for q in qids:
+            for e in store.read_queue_entries(topic, q, 0, count + 10):
+                entries[store.read_at(e.physical_offset, e.size).prepared_transaction_offset] = (topic, q, e)
+    assert len(entries) == count
+    return store, copies, entries
+
+
+@pytest.mark.parametrize("count", [40, 2100], ids=["record by record", "column-wise"])
+def test_the_slots_of_a_commit_say_what_its_copies_queue_entries_say(tmp_path: Path, count: int) -> None:
+    from txmq.broker.store.record_copy import reference_slots
+
+    store, copies, entries = _halves_committed(tmp_path / "data", count)
+    try:
+        slots = reference_slots(store, copies)
+        assert len(slots) == count
+        for slot in slots:
+            topic, q, e = entries[slot.half_phys]
+            assert (slot.topic, slot.queue_id, slot.final_size, slot.tag_hash) == (topic, q, e.size, e.tag_hash)
+            held = store.read_at(e.physical_offset, e.size)
+            assert bool(slot.flags & SLOT_HAS_UNIQ_KEY) == ("UNIQ_KEY" in held.properties)
+            assert bool(slot.flags & SLOT_SCHEDULED) == (topic != TOPIC)
+    finally:
+        store.close()
