@@ -10,7 +10,7 @@ record at a queue entry goes through `final_record`.
 Body layout (big-endian)::
 
     TOPICCOUNT 2, then per topic: TOPICLEN 1 + the topic (UTF-8)
-    slots, back to back, each SLOT_SIZE (44) bytes:
+    slots, back to back, each SLOT_SIZE (52) bytes:
       0  SLOTSIZE   4   SLOT_SIZE, where a record has TOTALSIZE
       4  SLOTMAGIC  4   SLOT_MAGIC, where a record has MAGICCODE (no record or blank has it)
       8  HALFPHYS   8   the half's physical offset
@@ -21,6 +21,8 @@ Body layout (big-endian)::
      30  FLAGS      2   SLOT_HAS_UNIQ_KEY | SLOT_HAS_KEYS | SLOT_SCHEDULED
      32  BACK       4   bytes from the commit record's start to this slot's start
      36  TAGHASH    8   the queue entry's tag hash, carried here so replay reads no half
+     44  QUEUEOFFSET 8  the final message's queue offset, filled under the write lock as a
+                        record's QUEUEOFFSET is (a reader by message id or key has no queue entry)
 
 A slot carries the final size as well as the half's (an improvement on the first design, which
 put the half's size in the queue entry): the queue entry then holds exactly what the copy's
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -60,12 +62,14 @@ SLOT_HAS_UNIQ_KEY = 0x1  # the half has UNIQ_KEY: replay adds an index entry for
 SLOT_HAS_KEYS = 0x2  # the half has KEYS: replay adds index entries for them
 SLOT_SCHEDULED = 0x4  # the half carried a deliverAt: the slot's queue is the timer wheel's
 
-SLOT = struct.Struct(">IIqiiihHIq")
+SLOT = struct.Struct(">IIqiiihHIqq")
 SLOT_SIZE = SLOT.size
 SLOT_DTYPE = np.dtype([
     ("size", ">u4"), ("magic", ">u4"), ("half_phys", ">i8"), ("half_size", ">i4"), ("final_size", ">i4"),
-    ("queue_id", ">i4"), ("topic_index", ">i2"), ("flags", ">u2"), ("back", ">u4"), ("tag_hash", ">i8")])
-assert SLOT_DTYPE.itemsize == SLOT_SIZE == 44
+    ("queue_id", ">i4"), ("topic_index", ">i2"), ("flags", ">u2"), ("back", ">u4"), ("tag_hash", ">i8"),
+    ("queue_offset", ">i8")])
+assert SLOT_DTYPE.itemsize == SLOT_SIZE == 52
+QUEUE_OFFSET_IN_SLOT = SLOT_DTYPE.fields["queue_offset"][1]
 # Bits a final record never takes from its half (the copy's rule, record_copy._NOT_INHERITED).
 _NOT_INHERITED = SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_BITS | SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 
@@ -81,6 +85,7 @@ class Slot:
     queue_id: int
     flags: int
     tag_hash: int
+    queue_offset: int = -1  # -1 until the write assigns it (the COMMIT builds slots outside the write lock)
 
 
 @dataclass(frozen=True)
@@ -109,18 +114,13 @@ def encode_body(slots: Sequence[Slot], body_at: int) -> bytes:
     first = body_at + len(head)
     return head + b"".join(
         SLOT.pack(SLOT_SIZE, SLOT_MAGIC, s.half_phys, s.half_size, s.final_size, s.queue_id, index[s.topic],
-                  s.flags, first + k * SLOT_SIZE, s.tag_hash)
+                  s.flags, first + k * SLOT_SIZE, s.tag_hash, s.queue_offset)
         for k, s in enumerate(slots))
 
 
 def decode_body(body: bytes | memoryview) -> tuple[list[str], np.ndarray]:
     """(topics, slots as a SLOT_DTYPE array) of a commit record's body: replay's column-wise view."""
-    count = int.from_bytes(body[:2], "big")
-    topics, at = [], 2
-    for _ in range(count):
-        n = body[at]
-        topics.append(bytes(body[at + 1:at + 1 + n]).decode())
-        at += 1 + n
+    topics, at = _topic_table(body, 0)
     if (len(body) - at) % SLOT_SIZE:
         raise StoreError(f"commit record body of {len(body)} bytes does not end on a slot")
     slots = np.frombuffer(body, dtype=SLOT_DTYPE, offset=at)
@@ -133,7 +133,7 @@ def slots_of(body: bytes | memoryview) -> list[Slot]:
     """The slots of a commit record's body, one object each (the record-by-record readers' view)."""
     topics, rows = decode_body(body)
     return [Slot(int(r["half_phys"]), int(r["half_size"]), int(r["final_size"]), topics[int(r["topic_index"])],
-                 int(r["queue_id"]), int(r["flags"]), int(r["tag_hash"])) for r in rows]
+                 int(r["queue_id"]), int(r["flags"]), int(r["tag_hash"]), int(r["queue_offset"])) for r in rows]
 
 
 def is_slot(buf: bytes | memoryview, off: int = 0) -> bool:
@@ -144,12 +144,14 @@ def is_slot(buf: bytes | memoryview, off: int = 0) -> bool:
     return magic == SLOT_MAGIC and size == SLOT_SIZE
 
 
-def read_slot(buf: bytes | memoryview, off: int = 0) -> tuple[int, int, int, int, int, int]:
-    """(half physical offset, half size, final size, queue id, flags, BACK) of the slot at `off`."""
-    size, magic, half_phys, half_size, final_size, queue_id, _, flags, back, _ = SLOT.unpack_from(buf, off)
+def read_slot(buf: bytes | memoryview, off: int = 0) -> tuple[int, int, int, int, int, int, int, int]:
+    """(half physical offset, half size, final size, queue id, topic index, queue offset, flags, BACK)
+    of the slot at `off`."""
+    size, magic, half_phys, half_size, final_size, queue_id, topic_index, flags, back, _, queue_offset = \
+        SLOT.unpack_from(buf, off)
     if magic != SLOT_MAGIC or size != SLOT_SIZE:
         raise StoreError(f"no slot at {off}: magic {magic:#x}")
-    return half_phys, half_size, final_size, queue_id, flags, back
+    return half_phys, half_size, final_size, queue_id, topic_index, queue_offset, flags, back
 
 
 def final_record(half: bytes | memoryview, *, topic: str, queue_id: int, queue_offset: int, physical_offset: int,
@@ -188,6 +190,37 @@ def final_record(half: bytes | memoryview, *, topic: str, queue_id: int, queue_o
     return b"".join((header, half[body_at:tail_at], tail, b"%010d\x02" % crc))
 
 
+def resolve(read: Callable[[int, int], bytes], slot_address: int, drop_properties: Sequence[str]) -> bytes:
+    """The record a slot stands for, from the log (`read(offset, size)` gives its bytes): the slot,
+    then its commit record's header and topic table (found by the slot's BACK distance), then the
+    half. The one way every reader turns a queue entry, message id or index hit at a slot into
+    the record today's copy would have been."""
+    half_phys, half_size, _, queue_id, topic_index, queue_offset, _, back = read_slot(read(slot_address, SLOT_SIZE))
+    record_at = slot_address - back
+    sys_flag = int.from_bytes(read(record_at + 36, 4), "big", signed=True)
+    hdr = HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
+    head = read(record_at, min(back, hdr.size + 2 + 256 * (topic_index + 1)))
+    fields = hdr.unpack_from(head, 0)
+    if fields[1] != MAGIC_CODE or back >= fields[0]:
+        raise StoreError(f"the slot at {slot_address} does not lie in a commit record")
+    topics, _ = _topic_table(head, hdr.size, topic_index + 1)
+    commit = CommitHeader(store_timestamp=fields[10], store_host_raw=fields[11], sys_flag=sys_flag)
+    return final_record(read(half_phys, half_size), topic=topics[topic_index], queue_id=queue_id,
+                        queue_offset=queue_offset, physical_offset=slot_address, commit=commit,
+                        drop_properties=drop_properties)
+
+
+def _topic_table(buf: bytes | memoryview, at: int, wanted: int | None = None) -> tuple[list[str], int]:
+    """(the first `wanted` topics, or all, of the topic table at `at`; where the table ends when all were read)."""
+    count = int.from_bytes(buf[at:at + 2], "big")
+    topics, at = [], at + 2
+    for _ in range(count if wanted is None else min(count, wanted)):
+        n = buf[at]
+        topics.append(bytes(buf[at + 1:at + 1 + n]).decode())
+        at += 1 + n
+    return topics, at
+
+
 def final_size(half_size: int, half_props: bytes, half_topic: str, topic: str, drop_properties: Sequence[str]) -> int:
     """The final record's TOTALSIZE for a half of `half_size` in `half_topic` with this property
     string, once its topic is `topic` and `drop_properties` are cut out."""
@@ -210,4 +243,4 @@ def _without(props: bytes, name: bytes) -> bytes:
 
 __all__ = ["COMMIT_REF_TOPIC", "CommitHeader", "SLOT_DTYPE", "SLOT_HAS_KEYS", "SLOT_HAS_UNIQ_KEY", "SLOT_MAGIC",
            "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "decode_body", "encode_body", "final_record", "final_size",
-           "is_slot", "read_slot", "slots_of"]
+           "is_slot", "read_slot", "resolve", "slots_of"]

@@ -175,3 +175,44 @@ def test_the_slots_of_a_commit_say_what_its_copies_queue_entries_say(tmp_path: P
             assert bool(slot.flags & SLOT_SCHEDULED) == (topic != TOPIC)
     finally:
         store.close()
+
+
+def test_a_slot_in_a_commit_record_resolves_to_the_copy_it_replaces(tmp_path: Path) -> None:
+    """A commit record written after the halves, its slots filled as the write would fill them:
+    resolving each slot's address from the log alone gives the copy's bytes, but for where it is."""
+    from txmq.broker.store.commit_ref import COMMIT_REF_TOPIC, resolve
+    from txmq.broker.store.record import encode_record, record_size
+
+    store, rows = _committed(tmp_path / "data", _messages())
+    try:
+        _, copy0, m0 = rows[0]
+        store_raw = copy0[STORE_HOST_AT:STORE_HOST_AT + 8]
+        record_at = store.commitlog.write_end + 4096
+        slots = [Slot(m.prepared_transaction_offset, len(half), len(copy), m.topic, m.queue_id, 0, 0, m.queue_offset)
+                 for half, copy, m in rows]
+        body = encode_body(slots, body_at=HEADER_V4_SIZE)
+        first = len(body) - len(slots) * SLOT_SIZE
+        out: list = []
+        topic_raw = COMMIT_REF_TOPIC.encode()
+        encode_record(out, Message(topic=COMMIT_REF_TOPIC, body=body, queue_id=0), topic_raw, b"",
+                      record_size(len(body), len(topic_raw), 0), m0.sys_flag, 0, record_at, m0.store_timestamp,
+                      (store_raw, False))
+        commit_record = b"".join(out)
+
+        def read(offset: int, size: int) -> bytes:
+            if offset >= record_at:
+                return commit_record[offset - record_at:offset - record_at + size]
+            return store.commitlog.read(offset, size)
+
+        for k, (_, copy, m) in enumerate(rows):
+            address = record_at + HEADER_V4_SIZE + first + k * SLOT_SIZE
+            want = final_record(read(m.prepared_transaction_offset, len(rows[k][0])), topic=m.topic,
+                                queue_id=m.queue_id, queue_offset=m.queue_offset, physical_offset=address,
+                                commit=CommitHeader(m0.store_timestamp, store_raw, m0.sys_flag),
+                                drop_properties=(PROP_PREPARED_MS,))
+            got = resolve(read, address, (PROP_PREPARED_MS,))
+            assert got == want
+            # the copy, but for its own place in the log (and the CRC that covers it)
+            assert got[:28] == copy[:28] and got[36:-11] == copy[36:-11]
+    finally:
+        store.close()
