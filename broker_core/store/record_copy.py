@@ -35,7 +35,7 @@ import numpy as np
 from txmq.broker.errors import StoreError
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.columnar_read import gather_records, read_spans
-from txmq.broker.store.commit_ref import SLOT_HAS_KEYS, SLOT_HAS_UNIQ_KEY, SLOT_SCHEDULED, Slot
+from txmq.broker.store.commit_ref import SLOT_HAS_KEYS, SLOT_HAS_UNIQ_KEY, SLOT_SCHEDULED, slot_rows
 from txmq.broker.store.dispatch import tag_hashes_of
 from txmq.broker.store.message import (
     SYSFLAG_BORNHOST_V6,
@@ -384,28 +384,35 @@ def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
         props_crc=props_crc, tags=tags, uniq_keys=uniq_keys, keys=keys)
 
 
-def reference_slots(store, copies: RecordCopies, *, store_v6: bool = False) -> list[Slot]:
-    """The slots of a COMMIT by reference for `copies` (store/commit_ref.py): the same scan of the
-    sources as a copy (one owner of finding each half's destination, tags, UNIQ_KEY and KEYS),
-    keeping of each copy only its size, queue, tag hash and what replay must know. `store_v6`:
-    the broker's store host is IPv6 (a copy's header would be longer by HOST_V6_EXTRA)."""
+def reference_slots(store, copies: RecordCopies, *, store_v6: bool = False) -> tuple[list[str], np.ndarray]:
+    """The slots of a COMMIT by reference for `copies` (store/commit_ref.py) as (topic table, SLOT_DTYPE
+    rows, BACK and queue offsets not set): the same scan of the sources as a copy (one owner of
+    finding each half's destination, tags, UNIQ_KEY and KEYS), keeping of each copy only its size,
+    queue, tag hash and what replay must know. `store_v6`: the broker's store host is IPv6 (a
+    copy's header would be longer by HOST_V6_EXTRA)."""
     batch = copy_columns(store, copies)
     tags, uniq_keys, keys = batch.dispatch_columns()
     store_extra = HOST_V6_EXTRA if store_v6 else 0
     if batch.block is not None:  # IPv4 born hosts: the block's layout has the copies' sizes already
-        sizes = (batch.block.layout.sizes + store_extra).tolist()
+        sizes = batch.block.layout.sizes + store_extra
     else:
         sizes = [HEADER_V4_SIZE + (HOST_V6_EXTRA if len(born) > HOST_V4_SIZE else 0) + store_extra + body_len
                  + 3 + len(topic.encode()) + len(props) + CRC_SUFFIX_LEN
                  for born, body_len, topic, props in zip(batch.born_raws, batch.body_lens, batch.topics,
                                                          batch.props_crc)]
-    scheduled = copies.reroute.topic if copies.reroute is not None else None
-    return [Slot(phys, size, final, topic, qid,
-                 (SLOT_HAS_UNIQ_KEY if uniq else 0) | (SLOT_HAS_KEYS if key else 0)
-                 | (SLOT_SCHEDULED if topic == scheduled else 0), th)
-            for phys, size, final, topic, qid, uniq, key, th in zip(
-                copies.physical_offsets.tolist(), copies.sizes.tolist(), sizes, batch.topics, batch.queue_ids,
-                uniq_keys, keys, tag_hashes_of(tags))]
+    topics = list(dict.fromkeys(batch.topics))
+    if len(topics) == 1:  # a Spark micro-batch's one topic: no lookup per row
+        index = np.zeros(batch.count, dtype=np.int64)
+    else:
+        index = np.array(list(map({t: k for k, t in enumerate(topics)}.__getitem__, batch.topics)), dtype=np.int64)
+    flags = np.zeros(batch.count, dtype=np.int64)
+    for bit, column in ((SLOT_HAS_UNIQ_KEY, uniq_keys), (SLOT_HAS_KEYS, keys)):
+        if column.count(None) != len(column):
+            flags |= bit * np.fromiter((v is not None for v in column), dtype=bool, count=batch.count)
+    if copies.reroute is not None and copies.reroute.topic in topics:
+        flags |= SLOT_SCHEDULED * (index == topics.index(copies.reroute.topic))
+    return topics, slot_rows(copies.physical_offsets, copies.sizes, sizes, batch.queue_ids, index, flags,
+                             tag_hashes_of(tags))
 
 
 def _source_spans(store, copies: RecordCopies):

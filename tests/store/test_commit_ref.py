@@ -13,6 +13,7 @@ import pytest
 from txmq.broker.errors import StoreError
 from txmq.broker.store import Message, MessageStore, StoreConfig
 from txmq.broker.store.commit_ref import (
+    SLOT_HAS_KEYS,
     SLOT_HAS_UNIQ_KEY,
     SLOT_MAGIC,
     SLOT_SCHEDULED,
@@ -21,6 +22,7 @@ from txmq.broker.store.commit_ref import (
     Slot,
     decode_body,
     encode_body,
+    encode_rows,
     final_record,
     final_size,
     is_slot,
@@ -165,13 +167,15 @@ def test_the_slots_of_a_commit_say_what_its_copies_queue_entries_say(tmp_path: P
 
     store, copies, entries = _halves_committed(tmp_path / "data", count)
     try:
-        slots = reference_slots(store, copies)
+        topics, rows = reference_slots(store, copies)
+        slots = slots_of(encode_rows(topics, rows, body_at=HEADER_V4_SIZE))
         assert len(slots) == count
         for slot in slots:
             topic, q, e = entries[slot.half_phys]
             assert (slot.topic, slot.queue_id, slot.final_size, slot.tag_hash) == (topic, q, e.size, e.tag_hash)
             held = store.read_at(e.physical_offset, e.size)
             assert bool(slot.flags & SLOT_HAS_UNIQ_KEY) == ("UNIQ_KEY" in held.properties)
+            assert bool(slot.flags & SLOT_HAS_KEYS) == ("KEYS" in held.properties)
             assert bool(slot.flags & SLOT_SCHEDULED) == (topic != TOPIC)
     finally:
         store.close()
