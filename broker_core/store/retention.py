@@ -16,7 +16,10 @@ import logging
 import os
 import shutil
 import time
-from typing import Protocol
+from bisect import bisect_left
+from typing import Callable, Protocol
+
+import numpy as np
 
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.dispatch import Dispatcher
@@ -32,6 +35,48 @@ class RetentionFloor(Protocol):
         """The lowest CommitLog offset still needed, None when nothing is. Called under the
         store's write lock: it must not write to the store."""
         ...
+
+
+class ReferenceLedger:
+    """Which commit records (COMMIT by reference, store/commit_ref.py) point at halves in an earlier
+    segment: (commit record offset, lowest half offset), in log order. Only these can hold a
+    segment back: a half's segment must live as long as a slot that names it."""
+
+    def __init__(self) -> None:
+        self._commit_at: list[int] = []
+        self._lowest_half: list[int] = []
+        self._suffix_min: np.ndarray | None = None  # lowest half of every entry from i on, built on demand
+
+    def add(self, commit_at: int, lowest_half: int) -> None:
+        assert not self._commit_at or commit_at > self._commit_at[-1], "the ledger grows in log order"
+        assert lowest_half < commit_at, "a commit record follows the halves it names"
+        self._commit_at.append(commit_at)
+        self._lowest_half.append(lowest_half)
+        self._suffix_min = None
+
+    def truncate_from(self, offset: int) -> None:
+        """Forget the commit records at or past `offset` (the log was truncated there)."""
+        keep = bisect_left(self._commit_at, offset)
+        del self._commit_at[keep:], self._lowest_half[keep:]
+        self._suffix_min = None
+
+    def boundary(self, candidate: int, segment_start: Callable[[int], int]) -> int:
+        """The deletion boundary (every segment below it goes) that age or disk use chose,
+        `candidate`, lowered until no commit record at or past it names a half below it. Lowering
+        the boundary brings more commit records past it, so repeat; it only goes down and halves
+        precede their commit records, so it ends. (Holding each half's segment for its commit
+        record one segment at a time deadlocks: oldest first, the half's segment waits for the
+        commit record's, which waits for the half's.)"""
+        if not self._commit_at:
+            return candidate
+        if self._suffix_min is None:
+            self._suffix_min = np.minimum.accumulate(np.array(self._lowest_half[::-1], dtype=np.int64))[::-1]
+        boundary = candidate
+        while True:
+            i = bisect_left(self._commit_at, boundary)
+            if i == len(self._commit_at) or int(self._suffix_min[i]) >= boundary:
+                return boundary
+            boundary = segment_start(int(self._suffix_min[i]))
 
 
 def disk_used_ratio(path: os.PathLike) -> float:
