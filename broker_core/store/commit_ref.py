@@ -150,6 +150,32 @@ def decode_body(body: bytes | memoryview) -> tuple[list[str], np.ndarray]:
     return topics, slots
 
 
+@dataclass(frozen=True)
+class SlotEntries:
+    """The queue entries a commit record dispatches, one row per slot, in slot order: what replay
+    (recovery, a follower) and the write's own dispatch derive from the record's bytes alone."""
+
+    topics: list[str]  # the record's topic table
+    topic_index: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    address: np.ndarray  # each slot's physical offset: its queue entry's and its message id's
+    size: np.ndarray  # the final record's size: the queue entry's, as the copy's was
+    tag_hash: np.ndarray
+    flags: np.ndarray
+    half_phys: np.ndarray
+
+
+def slot_entries(body: bytes | memoryview, body_address: int) -> SlotEntries:
+    """The queue entries of a commit record whose body `body` starts at physical offset `body_address`."""
+    topics, rows = decode_body(body)
+    first = body_address + len(body) - len(rows) * SLOT_SIZE
+    return SlotEntries(topics, rows["topic_index"].astype(np.int64), rows["queue_id"].astype(np.int64),
+                       rows["queue_offset"].astype(np.int64), first + np.arange(len(rows), dtype=np.int64) * SLOT_SIZE,
+                       rows["final_size"].astype(np.int64), rows["tag_hash"].astype(np.int64),
+                       rows["flags"].astype(np.int64), rows["half_phys"].astype(np.int64))
+
+
 def slots_of(body: bytes | memoryview) -> list[Slot]:
     """The slots of a commit record's body, one object each (the record-by-record readers' view)."""
     topics, rows = decode_body(body)
@@ -263,5 +289,5 @@ def _without(props: bytes, name: bytes) -> bytes:
 
 
 __all__ = ["COMMIT_REF_TOPIC", "CommitHeader", "SLOT_DTYPE", "SLOT_HAS_KEYS", "SLOT_HAS_UNIQ_KEY", "SLOT_MAGIC",
-           "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "decode_body", "encode_body", "encode_rows", "final_record", "final_size",
-           "is_slot", "read_slot", "resolve", "slot_rows", "slots_of"]
+           "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "SlotEntries", "decode_body", "encode_body", "encode_rows", "final_record", "final_size",
+           "is_slot", "read_slot", "resolve", "slot_entries", "slot_rows", "slots_of"]

@@ -220,3 +220,20 @@ def test_a_slot_in_a_commit_record_resolves_to_the_copy_it_replaces(tmp_path: Pa
             assert got[:28] == copy[:28] and got[36:-11] == copy[36:-11]
     finally:
         store.close()
+
+
+def test_a_commit_record_dispatches_the_queue_entries_of_the_copies_it_replaces_at_its_slots() -> None:
+    from txmq.broker.store.commit_ref import slot_entries
+
+    slots = _slots()
+    body_address = 7000 + HEADER_V4_SIZE
+    body = encode_body(slots, body_at=HEADER_V4_SIZE)
+    got = slot_entries(body, body_address)
+    first = body_address + len(body) - len(slots) * SLOT_SIZE
+    assert [(got.topics[t], q, a, n, h, f) for t, q, a, n, h, f in zip(
+        got.topic_index.tolist(), got.queue_id.tolist(), got.address.tolist(), got.size.tolist(),
+        got.tag_hash.tolist(), got.flags.tolist())] == [
+        (s.topic, s.queue_id, first + k * SLOT_SIZE, s.final_size, s.tag_hash, s.flags) for k, s in enumerate(slots)]
+    for k, address in enumerate(got.address.tolist()):  # each entry's address is its slot, found by BACK
+        *_, back = read_slot(body, address - body_address)
+        assert address - back == body_address - HEADER_V4_SIZE
