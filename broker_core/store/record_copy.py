@@ -159,8 +159,17 @@ def copy_columns(store, copies: RecordCopies) -> BatchColumns:
     of more than columnar_read.READ_BUFFER_MAX bytes are read in several passes (a
     read returns short at that size).
     """
-    if len(copies) < COLUMNAR_MIN_COPIES:
+    scans = _scans(store, copies)
+    if scans is None:
         return _copied_record_by_record(store, copies)
+    return _scanned_batch(scans, copies)
+
+
+def _scans(store, copies: RecordCopies) -> list["_Scan"] | None:
+    """The sources scanned by the compiled pass, one _Scan per read; None when the per-record path
+    must take them (fewer than COLUMNAR_MIN_COPIES, or a source with an IPv6 host: rare)."""
+    if len(copies) < COLUMNAR_MIN_COPIES:
+        return None
     phys, sizes = copies.physical_offsets, copies.sizes
     spans: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     done = 0
@@ -170,9 +179,7 @@ def copy_columns(store, copies: RecordCopies) -> BatchColumns:
         done += count
     kernel = _compiled_scan()
     scans = [_scanned(kernel, *span, copies) for span in spans]
-    if any(scan is None for scan in scans):  # a source with an IPv6 host (rare): the per-record path copies it
-        return _copied_record_by_record(store, copies)
-    return _scanned_batch(scans, copies)
+    return None if any(scan is None for scan in scans) else scans
 
 
 @functools.cache
@@ -390,28 +397,39 @@ def reference_slots(store, copies: RecordCopies, *, store_v6: bool = False) -> t
     finding each half's destination, tags, UNIQ_KEY and KEYS), keeping of each copy only its size,
     queue, tag hash and what replay must know. `store_v6`: the broker's store host is IPv6 (a
     copy's header would be longer by HOST_V6_EXTRA)."""
-    batch = copy_columns(store, copies)
-    tags, uniq_keys, keys = batch.dispatch_columns()
     store_extra = HOST_V6_EXTRA if store_v6 else 0
-    if batch.block is not None:  # IPv4 born hosts: the block's layout has the copies' sizes already
-        sizes = batch.block.layout.sizes + store_extra
+    scans = _scans(store, copies)
+    if scans is not None:  # column-wise, from the scan alone: no copy is laid out or filled
+        block = RecordBlock.concat([scan.block for scan in scans])
+        marked = None
+        if copies.reroute is not None:
+            marked = np.concatenate([scan.found[:, len(_DISPATCH_NAMES), 0] >= 0 for scan in scans])
+        dest_topics, queue_ids = _destinations(copies, marked)
+        found = [np.concatenate([scan.found[:, k, 0] >= 0 for scan in scans]) for k in (1, 2)]
+        tags = _decoded([*chain.from_iterable(_found_texts(scan, 0) for scan in scans)])
+        topic_bytes = {t: len(t.encode()) for t in set(dest_topics)}
+        sizes = (HEADER_V4_SIZE + store_extra + block.body_len + 3 + np.array(list(map(topic_bytes.__getitem__,
+                 dest_topics)), dtype=np.int64) + block.props_len + CRC_SUFFIX_LEN)
+        has_uniq, has_keys = found
     else:
+        batch = _copied_record_by_record(store, copies)
+        tags, uniq_keys, keys = batch.dispatch_columns()
+        dest_topics, queue_ids = batch.topics, batch.queue_ids
         sizes = [HEADER_V4_SIZE + (HOST_V6_EXTRA if len(born) > HOST_V4_SIZE else 0) + store_extra + body_len
                  + 3 + len(topic.encode()) + len(props) + CRC_SUFFIX_LEN
                  for born, body_len, topic, props in zip(batch.born_raws, batch.body_lens, batch.topics,
                                                          batch.props_crc)]
-    topics = list(dict.fromkeys(batch.topics))
+        has_uniq = np.array([v is not None for v in uniq_keys], dtype=bool)
+        has_keys = np.array([v is not None for v in keys], dtype=bool)
+    topics = list(dict.fromkeys(dest_topics))
     if len(topics) == 1:  # a Spark micro-batch's one topic: no lookup per row
-        index = np.zeros(batch.count, dtype=np.int64)
+        index = np.zeros(len(copies), dtype=np.int64)
     else:
-        index = np.array(list(map({t: k for k, t in enumerate(topics)}.__getitem__, batch.topics)), dtype=np.int64)
-    flags = np.zeros(batch.count, dtype=np.int64)
-    for bit, column in ((SLOT_HAS_UNIQ_KEY, uniq_keys), (SLOT_HAS_KEYS, keys)):
-        if column.count(None) != len(column):
-            flags |= bit * np.fromiter((v is not None for v in column), dtype=bool, count=batch.count)
+        index = np.array(list(map({t: k for k, t in enumerate(topics)}.__getitem__, dest_topics)), dtype=np.int64)
+    flags = SLOT_HAS_UNIQ_KEY * has_uniq.astype(np.int64) | SLOT_HAS_KEYS * has_keys.astype(np.int64)
     if copies.reroute is not None and copies.reroute.topic in topics:
         flags |= SLOT_SCHEDULED * (index == topics.index(copies.reroute.topic))
-    return topics, slot_rows(copies.physical_offsets, copies.sizes, sizes, batch.queue_ids, index, flags,
+    return topics, slot_rows(copies.physical_offsets, copies.sizes, sizes, queue_ids, index, flags,
                              tag_hashes_of(tags))
 
 
