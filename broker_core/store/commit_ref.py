@@ -9,6 +9,7 @@ record at a queue entry goes through `final_record`.
 
 Body layout (big-endian)::
 
+    DROPCOUNT 1, then per name: NAMELEN 1 + a property name the final records drop (UTF-8)
     TOPICCOUNT 2, then per topic: TOPICLEN 1 + the topic (UTF-8)
     slots, back to back, each SLOT_SIZE (52) bytes:
       0  SLOTSIZE   4   SLOT_SIZE, where a record has TOTALSIZE
@@ -97,12 +98,16 @@ class CommitHeader:
     sys_flag: int  # the commit record's: its transaction type and group bits are the final's
 
 
-def topic_table(topics: Sequence[str]) -> bytes:
-    """The body's head: the distinct topics its slots name, in the order given."""
+def body_head(topics: Sequence[str], drop_properties: Sequence[str] = ()) -> bytes:
+    """The body's head: the properties its final records drop (the commit record says so itself,
+    so the store needs no word of the transaction layer's), then the distinct topics its slots name."""
     raws = [t.encode() for t in topics]
-    if len(raws) > 0x7FFF or any(not 0 < len(r) < 256 for r in raws):
-        raise StoreError(f"a commit record names {len(raws)} topics; each must be 1-255 bytes")
-    return len(raws).to_bytes(2, "big") + b"".join(len(r).to_bytes(1, "big") + r for r in raws)
+    names = [n.encode() for n in drop_properties]
+    if len(raws) > 0x7FFF or any(not 0 < len(r) < 256 for r in raws + names) or len(names) > 255:
+        raise StoreError(f"a commit record names {len(raws)} topics and drops {len(names)} properties; "
+                         "each must be 1-255 bytes")
+    return b"".join([len(names).to_bytes(1, "big"), *(len(n).to_bytes(1, "big") + n for n in names),
+                     len(raws).to_bytes(2, "big"), *(len(r).to_bytes(1, "big") + r for r in raws)])
 
 
 def slot_rows(half_phys, half_size, final_size, queue_id, topic_index, flags, tag_hash) -> np.ndarray:
@@ -117,10 +122,10 @@ def slot_rows(half_phys, half_size, final_size, queue_id, topic_index, flags, ta
     return rows
 
 
-def encode_rows(topics: Sequence[str], rows: np.ndarray, body_at: int) -> bytes:
-    """A commit record's body: the topic table, then `rows` (SLOT_DTYPE) with each BACK set; `body_at`
-    is where the body starts in its record (the record's header size), which BACK counts from."""
-    head = topic_table(topics)
+def encode_rows(topics: Sequence[str], rows: np.ndarray, body_at: int, drop_properties: Sequence[str] = ()) -> bytes:
+    """A commit record's body: its head (body_head), then `rows` (SLOT_DTYPE) with each BACK set;
+    `body_at` is where the body starts in its record (the record's header size), which BACK counts from."""
+    head = body_head(topics, drop_properties)
     if len(rows) and int(rows["topic_index"].max()) >= len(topics):
         raise StoreError(f"a slot names topic {int(rows['topic_index'].max())} of a table of {len(topics)}")
     out = rows.copy()
@@ -128,7 +133,7 @@ def encode_rows(topics: Sequence[str], rows: np.ndarray, body_at: int) -> bytes:
     return head + out.tobytes()
 
 
-def encode_body(slots: Sequence[Slot], body_at: int) -> bytes:
+def encode_body(slots: Sequence[Slot], body_at: int, drop_properties: Sequence[str] = ()) -> bytes:
     """encode_rows for slots given one object each (tests and small COMMITs)."""
     topics = list(dict.fromkeys(s.topic for s in slots))
     index = {t: k for k, t in enumerate(topics)}
@@ -136,12 +141,15 @@ def encode_body(slots: Sequence[Slot], body_at: int) -> bytes:
                      [s.queue_id for s in slots], [index[s.topic] for s in slots], [s.flags for s in slots],
                      [s.tag_hash for s in slots])
     rows["queue_offset"] = [s.queue_offset for s in slots]
-    return encode_rows(topics, rows, body_at)
+    return encode_rows(topics, rows, body_at, drop_properties)
 
 
 def decode_body(body: bytes | memoryview) -> tuple[list[str], np.ndarray]:
     """(topics, slots as a SLOT_DTYPE array) of a commit record's body: replay's column-wise view."""
-    topics, at = _topic_table(body, 0)
+    head = _body_head(body, 0)
+    if head is None:
+        raise StoreError(f"commit record body of {len(body)} bytes ends inside its head")
+    _, topics, at = head
     if (len(body) - at) % SLOT_SIZE:
         raise StoreError(f"commit record body of {len(body)} bytes does not end on a slot")
     slots = np.frombuffer(body, dtype=SLOT_DTYPE, offset=at)
@@ -237,35 +245,51 @@ def final_record(half: bytes | memoryview, *, topic: str, queue_id: int, queue_o
     return b"".join((header, half[body_at:tail_at], tail, b"%010d\x02" % crc))
 
 
-def resolve(read: Callable[[int, int], bytes], slot_address: int, drop_properties: Sequence[str]) -> bytes:
+def resolve(read: Callable[[int, int], bytes], slot_address: int) -> bytes:
     """The record a slot stands for, from the log (`read(offset, size)` gives its bytes): the slot,
-    then its commit record's header and topic table (found by the slot's BACK distance), then the
+    then its commit record's header and body head (found by the slot's BACK distance), then the
     half. The one way every reader turns a queue entry, message id or index hit at a slot into
     the record today's copy would have been."""
     half_phys, half_size, _, queue_id, topic_index, queue_offset, _, back = read_slot(read(slot_address, SLOT_SIZE))
     record_at = slot_address - back
     sys_flag = int.from_bytes(read(record_at + 36, 4), "big", signed=True)
     hdr = HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
-    head = read(record_at, min(back, hdr.size + 2 + 256 * (topic_index + 1)))
+    head = read(record_at, min(back, hdr.size + _HEAD_READ))
     fields = hdr.unpack_from(head, 0)
     if fields[1] != MAGIC_CODE or back >= fields[0]:
         raise StoreError(f"the slot at {slot_address} does not lie in a commit record")
-    topics, _ = _topic_table(head, hdr.size, topic_index + 1)
+    parsed = _body_head(head, hdr.size)
+    if parsed is None:  # a long head (many topics): everything before the slot holds it
+        parsed = _body_head(read(record_at, back), hdr.size)
+    if parsed is None or topic_index >= len(parsed[1]):
+        raise StoreError(f"the slot at {slot_address} names topic {topic_index} its commit record lacks")
+    drop, topics, _ = parsed
     commit = CommitHeader(store_timestamp=fields[10], store_host_raw=fields[11], sys_flag=sys_flag)
     return final_record(read(half_phys, half_size), topic=topics[topic_index], queue_id=queue_id,
-                        queue_offset=queue_offset, physical_offset=slot_address, commit=commit,
-                        drop_properties=drop_properties)
+                        queue_offset=queue_offset, physical_offset=slot_address, commit=commit, drop_properties=drop)
 
 
-def _topic_table(buf: bytes | memoryview, at: int, wanted: int | None = None) -> tuple[list[str], int]:
-    """(the first `wanted` topics, or all, of the topic table at `at`; where the table ends when all were read)."""
-    count = int.from_bytes(buf[at:at + 2], "big")
-    topics, at = [], at + 2
-    for _ in range(count if wanted is None else min(count, wanted)):
-        n = buf[at]
-        topics.append(bytes(buf[at + 1:at + 1 + n]).decode())
-        at += 1 + n
-    return topics, at
+_HEAD_READ = 4096  # bytes of a commit record's body read for its head at first (most heads: one topic)
+
+
+def _body_head(buf: bytes | memoryview, at: int) -> tuple[list[str], list[str], int] | None:
+    """(dropped property names, topics, where the slots start) of the body head at `at`; None when
+    `buf` ends inside it."""
+    names: list[list[str]] = []
+    for count_len in (1, 2):
+        if at + count_len > len(buf):
+            return None
+        count = int.from_bytes(buf[at:at + count_len], "big")
+        at += count_len
+        items = []
+        for _ in range(count):
+            if at >= len(buf) or at + 1 + buf[at] > len(buf):
+                return None
+            n = buf[at]
+            items.append(bytes(buf[at + 1:at + 1 + n]).decode())
+            at += 1 + n
+        names.append(items)
+    return names[0], names[1], at
 
 
 def final_size(half_size: int, half_props: bytes, half_topic: str, topic: str, drop_properties: Sequence[str]) -> int:
@@ -289,5 +313,6 @@ def _without(props: bytes, name: bytes) -> bytes:
 
 
 __all__ = ["COMMIT_REF_TOPIC", "CommitHeader", "SLOT_DTYPE", "SLOT_HAS_KEYS", "SLOT_HAS_UNIQ_KEY", "SLOT_MAGIC",
-           "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "SlotEntries", "decode_body", "encode_body", "encode_rows", "final_record", "final_size",
-           "is_slot", "read_slot", "resolve", "slot_entries", "slot_rows", "slots_of"]
+           "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "SlotEntries", "body_head", "decode_body", "encode_body",
+           "encode_rows", "final_record", "final_size", "is_slot", "read_slot", "resolve", "slot_entries", "slot_rows",
+           "slots_of"]

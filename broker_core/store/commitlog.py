@@ -39,6 +39,7 @@ from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.checksum import crc32
 from txmq.broker.store.durable import fsync_dir
 from txmq.broker.store.mapped_file import MappedFile, file_name
+from txmq.broker.store.commit_ref import is_slot, resolve
 from txmq.broker.store.record_block import MAX_BLOCK_BYTES, BlockLayout, encode_block
 from txmq.broker.store.message import Message, StoredMessage
 from txmq.broker.store.record_layout import (
@@ -434,8 +435,10 @@ class CommitLog:
                 raise MessageNotFound(f"no record at physical offset {offset}")
         buf = self.read(offset, size)
         try:
+            if is_slot(buf):  # a message committed by reference: the record its slot stands for
+                buf = resolve(self.read, offset)
             msg = decode_record(buf, 0)
-        except (RecordCorrupted, ValueError, IndexError, UnicodeDecodeError) as exc:
+        except (RecordCorrupted, StoreError, ValueError, IndexError, UnicodeDecodeError) as exc:
             raise MessageNotFound(f"no valid record at physical offset {offset}: {exc}") from exc
         if msg.physical_offset != offset:
             raise MessageNotFound(f"no record starts at physical offset {offset}")

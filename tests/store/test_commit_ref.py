@@ -194,7 +194,7 @@ def test_a_slot_in_a_commit_record_resolves_to_the_copy_it_replaces(tmp_path: Pa
         record_at = store.commitlog.write_end + 4096
         slots = [Slot(m.prepared_transaction_offset, len(half), len(copy), m.topic, m.queue_id, 0, 0, m.queue_offset)
                  for half, copy, m in rows]
-        body = encode_body(slots, body_at=HEADER_V4_SIZE)
+        body = encode_body(slots, body_at=HEADER_V4_SIZE, drop_properties=(PROP_PREPARED_MS,))
         first = len(body) - len(slots) * SLOT_SIZE
         out: list = []
         topic_raw = COMMIT_REF_TOPIC.encode()
@@ -214,7 +214,7 @@ def test_a_slot_in_a_commit_record_resolves_to_the_copy_it_replaces(tmp_path: Pa
                                 queue_id=m.queue_id, queue_offset=m.queue_offset, physical_offset=address,
                                 commit=CommitHeader(m0.store_timestamp, store_raw, m0.sys_flag),
                                 drop_properties=(PROP_PREPARED_MS,))
-            got = resolve(read, address, (PROP_PREPARED_MS,))
+            got = resolve(read, address)
             assert got == want
             # the copy, but for its own place in the log (and the CRC that covers it)
             assert got[:28] == copy[:28] and got[36:-11] == copy[36:-11]
@@ -237,3 +237,32 @@ def test_a_commit_record_dispatches_the_queue_entries_of_the_copies_it_replaces_
     for k, address in enumerate(got.address.tolist()):  # each entry's address is its slot, found by BACK
         *_, back = read_slot(body, address - body_address)
         assert address - back == body_address - HEADER_V4_SIZE
+
+
+def test_the_record_at_a_slot_address_is_the_committed_message_it_stands_for(tmp_path: Path) -> None:
+    """A commit record appended to a real store (its slots' queue offsets filled as the write will
+    fill them): read_at, and a lookup by offset id, at a slot's address give the message the copy
+    gave, but for its physical offset and message id."""
+    from txmq.broker.store.commit_ref import COMMIT_REF_TOPIC
+
+    store, rows = _committed(tmp_path / "data", _messages())
+    try:
+        slots = [Slot(m.prepared_transaction_offset, len(half), len(copy), m.topic, m.queue_id, 0, 0, m.queue_offset)
+                 for half, copy, m in rows]
+        body = encode_body(slots, body_at=HEADER_V4_SIZE, drop_properties=(PROP_PREPARED_MS,))
+        # a member of its group, as a COMMIT's commit records are (the op record ends the group)
+        record = store.append_group([Message(topic=COMMIT_REF_TOPIC, body=body, sys_flag=SYSFLAG_TRANSACTION_COMMIT),
+                                     Message(topic=COMMIT_REF_TOPIC, body=b"end", sys_flag=SYSFLAG_TRANSACTION_COMMIT)],
+                                    allow_system=True)[0]
+        first = record.physical_offset + HEADER_V4_SIZE + len(body) - len(slots) * SLOT_SIZE
+        for k, (_, copy, m) in enumerate(rows):
+            got = store.read_at(first + k * SLOT_SIZE, m.size)
+            assert (got.physical_offset, got.size) == (first + k * SLOT_SIZE, m.size)
+            assert got == store.read_at(first + k * SLOT_SIZE)  # without a size: a slot says its own
+            for name in ("topic", "body", "queue_id", "queue_offset", "properties", "flag", "sys_flag",
+                         "born_timestamp", "born_host", "reconsume_times", "prepared_transaction_offset",
+                         "store_host", "body_crc"):
+                assert getattr(got, name) == getattr(m, name), name
+            assert store.get_by_message_id(got.msg_id) == got
+    finally:
+        store.close()
