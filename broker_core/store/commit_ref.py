@@ -53,6 +53,7 @@ from txmq.broker.store.record_layout import (
     HEADERS,
     MAGIC_CODE,
     PREFIX,
+    SYSFLAG_AT,
 )
 
 COMMIT_REF_TOPIC = "TXMQ_SYS_COMMIT_REF"
@@ -217,7 +218,7 @@ def final_record(half: bytes | memoryview, *, topic: str, queue_id: int, queue_o
     commit record's store time, store host, transaction type and group bits;
     PREPAREDTRANSACTIONOFFSET the half's own physical offset; its record CRC taken again."""
     half = bytes(half)
-    sys_flag = int.from_bytes(half[36:40], "big", signed=True)
+    sys_flag = int.from_bytes(half[SYSFLAG_AT:SYSFLAG_AT + 4], "big", signed=True)
     hdr = HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
     (size, magic, body_crc, _, flag, _, half_phys, _, born_ts, born_raw, _, _, reconsume, _,
      body_len) = hdr.unpack_from(half, 0)
@@ -252,7 +253,7 @@ def resolve(read: Callable[[int, int], bytes], slot_address: int) -> bytes:
     the record today's copy would have been."""
     half_phys, half_size, _, queue_id, topic_index, queue_offset, _, back = read_slot(read(slot_address, SLOT_SIZE))
     record_at = slot_address - back
-    sys_flag = int.from_bytes(read(record_at + 36, 4), "big", signed=True)
+    sys_flag = int.from_bytes(read(record_at + SYSFLAG_AT, 4), "big", signed=True)
     hdr = HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
     head = read(record_at, min(back, hdr.size + _HEAD_READ))
     fields = hdr.unpack_from(head, 0)

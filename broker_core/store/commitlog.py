@@ -37,9 +37,9 @@ import numpy as np
 from txmq.broker.errors import DataDeleted, IllegalOffset, MessageBodyTooLarge, MessageNotFound, StoreError
 from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.checksum import crc32
+from txmq.broker.store.commit_ref import is_slot, resolve
 from txmq.broker.store.durable import fsync_dir
 from txmq.broker.store.mapped_file import MappedFile, file_name
-from txmq.broker.store.commit_ref import is_slot, resolve
 from txmq.broker.store.record_block import MAX_BLOCK_BYTES, BlockLayout, encode_block
 from txmq.broker.store.message import Message, StoredMessage
 from txmq.broker.store.record_layout import (
