@@ -266,3 +266,17 @@ def test_the_record_at_a_slot_address_is_the_committed_message_it_stands_for(tmp
             assert store.get_by_message_id(got.msg_id) == got
     finally:
         store.close()
+
+
+def test_a_slot_that_does_not_lie_in_a_commit_record_is_refused() -> None:
+    from txmq.broker.store.commit_ref import resolve
+
+    body = bytearray(encode_body(_slots(), body_at=HEADER_V4_SIZE))
+    first = len(body) - len(_slots()) * SLOT_SIZE
+    log = bytes(HEADER_V4_SIZE) + bytes(body)  # a slot's BACK leads to zeros, not a record header
+
+    def read(offset: int, size: int) -> bytes:
+        return log[offset:offset + size]
+
+    with pytest.raises(StoreError, match="does not lie in a commit record"):
+        resolve(read, HEADER_V4_SIZE + first)
