@@ -289,9 +289,7 @@ def run_query(args: argparse.Namespace) -> None:
     spark = (SparkSession.builder.master("local[2,4]").appName("txmq-lab-query")  # 4 attempts per task
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.memory", "700m")
-             # a Python worker slow to connect back on a loaded machine fails the query (15 s default)
-             .config("spark.python.authenticate.socketTimeout", "120s").getOrCreate())
+             .config("spark.driver.memory", "700m").getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
     reported: set[int] = set()
 
