@@ -10,7 +10,7 @@ import pytest
 
 from lab import campaign
 
-pytestmark = pytest.mark.lab  # ~2-3 min (Spark's start included): run by `make lab`
+pytestmark = [pytest.mark.lab, pytest.mark.timeout(1800)]  # 3-15 min (Spark starts slowly on a loaded machine): `make lab`
 
 
 @pytest.fixture
