@@ -127,6 +127,7 @@ class EtcdGroup:
         self._clients = [etcd3gw.Etcd3Client(host=h, port=p, timeout=timeout_s, api_path="/v3/")
                          for h, p in endpoints]
         self._errors = (etcd3gw.exceptions.ConnectionFailedError, etcd3gw.exceptions.ConnectionTimeoutError)
+        self._answered_error = etcd3gw.exceptions.Etcd3Exception  # etcd answered, with an error
         self.lease_id: int | None = None
         # monotonic time until which the lease is surely alive: it was renewed (or granted) by a
         # request sent at t, so etcd holds it until at least t + ttl
@@ -305,7 +306,9 @@ class EtcdGroup:
             try:
                 self._post("/kv/lease/revoke", {"ID": self.lease_id})
             except CoordinationUnavailable:
-                pass
+                pass  # etcd unreachable: the lease expires by itself
+            except self._answered_error:
+                pass  # the lease had already expired: nothing left to revoke
             self.lease_id = None
 
 
