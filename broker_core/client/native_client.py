@@ -50,6 +50,8 @@ from txmq.broker.client.types import (
     QueueSlice,
     ReceivedMessage,
     ReplicaStatus,
+    ScheduledMessage,
+    ScheduledSummary,
     SendSummary,
     TopicInfo,
     TransactionInfo,
@@ -668,6 +670,21 @@ class NativeClient:
         resp = self._call("TransactionSummary", pb.TransactionSummaryRequest())
         return ([PendingGroup(p.producer_group, p.topic, p.transactions, p.oldest_age_ms, p.max_check_times)
                  for p in resp.pending], resp.discarded)
+
+    def list_scheduled(self, *, bucket_ms: int = 0, limit: int = 50) -> ScheduledSummary:
+        """The timer messages not yet delivered: how many are due per `bucket_ms` (0: the broker
+        picks), and the `limit` due soonest with their recall handles (admin only when auth is on)."""
+        resp = self._call("ListScheduled", pb.ScheduledRequest(bucket_ms=bucket_ms, limit=limit))
+        return ScheduledSummary(resp.pending, resp.bucket_ms,
+                                list(zip(resp.bucket_starts_ms, resp.bucket_counts)),
+                                [ScheduledMessage(m.deliver_ms, m.topic, m.message_id, m.recall_handle)
+                                 for m in resp.soonest])
+
+    def recall_scheduled(self, topic: str, recall_handle: str) -> str:
+        """Cancel a timer message not yet delivered (its send's recall handle); its message id.
+        MessageNotFound when it was delivered or recalled already."""
+        resp = self._call("RecallScheduled", pb.RecallScheduledRequest(topic=topic, recall_handle=recall_handle))
+        return resp.message_id
 
     def stats(self) -> dict:
         import json

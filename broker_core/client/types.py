@@ -284,3 +284,23 @@ class PendingGroup:
     transactions: int
     oldest_age_ms: int
     max_check_times: int
+
+
+@dataclass(frozen=True)
+class ScheduledMessage:
+    """A timer message waiting for its delivery time, with the handle that recalls it."""
+
+    deliver_ms: int
+    topic: str
+    message_id: str
+    recall_handle: str
+
+
+@dataclass(frozen=True)
+class ScheduledSummary:
+    """A group's scheduled messages not yet delivered (the native ListScheduled call)."""
+
+    pending: int
+    bucket_ms: int
+    buckets: list[tuple[int, int]]  # (bucket start ms, messages due in it), by time
+    soonest: list[ScheduledMessage]

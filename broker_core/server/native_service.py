@@ -814,6 +814,21 @@ class NativeService:
                    for (group, topic), c in sorted(counts.items())]
         return pb.TransactionSummaryResponse(status=ok_status(), pending=pending, discarded=discarded)
 
+    def ListScheduled(self, request, context) -> pb.ScheduledResponse:
+        self._require_admin(context)
+        view = self.core.timer.scheduled(bucket_ms=max(0, request.bucket_ms), limit=max(0, request.limit or 50))
+        return pb.ScheduledResponse(
+            status=ok_status(), pending=view.pending, bucket_ms=view.bucket_ms,
+            bucket_starts_ms=[b for b, _ in view.buckets], bucket_counts=[c for _, c in view.buckets],
+            soonest=[pb.ScheduledMessageView(deliver_ms=m.deliver_ms, topic=m.topic, message_id=m.message_id,
+                                             recall_handle=m.recall_handle) for m in view.soonest])
+
+    def RecallScheduled(self, request, context) -> pb.RecallScheduledResponse:
+        """Cancel a scheduled message (RocketMQ 5's RecallMessage, natively): a producer of its topic may."""
+        self._identity(context).require_publish(request.topic)
+        message_id = self.core.timer.recall(request.recall_handle, request.topic)
+        return pb.RecallScheduledResponse(status=ok_status(), message_id=message_id)
+
 
 def _replica_status(m: dict) -> pb.ReplicaStatus:
     unknown = -1  # not reported (a replica that is down): the client reads it as None
