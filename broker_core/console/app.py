@@ -30,7 +30,7 @@ from txmq.broker.console.sessions import COOKIE, Session, Sessions
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
-PAGES = (("cluster", "Cluster"), ("transactions", "Transactions"), ("topics", "Topics"),
+PAGES = (("cluster", "Cluster"), ("transactions", "Transactions"), ("topics", "Topics"), ("timers", "Timers"),
          ("groups", "Consumer groups"), ("messages", "Messages"), ("spark", "Spark"))
 
 
@@ -48,7 +48,8 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
     templates.env.filters["group_label"] = views.group_label
     templates.env.globals.update(pages=PAGES, refresh_s=refresh_s, version=__version__, brokers=brokers,
                                  group_label=views.group_label, age=_ms,
-                                 clock=lambda t: time.strftime("%H:%M:%S", time.localtime(t)))
+                                 clock=lambda t: time.strftime("%H:%M:%S", time.localtime(t)),
+                                 stamp=lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)))
 
     def session_of(request: Request) -> Session | None:
         session = sessions.get(request.cookies.get(COOKIE))
@@ -122,6 +123,10 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
                 "page_count": max(1, -(-len(matching) // TOPICS_PER_PAGE)), "wanted": wanted,
                 "system": q.get("system") == "1"}
 
+    def timers(request: Request, session: Session) -> dict:
+        view = views.timers_view(session.client)
+        return {"view": view, "done": request.query_params.get("done")}
+
     def groups(request: Request, session: Session) -> dict:
         return {"groups": views.consumer_groups_view(session.client)}
 
@@ -181,6 +186,10 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
             raise errors.BadRequest(f"unknown transaction action {verb!r}")
         return "/transactions"
 
+    def recall(request: Request, session: Session, form: dict) -> str:
+        message_id = views.recall(session.client, form.get("group", ""), form["topic"], form["recall_handle"])
+        return f"/timers?done=recalled+{message_id}"
+
     def resend(request: Request, session: Session, form: dict) -> str:
         new_id = views.resend(session.client, form.get("group", ""), form["message_id"], form["topic"])
         return f"/messages?id={new_id}&done=resent+as+{new_id}"
@@ -224,6 +233,14 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
             return JSONResponse(session.history.transaction_chart())
         if name == "topics":
             return JSONResponse(session.history.topic_chart())
+        if name == "timers":  # a histogram: messages due per bucket, x in seconds as the other charts
+            try:
+                view = views.timers_view(session.client, rows=0)
+            except errors.TxmqError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=403 if isinstance(exc, errors.Forbidden) else 503)
+            return JSONResponse({"x": [start / 1000 for start, _ in view.buckets], "bars": True,
+                                 "unit": "messages due", "bucket_s": view.bucket_ms / 1000,
+                                 "series": [{"label": "messages due", "values": [n for _, n in view.buckets]}]})
         return JSONResponse({"error": f"no chart {name!r}"}, status_code=404)
 
     routes = [
@@ -234,6 +251,8 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
         Route("/transactions", page("transactions", transactions, admin=True)),
         Route("/transactions/{verb}", action(end_tx), methods=["POST"]),
         Route("/topics", page("topics", topics)),
+        Route("/timers", page("timers", timers, admin=True)),
+        Route("/timers/recall", action(recall), methods=["POST"]),
         Route("/groups", page("groups", groups)),
         Route("/groups/{name}", page("group", group)),
         Route("/groups/{name}/reset", action(reset), methods=["POST"]),

@@ -14,7 +14,8 @@ from typing import Iterable
 
 from txmq.broker import errors
 from txmq.broker.client.cluster_client import ClusterClient
-from txmq.broker.client.types import GroupStatus, PendingGroup, ReceivedMessage, TransactionInfo
+from txmq.broker.client.types import (GroupStatus, PendingGroup, ReceivedMessage, ScheduledMessage,
+                                     TransactionInfo)
 
 SINGLE = ""  # the group name of a broker that is not in a cluster
 
@@ -83,6 +84,37 @@ def transactions_view(cc: ClusterClient, *, rows: int = 50) -> TransactionsView:
     oldest.sort(key=lambda gt: -gt[1].age_ms)
     totals = {"pending": sum(p.transactions for _, p in pending), "discarded": discarded_count}
     return TransactionsView(pending, oldest[:rows], discarded[:rows], totals)
+
+
+# ---- timers ----------------------------------------------------------------------------
+
+@dataclass
+class TimersView:
+    pending: int
+    bucket_ms: int
+    buckets: list[tuple[int, int]]  # (bucket start ms, messages due in it) over every group, by time
+    soonest: list[tuple[str, ScheduledMessage]]  # the next due, each with its broker group
+
+
+def timers_view(cc: ClusterClient, *, rows: int = 50) -> TimersView:
+    """Scheduled messages by due time over every group: each group is asked with the widest
+    bucket any group picked, so their histograms add up."""
+    names = live_groups(cc)
+    answers = {name: cc.group(name).list_scheduled(limit=rows) for name in names}
+    bucket_ms = max((a.bucket_ms for a in answers.values() if a.pending), default=1000)
+    for name, a in answers.items():
+        if a.pending and a.bucket_ms != bucket_ms:
+            answers[name] = cc.group(name).list_scheduled(bucket_ms=bucket_ms, limit=rows)
+    buckets: dict[int, int] = {}
+    for a in answers.values():
+        for start, count in a.buckets:
+            buckets[start] = buckets.get(start, 0) + count
+    soonest = sorted(((name, m) for name, a in answers.items() for m in a.soonest), key=lambda nm: nm[1].deliver_ms)
+    return TimersView(sum(a.pending for a in answers.values()), bucket_ms, sorted(buckets.items()), soonest[:rows])
+
+
+def recall(cc: ClusterClient, group: str, topic: str, recall_handle: str) -> str:
+    return cc.group(group).recall_scheduled(topic, recall_handle)
 
 
 # ---- topics ----------------------------------------------------------------------------

@@ -816,7 +816,7 @@ class NativeService:
 
     def ListScheduled(self, request, context) -> pb.ScheduledResponse:
         self._require_admin(context)
-        view = self.core.timer.scheduled(bucket_ms=max(0, request.bucket_ms), limit=max(0, request.limit or 50))
+        view = self.core.timer.scheduled(bucket_ms=max(0, request.bucket_ms), limit=max(0, request.limit))
         return pb.ScheduledResponse(
             status=ok_status(), pending=view.pending, bucket_ms=view.bucket_ms,
             bucket_starts_ms=[b for b, _ in view.buckets], bucket_counts=[c for _, c in view.buckets],

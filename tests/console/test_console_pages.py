@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,24 @@ def test_a_message_is_found_by_id_with_its_path_and_body(page, console, client):
     assert '"order": 7' in section.find_element(By.CSS_SELECTOR, "pre.body").text
     by_key = page(console.url + "/messages?topic=console-find&key=order-7")
     assert by_key.find_elements(By.CSS_SELECTOR, f"section[data-message='{sent.message_ids[0]}']")
+
+
+def test_the_timers_page_draws_scheduled_messages_by_due_time_and_recalls_one(page, console, client):
+    now_ms = int(time.time() * 1000)
+    client.create_topic("console-timed", 1)
+    kept, recalled = client.send([Message("console-timed", b"later", deliver_at_ms=now_ms + 3_600_000),
+                                  Message("console-timed", b"sooner", deliver_at_ms=now_ms + 1_800_000)]).message_ids
+    b = page(console.url + "/timers")
+    row = f"#scheduled-messages tr[data-message='{recalled}']"
+    wait_for(lambda: b.find_elements(By.CSS_SELECTOR, row), what="the scheduled message's row")
+    listed = [r.get_attribute("data-message") for r in b.find_elements(By.CSS_SELECTOR, "#scheduled-messages tr[data-message]")]
+    assert listed.index(recalled) < listed.index(kept)  # soonest first
+    bars = wait_for(lambda: b.execute_script(
+        "var p = document.getElementById('timer-chart')._plot; return p && p.data[1].reduce(function (a, v) { return a + v; }, 0);"),
+        what="the histogram")
+    assert bars == int(b.find_element(By.ID, "scheduled-total").text) >= 2
+    b.find_element(By.CSS_SELECTOR, f"{row} form.recall button").click()
+    assert recalled in wait_for(lambda: b.find_element(By.ID, "done").text, what="the recall's confirmation")
+    wait_for(lambda: not b.find_elements(By.CSS_SELECTOR, row), what="the recalled message to leave the list")
+    assert b.find_elements(By.CSS_SELECTOR, f"#scheduled-messages tr[data-message='{kept}']")
+    assert client.list_scheduled(limit=1000).pending == int(b.find_element(By.ID, "scheduled-total").text)
