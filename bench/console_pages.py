@@ -32,7 +32,7 @@ from tests.console.conftest import Console  # noqa: E402  (the test harness star
 from txmq.broker.client import Message, NativeClient  # noqa: E402
 from txmq.broker.embedded import EmbeddedBroker  # noqa: E402
 
-PAGES = ("/cluster", "/topics", "/transactions", "/groups")
+PAGES = ("/cluster", "/topics", "/transactions", "/groups", "/timers")
 
 
 def fill(endpoint: str, topics: int, pending: int) -> None:

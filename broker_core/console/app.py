@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -40,6 +41,19 @@ TOPICS_PER_PAGE = 100  # a page of 1,000 topics' queues would be a DOM too big t
 def _ms(ms: float) -> str:
     s = ms / 1000
     return f"{s:.1f} s" if s < 120 else (f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h")
+
+
+def _when(value: str) -> int | None:
+    """A form's time: epoch milliseconds, or a datetime-local value in the console host's time zone."""
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        return int(datetime.fromisoformat(value).timestamp() * 1000)
+    except ValueError:
+        raise errors.BadRequest(f"{value!r} is not a time (YYYY-MM-DDTHH:MM[:SS] or epoch milliseconds)") from None
 
 
 def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) -> Starlette:
@@ -85,7 +99,7 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
                 context = build(request, session)
             except errors.TxmqError as exc:
                 status = 403 if isinstance(exc, (errors.Forbidden, errors.Unauthorized)) else (
-                    404 if isinstance(exc, errors.NotFound) else 503)
+                    404 if isinstance(exc, errors.NotFound) else 400 if isinstance(exc, errors.BadRequest) else 503)
                 response = render(request, session, "error", error=exc, kind=type(exc).__name__)
                 response.status_code = status
                 return response
@@ -138,9 +152,11 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
     def messages(request: Request, session: Session) -> dict:
         q = request.query_params
         found = None
-        if q.get("id") or (q.get("topic") and q.get("key")):
+        begin_ms, end_ms = _when(q.get("from", "")), _when(q.get("to", ""))
+        if q.get("id") or (q.get("topic") and (q.get("key") or begin_ms)):
             found = views.find_messages(session.client, message_id=q.get("id", "").strip(),
-                                        topic=q.get("topic", "").strip(), key=q.get("key", "").strip())
+                                        topic=q.get("topic", "").strip(), key=q.get("key", "").strip(),
+                                        begin_ms=begin_ms or 0, end_ms=end_ms)
         return {"found": found, "q": q, "done": q.get("done")}
 
     def spark(request: Request, session: Session) -> dict:

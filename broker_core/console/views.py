@@ -14,7 +14,7 @@ from typing import Iterable
 
 from txmq.broker import errors
 from txmq.broker.client.cluster_client import ClusterClient
-from txmq.broker.client.types import (GroupStatus, PendingGroup, ReceivedMessage, ScheduledMessage,
+from txmq.broker.client.types import (GroupStatus, PendingGroup, ReceivedMessage, ScheduledMessage, TopicInfo,
                                      TransactionInfo)
 
 SINGLE = ""  # the group name of a broker that is not in a cluster
@@ -129,21 +129,28 @@ class QueueRow:
 
 @dataclass
 class TopicRow:
+    """A topic over every group; its queue rows are built only for the topics a page shows
+    (1,000 topics' 4,000 rows cost more than the ListTopics call itself)."""
+
     name: str
     message_type: str
-    queues: list[QueueRow]
+    parts: list[tuple[str, TopicInfo]]  # (broker group, that group's queues of the topic)
+
+    @property
+    def queues(self) -> list[QueueRow]:
+        return [QueueRow(g, q, r.min_offset, r.max_offset) for g, t in self.parts for q, r in sorted(t.queues.items())]
 
     @property
     def messages(self) -> int:
-        return sum(q.max_offset - q.min_offset for q in self.queues)
+        return sum(r.max_offset - r.min_offset for _, t in self.parts for r in t.queues.values())
 
     @property
     def end(self) -> int:
-        return sum(q.max_offset for q in self.queues)
+        return sum(r.max_offset for _, t in self.parts for r in t.queues.values())
 
     @property
     def groups(self) -> list[str]:
-        return sorted({q.group for q in self.queues})
+        return sorted({g for g, _ in self.parts})
 
 
 def topics_view(cc: ClusterClient, *, include_system: bool = False) -> list[TopicRow]:
@@ -151,8 +158,10 @@ def topics_view(cc: ClusterClient, *, include_system: bool = False) -> list[Topi
     topics: dict[str, TopicRow] = {}
     for name in live_groups(cc):
         for t in cc.group(name).list_topics(include_system=include_system):
-            row = topics.setdefault(t.name, TopicRow(t.name, t.message_type, []))
-            row.queues += [QueueRow(name, q, r.min_offset, r.max_offset) for q, r in sorted(t.queues.items())]
+            row = topics.get(t.name)
+            if row is None:
+                row = topics[t.name] = TopicRow(t.name, t.message_type, [])
+            row.parts.append((name, t))
     return [topics[n] for n in sorted(topics)]
 
 
@@ -265,8 +274,9 @@ def _paths(found: Iterable[tuple[str, ReceivedMessage]]) -> list[MessagePath]:
 
 
 def find_messages(cc: ClusterClient, *, message_id: str = "", topic: str = "", key: str = "",
-                  limit: int = 32) -> list[MessagePath]:
-    """Messages by id (asked of every group) or by topic and key."""
+                  begin_ms: int = 0, end_ms: int | None = None, limit: int = 32) -> list[MessagePath]:
+    """Messages by id (asked of every group), by topic and key (the store's index, within
+    [begin_ms, end_ms] when given), or by topic and time: those stored from begin_ms on."""
     found: list[tuple[str, ReceivedMessage]] = []
     for name in live_groups(cc):
         client = cc.group(name)
@@ -277,10 +287,43 @@ def find_messages(cc: ClusterClient, *, message_id: str = "", topic: str = "", k
                 continue
         elif topic and key:
             try:
-                found += [(name, m) for m in client.query_messages(topic, key, max_count=limit)]
+                found += [(name, m) for m in client.query_messages(topic, key, begin_ms=begin_ms, end_ms=end_ms,
+                                                                  max_count=limit)]
             except errors.TopicNotFound:
                 continue
+        elif topic and begin_ms:
+            try:
+                found += [(name, m) for m in _stored_from(client, topic, begin_ms, end_ms, limit)]
+            except errors.TopicNotFound:
+                continue
+    if not message_id and not key:
+        found = sorted(found, key=lambda gm: (gm[1].store_timestamp_ms, gm[1].queue_id, gm[1].queue_offset))[:limit]
     return _paths(found)
+
+
+def _stored_from(client, topic: str, begin_ms: int, end_ms: int | None, limit: int) -> list[ReceivedMessage]:
+    """The first `limit` messages of each queue of `topic` stored at or after begin_ms (and at or
+    before end_ms): each queue's offset for that time (OffsetsForTimestamp, RocketMQ's
+    searchOffset by store time), then a read of the queue from there."""
+    starts = client.offsets_for_timestamp([topic], begin_ms).get(topic, {})
+    ends = client.snapshot_offsets([topic]).get(topic, {})
+    out: list[ReceivedMessage] = []
+    for queue_id, start in sorted(starts.items()):
+        stop = min(ends.get(queue_id, start), start + limit)
+        if stop <= start:
+            continue
+        for result in client.read_queue(topic, queue_id, start, stop):
+            for row in result.batch.to_pylist():
+                stored_ms = int(row["storeTimestamp"].timestamp() * 1000)
+                if stored_ms < begin_ms or (end_ms is not None and stored_ms > end_ms):
+                    continue
+                out.append(ReceivedMessage(
+                    topic=row["topic"], queue_id=row["queueId"], queue_offset=row["queueOffset"],
+                    message_id=row["messageId"], offset_msg_id="", tag=row["tag"] or None, keys=tuple(row["keys"] or ()),
+                    body=row["body"], properties=dict(row["properties"] or ()),
+                    born_timestamp_ms=int(row["bornTimestamp"].timestamp() * 1000), store_timestamp_ms=stored_ms,
+                    transaction_id=row["transactionId"] or None))
+    return out
 
 
 def resend(cc: ClusterClient, group: str, message_id: str, topic: str) -> str:

@@ -136,3 +136,17 @@ def test_the_timers_page_draws_scheduled_messages_by_due_time_and_recalls_one(pa
     wait_for(lambda: not b.find_elements(By.CSS_SELECTOR, row), what="the recalled message to leave the list")
     assert b.find_elements(By.CSS_SELECTOR, f"#scheduled-messages tr[data-message='{kept}']")
     assert client.list_scheduled(limit=1000).pending == int(b.find_element(By.ID, "scheduled-total").text)
+
+
+def test_messages_are_found_by_the_time_they_were_stored(page, console, client):
+    client.create_topic("console-when", 2)
+    (before,) = client.send([Message("console-when", b"before")]).message_ids
+    time.sleep(0.05)
+    since_ms = int(time.time() * 1000)
+    time.sleep(0.05)
+    after = client.send([Message("console-when", f"after-{i}".encode()) for i in range(3)]).message_ids
+    b = page(console.url + f"/messages?topic=console-when&from={since_ms}")
+    shown = [s.get_attribute("data-message") for s in b.find_elements(By.CSS_SELECTOR, "section[data-message]")]
+    assert sorted(shown) == sorted(after) and before not in shown
+    until = page(console.url + f"/messages?topic=console-when&from={since_ms - 60_000}&to={since_ms}")
+    assert [s.get_attribute("data-message") for s in until.find_elements(By.CSS_SELECTOR, "section[data-message]")] == [before]
