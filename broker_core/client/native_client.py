@@ -35,6 +35,7 @@ from txmq.broker.protocol import keepalive
 from txmq.broker.client.types import (
     CheckRequest,
     ConsumerGroupInfo,
+    Election,
     EndSummary,
     GroupLag,
     GroupStatus,
@@ -663,7 +664,9 @@ class NativeClient:
         shows them; a lone broker answers one group named "" (admin only when auth is on)."""
         resp = self._call("ClusterStatus", pb.ClusterStatusRequest(group=group or ""))
         return [GroupStatus(name=g.name, leader=g.leader or None, epoch=g.epoch,
-                            members=tuple(_replica_status(m) for m in g.members)) for g in resp.groups]
+                            members=tuple(_replica_status(m) for m in g.members),
+                            elections=tuple(Election(e.epoch, e.leader, e.at_ms) for e in g.elections))
+                for g in resp.groups]
 
     def transaction_summary(self) -> tuple[list[PendingGroup], int]:
         """(PENDING transactions counted by producer group and topic, the DISCARDED count)."""

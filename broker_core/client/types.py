@@ -273,6 +273,16 @@ class GroupStatus:
     leader: str | None
     epoch: int
     members: tuple[ReplicaStatus, ...]
+    elections: tuple["Election", ...] = ()  # newest first (etcd's record of who won when)
+
+
+@dataclass(frozen=True)
+class Election:
+    """One election of a broker group: the epoch it began, its winner, when (the winner's clock)."""
+
+    epoch: int
+    leader: str
+    at_ms: int
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Iterable
 
 from txmq.broker import errors
 from txmq.broker.client.cluster_client import ClusterClient
-from txmq.broker.client.types import (GroupStatus, PendingGroup, ReceivedMessage, ScheduledMessage, TopicInfo,
+from txmq.broker.client.types import (Election, GroupStatus, PendingGroup, ReceivedMessage, ScheduledMessage, TopicInfo,
                                      TransactionInfo)
 
 SINGLE = ""  # the group name of a broker that is not in a cluster
@@ -40,6 +40,25 @@ class ClusterView:
     cluster: bool
     groups: list[GroupStatus]
     unreachable: list[str] = field(default_factory=list)  # groups no broker would report on
+
+    @property
+    def elections(self) -> list[tuple[str, Election]]:
+        """Every group's elections etcd recorded, newest first."""
+        return sorted(((g.name, e) for g in self.groups for e in g.elections), key=lambda ge: -ge[1].at_ms)
+
+    def epoch_chart(self) -> dict:
+        """Each group's epoch over time (a step at each election) for the Cluster page's uPlot."""
+        times = sorted({e.at_ms for g in self.groups for e in g.elections})
+        series = []
+        for g in self.groups:
+            by_time = sorted((e.at_ms, e.epoch) for e in g.elections)
+            values, i, epoch = [], 0, None
+            for t in times:
+                while i < len(by_time) and by_time[i][0] <= t:
+                    epoch, i = by_time[i][1], i + 1
+                values.append(epoch)
+            series.append({"label": group_label(g.name), "values": values})
+        return {"x": [t / 1000 for t in times], "series": series, "unit": "epoch", "stepped": True}
 
 
 def cluster_view(cc: ClusterClient) -> ClusterView:

@@ -802,7 +802,9 @@ class NativeService:
         except CoordinationUnavailable as exc:
             raise errors.BrokerUnavailable(f"etcd: {exc}") from None
         groups = [pb.GroupStatus(name=name, leader=g["leader"] or "", epoch=g["epoch"] or 0,
-                                 members=[_replica_status(m) for m in g["members"]])
+                                 members=[_replica_status(m) for m in g["members"]],
+                                 elections=[pb.Election(epoch=e["epoch"], leader=e["endpoint"], at_ms=e["at_ms"])
+                                            for e in g.get("elections", ())])
                   for name, g in sorted(data["groups"].items())]
         return pb.ClusterStatusResponse(status=ok_status(), cluster=True, groups=groups)
 

@@ -8,6 +8,9 @@
     var width = Math.max(320, el.clientWidth - 16);
     var series = [{}].concat(data.series.map(function (s, i) {
       var line = { label: s.label, stroke: colors[i % colors.length], width: 1.5 };
+      if (data.stepped) {  // epochs (the Cluster page): they change only at an election
+        line.paths = uPlot.paths.stepped({ align: 1 });
+      }
       if (data.bars) {  // a histogram (the Timers page): one bar per bucket
         line.paths = uPlot.paths.bars({ size: [0.9, 60] });
         line.fill = colors[i % colors.length] + "99";
