@@ -142,7 +142,8 @@ def _tx_info(view: pb.TransactionView) -> TransactionInfo:
     return TransactionInfo(transaction_id=view.transaction_id, state=view.state, topics=tuple(view.topics),
                            half_count=view.half_count, age_ms=view.age_ms, check_times=view.check_times,
                            producer_group=view.producer_group, senders=tuple(view.senders),
-                           created_ms=view.created_ms)
+                           created_ms=view.created_ms, next_check_ms=view.next_check_ms,
+                           coordinator=view.coordinator, participants=tuple(view.participants))
 
 
 def received_message(view: pb.MessageView) -> ReceivedMessage:

@@ -149,6 +149,9 @@ class TransactionInfo:
     producer_group: str
     senders: tuple[str, ...]
     created_ms: int
+    next_check_ms: int = 0  # when the broker checks it back next (0: none scheduled)
+    coordinator: str = ""  # a cross-group transaction's coordinator group
+    participants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,7 @@ def transaction_view(info: TransactionInfo) -> pb.TransactionView:
         transaction_id=info.transaction_id, state=info.state.name, topics=list(info.topics),
         half_count=info.half_count, age_ms=int(info.age_s * 1000), check_times=info.checks,
         producer_group=info.producer_group, senders=list(info.senders), created_ms=info.created_ms,
+        next_check_ms=info.next_check_ms, coordinator=info.coordinator, participants=list(info.participants),
     )
 
 

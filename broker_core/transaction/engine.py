@@ -775,7 +775,10 @@ class TransactionEngine:
         return TransactionInfo(
             transaction_id=tx.transaction_id, state=tx.state, producer_group=tx.producer_group,
             topics=tx.topics(), half_count=len(tx.halves), senders=tx.senders(), created_ms=tx.created_ms,
-            age_s=max(0, now - tx.created_ms) / 1000, checks=tx.checks, last_check_ms=tx.last_check_ms)
+            age_s=max(0, now - tx.created_ms) / 1000, checks=tx.checks, last_check_ms=tx.last_check_ms,
+            next_check_ms=max(0, tx.next_check_ms) if tx.state is TxState.PENDING else 0,
+            coordinator=tx.cross.coordinator if tx.cross is not None else "",
+            participants=tx.cross.participants if tx.cross is not None else ())
 
     def _prune_finals(self, snap: TableSnapshot) -> None:
         with self._table_lock:  # writes acknowledged since by a later write's acknowledgement

@@ -65,6 +65,8 @@ def test_a_pending_transaction_appears_and_disappears_when_it_commits(page, cons
     counted = wait_for(lambda: b.find_element(
         By.CSS_SELECTOR, "tr[data-producer-group='billing'][data-topic='console-payments'] .count").text, what="count")
     assert counted == "1"
+    next_check = b.find_element(By.CSS_SELECTOR, f"{selector} .next-check").text
+    assert next_check.startswith("in ") or next_check == "due", next_check  # the broker's check-back schedule
     client.end_transaction(prepared.transaction_id, "COMMIT")
     wait_for(lambda: not b.find_elements(By.CSS_SELECTOR, selector), what="the committed transaction to go")
     assert not b.find_elements(By.CSS_SELECTOR, "tr[data-producer-group='billing']")
