@@ -185,9 +185,9 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
     def reset(request: Request, session: Session, form: dict) -> str:
         name = request.path_params["name"]
         to = form.get("to", "latest")
-        if to not in ("earliest", "latest"):
-            raise errors.BadRequest(f"reset to earliest or latest, not {to!r}")
-        views.reset_offsets(session.client, name, form["topic"], to)
+        if to not in ("earliest", "latest", "time"):
+            raise errors.BadRequest(f"reset to earliest, latest or a time, not {to!r}")
+        views.reset_offsets(session.client, name, form["topic"], to, _when(str(form.get("at", ""))))
         return f"/groups/{name}?done=reset+{form['topic']}+to+{to}"
 
     def end_tx(request: Request, session: Session, form: dict) -> str:

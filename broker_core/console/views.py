@@ -242,9 +242,15 @@ def consumer_groups_view(cc: ClusterClient) -> list[ConsumerGroupRow]:
     return [consumer_group_view(cc, n) for n in consumer_group_names(cc)]
 
 
-def reset_offsets(cc: ClusterClient, consumer_group: str, topic: str, to: str) -> None:
-    """Move a consumer group's committed offsets of `topic` to its queues' start or end."""
-    ends = cc.min_offsets([topic]) if to == "earliest" else cc.snapshot_offsets([topic])
+def reset_offsets(cc: ClusterClient, consumer_group: str, topic: str, to: str, at_ms: int | None = None) -> None:
+    """Move a consumer group's committed offsets of `topic` to its queues' start, end, or (to
+    "time") each queue's first message stored at or after `at_ms`, as RocketMQ's reset by time."""
+    if to == "time":
+        if at_ms is None:
+            raise errors.BadRequest("a reset to a time needs the time")
+        ends = cc.offsets_for_timestamp([topic], at_ms)
+    else:
+        ends = cc.min_offsets([topic]) if to == "earliest" else cc.snapshot_offsets([topic])
     cc.commit_offsets(consumer_group, ends)
 
 

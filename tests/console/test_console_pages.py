@@ -152,3 +152,20 @@ def test_messages_are_found_by_the_time_they_were_stored(page, console, client):
     assert sorted(shown) == sorted(after) and before not in shown
     until = page(console.url + f"/messages?topic=console-when&from={since_ms - 60_000}&to={since_ms}")
     assert [s.get_attribute("data-message") for s in until.find_elements(By.CSS_SELECTOR, "section[data-message]")] == [before]
+
+
+def test_an_admin_resets_a_consumer_groups_offsets_to_a_time(page, console, client):
+    client.create_topic("console-rewind", 1)
+    client.send([Message("console-rewind", b"old") for _ in range(3)])
+    at = int(time.time()) + 1  # the form takes whole seconds
+    time.sleep(at - time.time() + 0.05)
+    client.send([Message("console-rewind", b"new") for _ in range(2)])
+    client.commit_offsets("console-rewinders", {"console-rewind": {0: 5}})
+    b = page(console.url + "/groups/console-rewinders")
+    b.find_element(By.CSS_SELECTOR, "#reset-form select[name=topic] option[value='console-rewind']").click()
+    b.find_element(By.CSS_SELECTOR, "#reset-form select[name=to] option[value='time']").click()
+    b.execute_script("document.getElementById('reset-at').value = arguments[0];",
+                     time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(at)))
+    b.find_element(By.ID, "reset").click()
+    wait_for(lambda: b.find_elements(By.ID, "done"), what="the reset's confirmation")
+    assert client.group_lag("console-rewinders", ["console-rewind"])["console-rewind"][0].committed == 3
