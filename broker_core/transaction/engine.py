@@ -691,8 +691,9 @@ class TransactionEngine:
             tx.halves.add(phys[:n], sizes, queue_offsets, topics, queue_ids, sender)
             if first:
                 tx.created_ms = now
+            if first and n:  # (an empty prepare adds no halves: the transaction may still be forgotten)
                 self._pending.put(tx.transaction_id, tx.producer_group, added, now, tx.checks, tx.state)
-            else:
+            elif n:
                 self._pending.update(tx.transaction_id, topics=added)
             tx.immunity_ms = max(tx.immunity_ms, immunity)
         self.metrics.halves_added(added)
