@@ -90,3 +90,30 @@ def test_many_transactions_ended_out_of_order_keep_the_counts_exact(memory_store
     for i in backwards + [i for i in range(0, 300, 5) if i not in backwards]:
         engine.end(f"x{i}", Resolution.COMMIT if i % 2 else Resolution.ROLLBACK)
     engine.check_pending_index()
+
+
+def test_counts_stay_exact_under_concurrent_prepares_checks_and_ends(memory_store, clock):
+    import threading
+
+    engine = make(memory_store, clock, max_checks=1)
+    service = CheckbackService(engine, Delivered())
+
+    def worker(w: int) -> None:
+        for i in range(60):
+            tx = f"w{w}-{i}"
+            engine.prepare([msg(f"t{i % 4}")], transaction_id=tx, producer_group=f"g{w % 2}")
+            engine.prepare([msg(f"t{(i + 1) % 4}")], transaction_id=tx, producer_group=f"g{w % 2}")
+            if i % 3 == 0:
+                engine.end(tx, Resolution.COMMIT)
+            elif i % 3 == 1:
+                engine.end(tx, Resolution.ROLLBACK)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for _ in range(3):  # check-back rounds (checks, then discards) while the workers run
+        clock.advance(31)
+        service.run_once()
+    for t in threads:
+        t.join()
+    engine.check_pending_index()
