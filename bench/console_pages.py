@@ -58,19 +58,18 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def http_loads(url: str, loads: int, console_pid: int) -> dict[str, dict]:
+def http_loads(url: str, loads: int, console_pid: int, broker_pid: int) -> dict[str, dict]:
     """Each page's wall time, and the CPU the console and the broker spent on it: on a machine
     shared with other jobs the wall time measures the queue for the cores, the CPU time the
     page's own work (what its wall time is on an idle machine, the calls being sequential).
-    The broker runs in this process: its share is this process's CPU during the loads minus
-    what it spends in as long a time without loads (the broker's check-backs of the pending
-    transactions go on meanwhile)."""
+    The broker's share is its process's CPU during the loads minus what it spends in as long a
+    time without loads (its check-backs of the pending transactions go on meanwhile)."""
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
     opener.open(url + "/cluster").read()  # the session
     out = {}
     for page in PAGES:
         times, failed = [], []
-        console_before, own_before, wall_before = _cpu_s(console_pid), time.process_time(), time.perf_counter()
+        console_before, broker_before, wall_before = _cpu_s(console_pid), _cpu_s(broker_pid), time.perf_counter()
         for _ in range(loads):
             t = time.perf_counter()
             try:
@@ -80,17 +79,17 @@ def http_loads(url: str, loads: int, console_pid: int) -> dict[str, dict]:
                 body = b""
                 continue
             times.append((time.perf_counter() - t) * 1000)
-        console_cpu, own_cpu = _cpu_s(console_pid) - console_before, time.process_time() - own_before
+        console_cpu, broker_cpu = _cpu_s(console_pid) - console_before, _cpu_s(broker_pid) - broker_before
         wall = time.perf_counter() - wall_before
-        idle_before = time.process_time()
+        idle_before = _cpu_s(broker_pid)
         time.sleep(min(wall, 5.0))
-        idle_cpu = (time.process_time() - idle_before) * wall / min(wall, 5.0)
+        idle_cpu = (_cpu_s(broker_pid) - idle_before) * wall / min(wall, 5.0)
         if not times:
             out[page] = {"failed": failed}
             continue
         out[page] = {"median_ms": round(statistics.median(times), 1), "max_ms": round(max(times), 1),
                      **({"failed": failed} if failed else {}),
-                     "cpu_ms": round((console_cpu + max(0.0, own_cpu - idle_cpu)) * 1000 / loads, 1),
+                     "cpu_ms": round((console_cpu + max(0.0, broker_cpu - idle_cpu)) * 1000 / loads, 1),
                      "console_cpu_ms": round(console_cpu * 1000 / loads, 1), "bytes": len(body)}
     return out
 
@@ -134,7 +133,7 @@ def main() -> None:
             try:
                 result = {"load_average_1m": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
                           "topics": args.topics, "pending": args.pending, "fill_s": round(filled_s, 1),
-                          "http": http_loads(console.url, args.loads, console.proc.pid), "browser_load_ms": browser_loads(console.url)}
+                          "http": http_loads(console.url, args.loads, console.proc.pid, broker.proc.pid), "browser_load_ms": browser_loads(console.url)}
             finally:
                 console.stop()
         finally:
