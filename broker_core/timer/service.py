@@ -25,6 +25,7 @@ import queue
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -58,6 +59,24 @@ MARKER = struct.Struct(">q")
 READ_SPAN_MAX = 16 << 20  # one read covers a batch of scheduled records up to this span
 DELIVER_KEY = b"\x02TIMER_DELIVER_MS\x01"
 TIMER_DIR = "timer"  # the service's files, in the store's data directory
+# Histogram bucket sizes the console's view picks from: 1 s up to 1 day.
+BUCKETS_MS = (1000, 10_000, 60_000, 600_000, 3_600_000, 21_600_000, 86_400_000)
+
+
+@dataclass(frozen=True)
+class ScheduledMessage:
+    deliver_ms: int
+    topic: str
+    message_id: str
+    recall_handle: str
+
+
+@dataclass(frozen=True)
+class ScheduledView:
+    pending: int  # scheduled messages not delivered or recalled yet
+    bucket_ms: int
+    buckets: list[tuple[int, int]]  # (bucket start ms, messages due in it), by time
+    soonest: list[ScheduledMessage]
 
 
 class TimerService:
@@ -422,7 +441,9 @@ class TimerService:
             raise InvalidRecallHandle("the recall handle names no scheduled message")
         entry = self.log.array[index]
         original = self.store.read_at(int(entry["phys"]), int(entry["size"]))
-        if original.properties.get(PROP_REAL_TOPIC) != topic or original.unique_key != message_id:
+        # a RocketMQ client's id is its UNIQ_KEY; a native send without one was told the record's offset id
+        if original.properties.get(PROP_REAL_TOPIC) != topic or message_id not in (original.unique_key,
+                                                                                   original.msg_id):
             raise InvalidRecallHandle(f"the recall handle names no scheduled message of topic {topic!r}")
         if entry["delivered"]:
             raise MessageNotFound(f"message {message_id} was already delivered or recalled")
@@ -430,6 +451,33 @@ class TimerService:
         self.log.array["delivered"][index] = 1
         self.applied = max(self.applied, r.queue_offset + 1)
         return message_id
+
+    # --- the console's view ------------------------------------------------------------------
+
+    def scheduled(self, *, bucket_ms: int = 0, limit: int = 50) -> "ScheduledView":
+        """The scheduled messages not yet delivered: how many are due in each `bucket_ms` (0: a
+        round size giving at most 60 buckets), and the `limit` due soonest with recall handles.
+        Read from the timer's arrays without its thread, as lowest_needed_offset does: a message
+        sent since the last indexing (INDEX_EVERY_S) is not counted yet."""
+        low, indexed = min(self.low, self.indexed), self.indexed
+        a = self.log.array
+        waiting = low + np.flatnonzero(a["delivered"][low:indexed] == 0)
+        due = a["deliver_ms"][waiting]
+        if not len(due):
+            return ScheduledView(0, max(bucket_ms, 1000), [], [])
+        first, last = int(due.min()), int(due.max())
+        if bucket_ms <= 0:
+            bucket_ms = next((b for b in BUCKETS_MS if (last - first) // b < 60), BUCKETS_MS[-1])
+        starts, counts = np.unique(due // bucket_ms * bucket_ms, return_counts=True)
+        soonest = waiting[np.argsort(due, kind="stable")[:limit]] if limit > 0 else waiting[:0]
+        rows = []
+        for index in soonest.tolist():
+            entry = a[index]
+            record = self.store.read_at(int(entry["phys"]), int(entry["size"]))
+            message_id = record.unique_key or record.msg_id  # the id its send answered (see _recall)
+            rows.append(ScheduledMessage(int(entry["deliver_ms"]), record.properties.get(PROP_REAL_TOPIC, ""),
+                                         message_id, recall_handle(index, message_id)))
+        return ScheduledView(len(due), bucket_ms, list(zip(starts.tolist(), counts.tolist())), rows)
 
     # --- retention ----------------------------------------------------------------------------
 
