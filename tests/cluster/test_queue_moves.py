@@ -292,3 +292,32 @@ def test_the_official_clients_pop_offsets_carry_over_a_move_nothing_read_twice_o
                        "--timeout", "12", timeout=120)
     assert Counter(r["body"] for r in after["received"] if r.get("acked")) == \
         Counter({f"q-{i}": 1 for i in range(20)}), after["errors"][:3]
+
+
+def test_a_timer_message_scheduled_before_a_move_is_delivered_once_into_the_queue_where_it_lives_now(two_groups):
+    """Scheduled on the old group for the queue that then moves: when due it is put into the
+    queue's new segment (the new group), where readers of the queue find it, not past the seal."""
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as client:
+        client.create_topic("timed", 2)
+        moving = queue_on(client, "timed", "a")
+    with NativeClient(a.endpoints) as on_a:  # group a's only queue of the topic is the one that moves
+        on_a.send([Message("timed", b"before")], topic="timed")
+        on_a.send([Message("timed", b"due-later", tag="t", keys=["k1"], properties={"p": "v"},
+                           deliver_at_ms=int(time.time() * 1000) + 3000)], topic="timed")
+    with NativeClient(b.endpoints) as admin:
+        result = admin.move_queues(topic="timed", queue=f"{moving[0]}:{moving[1]}", to="b")
+    base = result["moves"][0]["base"]
+    assert [m["state"] for m in result["moves"]] == ["done"] and base == 1
+    with ClusterClient(a.endpoints) as client:
+        deadline = time.monotonic() + 30
+        while client.snapshot_offsets(["timed"])["timed"][moving] < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)  # a second delivery, if any, would land meanwhile
+        end = client.snapshot_offsets(["timed"])["timed"][moving]
+        rows = [row for r in client.read_queue("timed", moving, 0, end) for row in r.batch.to_pylist()]
+    assert [(row["queueOffset"], row["body"]) for row in rows] == [(0, b"before"), (1, b"due-later")]
+    props = rows[1]["properties"]
+    assert rows[1]["tag"] == "t" and dict(props).get("p") == "v", rows[1]
+    with NativeClient(a.endpoints) as on_a:  # nothing past the seal on the old group
+        assert on_a.describe_topic("timed").queues[moving[1]].max_offset == base
