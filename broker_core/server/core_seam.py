@@ -48,6 +48,8 @@ class ClusterRoutes(Protocol):
 
     def sealed(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]: ...
 
+    def queue_base(self, topic: str, queue_id: int) -> int: ...
+
 
 class ServiceStore(Protocol):
     """What the services call on the store (MessageStore)."""

@@ -690,6 +690,7 @@ class NativeService:
         self.engine.settle_queue(request.topic, request.queue_id, wait_s)
         end = self.store.sealed_end(request.topic, request.queue_id, wait_s)
         key = (request.topic, request.queue_id)
+        self.core.pop.flush_offsets()  # the pop consumers' acks so far travel with the queue too
         offsets = {g: held[key] for g in self.store.offsets.groups() if key in (held := self.store.offsets.group(g))}
         return pb.SealQueueResponse(status=ok_status(), end_offset=end, consumer_offsets=offsets)
 

@@ -27,7 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -40,7 +40,6 @@ from txmq.broker.store.message import (
     Message,
     StoredMessage,
 )
-from txmq.broker.errors import TopicNotFound
 from txmq.broker.store.metadata import read_json, write_json_atomically
 from txmq.broker.timer.files import NONE, TimerLog, TimerWheel
 
@@ -79,6 +78,18 @@ class ScheduledView:
     soonest: list[ScheduledMessage]
 
 
+MOVED_RETRY_MS = 1000  # a message due to a queue being moved, or whose new group is down, is tried again this late
+
+
+class MovedQueues(Protocol):
+    """Delivery into a queue that moved to another group (cluster/moves.py `QueueMover`)."""
+
+    def deliver_timer(self, copy: Message, index: int) -> None:
+        """Put `copy` (due to this group's sealed physical queue `copy.queue_id`) into the queue
+        where the queue lives now, exactly once per `index` however often it is called; raises
+        (retriable) while the queue is being moved or its group cannot take it."""
+
+
 class TimerService:
     def __init__(self, store, directory: Path, *, max_delay_s: float, clock: Callable[[], float] = time.time) -> None:
         self.store = store
@@ -100,6 +111,8 @@ class TimerService:
         self._generation = int(time.time() * 1000)  # names of flag snapshots: increasing across restarts
         self._checkpointed: tuple[int, int, int] | None = None
         self.delivered = 0  # copies put by this process (for metrics and tests)
+        self.forwarded = 0  # of them, copies put into a queue that moved to another group
+        self.moved: MovedQueues | None = None  # set on a cluster group's leader
         self.lateness_ms_max = 0
 
     # --- lifecycle -----------------------------------------------------------------
@@ -343,45 +356,31 @@ class TimerService:
         topic = props.pop(PROP_REAL_TOPIC)
         queue_id = int(props.pop(PROP_REAL_QUEUE_ID))
         props[PROP_TIMER_OF] = str(index)
-        if self.store.queue_sealed(topic, queue_id):
-            queue_id = self._writable_queue(topic, queue_id)
         copy = Message(topic=topic, body=original.body, queue_id=queue_id, properties=props, flag=original.flag,
                        sys_flag=original.sys_flag, born_timestamp=original.born_timestamp,
                        born_host=original.born_host)
         return copy, Message(topic=TIMER_DELIVERED_TOPIC, body=MARKER.pack(index))
-
-    def _writable_queue(self, topic: str, queue_id: int) -> int:
-        """Another queue of `topic` on this group for a message due to a queue a move sealed (a timer
-        message keeps its topic, not its queue); with none left, the sealed one: the write lock lets
-        a timer delivery in, past the end the move fixed, where readers of the moved queue do not
-        look (docs/cluster.md, "Not yet")."""
-        try:
-            count = self.store.topics.get(topic).queue_count
-        except TopicNotFound:  # deleted since it was scheduled: the store refuses the delivery, typed
-            return queue_id
-        sealed = self.store.sealed_queue_ids(topic)
-        writable = [q for q in range(count) if q not in sealed]
-        if not writable:
-            log.error("timer message for %s:%d: every queue of the topic on this group moved away; delivered "
-                      "past the moved queue's end", topic, queue_id)
-            return queue_id
-        return writable[queue_id % len(writable)]
 
     def _put(self, batch: list[tuple[int, int]]) -> None:
         """Deliver `batch`: the copies and their markers as one group, marked delivered as soon as
         the group is in the log, then acknowledged. A failed acknowledgement (a replicated group's
         ReplicationTimeout) raises with them marked: delivered again they would be twice in the log."""
         pairs = [self._copy(i) for _, i in batch]
+        if any(self.store.queue_sealed(c.topic, c.queue_id) for c, _ in pairs):
+            batch, pairs = self._forward_moved(batch, pairs)
+            if not batch:
+                return
         try:
-            results = self.store.append_group([c for c, _ in pairs] + [m for _, m in pairs], allow_system=True,
-                                              durable=False)
-            marker_results = results[len(pairs):]
+            copies = [c for c, _ in pairs if c is not None]
+            results = self.store.append_group(copies + [m for _, m in pairs], allow_system=True, durable=False)
+            marker_results = results[len(copies):]
         except Exception as exc:  # refused, nothing written
             if len(batch) == 1:
                 return self._drop(batch[0], pairs[0][1], exc)
             for one in batch:  # find the one the store refuses (its topic deleted, say)
                 self._put([one])
             return
+        pairs = [p for p in pairs if p[0] is not None]
         flags = self.log.array["delivered"]
         for (deliver_ms, i), r in zip(batch, marker_results):
             flags[i] = 1
@@ -389,6 +388,31 @@ class TimerService:
         self.applied = max(self.applied, marker_results[-1].queue_offset + 1)
         self.delivered += len(batch)
         self.store.acknowledge(results.end)
+
+    def _forward_moved(self, batch: list[tuple[int, int]], pairs: list[tuple[Message, Message]]):
+        """Messages due to queues a move sealed here go where their queue lives now (exactly once:
+        `deliver_timer` is idempotent per index, and the marker written after it ends the retries);
+        those that cannot go yet are due again a little later. The batch left: only markers for them."""
+        kept_batch, kept_pairs = [], []
+        now_ms = int(self.clock() * 1000)
+        for item, (copy, marker) in zip(batch, pairs):
+            if not self.store.queue_sealed(copy.topic, copy.queue_id):
+                kept_batch.append(item)
+                kept_pairs.append((copy, marker))
+                continue
+            try:
+                if self.moved is None:
+                    raise RuntimeError("this broker is not a cluster group's leader")
+                self.moved.deliver_timer(copy, item[1])
+            except Exception as exc:  # not delivered (or not known to be): the same index is tried again
+                log.warning("timer message %d for moved queue %s:%d not delivered yet: %s", item[1], copy.topic,
+                            copy.queue_id, exc)
+                heapq.heappush(self._due, (now_ms + MOVED_RETRY_MS, item[1]))
+                continue
+            self.forwarded += 1
+            kept_batch.append(item)
+            kept_pairs.append((None, marker))
+        return kept_batch, kept_pairs
 
     def _drop(self, item: tuple[int, int], marker: Message, exc: Exception) -> None:
         """A message the store will never take (its topic gone): marked delivered, so it is not tried forever."""
