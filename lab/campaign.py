@@ -50,14 +50,18 @@ class Group:
     """etcd and the replicas of one broker group, each on its own host of `lab`."""
 
     def __init__(self, lab: Lab, name: str = "g", *, replicas: int = 3, disk_mb: int | None = None,
-                 args: list[str] | None = None, faketime: bool = False):
+                 args: list[str] | None = None, faketime: bool = False, around: "Group | None" = None):
+        """`around`: a group of the same cluster whose etcd and ctl hosts this one shares (its
+        replicas' hosts are then named after the group)."""
         self.lab = lab
         self.name = name
-        self.etcd_host = lab.host("etcd")
+        self.own_etcd = around is None
+        self.etcd_host = lab.host("etcd") if around is None else around.etcd_host
         self.disk_mb = disk_mb
-        self.replicas = [lab.host(f"r{i + 1}", tmpfs_mb=disk_mb) for i in range(replicas)]
+        prefix = "" if around is None else name
+        self.replicas = [lab.host(f"{prefix}r{i + 1}", tmpfs_mb=disk_mb) for i in range(replicas)]
         self.removed: list[Host] = []  # replicas taken out of the group (membership faults)
-        self.ctl = lab.host("ctl")
+        self.ctl = lab.host("ctl") if around is None else around.ctl
         self.args = list(args or [])
         self.faketime = faketime
         self.started: dict[str, float] = {}
@@ -119,7 +123,8 @@ class Group:
         return host
 
     def start(self) -> Group:
-        self.start_etcd()
+        if self.own_etcd:
+            self.start_etcd()
         for r in self.replicas:
             self.start_replica(r)
         self.wait_leader()

@@ -8,6 +8,11 @@ Run as `python -m lab.workloads MODE --endpoints "a:p;b:p;c:p" --topic T --histo
   happened) or info (it may have happened: a timeout, an unreachable broker).
 - `consumer`: reads every queue from offset 0 forward, recording each batch as a poll.
 - `drain`: reads every queue from 0 to the end of a consistent cut, once, as the final read.
+- `cluster-tx`: transactions of 1-3 messages through a ClusterClient over a cluster of groups (one
+  bootstrap endpoint list), each ended COMMIT or ROLLBACK by the client (an unsure end retried).
+- `cluster-drain`: the final read over a cluster: every queue (group, id) from 0 to a consistent cut.
+- `official-read`: the official Python client's SimpleConsumer reads the topic once through (acking
+  each message), recorded as polls; it stops after `--idle-s` without a message.
 - `official`: the official RocketMQ 5 Python client (rocketmq-python-client, in .venv-rocketmq) sending
   plain messages; it cannot import txmq, so it only needs this file and its own package.
 - `official-tx`: the official Python client's transactions (one half message each, as the RocketMQ 5
@@ -176,6 +181,82 @@ def run_drain(args: argparse.Namespace) -> None:
         for q, end in sorted(cut.items()):
             msgs.extend(_read_range(client, args.topic, q, 0, end))
         h.record("drain", "ok", msgs=msgs, cut={str(q): e for q, e in cut.items()})
+
+
+def run_cluster_tx(args: argparse.Namespace) -> None:
+    from txmq.broker import errors
+    from txmq.broker.client.cluster_client import ClusterClient
+    from txmq.broker.client.types import Message
+
+    rng = random.Random(args.seed)
+    proc = args.process
+    stop = _stopper(args)
+    with _history(args.history, proc) as h, ClusterClient(args.endpoints, timeout_s=args.timeout) as client:
+        i = 0
+        while not stop():
+            i += 1
+            t0 = time.monotonic()
+            values = [f"{proc}-{i}.{k}" for k in range(rng.randint(1, 3))]
+            try:
+                prepared = client.prepare("", [Message(args.topic, v.encode()) for v in values],
+                                          producer_group=f"lab-{proc}", return_message_ids=False)
+            except errors.TxmqError as exc:  # may be stored: no one ends it, check-back discards it
+                for v in values:
+                    h.record("send", "info", queue=None, value=v, seq=i, txn=f"{proc}-t{i}", error=type(exc).__name__)
+                time.sleep(0.05)
+                continue
+            txn = prepared.transaction_id
+            for v in values:
+                h.record("send", "ok", queue=None, value=v, seq=i, txn=txn, latency=round(time.monotonic() - t0, 4))
+            _end(client, errors, h, txn, "ROLLBACK" if rng.random() < 0.2 else "COMMIT", args, stop)
+            time.sleep(args.interval_ms / 1000)
+
+
+def run_cluster_drain(args: argparse.Namespace) -> None:
+    from txmq.broker.client.cluster_client import ClusterClient
+
+    with _history(args.history, args.process) as h, ClusterClient(args.endpoints, timeout_s=args.timeout) as client:
+        cut = client.consistent_cut([args.topic], {})[args.topic]
+        msgs = []
+        for (group, q), end in sorted(cut.items()):
+            for result in client.read_queue(args.topic, (group, q), 0, end):
+                batch = result.batch
+                msgs.extend([f"{args.topic}/{group}:{q}", int(o), b.decode()] for o, b in
+                            zip(batch.column("queueOffset").to_pylist(), batch.column("body").to_pylist()))
+        h.record("drain", "ok", msgs=msgs, cut={f"{g}:{q}": e for (g, q), e in cut.items()})
+
+
+def run_official_read(args: argparse.Namespace) -> None:
+    """Read the topic through the official client's SimpleConsumer, acking each message; each read
+    gets a position of its own, so a message delivered twice shows as read twice."""
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer  # type: ignore[import-not-found]
+
+    h = _OwnHistory(args.history, args.process)
+    config = ClientConfiguration(args.endpoints, Credentials("", ""), request_timeout=int(args.timeout))
+    consumer = SimpleConsumer(config, f"lab-{args.process}", {args.topic: FilterExpression("*")}, await_duration=1)
+    consumer.startup()
+    read = 0
+    stop = _stopper(args)
+    last = time.monotonic()
+    try:
+        while not stop() and time.monotonic() - last < args.idle_s:
+            try:
+                messages = consumer.receive(32, 30)
+            except Exception as exc:  # nothing to receive is an exception of its own in this client
+                h.record("poll", "fail", error=type(exc).__name__)
+                time.sleep(0.2)
+                continue
+            msgs = []
+            for m in messages:
+                consumer.ack(m)
+                msgs.append([f"{args.topic}/official", read, m.body.decode()])
+                read += 1
+            if msgs:
+                last = time.monotonic()
+                h.record("poll", "ok", session=0, msgs=msgs)
+    finally:
+        consumer.shutdown()
+        h.close()
 
 
 def run_official(args: argparse.Namespace) -> None:
@@ -392,7 +473,8 @@ class _OwnHistory:
 
 
 MODES = {"native": run_native, "consumer": run_consumer, "drain": run_drain, "official": run_official,
-         "official-tx": run_official_tx, "query": run_query}
+         "official-tx": run_official_tx, "cluster-tx": run_cluster_tx, "cluster-drain": run_cluster_drain,
+         "official-read": run_official_read, "query": run_query}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -412,6 +494,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--checkpoint", help="query: its checkpoint directory")
     p.add_argument("--query-stop-file", help="query: once it exists, catch up with the input and stop")
     p.add_argument("--catch-up-s", type=float, default=120.0, help="query: how long it may take to catch up")
+    p.add_argument("--interval-ms", type=int, default=0, help="cluster-tx: pause between two transactions")
+    p.add_argument("--idle-s", type=float, default=10.0, help="official-read: stop after this long without a message")
     args = p.parse_args(argv)
     MODES[args.mode](args)
 

@@ -35,6 +35,7 @@ from txmq.broker.protocol import keepalive
 from txmq.broker.client.types import (
     CheckRequest,
     ConsumerGroupInfo,
+    Election,
     EndSummary,
     GroupLag,
     GroupStatus,
@@ -50,6 +51,8 @@ from txmq.broker.client.types import (
     QueueSlice,
     ReceivedMessage,
     ReplicaStatus,
+    ScheduledMessage,
+    ScheduledSummary,
     SendSummary,
     TopicInfo,
     TransactionInfo,
@@ -139,7 +142,8 @@ def _tx_info(view: pb.TransactionView) -> TransactionInfo:
     return TransactionInfo(transaction_id=view.transaction_id, state=view.state, topics=tuple(view.topics),
                            half_count=view.half_count, age_ms=view.age_ms, check_times=view.check_times,
                            producer_group=view.producer_group, senders=tuple(view.senders),
-                           created_ms=view.created_ms)
+                           created_ms=view.created_ms, next_check_ms=view.next_check_ms,
+                           coordinator=view.coordinator, participants=tuple(view.participants))
 
 
 def received_message(view: pb.MessageView) -> ReceivedMessage:
@@ -661,13 +665,30 @@ class NativeClient:
         shows them; a lone broker answers one group named "" (admin only when auth is on)."""
         resp = self._call("ClusterStatus", pb.ClusterStatusRequest(group=group or ""))
         return [GroupStatus(name=g.name, leader=g.leader or None, epoch=g.epoch,
-                            members=tuple(_replica_status(m) for m in g.members)) for g in resp.groups]
+                            members=tuple(_replica_status(m) for m in g.members),
+                            elections=tuple(Election(e.epoch, e.leader, e.at_ms) for e in g.elections))
+                for g in resp.groups]
 
     def transaction_summary(self) -> tuple[list[PendingGroup], int]:
         """(PENDING transactions counted by producer group and topic, the DISCARDED count)."""
         resp = self._call("TransactionSummary", pb.TransactionSummaryRequest())
         return ([PendingGroup(p.producer_group, p.topic, p.transactions, p.oldest_age_ms, p.max_check_times)
                  for p in resp.pending], resp.discarded)
+
+    def list_scheduled(self, *, bucket_ms: int = 0, limit: int = 50) -> ScheduledSummary:
+        """The timer messages not yet delivered: how many are due per `bucket_ms` (0: the broker
+        picks), and the `limit` due soonest with their recall handles (admin only when auth is on)."""
+        resp = self._call("ListScheduled", pb.ScheduledRequest(bucket_ms=bucket_ms, limit=limit))
+        return ScheduledSummary(resp.pending, resp.bucket_ms,
+                                list(zip(resp.bucket_starts_ms, resp.bucket_counts)),
+                                [ScheduledMessage(m.deliver_ms, m.topic, m.message_id, m.recall_handle)
+                                 for m in resp.soonest])
+
+    def recall_scheduled(self, topic: str, recall_handle: str) -> str:
+        """Cancel a timer message not yet delivered (its send's recall handle); its message id.
+        MessageNotFound when it was delivered or recalled already."""
+        resp = self._call("RecallScheduled", pb.RecallScheduledRequest(topic=topic, recall_handle=recall_handle))
+        return resp.message_id
 
     def stats(self) -> dict:
         import json

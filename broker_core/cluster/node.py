@@ -508,6 +508,7 @@ class ReplicaNode:
             core.replication_status = self.status
             core.routes = self.routes
             core.moves = self.moves
+            core.timer.moved = self.moves  # timer messages due to queues moved away go where they live now
             self.routes.refresh()  # queues sealed by moves refuse writes from the first one on
             store.seal_queues(*self.routes.sealed())
             core.membership = self.membership

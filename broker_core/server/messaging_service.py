@@ -33,6 +33,7 @@ from txmq.broker.store.message import PROP_TIMER_DELIVER_MS, TIMER_TOPIC
 from txmq.broker.timer.service import recall_handle
 from txmq.broker.server.convert import (check_group, check_topic, delivery_timestamp_ms, message_type_of,
                                         to_store_message, to_wire_message)
+from txmq.broker.server.moved_queues import queue_base, to_physical, to_stored
 from txmq.broker.server.pop import parse_filter
 from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.server.short_calls import run_on
@@ -567,13 +568,14 @@ class MessagingService:
         max_offset = self.store.max_offset(topic, qid)
         if not 0 <= req.offset <= max_offset:
             raise IllegalOffset(f"offset {req.offset} is outside 0..{max_offset} of {topic}:{qid}")
-        self.store.offsets.commit(group, topic, qid, req.offset)
+        self.store.offsets.commit(group, topic, qid, to_stored(queue_base(self.core, topic, qid), req.offset))
         return pb.UpdateOffsetResponse(status=st.ok())
 
     def GetOffset(self, req: pb.GetOffsetRequest, call: Call) -> pb.GetOffsetResponse:
         group = check_group(req.group.name)
         topic, qid = self._queue_of(req.message_queue, call)
-        return pb.GetOffsetResponse(status=st.ok(), offset=self.store.offsets.get(group, topic, qid))
+        stored = self.store.offsets.get(group, topic, qid)
+        return pb.GetOffsetResponse(status=st.ok(), offset=to_physical(queue_base(self.core, topic, qid), stored))
 
     def QueryOffset(self, req: pb.QueryOffsetRequest, call: Call) -> pb.QueryOffsetResponse:
         topic, qid = self._queue_of(req.message_queue, call)

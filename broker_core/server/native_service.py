@@ -112,6 +112,7 @@ def transaction_view(info: TransactionInfo) -> pb.TransactionView:
         transaction_id=info.transaction_id, state=info.state.name, topics=list(info.topics),
         half_count=info.half_count, age_ms=int(info.age_s * 1000), check_times=info.checks,
         producer_group=info.producer_group, senders=list(info.senders), created_ms=info.created_ms,
+        next_check_ms=info.next_check_ms, coordinator=info.coordinator, participants=list(info.participants),
     )
 
 
@@ -689,6 +690,7 @@ class NativeService:
         self.engine.settle_queue(request.topic, request.queue_id, wait_s)
         end = self.store.sealed_end(request.topic, request.queue_id, wait_s)
         key = (request.topic, request.queue_id)
+        self.core.pop.flush_offsets()  # the pop consumers' acks so far travel with the queue too
         offsets = {g: held[key] for g in self.store.offsets.groups() if key in (held := self.store.offsets.group(g))}
         return pb.SealQueueResponse(status=ok_status(), end_offset=end, consumer_offsets=offsets)
 
@@ -802,7 +804,9 @@ class NativeService:
         except CoordinationUnavailable as exc:
             raise errors.BrokerUnavailable(f"etcd: {exc}") from None
         groups = [pb.GroupStatus(name=name, leader=g["leader"] or "", epoch=g["epoch"] or 0,
-                                 members=[_replica_status(m) for m in g["members"]])
+                                 members=[_replica_status(m) for m in g["members"]],
+                                 elections=[pb.Election(epoch=e["epoch"], leader=e["endpoint"], at_ms=e["at_ms"])
+                                            for e in g.get("elections", ())])
                   for name, g in sorted(data["groups"].items())]
         return pb.ClusterStatusResponse(status=ok_status(), cluster=True, groups=groups)
 
@@ -813,6 +817,21 @@ class NativeService:
                                    oldest_age_ms=c.oldest_age_ms, max_check_times=c.max_check_times)
                    for (group, topic), c in sorted(counts.items())]
         return pb.TransactionSummaryResponse(status=ok_status(), pending=pending, discarded=discarded)
+
+    def ListScheduled(self, request, context) -> pb.ScheduledResponse:
+        self._require_admin(context)
+        view = self.core.timer.scheduled(bucket_ms=max(0, request.bucket_ms), limit=max(0, request.limit))
+        return pb.ScheduledResponse(
+            status=ok_status(), pending=view.pending, bucket_ms=view.bucket_ms,
+            bucket_starts_ms=[b for b, _ in view.buckets], bucket_counts=[c for _, c in view.buckets],
+            soonest=[pb.ScheduledMessageView(deliver_ms=m.deliver_ms, topic=m.topic, message_id=m.message_id,
+                                             recall_handle=m.recall_handle) for m in view.soonest])
+
+    def RecallScheduled(self, request, context) -> pb.RecallScheduledResponse:
+        """Cancel a scheduled message (RocketMQ 5's RecallMessage, natively): a producer of its topic may."""
+        self._identity(context).require_publish(request.topic)
+        message_id = self.core.timer.recall(request.recall_handle, request.topic)
+        return pb.RecallScheduledResponse(status=ok_status(), message_id=message_id)
 
 
 def _replica_status(m: dict) -> pb.ReplicaStatus:
