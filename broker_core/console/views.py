@@ -250,7 +250,10 @@ def consumer_group_view(cc: ClusterClient, consumer_group: str) -> ConsumerGroup
         lag += [LagRow(name, t, q, e.committed, e.max_offset, e.lag)
                 for t, qs in sorted(per_topic.items()) for q, e in sorted(qs.items())]
     now_ms = int(time.time() * 1000)
-    members = [MemberRow.of(m, now_ms) for m in cc.list_group_members(consumer_group)]
+    try:
+        members = [MemberRow.of(m, now_ms) for m in cc.list_group_members(consumer_group)]
+    except errors.Unsupported:  # a broker of a release before ListGroupMembers (a rolling upgrade)
+        members = []
     if settings is None and not lag and not members:
         raise errors.ConsumerGroupNotFound(f"consumer group {consumer_group!r} has no settings, offsets or members")
     return ConsumerGroupRow(consumer_group, settings.fifo if settings else False,
