@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import threading
 
-from txmq.broker.server.membership import MemberInfo, check_heartbeat
+from txmq.broker.server.membership import MemberInfo, check_heartbeat, heard_now
 
 from .coordination import EtcdKV
 
@@ -23,7 +23,7 @@ class EtcdMembership:
     def heartbeat(self, group: str, member: str, ttl_ms: int, *, leave: bool = False,
                   info: MemberInfo | None = None) -> list[str]:
         check_heartbeat(group, member, ttl_ms)
-        value = (info or MemberInfo()).to_json()
+        value = heard_now(info).to_json()
         key = f"{CONSUMERS_ROOT}{group}/{member}"
         with self._lock:
             lease = self._leases.get((group, member))

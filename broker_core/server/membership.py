@@ -46,6 +46,11 @@ class MemberInfo:
                           tuple((t, g, int(q)) for t, g, q in d.get("queues", ())))
 
 
+def heard_now(info: MemberInfo | None) -> MemberInfo:
+    """The heartbeat's details, or bare ones stamped now (a caller that gave none)."""
+    return info or MemberInfo(last_heartbeat_ms=int(time.time() * 1000))
+
+
 def check_heartbeat(group: str, member: str, ttl_ms: int) -> None:
     if not group:
         raise BadRequest("the heartbeat names no consumer group")
@@ -82,7 +87,7 @@ class LocalMembership:
             if leave:
                 members.pop(member, None)
             else:
-                members[member] = (now + ttl_ms / 1000.0, info or MemberInfo(last_heartbeat_ms=int(time.time() * 1000)))
+                members[member] = (now + ttl_ms / 1000.0, heard_now(info))
             self._expire(members, now)
             return sorted(m for m, (_, i) in members.items() if not i.pop)
 
