@@ -38,6 +38,7 @@ from txmq.broker.client.types import (
     Election,
     EndSummary,
     GroupLag,
+    GroupMember,
     GroupStatus,
     Message,
     PendingGroup,
@@ -655,10 +656,19 @@ class NativeClient:
             return {}
         return {t: {q: e.committed for q, e in qs.items() if e.committed >= 0} for t, qs in lag.items()}
 
-    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False) -> list[str]:
-        """Say `member_id` of consumer group `group` is alive for `ttl_ms` (or leaves); the live members."""
-        req = pb.ConsumerHeartbeatRequest(group=group, member_id=member_id, ttl_ms=ttl_ms, leave=leave)
+    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False,
+                           client: str = "", queues: Iterable[tuple[str, str, int]] = ()) -> list[str]:
+        """Say `member_id` of consumer group `group` is alive for `ttl_ms` (or leaves), what it is
+        (`client`) and which (topic, broker group, queue id) it holds; the live members."""
+        req = pb.ConsumerHeartbeatRequest(group=group, member_id=member_id, ttl_ms=ttl_ms, leave=leave, client=client,
+                                          queues=[pb.HeldQueue(topic=t, group=g, queue_id=q) for t, g, q in queues])
         return list(self._call("ConsumerHeartbeat", req).members)
+
+    def list_group_members(self, group: str) -> list[GroupMember]:
+        """Consumer group `group`'s live members, by client id (native ones and RocketMQ 5 ones)."""
+        resp = self._call("ListGroupMembers", pb.ListGroupMembersRequest(group=group))
+        return [GroupMember(m.client_id, m.address, m.client, m.last_heartbeat_ms, m.pop,
+                            tuple((q.topic, q.group, q.queue_id) for q in m.queues)) for m in resp.members]
 
     def cluster_status(self, group: str | None = None) -> list[GroupStatus]:
         """Every broker group's replicas (role, epoch, in sync, lag, alive), as `txmq cluster status`

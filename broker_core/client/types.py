@@ -317,3 +317,15 @@ class ScheduledSummary:
     bucket_ms: int
     buckets: list[tuple[int, int]]  # (bucket start ms, messages due in it), by time
     soonest: list[ScheduledMessage]
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """A live member of a consumer group as its last heartbeat told the brokers (ListGroupMembers)."""
+
+    client_id: str
+    address: str               # host:port the heartbeat came from
+    client: str                # kind, language and version, e.g. "txmq-python 0.1.0 PullConsumer"
+    last_heartbeat_ms: int     # wall clock of the broker that took it
+    pop: bool                  # a pop consumer: takes messages from any queue, holds none
+    queues: tuple[tuple[str, str, int], ...]  # (topic, broker group, queue id) it holds

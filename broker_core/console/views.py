@@ -14,8 +14,8 @@ from typing import Iterable
 
 from txmq.broker import errors
 from txmq.broker.client.cluster_client import ClusterClient
-from txmq.broker.client.types import (Election, GroupStatus, PendingGroup, ReceivedMessage, ScheduledMessage, TopicInfo,
-                                     TransactionInfo)
+from txmq.broker.client.types import (Election, GroupMember, GroupStatus, PendingGroup, ReceivedMessage, ScheduledMessage,
+                                     TopicInfo, TransactionInfo)
 
 SINGLE = ""  # the group name of a broker that is not in a cluster
 
@@ -197,11 +197,29 @@ class LagRow:
 
 
 @dataclass
+class MemberRow:
+    """A live member as RocketMQ Dashboard's consumer connections show it, with its queues."""
+    client_id: str
+    address: str
+    client: str
+    heartbeat_age_s: float
+    holds: str  # "pop: any queue", or its queues as topic group/queue, ...
+
+    @staticmethod
+    def of(m: GroupMember, now_ms: int) -> "MemberRow":
+        if m.pop:
+            holds = "pop: any queue"
+        else:
+            holds = ", ".join(f"{t} {g + '/' if g else ''}{q}" for t, g, q in m.queues) or "none"
+        return MemberRow(m.client_id, m.address, m.client, max(0.0, (now_ms - m.last_heartbeat_ms) / 1000), holds)
+
+
+@dataclass
 class ConsumerGroupRow:
     name: str
     fifo: bool
     retry_max_times: int
-    members: list[str]
+    members: list[MemberRow]
     lag: list[LagRow]
 
     @property
@@ -219,7 +237,6 @@ def consumer_group_names(cc: ClusterClient) -> list[str]:
 def consumer_group_view(cc: ClusterClient, consumer_group: str) -> ConsumerGroupRow:
     lag: list[LagRow] = []
     settings = None
-    members: set[str] = set()
     for name in live_groups(cc):
         client = cc.group(name)
         try:
@@ -232,10 +249,15 @@ def consumer_group_view(cc: ClusterClient, consumer_group: str) -> ConsumerGroup
             per_topic = {}
         lag += [LagRow(name, t, q, e.committed, e.max_offset, e.lag)
                 for t, qs in sorted(per_topic.items()) for q, e in sorted(qs.items())]
-    if settings is None and not lag:
-        raise errors.ConsumerGroupNotFound(f"consumer group {consumer_group!r} has no settings and no offsets")
+    now_ms = int(time.time() * 1000)
+    try:
+        members = [MemberRow.of(m, now_ms) for m in cc.list_group_members(consumer_group)]
+    except errors.Unsupported:  # a broker of a release before ListGroupMembers (a rolling upgrade)
+        members = []
+    if settings is None and not lag and not members:
+        raise errors.ConsumerGroupNotFound(f"consumer group {consumer_group!r} has no settings, offsets or members")
     return ConsumerGroupRow(consumer_group, settings.fifo if settings else False,
-                            settings.retry_max_times if settings else 16, sorted(members), lag)
+                            settings.retry_max_times if settings else 16, members, lag)
 
 
 def consumer_groups_view(cc: ClusterClient) -> list[ConsumerGroupRow]:

@@ -31,6 +31,8 @@ from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UN
 from txmq.broker.server.auth import ANONYMOUS
 from txmq.broker.server.consumer_groups import GroupSettings
 from txmq.broker.server.core_seam import ServiceCore
+from txmq.broker.server.membership import MemberInfo
+from txmq.broker.server.peers import peer_address
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
 from txmq.broker.store.pull_decode import empty_pull_batch
 from txmq.broker.server.native_pull import PullBatch, plan_message, pull_batch, read_plan
@@ -632,9 +634,22 @@ class NativeService:
 
     def ConsumerHeartbeat(self, request, context) -> pb.ConsumerHeartbeatResponse:
         self._identity(context)  # signed like every call when auth is on
+        info = MemberInfo(address=peer_address(context.peer()), client=request.client,
+                          last_heartbeat_ms=int(time.time() * 1000),
+                          queues=tuple((q.topic, q.group, q.queue_id) for q in request.queues))
         members = self.core.membership.heartbeat(request.group, request.member_id, request.ttl_ms,
-                                                 leave=request.leave)
+                                                 leave=request.leave, info=info)
         return pb.ConsumerHeartbeatResponse(status=ok_status(), members=members)
+
+    def ListGroupMembers(self, request, context) -> pb.ListGroupMembersResponse:
+        self._identity(context)
+        if not request.group:
+            raise errors.BadRequest("ListGroupMembers names no consumer group")
+        members = self.core.membership.members(request.group)
+        return pb.ListGroupMembersResponse(status=ok_status(), members=[
+            pb.GroupMember(client_id=m, address=i.address, client=i.client, last_heartbeat_ms=i.last_heartbeat_ms,
+                           pop=i.pop, queues=[pb.HeldQueue(topic=t, group=g, queue_id=q) for t, g, q in i.queues])
+            for m, i in members.items()])
 
     def Routes(self, request, context) -> pb.RoutesResponse:
         identity = self._identity(context)

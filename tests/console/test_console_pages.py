@@ -98,6 +98,33 @@ def test_a_consumer_groups_lag_is_what_the_cli_reports(page, console, client, br
     assert wait_for(lambda: int(b.find_element(By.ID, "total-lag").text), what="total") == cli["total_lag"]
 
 
+def test_a_consumer_groups_page_lists_its_members_and_the_queues_each_holds(page, console, client):
+    from txmq.broker.client import PullConsumer
+
+    client.create_topic("console-members", 4)
+    a = PullConsumer(client, ["console-members"], group="console-pair", allocation="average", member_id="pair-a",
+                     heartbeat_ttl_ms=3000)
+    b_ = PullConsumer(client, ["console-members"], group="console-pair", allocation="average", member_id="pair-b",
+                      heartbeat_ttl_ms=3000)
+    for _ in range(50):  # each heartbeats until both see both
+        a.poll(timeout_ms=0)
+        b_.poll(timeout_ms=0)
+        if a.members == b_.members == ["pair-a", "pair-b"]:
+            break
+        time.sleep(0.1)
+    try:
+        b = page(console.url + "/groups/console-pair")
+        rows = wait_for(lambda: {r.get_attribute("data-member"): r.find_element(By.CSS_SELECTOR, ".holds").text
+                                 for r in b.find_elements(By.CSS_SELECTOR, "#group-members tr[data-member]")},
+                        what="the members")
+        assert rows == {"pair-a": "console-members 0, console-members 1",
+                        "pair-b": "console-members 2, console-members 3"}
+        assert "PullConsumer" in b.find_element(By.CSS_SELECTOR, "tr[data-member='pair-a']").text
+    finally:
+        a.close()
+        b_.close()
+
+
 def test_an_admin_resets_a_consumer_groups_offsets_to_the_end(page, console, client):
     client.create_topic("console-reset", 1)
     client.send([Message("console-reset", b"r") for _ in range(5)])
