@@ -6,7 +6,7 @@ One broker (flush async), N topics of 4 queues with a message in each queue, N p
 transactions (one half each, under 10 producer groups, over 20 topics), then `txmq console`
 as its own process. Each page is fetched --loads times over HTTP (the server's whole answer:
 native calls + render) and once in headless chromium when it is installed (navigation to
-load event). Prints one JSON line and writes bench/results/console_pages.json.
+load event, the median of --loads). Prints one JSON line and writes bench/results/console_pages.json.
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ def http_loads(url: str, loads: int, console_pid: int, broker_pid: int) -> dict[
     return out
 
 
-def browser_loads(url: str) -> dict[str, float] | None:
+def browser_loads(url: str, loads: int) -> dict[str, float] | None:
+    """Each page's navigation to its load event in headless chromium, the median of `loads`."""
     if not (shutil.which("chromium") and shutil.which("chromedriver")):
         return None
     from selenium import webdriver
@@ -109,9 +110,12 @@ def browser_loads(url: str) -> dict[str, float] | None:
         driver.get(url + "/cluster")
         out = {}
         for page in PAGES:
-            driver.get(url + page)
-            out[page] = round(driver.execute_script(
-                "var n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime;"), 1)
+            times = []
+            for _ in range(loads):
+                driver.get(url + page)
+                times.append(driver.execute_script(
+                    "var n = performance.getEntriesByType('navigation')[0]; return n.loadEventEnd - n.startTime;"))
+            out[page] = round(statistics.median(times), 1)
         return out
     finally:
         driver.quit()
@@ -133,7 +137,7 @@ def main() -> None:
             try:
                 result = {"load_average_1m": round(os.getloadavg()[0], 1), "cpus": os.cpu_count(),
                           "topics": args.topics, "pending": args.pending, "fill_s": round(filled_s, 1),
-                          "http": http_loads(console.url, args.loads, console.proc.pid, broker.proc.pid), "browser_load_ms": browser_loads(console.url)}
+                          "http": http_loads(console.url, args.loads, console.proc.pid, broker.proc.pid), "browser_load_ms": browser_loads(console.url, args.loads)}
             finally:
                 console.stop()
         finally:
