@@ -17,6 +17,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -547,7 +548,7 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
             try:
                 if query_proc.wait(timeout=300) != 0:
                     outcome_errors.append(f"the Spark query exited with {query_proc.returncode} (hosts/q1/logs)")
-            except Exception:
+            except subprocess.TimeoutExpired:
                 query_proc.kill()
                 outcome_errors.append("the Spark query did not stop within 300 s")
         drain = group.ctl.run([python(), "-m", "lab.workloads", "drain", "--endpoints", group.endpoints, "--topic",

@@ -369,7 +369,7 @@ class TransactionEngine:
             candidates = [tx for tx in candidates if topic in tx.topics()]
         now = self._now_ms()
         infos = []
-        # the `limit` oldest without sorting them all (100,000 pending: the console asks every refresh)
+        # the `limit` oldest without sorting them all: the console asks every refresh
         for tx in heapq.nsmallest(limit, candidates, key=lambda t: t.created_ms):
             with tx.cond:
                 if tx.state is state:

@@ -1,7 +1,7 @@
 """Pending transactions counted by (producer group, topic), kept as the engine changes them.
 
-The console asks for these counts every refresh; walking 100,000 pending transactions for them
-took a second. The engine tells this index each change (halves added, a check-back, discard,
+The console asks for these counts every refresh, and a walk over every pending transaction costs
+in proportion to them all. The engine tells this index each change (halves added, a check-back, discard,
 resume, end) while it holds the transaction's condition, so the index sees a transaction's
 changes in order; `walk()` recounts from the table, and tests assert the two agree.
 """
@@ -84,6 +84,9 @@ class PendingIndex:
         with self._lock:
             old = self._entries.get(tx_id)
         assert old is not None, f"transaction {tx_id} is not in the pending index"
+        if (old.topics.issuperset(topics) and created_ms in (None, old.created_ms)
+                and checks in (None, old.checks) and state in (None, old.state)):
+            return  # a later prepare to topics it has already: nothing to recount
         self.put(tx_id, old.producer_group, old.topics.union(topics),
                  old.created_ms if created_ms is None else created_ms,
                  old.checks if checks is None else checks, old.state if state is None else state)
