@@ -44,3 +44,7 @@ class EtcdMembership:
     def members(self, group: str) -> dict[str, MemberInfo]:
         prefix = f"{CONSUMERS_ROOT}{group}/"
         return {k[len(prefix):]: MemberInfo.from_json(v) for k, v, _ in sorted(self.etcd.range_prefix(prefix))}
+
+    def groups(self) -> list[str]:
+        # a member's key lives on its own lease, so every group listed has a live member
+        return sorted({k[len(CONSUMERS_ROOT):].split("/", 1)[0] for k, _, _ in self.etcd.range_prefix(CONSUMERS_ROOT)})

@@ -71,6 +71,10 @@ class Membership(Protocol):
         """The group's live members (pop ones too) with what their last heartbeats said."""
         ...
 
+    def groups(self) -> list[str]:
+        """The consumer groups with a live member, sorted."""
+        ...
+
 
 class LocalMembership:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
@@ -96,6 +100,13 @@ class LocalMembership:
             members = self._groups.get(group, {})
             self._expire(members, self.clock())
             return {m: i for m, (_, i) in sorted(members.items())}
+
+    def groups(self) -> list[str]:
+        with self._lock:
+            now = self.clock()
+            for members in self._groups.values():
+                self._expire(members, now)
+            return sorted(g for g, members in self._groups.items() if members)
 
     @staticmethod
     def _expire(members: dict[str, tuple[float, MemberInfo]], now: float) -> None:

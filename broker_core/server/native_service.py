@@ -754,8 +754,11 @@ class NativeService:
 
     def ListConsumerGroups(self, request, context) -> pb.ListConsumerGroupsResponse:
         self._identity(context)
+        # as Kafka's ListGroups: a group is known by its settings, its committed offsets or its live members
+        groups = self.core.consumer_groups
+        names = {g.name for g in groups.list()} | set(self.store.offsets.groups()) | set(self.core.membership.groups())
         return pb.ListConsumerGroupsResponse(status=ok_status(),
-                                             groups=[_group_view(g) for g in self.core.consumer_groups.list()])
+                                             groups=[_group_view(groups.get(n)) for n in sorted(names)])
 
     def DeleteConsumerGroup(self, request, context) -> pb.DeleteConsumerGroupResponse:
         self._require_admin(context)

@@ -189,6 +189,9 @@ def test_any_broker_lists_a_groups_members_with_the_queues_each_holds_from_etcd(
         for client in (c0, c1):  # a heartbeats to c0's broker, b to c1's: etcd holds both
             held = {m.client_id: {(g, q) for _, g, q in m.queues} for m in client.list_group_members("listed-readers")}
             assert held == {"a": a.assigned["listed"], "b": b.assigned["listed"]}
+        for g in cluster:  # a group with live members only is listed by every broker (the console's index)
+            with NativeClient(g.endpoints) as c:
+                assert "listed-readers" in {x.name for x in c.list_consumer_groups()}, g.name
         a.close()
         b.close()
 

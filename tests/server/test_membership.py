@@ -21,3 +21,13 @@ def test_a_member_whose_heartbeat_ran_out_is_no_longer_listed():
     store.heartbeat("g", "m", 1_000)
     now[0] += 1.5
     assert store.members("g") == {}
+
+
+def test_groups_lists_those_with_a_live_member_only():
+    now = [100.0]
+    store = LocalMembership(clock=lambda: now[0])
+    store.heartbeat("short", "m", 1_000)
+    store.heartbeat("long", "m", 10_000)
+    assert store.groups() == ["long", "short"]
+    now[0] += 1.5
+    assert store.groups() == ["long"]
