@@ -80,8 +80,11 @@ etcd-required:
 screenshots: venv etcd chromium
 	TXMQ_SCREENSHOTS=docs $(VPY) -m pytest -q tests/console/test_console_cluster.py -k killed_leader
 
+# Two workers: most tests wait on brokers, etcd and clients in other processes, not on this one.
+TEST_WORKERS ?= 2
+
 test: venv interop-venv etcd faketime chromium
-	$(VPY) -m pytest --durations=25 $(PYTEST_ARGS)
+	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 test-slow: venv interop-venv
 	$(VPY) -m pytest -m slow $(PYTEST_ARGS)

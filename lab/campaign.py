@@ -17,6 +17,7 @@ import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -50,14 +51,18 @@ class Group:
     """etcd and the replicas of one broker group, each on its own host of `lab`."""
 
     def __init__(self, lab: Lab, name: str = "g", *, replicas: int = 3, disk_mb: int | None = None,
-                 args: list[str] | None = None, faketime: bool = False):
+                 args: list[str] | None = None, faketime: bool = False, around: "Group | None" = None):
+        """`around`: a group of the same cluster whose etcd and ctl hosts this one shares (its
+        replicas' hosts are then named after the group)."""
         self.lab = lab
         self.name = name
-        self.etcd_host = lab.host("etcd")
+        self.own_etcd = around is None
+        self.etcd_host = lab.host("etcd") if around is None else around.etcd_host
         self.disk_mb = disk_mb
-        self.replicas = [lab.host(f"r{i + 1}", tmpfs_mb=disk_mb) for i in range(replicas)]
+        prefix = "" if around is None else name
+        self.replicas = [lab.host(f"{prefix}r{i + 1}", tmpfs_mb=disk_mb) for i in range(replicas)]
         self.removed: list[Host] = []  # replicas taken out of the group (membership faults)
-        self.ctl = lab.host("ctl")
+        self.ctl = lab.host("ctl") if around is None else around.ctl
         self.args = list(args or [])
         self.faketime = faketime
         self.started: dict[str, float] = {}
@@ -119,7 +124,8 @@ class Group:
         return host
 
     def start(self) -> Group:
-        self.start_etcd()
+        if self.own_etcd:
+            self.start_etcd()
         for r in self.replicas:
             self.start_replica(r)
         self.wait_leader()
@@ -250,6 +256,22 @@ def f_kill9_leader(group: Group, clients: list[Host], leader: Host) -> Callable[
     return lambda: group.start_replica(leader)
 
 
+def f_kill9_leader_followers_split(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
+    """The leader killed while its followers, in pairs, cannot reach each other: whichever is
+    elected cannot reach its pair's other, alive and in etcd's in-sync set. In a group of five
+    (four followers, two pairs) the new leader still reaches two followers to acknowledge with."""
+    followers = _followers(group, leader)
+    for a, b in zip(followers[0::2], followers[1::2]):
+        faults.partition(group.lab, [a], [b])
+    faults.kill9(leader)
+
+    def heal() -> None:
+        faults.heal(group.lab)
+        group.start_replica(leader)
+
+    return heal
+
+
 def f_clock_jump_leader(group: Group, clients: list[Host], leader: Host) -> Callable[[], None]:
     faults.clock_jump(leader, 120)
     return lambda: faults.clock_jump(leader, -120)
@@ -299,6 +321,7 @@ FAULTS = {f.name: f for f in [
     Fault("rolling-partitions", f_rolling, partition=False),  # its clock starts at the first of three steps
     Fault("pause-leader", f_pause_leader, partition=False),
     Fault("kill9-leader", f_kill9_leader, partition=False),
+    Fault("kill9-leader-followers-split", f_kill9_leader_followers_split, partition=False),
     Fault("clock-jump-leader", f_clock_jump_leader, partition=False),
     Fault("wiped-follower", f_wiped_follower, partition=False),
     Fault("full-disk-leader", f_full_disk_leader, partition=False),
@@ -315,6 +338,7 @@ class Outcome:
     failover_s: dict[str, list[float]] = field(default_factory=dict)
     identical_logs: bool | None = None
     errors: list[str] = field(default_factory=list)
+    query_batches_in_faults: int | None = None  # the Spark query's micro-batches finished while a fault held
 
     def partition_failovers(self) -> list[float]:
         return sorted(t for name, ts in self.failover_s.items() if FAULTS[name].partition for t in ts)
@@ -334,13 +358,23 @@ class Outcome:
         ok = (self.result.ok and self.result.committed > 0 and self.identical_logs is not False
               and not self.errors and self.failover_ok())
         head, _, _ = line.rpartition(" VERDICT")
-        return f"{head}; {fo}; {logs} VERDICT {'ok' if ok else 'FAIL'}"
+        during = ("" if self.query_batches_in_faults is None
+                  else f"; query batches during faults {self.query_batches_in_faults}")
+        return f"{head}; {fo}{during}; {logs} VERDICT {'ok' if ok else 'FAIL'}"
 
 
 def _acked_once(history: Path) -> bool:
     try:
         return '"type":"ok"' in history.read_text()
     except FileNotFoundError:
+        return False
+
+
+def _query_read_once(history: Path) -> bool:
+    try:
+        return any(json.loads(line).get("rows") for line in history.read_text().splitlines()
+                   if '"query-progress"' in line)
+    except (FileNotFoundError, json.JSONDecodeError):
         return False
 
 
@@ -375,9 +409,28 @@ def first_ack_after(ops: list[dict[str, Any]], t: float) -> float | None:
     return min(times) - t if times else None
 
 
+def spark_available() -> str | None:
+    """None, or why the Spark query cannot run here (pyspark in the project's venv, and a java)."""
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("pyspark") is None:
+        return "pyspark is not installed"
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        return "no java for Spark"
+    return None
+
+
+def query_batches_during(ops: list[dict[str, Any]], windows: list[tuple[float, float]]) -> int:
+    """The Spark query's micro-batches that finished while a fault held."""
+    return sum(1 for op in ops if op["f"] == "query-progress" and any(a <= op["time"] <= b for a, b in windows))
+
+
 def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float = 8.0, recover_s: float = 6.0,
-        writers: int = 2, with_consumer: bool = True, official: bool | None = None, log=print) -> Outcome:
-    """One campaign; bounded: about 40 s + rounds x len(faults) x (hold + recover + 8) s."""
+        writers: int = 2, with_consumer: bool = True, official: bool | None = None, query: bool = False,
+        group_args: list[str] | None = None, replicas: int = 3, log=print) -> Outcome:
+    """One campaign; bounded: about 40 s + rounds x len(faults) x (hold + recover + 8) s, and with the
+    Spark query up to 4 min more for its start and its catching up."""
     run_dir.mkdir(parents=True, exist_ok=True)
     hist = run_dir / "histories"
     stop_file = run_dir / "stop"
@@ -388,15 +441,31 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
     disk_mb = 256 if "full-disk-leader" in fault_names else None
     if official is None:  # the official client's own venv (make interop-venv), when there is one
         official = OFFICIAL_PYTHON.exists()
+    query_stop = run_dir / "query-stop"
     budget = 60 + rounds * len(fault_names) * (hold_s + recover_s + 10) + 60
     with Lab("camp", workdir=run_dir / "hosts") as lab:
-        group = Group(lab, disk_mb=disk_mb, faketime=needs_faketime)
+        args = list(group_args or [])
+        if query:  # a micro-batch's transaction is checked from 1 s on, and its sink answers UNKNOWN until
+            # the batch ends: 15 checks (the default) discarded a first micro-batch that took longer
+            args += ["--max-checks", "120"]
+        group = Group(lab, disk_mb=disk_mb, faketime=needs_faketime, args=args, replicas=replicas)
         clients = [lab.host(f"c{i + 1}") for i in range(writers + (1 if with_consumer else 0) + (2 if official else 0))]
         group.start()
         log(f"lab: group up, leader {group.wait_leader()[0].name}; etcd {group.etcd}; replicas {group.endpoints}")
         group.create_topic(topic)
-        duration = budget
+        query_start_s = 600.0 if query else 0.0  # Spark took 3.5-6 min to start at a load average of 30 on 2 cores
+        duration = budget + query_start_s  # a bound only: the writers stop at the stop file
         procs = []
+        query_proc = None
+        if query:  # on a host of its own; it reads `topic` from the start while the writers write it
+            group.create_topic(f"{topic}-out")
+            qhost = lab.host("q1")
+            with open(qhost.log_dir / "query.log", "ab") as out:
+                query_proc = qhost.popen(
+                    [python(), "-m", "lab.workloads", "query", "--endpoints", group.endpoints, "--topic", topic,
+                     "--out-topic", f"{topic}-out", "--checkpoint", str(qhost.disk / "checkpoint"),
+                     "--history", str(hist / "query.jsonl"), "--process", "query", "--query-stop-file",
+                     str(query_stop), "--timeout", "5"], env=base_env(), stdout=out)
         for i in range(writers):
             procs.append(clients[i].popen(
                 [python(), "-m", "lab.workloads", "native", "--endpoints", group.endpoints, "--topic", topic,
@@ -419,9 +488,14 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
             [hist / "official.jsonl", hist / "official-tx.jsonl"] if official else [])
         if not faults.wait_until(lambda: all(_acked_once(p) for p in writers_hist), 90, 0.5):
             outcome_errors.append("a writer had no write acknowledged within 90 s of its start")
+        # Spark takes a while to start: the faults begin once the query has finished a micro-batch.
+        if query_proc is not None and not faults.wait_until(lambda: _query_read_once(hist / "query.jsonl"),
+                                                           query_start_s, 1):
+            outcome_errors.append(f"the Spark query finished no micro-batch within {query_start_s:g} s of its start")
         time.sleep(2)
         deadline = time.monotonic() + budget
         events: list[tuple[str, float]] = []
+        windows: list[tuple[float, float]] = []
         for rnd in range(rounds):
             for name in fault_names:
                 if time.monotonic() > deadline:
@@ -447,7 +521,8 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
                 except Exception as exc:
                     outcome_errors.append(f"{name} round {rnd}: could not heal: {exc}")
                 faults.heal(lab)
-                fault_log.write(json.dumps({"fault": name, "round": rnd, "end": time.time()}) + "\n")
+                windows.append((t0, time.time()))
+                fault_log.write(json.dumps({"fault": name, "round": rnd, "end": windows[-1][1]}) + "\n")
                 try:
                     leader, epoch = group.wait_leader(timeout_s=30)
                     log(f"lab: {name} round {rnd}: healed; leader {leader.name} epoch {epoch}")
@@ -468,6 +543,14 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
         settled = _settled(group)
         if settled is not None:
             outcome_errors.append(settled)
+        if query_proc is not None:  # the writers are done: the query catches up with its input and stops
+            query_stop.write_text("stop\n")
+            try:
+                if query_proc.wait(timeout=300) != 0:
+                    outcome_errors.append(f"the Spark query exited with {query_proc.returncode} (hosts/q1/logs)")
+            except subprocess.TimeoutExpired:
+                query_proc.kill()
+                outcome_errors.append("the Spark query did not stop within 300 s")
         drain = group.ctl.run([python(), "-m", "lab.workloads", "drain", "--endpoints", group.endpoints, "--topic",
                                topic, "--history", str(hist / "drain.jsonl"), "--process", "drain", "--timeout", "20"],
                               env=base_env(), timeout=180)
@@ -492,10 +575,12 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
     for name, t0 in events:
         dt = first_ack_after(ops, t0)
         failover.setdefault(name, []).append(dt if dt is not None else float("inf"))
-    outcome = Outcome(result, run_dir, failover, identical, outcome_errors)
+    outcome = Outcome(result, run_dir, failover, identical, outcome_errors,
+                      query_batches_during(ops, windows) if query else None)
     (run_dir / "summary.json").write_text(json.dumps({
         "verdict": outcome.verdict_line(), "checker": result.summary(), "failover_s": failover,
-        "identical_logs": identical, "errors": outcome_errors}, indent=1, default=str) + "\n")
+        "identical_logs": identical, "query_batches_in_faults": outcome.query_batches_in_faults,
+        "errors": outcome_errors}, indent=1, default=str) + "\n")
     fault_log.close()
     return outcome
 
@@ -507,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hold", type=float, default=8.0, help="seconds each fault lasts")
     p.add_argument("--recover", type=float, default=6.0, help="seconds between a heal and the next fault")
     p.add_argument("--run-dir", default=None)
+    p.add_argument("--no-query", action="store_true", help="leave out the Spark txmq -> txmq query")
     args = p.parse_args(argv)
     from lab.hosts import available, cleanup_stale
 
@@ -520,7 +606,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         p.error(f"unknown faults {unknown}")
     run_dir = Path(args.run_dir or ROOT / "lab-runs" / time.strftime("%Y%m%dT%H%M%S"))
-    outcome = run(run_dir, names, rounds=args.rounds, hold_s=args.hold, recover_s=args.recover)
+    no_spark = "--no-query" if args.no_query else spark_available()
+    if no_spark:
+        print(f"lab: without the Spark query ({no_spark})")
+    outcome = run(run_dir, names, rounds=args.rounds, hold_s=args.hold, recover_s=args.recover,
+                  query=not no_spark)
     for name, ts in outcome.failover_s.items():
         print(f"lab: {name}: first ack after {', '.join(f'{t:.2f}s' for t in ts)}")
     for e in outcome.errors:

@@ -28,8 +28,24 @@ Anomalies (names as in Jepsen's kafka.clj where one exists):
   the same session (a session restarts at "session" in the op).
 - inconsistent_offset: one (queue, offset) with two different values (in reads or acknowledgements).
 - misrouted_check: a producer asked by check-back about a transaction another producer (another
-  producer group) began (a "check" op naming a txn of another process's sends).
+  producer group) began: a "check" op naming a value (the message asked about), a txn (the client's
+  label, or the broker's transaction id a send recorded as `broker_txn`) of another process's sends,
+  or a producer group (`group`, what the broker asked for) other than the asked one's (`own_group`).
 Indeterminate writes are classified: read (they happened) or never read (they did not, or were lost).
+
+A Spark query's ops, when there are any (lab.workloads `query`: a txmq -> txmq streaming query copying
+bodies from the input topic to an output topic):
+
+    {"f": "query-progress", "type": "ok", "batch": 7, "rows": 120, "time": ...}   a finished micro-batch
+    {"f": "query-restart", "type": "info", "error": "...", "time": ...}           it died and was restarted
+    {"f": "query-stop", "type": "ok", "caught_up": true, "cut": {"T/0": 812, ...}} the input cut it reached
+    {"f": "query-read", "type": "ok", "msgs": [["O/0", 0, "p1-17"], ...]}          the whole output topic
+
+are judged against the input's reads: every value read in the input below the query's cut is in the
+output exactly once per input position (query_lost, query_duplicate); nothing in the output was
+rolled back, failed or never written (query_aborted_read, query_unexpected); a transaction is in the
+output whole or not at all (query_torn); and the query made progress and caught up with its cut
+(query_stalled).
 """
 
 from __future__ import annotations
@@ -37,7 +53,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,7 +70,14 @@ ANOMALIES = (
     "nonmonotonic_poll",
     "inconsistent_offset",
     "misrouted_check",
+    "query_lost",
+    "query_duplicate",
+    "query_aborted_read",
+    "query_torn",
+    "query_unexpected",
+    "query_stalled",
 )
+QUERY_OPS = ("query-progress", "query-restart", "query-stop", "query-read")
 
 
 class History:
@@ -110,6 +133,7 @@ class Result:
     indeterminate_unread: int = 0
     reads: int = 0
     duplicates_by_retry: int = 0
+    query: dict[str, Any] | None = None  # the Spark query's figures, when the history has one
 
     @property
     def ok(self) -> bool:
@@ -134,6 +158,14 @@ class Result:
             f"({self.committed} committed, {self.aborted} aborted, {self.indeterminate} indeterminate: "
             f"{self.indeterminate_read} read, {self.indeterminate_unread} not)"
         )
+        if self.query is not None:
+            q = self.query
+            figures += (
+                f"; query: {self.count('query_lost')} lost, {self.count('query_duplicate')} duplicated, "
+                f"{self.count('query_aborted_read')} aborted reads, {self.count('query_torn')} torn, "
+                f"{self.count('query_unexpected')} unexpected, {'caught up' if q['caught_up'] else 'STALLED'} "
+                f"({q['batches']} batches, {q['rows']} rows in, {q['output']} out, {q['restarts']} restarts)"
+            )
         return f"{label}: {', '.join(parts)} {figures} VERDICT {'ok' if self.ok else 'FAIL'}"
 
     def summary(self) -> dict[str, Any]:
@@ -148,6 +180,7 @@ class Result:
             "indeterminate_unread": self.indeterminate_unread,
             "reads": self.reads,
             "duplicates_by_retry": self.duplicates_by_retry,
+            "query": self.query,
         }
 
 
@@ -265,16 +298,24 @@ def check(ops: list[dict[str, Any]]) -> Result:
 
     # Check-back: a producer is asked only about its own transactions.
     owner = {op["txn"]: op["process"] for op in sends.values() if op.get("txn")}
+    owner.update({op["broker_txn"]: op["process"] for op in sends.values() if op.get("broker_txn")})
     for op in ops:
         if op["f"] != "check":
             continue
-        if op.get("value") in sends:  # an official client's check names the message it was asked about
+        if op.get("value") in sends:  # the check names the message it was asked about
             asked_owner = sends[op["value"]]["process"]
         else:
             asked_owner = owner.get(op.get("txn"), op["process"])
         if asked_owner != op["process"]:
             found["misrouted_check"].append({"asked": op["process"], "txn": op.get("txn") or op.get("value"),
                                              "owner": asked_owner})
+        elif op.get("group") is not None and op.get("own_group") is not None and op["group"] != op["own_group"]:
+            # the broker itself said the transaction is another producer group's
+            found["misrouted_check"].append({"asked": op["process"], "txn": op.get("txn") or op.get("value"),
+                                             "group": op["group"], "own_group": op["own_group"]})
+
+    if any(op["f"] in QUERY_OPS for op in ops):
+        _check_query(ops, sends, outcomes, txn_values, positions, result)
 
     # Polls: one consumer session reads each queue at rising offsets.
     last: dict[tuple[str, Any, str], tuple[int, str]] = {}
@@ -287,6 +328,46 @@ def check(ops: list[dict[str, Any]]) -> Result:
                 found["nonmonotonic_poll"].append({"consumer": op["process"], "queue": queue, "after": list(prior), "read": [int(offset), value]})
             last[key] = (int(offset), value)
     return result
+
+
+def _check_query(ops: list[dict[str, Any]], sends: dict[str, dict[str, Any]], outcomes: dict[str, str],
+                 txn_values: dict[str, list[str]], positions: dict[str, set[tuple[str, int]]], result: Result) -> None:
+    """The Spark query's anomalies (module doc): its output against what was read of its input."""
+    found = result.anomalies
+    progress = [op for op in ops if op["f"] == "query-progress" and op["type"] == OK]
+    stops = [op for op in ops if op["f"] == "query-stop"]
+    reads = [op for op in ops if op["f"] == "query-read" and op["type"] == OK]
+    stop = stops[-1] if stops else None
+    out: Counter[str] = Counter(value for op in reads for _, _, value in op["msgs"])
+    caught_up = bool(stop and stop.get("caught_up") and reads)
+    result.query = {
+        "batches": len(progress), "rows": sum(int(op.get("rows") or 0) for op in progress),
+        "restarts": sum(1 for op in ops if op["f"] == "query-restart"), "output": sum(out.values()),
+        "caught_up": caught_up,
+    }
+    if not any(int(op.get("rows") or 0) > 0 for op in progress):
+        found["query_stalled"].append("no micro-batch read a row")
+    if not caught_up:
+        found["query_stalled"].append("the query did not reach its input cut" if stop else "the query never stopped")
+    cut = {q: int(end) for q, end in (stop or {}).get("cut", {}).items()}
+    # Each input position below the cut is one copy the output must hold.
+    expected = Counter({v: n for v, where in positions.items() if (n := sum(o < cut.get(q, 0) for q, o in where))})
+    for value, n in sorted(out.items()):
+        if value not in sends:
+            found["query_unexpected"].append(value)
+            continue
+        if outcomes[value] == "aborted":
+            found["query_aborted_read"].append({"value": value, "txn": sends[value].get("txn")})
+        if n > max(1, expected[value]):
+            found["query_duplicate"].append({"value": value, "copies": n, "in_input": expected[value]})
+    if caught_up:  # a query that did not catch up is reported stalled, not as losing what it never reached
+        for value, n in sorted(expected.items()):
+            if out[value] < n:
+                found["query_lost"].append({"value": value, "copies": out[value], "in_input": n})
+    for txn, values in sorted(txn_values.items()):
+        written = [v for v in values if out[v]]
+        if written and len(written) < len(values):
+            found["query_torn"].append({"txn": txn, "written": len(written), "of": len(values)})
 
 
 def check_run(run_dir: str | Path) -> Result:

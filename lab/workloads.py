@@ -8,11 +8,23 @@ Run as `python -m lab.workloads MODE --endpoints "a:p;b:p;c:p" --topic T --histo
   happened) or info (it may have happened: a timeout, an unreachable broker).
 - `consumer`: reads every queue from offset 0 forward, recording each batch as a poll.
 - `drain`: reads every queue from 0 to the end of a consistent cut, once, as the final read.
+- `cluster-tx`: transactions of 1-3 messages through a ClusterClient over a cluster of groups (one
+  bootstrap endpoint list), each ended COMMIT or ROLLBACK by the client (an unsure end retried).
+- `cluster-drain`: the final read over a cluster: every queue (group, id) from 0 to a consistent cut.
+- `official-read`: the official Python client's SimpleConsumer reads the topic once through (acking
+  each message), recorded as polls; it stops after `--idle-s` without a message.
 - `official`: the official RocketMQ 5 Python client (rocketmq-python-client, in .venv-rocketmq) sending
   plain messages; it cannot import txmq, so it only needs this file and its own package.
 - `official-tx`: the official Python client's transactions (one half message each, as the RocketMQ 5
   clients allow), ended COMMIT or ROLLBACK by the client (an unsure end retried), or left to the
   broker's check-back, which its TransactionChecker answers from the client's own decisions.
+- `query`: a Spark Structured Streaming query (local[2] on its host), `format("txmq")` source on
+  `--topic` -> `format("txmq")` sink on `--out-topic`, bodies copied unchanged, its sink's
+  check-back answered by `SinkCheckback`. Each finished micro-batch is recorded (`query-progress`);
+  a query that dies (a broker call failed during a fault) is recorded (`query-restart`) and started
+  again from its checkpoint, as an operator would. Once `--query-stop-file` exists it takes a
+  consistent cut of the input, runs until its progress reaches it (`query-stop`: the cut and whether
+  it caught up), stops, and reads the whole output topic (`query-read`).
 
 Each stops when `--duration` has passed or the `--stop-file` exists, whichever comes first.
 """
@@ -58,7 +70,12 @@ def run_native(args: argparse.Namespace) -> None:
 
         def on_check(request) -> LocalTransactionState:
             decision = decisions.get(request.transaction_id)
-            h.record("check", "ok", txn=request.transaction_id, known=decision is not None)
+            # The message and producer group the broker asked about, not only its transaction id: a
+            # check about another client's transaction (an official client's) is then recognised.
+            body = request.message.body if request.message is not None else None
+            h.record("check", "ok", txn=request.transaction_id, known=decision is not None,
+                     value=body.decode(errors="replace") if body is not None else None,
+                     group=request.producer_group, own_group=group)
             return LocalTransactionState.parse(decision or "UNKNOWN")
 
         session = client.checkback_session(group, [args.topic], on_check)
@@ -166,6 +183,82 @@ def run_drain(args: argparse.Namespace) -> None:
         h.record("drain", "ok", msgs=msgs, cut={str(q): e for q, e in cut.items()})
 
 
+def run_cluster_tx(args: argparse.Namespace) -> None:
+    from txmq.broker import errors
+    from txmq.broker.client.cluster_client import ClusterClient
+    from txmq.broker.client.types import Message
+
+    rng = random.Random(args.seed)
+    proc = args.process
+    stop = _stopper(args)
+    with _history(args.history, proc) as h, ClusterClient(args.endpoints, timeout_s=args.timeout) as client:
+        i = 0
+        while not stop():
+            i += 1
+            t0 = time.monotonic()
+            values = [f"{proc}-{i}.{k}" for k in range(rng.randint(1, 3))]
+            try:
+                prepared = client.prepare("", [Message(args.topic, v.encode()) for v in values],
+                                          producer_group=f"lab-{proc}", return_message_ids=False)
+            except errors.TxmqError as exc:  # may be stored: no one ends it, check-back discards it
+                for v in values:
+                    h.record("send", "info", queue=None, value=v, seq=i, txn=f"{proc}-t{i}", error=type(exc).__name__)
+                time.sleep(0.05)
+                continue
+            txn = prepared.transaction_id
+            for v in values:
+                h.record("send", "ok", queue=None, value=v, seq=i, txn=txn, latency=round(time.monotonic() - t0, 4))
+            _end(client, errors, h, txn, "ROLLBACK" if rng.random() < 0.2 else "COMMIT", args, stop)
+            time.sleep(args.interval_ms / 1000)
+
+
+def run_cluster_drain(args: argparse.Namespace) -> None:
+    from txmq.broker.client.cluster_client import ClusterClient
+
+    with _history(args.history, args.process) as h, ClusterClient(args.endpoints, timeout_s=args.timeout) as client:
+        cut = client.consistent_cut([args.topic], {})[args.topic]
+        msgs = []
+        for (group, q), end in sorted(cut.items()):
+            for result in client.read_queue(args.topic, (group, q), 0, end):
+                batch = result.batch
+                msgs.extend([f"{args.topic}/{group}:{q}", int(o), b.decode()] for o, b in
+                            zip(batch.column("queueOffset").to_pylist(), batch.column("body").to_pylist()))
+        h.record("drain", "ok", msgs=msgs, cut={f"{g}:{q}": e for (g, q), e in cut.items()})
+
+
+def run_official_read(args: argparse.Namespace) -> None:
+    """Read the topic through the official client's SimpleConsumer, acking each message; each read
+    gets a position of its own, so a message delivered twice shows as read twice."""
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer  # type: ignore[import-not-found]
+
+    h = _OwnHistory(args.history, args.process)
+    config = ClientConfiguration(args.endpoints, Credentials("", ""), request_timeout=int(args.timeout))
+    consumer = SimpleConsumer(config, f"lab-{args.process}", {args.topic: FilterExpression("*")}, await_duration=1)
+    consumer.startup()
+    read = 0
+    stop = _stopper(args)
+    last = time.monotonic()
+    try:
+        while not stop() and time.monotonic() - last < args.idle_s:
+            try:
+                messages = consumer.receive(32, 30)
+            except Exception as exc:  # nothing to receive is an exception of its own in this client
+                h.record("poll", "fail", error=type(exc).__name__)
+                time.sleep(0.2)
+                continue
+            msgs = []
+            for m in messages:
+                consumer.ack(m)
+                msgs.append([f"{args.topic}/official", read, m.body.decode()])
+                read += 1
+            if msgs:
+                last = time.monotonic()
+                h.record("poll", "ok", session=0, msgs=msgs)
+    finally:
+        consumer.shutdown()
+        h.close()
+
+
 def run_official(args: argparse.Namespace) -> None:
     """Plain sends through the official Python client; its own retries may duplicate (reported apart)."""
     from rocketmq import ClientConfiguration, Credentials, Message, Producer  # type: ignore[import-not-found]
@@ -236,14 +329,14 @@ def run_official_tx(args: argparse.Namespace) -> None:
             t0 = time.monotonic()
             tx = producer.begin_transaction()
             try:
-                producer.send(msg, tx)
+                receipt = producer.send(msg, tx)
             except Exception as exc:  # the half may be stored: check-back asks, and this producer answers
                 h.record("send", "info", queue=None, value=value, seq=i, txn=label, error=type(exc).__name__,
                          retrying_client=True)
                 time.sleep(0.05)
                 continue
             h.record("send", "ok", queue=None, value=value, seq=i, txn=label, retrying_client=True,
-                     latency=round(time.monotonic() - t0, 4))
+                     broker_txn=receipt.transaction_id, latency=round(time.monotonic() - t0, 4))
             if roll > 0.9:
                 h.record(decision.lower(), "info", txn=label, via="check-back")
                 continue
@@ -265,6 +358,102 @@ def run_official_tx(args: argparse.Namespace) -> None:
         h.close()
 
 
+def run_query(args: argparse.Namespace) -> None:
+    """The Spark txmq -> txmq query of the module doc."""
+    from pyspark.sql import SparkSession
+
+    from txmq.broker.client.native_client import NativeClient
+    from txmq.spark import SinkCheckback
+
+    checkpoint = str(Path(args.checkpoint).resolve())
+    stop_file = Path(args.query_stop_file)
+    spark = (SparkSession.builder.master("local[2,4]").appName("txmq-lab-query")  # 4 attempts per task
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.memory", "700m").getOrCreate())
+    spark.sparkContext.setLogLevel("WARN")
+    reported: set[int] = set()
+
+    def start():
+        src = (spark.readStream.format("txmq").option("broker", args.endpoints).option("topic", args.topic)
+               .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "2000")
+               .option("requestTimeoutMs", str(int(args.timeout * 1000))).load())
+        return (src.select("body").writeStream.format("txmq").option("broker", args.endpoints)
+                .option("topic", args.out_topic).option("requestTimeoutMs", str(int(args.timeout * 1000)))
+                .option("checkpointLocation", checkpoint).trigger(processingTime="500 milliseconds").start())
+
+    def record_progress(h, query) -> dict[str, Any] | None:
+        last = None
+        for p in query.recentProgress:
+            last = p
+            if p["batchId"] in reported:
+                continue
+            reported.add(p["batchId"])
+            h.record("query-progress", "ok", batch=p["batchId"], rows=p["numInputRows"],
+                     end=_offset_total(p["sources"][0]["endOffset"]) if p["sources"] else None)
+        return last
+
+    with _history(args.history, args.process) as h, \
+            SinkCheckback(checkpoint, broker=args.endpoints, topics=[args.out_topic]):
+        query, restarts = start(), 0
+        h.record("query-start", "ok", run=str(query.runId))
+        while not stop_file.exists():
+            record_progress(h, query)
+            if not query.isActive:  # a driver-side call failed: start again from the checkpoint
+                error = query.exception()
+                restarts += 1
+                h.record("query-restart", "info", error=str(error)[:300] if error else None, restarts=restarts)
+                time.sleep(1)
+                query = start()
+            time.sleep(0.5)
+        with NativeClient(args.endpoints, timeout_s=args.timeout) as client:
+            cut = _retry(lambda: client.snapshot_offsets([args.topic])[args.topic], 60)
+        target = sum(cut.values())
+        deadline = time.monotonic() + args.catch_up_s
+        caught_up = False
+        while time.monotonic() < deadline:
+            last = record_progress(h, query)
+            if last is not None and last["sources"] and _offset_total(last["sources"][0]["endOffset"]) >= target:
+                caught_up = True
+                break
+            if not query.isActive:
+                restarts += 1
+                h.record("query-restart", "info", error=str(query.exception())[:300], restarts=restarts)
+                query = start()
+            time.sleep(0.5)
+        query.stop()
+        h.record("query-stop", "ok", caught_up=caught_up, restarts=restarts,
+                 cut={f"{args.topic}/{q}": end for q, end in sorted(cut.items())})
+        with NativeClient(args.endpoints, timeout_s=args.timeout) as client:
+            out_cut = _retry(lambda: client.snapshot_offsets([args.out_topic])[args.out_topic], 60)
+            msgs = []
+            for q, end in sorted(out_cut.items()):
+                msgs.extend(_read_range(client, args.out_topic, q, 0, end))
+        h.record("query-read", "ok", msgs=msgs)
+    spark.stop()
+
+
+def _offset_total(offset: Any) -> int:
+    """The sum of every queue offset in a source offset (JSON text or parsed; a lone broker's
+    {topic: {queue: n}} or a cluster's {topic: {group: {queue: n}}}): it only grows as the query reads."""
+    if isinstance(offset, str):
+        offset = json.loads(offset)
+    if isinstance(offset, dict):
+        return sum(_offset_total(v) for v in offset.values())
+    return int(offset) if isinstance(offset, (int, float)) else 0
+
+
+def _retry(call, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return call()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
 class _OwnHistory:
     """The same JSON lines as lab.checker.History, for a venv that cannot import the lab package."""
 
@@ -284,7 +473,8 @@ class _OwnHistory:
 
 
 MODES = {"native": run_native, "consumer": run_consumer, "drain": run_drain, "official": run_official,
-         "official-tx": run_official_tx}
+         "official-tx": run_official_tx, "cluster-tx": run_cluster_tx, "cluster-drain": run_cluster_drain,
+         "official-read": run_official_read, "query": run_query}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -300,6 +490,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--txn-ratio", type=float, default=0.3)
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--end-retry-s", type=float, default=30.0)
+    p.add_argument("--out-topic", help="query: the topic it writes")
+    p.add_argument("--checkpoint", help="query: its checkpoint directory")
+    p.add_argument("--query-stop-file", help="query: once it exists, catch up with the input and stop")
+    p.add_argument("--catch-up-s", type=float, default=120.0, help="query: how long it may take to catch up")
+    p.add_argument("--interval-ms", type=int, default=0, help="cluster-tx: pause between two transactions")
+    p.add_argument("--idle-s", type=float, default=10.0, help="official-read: stop after this long without a message")
     args = p.parse_args(argv)
     MODES[args.mode](args)
 

@@ -16,6 +16,23 @@ os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 from tests.support.broker_process import BrokerProcess  # noqa: E402
 
 
+def _own_port_slice() -> None:
+    """Under pytest-xdist each worker draws free ports from its own slice of the range, so that two
+    workers never pick the same port between one's pick and its broker's bind."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or "TXMQ_FREE_PORTS" in os.environ:
+        return
+    from txmq.broker.cluster.etcd_process import free_port_range
+
+    low, high = free_port_range()
+    index, slices = int(worker.removeprefix("gw")), int(count)
+    width = (high - low) // slices
+    os.environ["TXMQ_FREE_PORTS"] = f"{low + index * width}-{low + (index + 1) * width}"
+
+
+_own_port_slice()
+
+
 @pytest.fixture
 def broker(tmp_path: Path):
     """A broker process (sync flush) on a free port, stopped cleanly at the end."""

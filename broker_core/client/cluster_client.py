@@ -28,7 +28,7 @@ from txmq.broker.client.cross_group import CrossGroupTransaction
 from txmq.broker.client.fault_tolerance import LatencyFaultTolerance
 from txmq.broker.client.native_client import NativeClient, parse_endpoints
 from txmq.broker.client import segments as seg
-from txmq.broker.client.types import (CheckRequest, ConsumerGroupInfo, EndSummary, Message, PrepareSummary, PullResult, QueueRef, Routes,
+from txmq.broker.client.types import (CheckRequest, ConsumerGroupInfo, EndSummary, GroupMember, Message, PrepareSummary, PullResult, QueueRef, Routes,
                                      SendSummary, TopicInfo, TransactionInfo)
 
 log = logging.getLogger(__name__)
@@ -357,13 +357,23 @@ class ClusterClient:
             pool.shutdown(wait=False)  # the other groups' long polls end at their timeout
         return self.snapshot_offsets(topics)
 
-    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False) -> list[str]:
+    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False,
+                           client: str = "", queues: Iterable[tuple[str, str, int]] = ()) -> list[str]:
+        queues = tuple(queues)
+        return self._any_broker(lambda c: c.consumer_heartbeat(group, member_id, ttl_ms, leave=leave,
+                                                               client=client, queues=queues))
+
+    def list_group_members(self, group: str) -> list[GroupMember]:
+        """Consumer group `group`'s live members: the cluster keeps them in etcd, so any broker answers."""
+        return self._any_broker(lambda c: c.list_group_members(group))
+
+    def _any_broker(self, call):
         try:
-            return self._boot.consumer_heartbeat(group, member_id, ttl_ms, leave=leave)
+            return call(self._boot)
         except errors.BrokerUnavailable:
             for client in list(self._clients.values()):
                 try:
-                    return client.consumer_heartbeat(group, member_id, ttl_ms, leave=leave)
+                    return call(client)
                 except errors.BrokerUnavailable:
                     continue
             raise

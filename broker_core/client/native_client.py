@@ -35,8 +35,10 @@ from txmq.broker.protocol import keepalive
 from txmq.broker.client.types import (
     CheckRequest,
     ConsumerGroupInfo,
+    Election,
     EndSummary,
     GroupLag,
+    GroupMember,
     GroupStatus,
     Message,
     PendingGroup,
@@ -50,6 +52,8 @@ from txmq.broker.client.types import (
     QueueSlice,
     ReceivedMessage,
     ReplicaStatus,
+    ScheduledMessage,
+    ScheduledSummary,
     SendSummary,
     TopicInfo,
     TransactionInfo,
@@ -139,7 +143,8 @@ def _tx_info(view: pb.TransactionView) -> TransactionInfo:
     return TransactionInfo(transaction_id=view.transaction_id, state=view.state, topics=tuple(view.topics),
                            half_count=view.half_count, age_ms=view.age_ms, check_times=view.check_times,
                            producer_group=view.producer_group, senders=tuple(view.senders),
-                           created_ms=view.created_ms)
+                           created_ms=view.created_ms, next_check_ms=view.next_check_ms,
+                           coordinator=view.coordinator, participants=tuple(view.participants))
 
 
 def received_message(view: pb.MessageView) -> ReceivedMessage:
@@ -651,23 +656,49 @@ class NativeClient:
             return {}
         return {t: {q: e.committed for q, e in qs.items() if e.committed >= 0} for t, qs in lag.items()}
 
-    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False) -> list[str]:
-        """Say `member_id` of consumer group `group` is alive for `ttl_ms` (or leaves); the live members."""
-        req = pb.ConsumerHeartbeatRequest(group=group, member_id=member_id, ttl_ms=ttl_ms, leave=leave)
+    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False,
+                           client: str = "", queues: Iterable[tuple[str, str, int]] = ()) -> list[str]:
+        """Say `member_id` of consumer group `group` is alive for `ttl_ms` (or leaves), what it is
+        (`client`) and which (topic, broker group, queue id) it holds; the live members."""
+        req = pb.ConsumerHeartbeatRequest(group=group, member_id=member_id, ttl_ms=ttl_ms, leave=leave, client=client,
+                                          queues=[pb.HeldQueue(topic=t, group=g, queue_id=q) for t, g, q in queues])
         return list(self._call("ConsumerHeartbeat", req).members)
+
+    def list_group_members(self, group: str) -> list[GroupMember]:
+        """Consumer group `group`'s live members, by client id (native ones and RocketMQ 5 ones)."""
+        resp = self._call("ListGroupMembers", pb.ListGroupMembersRequest(group=group))
+        return [GroupMember(m.client_id, m.address, m.client, m.last_heartbeat_ms, m.pop,
+                            tuple((q.topic, q.group, q.queue_id) for q in m.queues)) for m in resp.members]
 
     def cluster_status(self, group: str | None = None) -> list[GroupStatus]:
         """Every broker group's replicas (role, epoch, in sync, lag, alive), as `txmq cluster status`
         shows them; a lone broker answers one group named "" (admin only when auth is on)."""
         resp = self._call("ClusterStatus", pb.ClusterStatusRequest(group=group or ""))
         return [GroupStatus(name=g.name, leader=g.leader or None, epoch=g.epoch,
-                            members=tuple(_replica_status(m) for m in g.members)) for g in resp.groups]
+                            members=tuple(_replica_status(m) for m in g.members),
+                            elections=tuple(Election(e.epoch, e.leader, e.at_ms) for e in g.elections))
+                for g in resp.groups]
 
     def transaction_summary(self) -> tuple[list[PendingGroup], int]:
         """(PENDING transactions counted by producer group and topic, the DISCARDED count)."""
         resp = self._call("TransactionSummary", pb.TransactionSummaryRequest())
         return ([PendingGroup(p.producer_group, p.topic, p.transactions, p.oldest_age_ms, p.max_check_times)
                  for p in resp.pending], resp.discarded)
+
+    def list_scheduled(self, *, bucket_ms: int = 0, limit: int = 50) -> ScheduledSummary:
+        """The timer messages not yet delivered: how many are due per `bucket_ms` (0: the broker
+        picks), and the `limit` due soonest with their recall handles (admin only when auth is on)."""
+        resp = self._call("ListScheduled", pb.ScheduledRequest(bucket_ms=bucket_ms, limit=limit))
+        return ScheduledSummary(resp.pending, resp.bucket_ms,
+                                list(zip(resp.bucket_starts_ms, resp.bucket_counts)),
+                                [ScheduledMessage(m.deliver_ms, m.topic, m.message_id, m.recall_handle)
+                                 for m in resp.soonest])
+
+    def recall_scheduled(self, topic: str, recall_handle: str) -> str:
+        """Cancel a timer message not yet delivered (its send's recall handle); its message id.
+        MessageNotFound when it was delivered or recalled already."""
+        resp = self._call("RecallScheduled", pb.RecallScheduledRequest(topic=topic, recall_handle=recall_handle))
+        return resp.message_id
 
     def stats(self) -> dict:
         import json

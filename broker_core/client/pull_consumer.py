@@ -22,11 +22,11 @@ import queue
 import threading
 import time
 import uuid
-from typing import Any, Hashable, Iterator, Mapping, Protocol, Sequence, TypeVar
+from typing import Any, Hashable, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 import pyarrow as pa
 
-from txmq.broker import errors
+from txmq.broker import __version__, errors
 from txmq.broker.client._connection import client_for
 from txmq.broker.client.allocation import STRATEGIES, allocate
 from txmq.broker.client.cluster_client import ClusterClient
@@ -54,7 +54,8 @@ class ConsumerClient(Protocol[K]):
     def read_queue(self, topic: str, queue: K, start: int, end: int, **kwargs: Any) -> Iterator: ...
     def committed_offsets(self, consumer_group: str, topics: Sequence[str]) -> dict[str, dict[K, int]]: ...
     def commit_offsets(self, consumer_group: str, offsets: Mapping[str, Mapping[K, int]]) -> None: ...
-    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False) -> list[str]: ...
+    def consumer_heartbeat(self, group: str, member_id: str, ttl_ms: int, *, leave: bool = False,
+                           client: str = "", queues: Iterable[tuple[str, str, int]] = ()) -> list[str]: ...
     def close(self) -> None: ...
 
 
@@ -129,7 +130,7 @@ class PullConsumer:
         if self.allocation is None or time.monotonic() < self._next_heartbeat:
             return
         self._next_heartbeat = time.monotonic() + self.heartbeat_ttl_ms / 3000.0
-        members = self.client.consumer_heartbeat(self.group, self.member_id, self.heartbeat_ttl_ms)
+        members = self._heartbeat()
         if self.member_id not in members:
             members = sorted(set(members) | {self.member_id})
         every = sorted((t, q) for t, queues in cut.items() for q in queues)
@@ -154,6 +155,22 @@ class PullConsumer:
             for key in assigned[topic] - held:
                 self.positions.setdefault(topic, {})[key] = taken.get(topic, {}).get(key, 0)
         self.members, self.assigned = members, assigned
+        self._heartbeat()  # at once, so that the brokers (and the console) know the queues it now holds
+
+    def _heartbeat(self) -> list[str]:
+        return self.client.consumer_heartbeat(self.group, self.member_id, self.heartbeat_ttl_ms,
+                                              client=f"txmq-python {__version__} PullConsumer",
+                                              queues=self._held())
+
+    def _held(self) -> list[tuple[str, str, int]]:
+        """The queues this member holds as (topic, broker group, queue id): a cluster's keys are
+        (group, id), a lone broker's plain ids."""
+        held = []
+        for topic, keys in sorted((self.assigned or {}).items()):
+            for key in sorted(keys, key=str):
+                group, queue_id = key if isinstance(key, tuple) else ("", key)
+                held.append((topic, group, queue_id))
+        return held
 
     def _mine(self, cut: Offsets) -> Offsets:
         if self.assigned is None:

@@ -149,6 +149,9 @@ class TransactionInfo:
     producer_group: str
     senders: tuple[str, ...]
     created_ms: int
+    next_check_ms: int = 0  # when the broker checks it back next (0: none scheduled)
+    coordinator: str = ""  # a cross-group transaction's coordinator group
+    participants: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -273,6 +276,16 @@ class GroupStatus:
     leader: str | None
     epoch: int
     members: tuple[ReplicaStatus, ...]
+    elections: tuple["Election", ...] = ()  # newest first (etcd's record of who won when)
+
+
+@dataclass(frozen=True)
+class Election:
+    """One election of a broker group: the epoch it began, its winner, when (the winner's clock)."""
+
+    epoch: int
+    leader: str
+    at_ms: int
 
 
 @dataclass(frozen=True)
@@ -284,3 +297,35 @@ class PendingGroup:
     transactions: int
     oldest_age_ms: int
     max_check_times: int
+
+
+@dataclass(frozen=True)
+class ScheduledMessage:
+    """A timer message waiting for its delivery time, with the handle that recalls it."""
+
+    deliver_ms: int
+    topic: str
+    message_id: str
+    recall_handle: str
+
+
+@dataclass(frozen=True)
+class ScheduledSummary:
+    """A group's scheduled messages not yet delivered (the native ListScheduled call)."""
+
+    pending: int
+    bucket_ms: int
+    buckets: list[tuple[int, int]]  # (bucket start ms, messages due in it), by time
+    soonest: list[ScheduledMessage]
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """A live member of a consumer group as its last heartbeat told the brokers (ListGroupMembers)."""
+
+    client_id: str
+    address: str               # host:port the heartbeat came from
+    client: str                # kind, language and version, e.g. "txmq-python 0.1.0 PullConsumer"
+    last_heartbeat_ms: int     # wall clock of the broker that took it
+    pop: bool                  # a pop consumer: takes messages from any queue, holds none
+    queues: tuple[tuple[str, str, int], ...]  # (topic, broker group, queue id) it holds

@@ -14,6 +14,9 @@ Keys under /txmq/groups/<group>/:
 - replicas/<endpoint>  the id of the data directory a replica serves from (no lease):
            how many replicas the group has had, its size for the --min-insync default.
 - members/<endpoint>  a replica's status (role, log end, lag), on its own lease.
+- elections/<epoch, 12 digits>  {"endpoint", "epoch", "at_ms"}: who won each election and
+           when (the winner's clock), written by the electing transaction, kept (no lease): the
+           console's elections over time. ELECTIONS_KEPT of them are read back.
 
 Everything goes through etcd's v3 JSON gateway (etcd3gw's HTTP session): compare-and-
 swap transactions carry every decision, so no consensus is made here.
@@ -50,6 +53,9 @@ def _prefix_end(prefix: str) -> str:
 
 class CoordinationUnavailable(Exception):
     """No etcd endpoint answered."""
+
+
+ELECTIONS_KEPT = 50  # the newest elections cluster_status reports per group
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,7 @@ class EtcdGroup:
         self._clients = [etcd3gw.Etcd3Client(host=h, port=p, timeout=timeout_s, api_path="/v3/")
                          for h, p in endpoints]
         self._errors = (etcd3gw.exceptions.ConnectionFailedError, etcd3gw.exceptions.ConnectionTimeoutError)
+        self._answered_error = etcd3gw.exceptions.Etcd3Exception  # etcd answered, with an error
         self.lease_id: int | None = None
         # monotonic time until which the lease is surely alive: it was renewed (or granted) by a
         # request sent at t, so etcd holds it until at least t + ttl
@@ -233,6 +240,9 @@ class EtcdGroup:
              {"key": _b64(self.prefix + "isr"), "result": "EQUAL", "target": "MOD", "mod_revision": isr.revision}],
             [{"request_put": {"key": _b64(self.prefix + "leader"), "value": _b64(record_raw), "lease": self.lease_id}},
              {"request_put": {"key": _b64(self.prefix + "epoch"), "value": _b64(str(epoch + 1))}},
+             {"request_put": {"key": _b64(f"{self.prefix}elections/{epoch + 1:012d}"),
+                              "value": _b64(json.dumps({"endpoint": me, "epoch": epoch + 1,
+                                                        "at_ms": int(time.time() * 1000)}).encode())}},
              {"request_put": {"key": _b64(self.prefix + "isr"),
                               "value": _b64(self._isr_value(epoch + 1, ids, isr.vouched))}}])
         return LeaderRecord(me, epoch + 1, record_raw, self.lease_id or 0) if won else "another replica won"
@@ -305,7 +315,9 @@ class EtcdGroup:
             try:
                 self._post("/kv/lease/revoke", {"ID": self.lease_id})
             except CoordinationUnavailable:
-                pass
+                pass  # etcd unreachable: the lease expires by itself
+            except self._answered_error:
+                pass  # the lease had already expired: nothing left to revoke
             self.lease_id = None
 
 
@@ -352,8 +364,10 @@ def cluster_status(endpoints: list[tuple[str, int]], group: str | None = None) -
                 "store_format": info.get("store_format", 1 if info else None),
                 **({"may_not_lead": info["may_not_lead"]} if info.get("may_not_lead") else {}),
             })
+        elections = [json.loads(value) for _, value, _ in g.range_prefix(g.prefix + "elections/")]
         out["groups"][name] = {"leader": leader.endpoint if leader else None, "epoch": epoch,
-                               "vouched": isr.vouched, "members": rows}
+                               "vouched": isr.vouched, "members": rows,
+                               "elections": elections[-ELECTIONS_KEPT:][::-1]}  # newest first
     out.update(_moves_status(probe))
     return out
 

@@ -7,6 +7,7 @@ in a directory of its own, and is killed with its process group.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import socket
@@ -27,12 +28,23 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+def free_port_range() -> tuple[int, int]:
+    """Where free_port draws from: [low, high). TXMQ_FREE_PORTS="low-high" narrows it, so that
+    processes run side by side (parallel test workers) never draw the same port."""
+    configured = os.environ.get("TXMQ_FREE_PORTS")
+    if configured:
+        low, high = (int(x) for x in configured.split("-"))
+        assert 1024 <= low < high <= 65536, f"TXMQ_FREE_PORTS={configured!r} is not low-high within 1024-65536"
+        return low, high
+    low, _ = _ephemeral_range()
+    return max(1024, low - 12000), low
+
+
 def free_port() -> int:
     """A loopback port free now and below the kernel's ephemeral range, so that no outgoing
     connection or port-0 bind made before the caller binds it can take it; never the same twice
     in one process."""
-    low, _ = _ephemeral_range()
-    floor = max(1024, low - 12000)
+    floor, low = free_port_range()
     for _ in range(200):
         port = random.randrange(floor, low)
         if port in _handed_out:

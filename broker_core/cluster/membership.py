@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import threading
 
-from txmq.broker.server.membership import check_heartbeat
+from txmq.broker.server.membership import MemberInfo, check_heartbeat, heard_now
 
 from .coordination import EtcdKV
 
@@ -20,8 +20,10 @@ class EtcdMembership:
         self._leases: dict[tuple[str, str], int] = {}  # the leases this broker granted, by member
         self._lock = threading.Lock()
 
-    def heartbeat(self, group: str, member: str, ttl_ms: int, *, leave: bool = False) -> list[str]:
+    def heartbeat(self, group: str, member: str, ttl_ms: int, *, leave: bool = False,
+                  info: MemberInfo | None = None) -> list[str]:
         check_heartbeat(group, member, ttl_ms)
+        value = heard_now(info).to_json()
         key = f"{CONSUMERS_ROOT}{group}/{member}"
         with self._lock:
             lease = self._leases.get((group, member))
@@ -32,8 +34,17 @@ class EtcdMembership:
         elif lease is None or not self.etcd.refresh(lease):
             # first heartbeat here (or the lease ran out): a lease of the member's own
             lease = self.etcd.grant(math.ceil(ttl_ms / 1000))
-            self.etcd.put(key, member.encode(), lease)
+            self.etcd.put(key, value, lease)
             with self._lock:
                 self._leases[(group, member)] = lease
+        else:
+            self.etcd.put(key, value, lease)  # its last heartbeat's time and queues, for the console
+        return sorted(m for m, i in self.members(group).items() if not i.pop)
+
+    def members(self, group: str) -> dict[str, MemberInfo]:
         prefix = f"{CONSUMERS_ROOT}{group}/"
-        return sorted(k[len(prefix):] for k, _, _ in self.etcd.range_prefix(prefix))
+        return {k[len(prefix):]: MemberInfo.from_json(v) for k, v, _ in sorted(self.etcd.range_prefix(prefix))}
+
+    def groups(self) -> list[str]:
+        # a member's key lives on its own lease, so every group listed has a live member
+        return sorted({k[len(CONSUMERS_ROOT):].split("/", 1)[0] for k, _, _ in self.etcd.range_prefix(CONSUMERS_ROOT)})

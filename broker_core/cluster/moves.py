@@ -33,7 +33,10 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from txmq.broker.errors import BadRequest, BrokerUnavailable, NotLeader, RequestTimeout, TopicNotFound, TxmqError
+from txmq.broker.errors import (BadRequest, BrokerUnavailable, NotLeader, RequestTimeout, TopicNotFound,
+                                TransactionAlreadyEnded, TransactionConflict, TxmqError, UnknownTransaction)
+from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Message as StoredMessage
+from txmq.broker.store.property_names import user_properties
 
 from .coordination import CoordinationUnavailable
 from .routes import RETIRED_ROOT, TOPICS_ROOT, QueueRef, RouteView, Segment, TopicLayout
@@ -43,6 +46,7 @@ log = logging.getLogger(__name__)
 RESUME_AFTER_S = 10.0  # a queue left sealing this long by a mover that went away is finished by the target
 SEAL_RETRY_S = 30.0  # beyond the halves' wait: how long the source group may take to have a leader again
 DEFAULT_WAIT_S = 30.0
+TIMER_PRODUCER_GROUP = "txmq-timer"  # the producer group of timer deliveries into moved queues
 
 # (group, native method name, request, timeout s) -> response: a call to that group's leader
 CallLeader = Callable[[str, str, Any, float], Any]
@@ -226,6 +230,51 @@ class QueueMover:
                 self.view.create_share(route, topic, layout.share(to), layout.message_type)
             except (TxmqError, CoordinationUnavailable) as exc:
                 log.warning("move: creating %s's new queue of %s: %s (its leader's reconcile will)", to, topic, exc)
+
+    # ---- timer messages due to a queue that moved away --------------------------------
+
+    def deliver_timer(self, copy: StoredMessage, index: int) -> None:
+        """A timer message of this group, due to its physical queue `copy.queue_id` that a move
+        sealed, into the queue's current segment on its group: a transaction there whose id names
+        (this group, topic, timer index), committed. Called again for the same index (a crash
+        before this group wrote its marker), the COMMIT finds it committed and nothing is written
+        twice; a transaction of that id ended otherwise (its halves discarded) moves to the next
+        generation of the id."""
+        from txmq.broker.protocol import native_pb2
+        layout = self.view.topic(copy.topic)
+        here = (self.view.group, copy.queue_id)
+        q = next((q for q in (layout.queues if layout else ()) if here in {(s.group, s.queue_id) for s in q.segments}),
+                 None)
+        if q is None:
+            raise BadRequest(f"{copy.topic} queue {copy.queue_id} of group {self.view.group} is in no layout")
+        target = q.current
+        if q.sealing or (target.group, target.queue_id) == here:
+            raise BrokerUnavailable(f"queue {q.key[0]}:{q.key[1]} of {copy.topic} is being moved")
+        props = dict(copy.properties)
+        spec = native_pb2.MessageSpec(topic=copy.topic, body=copy.body, tag=props.get(PROP_TAGS, ""),
+                                      keys=[k for k in props.get(PROP_KEYS, "").split(" ") if k],
+                                      properties=user_properties(props), message_id=props.get(PROP_UNIQ_KEY, ""),
+                                      queue_id=target.queue_id)
+        commit = native_pb2.EndTransactionRequest(resolution=native_pb2.COMMIT, producer_group=TIMER_PRODUCER_GROUP)
+        for generation in range(16):
+            tx_id = f"timer-{self.view.group}-{copy.topic}-{index}" + (f"#{generation}" if generation else "")
+            commit.transaction_id = tx_id
+            try:
+                self.call_leader(target.group, "EndTransaction", commit, 10.0)
+                return  # committed now or before: delivered
+            except UnknownTransaction:
+                pass
+            except (TransactionConflict, TransactionAlreadyEnded):
+                continue  # rolled back or discarded: that generation delivered nothing
+            prepare = native_pb2.PrepareRequest(transaction_id=tx_id, producer_group=TIMER_PRODUCER_GROUP,
+                                                batch=native_pb2.MessageBatch(messages=[spec]))
+            try:
+                self.call_leader(target.group, "PrepareMessages", prepare, 10.0)
+            except TransactionAlreadyEnded:
+                continue
+            self.call_leader(target.group, "EndTransaction", commit, 10.0)
+            return
+        raise BrokerUnavailable(f"timer message {index}: every generation of its transaction on {target.group} ended")
 
     # ---- plans ------------------------------------------------------------------------
 

@@ -292,12 +292,7 @@ class ReplicaNode:
         silent = lead.silent_in_sync(CUT_OFF_S)
         if not silent or len(lead.in_sync) - len(silent) >= lead.min_insync:
             return False
-        members = self.etcd.members()
-        reporters = sorted(
-            f for f in silent
-            if (info := members.get(f)) is not None and info.get("role") == "follower"
-            and info.get("leader") == self.me and info.get("epoch") == lead.record.epoch
-            and info.get("replica_id") == lead.ids.get(f) and info.get("leader_silent_s", 0) >= REPORT_SILENT_S)
+        reporters = self._silent_reporters(lead, silent)
         if not reporters:
             return False
         reason = (f"cut off from its in-sync followers {reporters} (no fetch for {CUT_OFF_S:g}s) while they "
@@ -310,6 +305,36 @@ class ReplicaNode:
         if not abdicated:
             log.warning("group %s: the leader key changed before %s could abdicate", self.group, self.me)
         return True
+
+    def _silent_reporters(self, lead: ReplicationLeader, silent: set[str]) -> list[str]:
+        """Those of `silent` (in-sync followers this leader has not heard from) that report in etcd,
+        on their own leases, following this leader's epoch on the data directory vouched for and not
+        answered by it for REPORT_SILENT_S: alive, reaching etcd, and cut off from this leader."""
+        members = self.etcd.members()
+        return sorted(
+            f for f in silent
+            if (info := members.get(f)) is not None and info.get("role") == "follower"
+            and info.get("leader") == self.me and info.get("epoch") == lead.record.epoch
+            and info.get("replica_id") == lead.ids.get(f) and info.get("leader_silent_s", 0) >= REPORT_SILENT_S)
+
+    def _drop_unreachable_before_serving(self, lead: ReplicationLeader, end: int) -> None:
+        """A new leader waiting for its in-sync followers to hold its log drops, before
+        --replica-lag-max, the behind ones that both sides say cannot reach it (no fetch for
+        CUT_OFF_S here, and their own report of it silent), when enough stay in sync to acknowledge.
+        Dropping a member loses nothing acknowledged (this leader and the rest hold it all; the
+        dropped one may only no longer lead), the same step the deadline takes, on better evidence."""
+        behind = {f for f in lead.silent_in_sync(CUT_OFF_S) if lead.followers[f].offset < end}
+        if not behind or len(lead.in_sync) - len(behind) < max(lead.min_insync, 1):
+            return  # none to drop, or too few would be left: the deadline decides, as before
+        dropped = set(self._silent_reporters(lead, behind))
+        if not dropped or len(lead.in_sync) - len(dropped) < max(lead.min_insync, 1):
+            return
+        members = {f: i for f, i in lead.ids.items() if f not in dropped}
+        if not self.etcd.set_in_sync(lead.record, {**members, self.me: self.replica_id}, self.vouched):
+            raise RuntimeError("the in-sync set could not be written: another replica leads")
+        log.warning("group %s: in-sync set now %s (dropped %s: alive in etcd, cannot reach the new leader)",
+                    self.group, sorted(set(members) | {self.me}), sorted(dropped))
+        lead.set_in_sync(members)
 
     def _vouch(self, acked: int) -> int:
         """The log end the in-sync set holds, as the next write to etcd records it: the end of the
@@ -474,6 +499,7 @@ class ReplicaNode:
                         raise RuntimeError("the in-sync set could not be written: another replica leads")
                     lead.set_in_sync(members)
                     break
+                self._drop_unreachable_before_serving(lead, end)
                 self._renew_lease_taking_over()
             self._renew_lease_taking_over()
             store.write_lock.replication = lead
@@ -482,6 +508,7 @@ class ReplicaNode:
             core.replication_status = self.status
             core.routes = self.routes
             core.moves = self.moves
+            core.timer.moved = self.moves  # timer messages due to queues moved away go where they live now
             self.routes.refresh()  # queues sealed by moves refuse writes from the first one on
             store.seal_queues(*self.routes.sealed())
             core.membership = self.membership

@@ -116,6 +116,15 @@ class TopicLayout:
                 sealing.add(current.queue_id)
         return frozenset(moved), frozenset(sealing)
 
+    def base(self, group: str, queue_id: int) -> int | None:
+        """The logical offset at which `group`'s physical queue `queue_id` starts (its offset 0);
+        None when this layout has no such physical queue."""
+        for q in self.queues:
+            for s in q.segments:
+                if (s.group, s.queue_id) == (group, queue_id):
+                    return s.base
+        return None
+
     def queue(self, group: str, queue_id: int) -> QueueRef:
         """The logical queue named (group, queue_id)."""
         for q in self.queues:
@@ -269,6 +278,16 @@ class RouteView:
 
     def groups(self) -> dict[str, GroupRoute]:
         return self.snapshot().groups
+
+    def queue_base(self, topic: str, queue_id: int) -> int:
+        """Where this group's physical queue of `topic` starts in its logical queue's offsets (0 for a
+        queue that never moved): a queue moved here since the cached read is looked up afresh."""
+        layout = self.topic(topic)
+        base = None if layout is None else layout.base(self.group, queue_id)
+        if base is None:
+            layout = self.snapshot(fresh=True).topics.get(topic)
+            base = None if layout is None else layout.base(self.group, queue_id)
+        return base or 0
 
     def topics(self) -> dict[str, TopicLayout]:
         return self.snapshot().topics

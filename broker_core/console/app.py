@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
 
@@ -30,7 +31,7 @@ from txmq.broker.console.sessions import COOKIE, Session, Sessions
 log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
-PAGES = (("cluster", "Cluster"), ("transactions", "Transactions"), ("topics", "Topics"),
+PAGES = (("cluster", "Cluster"), ("transactions", "Transactions"), ("topics", "Topics"), ("timers", "Timers"),
          ("groups", "Consumer groups"), ("messages", "Messages"), ("spark", "Spark"))
 
 
@@ -42,13 +43,27 @@ def _ms(ms: float) -> str:
     return f"{s:.1f} s" if s < 120 else (f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h")
 
 
+def _when(value: str) -> int | None:
+    """A form's time: epoch milliseconds, or a datetime-local value in the console host's time zone."""
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        return int(datetime.fromisoformat(value).timestamp() * 1000)
+    except ValueError:
+        raise errors.BadRequest(f"{value!r} is not a time (YYYY-MM-DDTHH:MM[:SS] or epoch milliseconds)") from None
+
+
 def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) -> Starlette:
     sessions = Sessions(brokers, refresh_s=refresh_s, timeout_s=timeout_s)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["group_label"] = views.group_label
     templates.env.globals.update(pages=PAGES, refresh_s=refresh_s, version=__version__, brokers=brokers,
                                  group_label=views.group_label, age=_ms,
-                                 clock=lambda t: time.strftime("%H:%M:%S", time.localtime(t)))
+                                 clock=lambda t: time.strftime("%H:%M:%S", time.localtime(t)),
+                                 stamp=lambda t: time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)))
 
     def session_of(request: Request) -> Session | None:
         session = sessions.get(request.cookies.get(COOKIE))
@@ -77,18 +92,19 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
             session = session_of(request)
             if session is None:
                 return RedirectResponse("/login", status_code=303)
-            started = time.perf_counter()
+            started, read_started = time.perf_counter(), time.time()  # (wall clock: a test waits for a read begun after an event)
             try:
                 if admin and not session.admin:
                     raise errors.Forbidden(f"{session.who} is not an admin account: this page needs one")
                 context = build(request, session)
             except errors.TxmqError as exc:
                 status = 403 if isinstance(exc, (errors.Forbidden, errors.Unauthorized)) else (
-                    404 if isinstance(exc, errors.NotFound) else 503)
+                    404 if isinstance(exc, errors.NotFound) else 400 if isinstance(exc, errors.BadRequest) else 503)
                 response = render(request, session, "error", error=exc, kind=type(exc).__name__)
                 response.status_code = status
                 return response
             context["elapsed_ms"] = (time.perf_counter() - started) * 1000
+            context["read_started"] = read_started
             return render(request, session, name, **context)
         return endpoint
 
@@ -102,9 +118,7 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
 
     # ---- pages -------------------------------------------------------------------------
     def cluster(request: Request, session: Session) -> dict:
-        view = views.cluster_view(session.client)
-        session.history.note_leaders({g.name: (g.leader, g.epoch) for g in view.groups})
-        return {"view": view, "elections": list(session.history.elections)}
+        return {"view": views.cluster_view(session.client)}
 
     def transactions(request: Request, session: Session) -> dict:
         sample(session)
@@ -122,6 +136,10 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
                 "page_count": max(1, -(-len(matching) // TOPICS_PER_PAGE)), "wanted": wanted,
                 "system": q.get("system") == "1"}
 
+    def timers(request: Request, session: Session) -> dict:
+        view = views.timers_view(session.client)
+        return {"view": view, "done": request.query_params.get("done")}
+
     def groups(request: Request, session: Session) -> dict:
         return {"groups": views.consumer_groups_view(session.client)}
 
@@ -133,9 +151,11 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
     def messages(request: Request, session: Session) -> dict:
         q = request.query_params
         found = None
-        if q.get("id") or (q.get("topic") and q.get("key")):
+        begin_ms, end_ms = _when(q.get("from", "")), _when(q.get("to", ""))
+        if q.get("id") or (q.get("topic") and (q.get("key") or begin_ms)):
             found = views.find_messages(session.client, message_id=q.get("id", "").strip(),
-                                        topic=q.get("topic", "").strip(), key=q.get("key", "").strip())
+                                        topic=q.get("topic", "").strip(), key=q.get("key", "").strip(),
+                                        begin_ms=begin_ms or 0, end_ms=end_ms)
         return {"found": found, "q": q, "done": q.get("done")}
 
     def spark(request: Request, session: Session) -> dict:
@@ -165,9 +185,9 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
     def reset(request: Request, session: Session, form: dict) -> str:
         name = request.path_params["name"]
         to = form.get("to", "latest")
-        if to not in ("earliest", "latest"):
-            raise errors.BadRequest(f"reset to earliest or latest, not {to!r}")
-        views.reset_offsets(session.client, name, form["topic"], to)
+        if to not in ("earliest", "latest", "time"):
+            raise errors.BadRequest(f"reset to earliest, latest or a time, not {to!r}")
+        views.reset_offsets(session.client, name, form["topic"], to, _when(str(form.get("at", ""))))
         return f"/groups/{name}?done=reset+{form['topic']}+to+{to}"
 
     def end_tx(request: Request, session: Session, form: dict) -> str:
@@ -180,6 +200,10 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
         else:
             raise errors.BadRequest(f"unknown transaction action {verb!r}")
         return "/transactions"
+
+    def recall(request: Request, session: Session, form: dict) -> str:
+        message_id = views.recall(session.client, form.get("group", ""), form["topic"], form["recall_handle"])
+        return f"/timers?done=recalled+{message_id}"
 
     def resend(request: Request, session: Session, form: dict) -> str:
         new_id = views.resend(session.client, form.get("group", ""), form["message_id"], form["topic"])
@@ -224,6 +248,19 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
             return JSONResponse(session.history.transaction_chart())
         if name == "topics":
             return JSONResponse(session.history.topic_chart())
+        if name == "elections":
+            try:
+                return JSONResponse(views.cluster_view(session.client).epoch_chart())
+            except errors.TxmqError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=403 if isinstance(exc, errors.Forbidden) else 503)
+        if name == "timers":  # a histogram: messages due per bucket, x in seconds as the other charts
+            try:
+                view = views.timers_view(session.client, rows=0)
+            except errors.TxmqError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=403 if isinstance(exc, errors.Forbidden) else 503)
+            return JSONResponse({"x": [start / 1000 for start, _ in view.buckets], "bars": True,
+                                 "unit": "messages due", "bucket_s": view.bucket_ms / 1000,
+                                 "series": [{"label": "messages due", "values": [n for _, n in view.buckets]}]})
         return JSONResponse({"error": f"no chart {name!r}"}, status_code=404)
 
     routes = [
@@ -234,6 +271,8 @@ def create_app(brokers: str, *, refresh_s: float = 2.0, timeout_s: float = 5.0) 
         Route("/transactions", page("transactions", transactions, admin=True)),
         Route("/transactions/{verb}", action(end_tx), methods=["POST"]),
         Route("/topics", page("topics", topics)),
+        Route("/timers", page("timers", timers, admin=True)),
+        Route("/timers/recall", action(recall), methods=["POST"]),
         Route("/groups", page("groups", groups)),
         Route("/groups/{name}", page("group", group)),
         Route("/groups/{name}/reset", action(reset), methods=["POST"]),

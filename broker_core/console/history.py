@@ -56,20 +56,6 @@ class History:
         self.topics = Series()
         self._lock = threading.Lock()
         self._sampled = 0.0
-        self._leaders: dict[str, tuple[str | None, int]] = {}
-        self.elections: deque[tuple[float, str]] = deque(maxlen=50)  # (time, what changed), newest first
-
-    def note_leaders(self, leaders: dict[str, tuple[str | None, int]]) -> None:
-        """Record each group's leader change seen since the last look ({group: (leader, epoch)})."""
-        now = time.time()
-        with self._lock:
-            for group, (leader, epoch) in sorted(leaders.items()):
-                before = self._leaders.get(group)
-                if before is not None and before != (leader, epoch):
-                    name = group or "(single broker)"
-                    self.elections.appendleft(
-                        (now, f"{name}: {leader} leads (epoch {epoch})" if leader else f"{name}: no leader (electing)"))
-                self._leaders[group] = (leader, epoch)
 
     def due(self) -> bool:
         return time.monotonic() - self._sampled >= self.interval_s * 0.9

@@ -14,7 +14,8 @@ from typing import Iterable
 
 from txmq.broker import errors
 from txmq.broker.client.cluster_client import ClusterClient
-from txmq.broker.client.types import GroupStatus, PendingGroup, ReceivedMessage, TransactionInfo
+from txmq.broker.client.types import (Election, GroupMember, GroupStatus, PendingGroup, ReceivedMessage, ScheduledMessage,
+                                     TopicInfo, TransactionInfo)
 
 SINGLE = ""  # the group name of a broker that is not in a cluster
 
@@ -39,6 +40,25 @@ class ClusterView:
     cluster: bool
     groups: list[GroupStatus]
     unreachable: list[str] = field(default_factory=list)  # groups no broker would report on
+
+    @property
+    def elections(self) -> list[tuple[str, Election]]:
+        """Every group's elections etcd recorded, newest first."""
+        return sorted(((g.name, e) for g in self.groups for e in g.elections), key=lambda ge: -ge[1].at_ms)
+
+    def epoch_chart(self) -> dict:
+        """Each group's epoch over time (a step at each election) for the Cluster page's uPlot."""
+        times = sorted({e.at_ms for g in self.groups for e in g.elections})
+        series = []
+        for g in self.groups:
+            by_time = sorted((e.at_ms, e.epoch) for e in g.elections)
+            values, i, epoch = [], 0, None
+            for t in times:
+                while i < len(by_time) and by_time[i][0] <= t:
+                    epoch, i = by_time[i][1], i + 1
+                values.append(epoch)
+            series.append({"label": group_label(g.name), "values": values})
+        return {"x": [t / 1000 for t in times], "series": series, "unit": "epoch", "stepped": True}
 
 
 def cluster_view(cc: ClusterClient) -> ClusterView:
@@ -85,6 +105,37 @@ def transactions_view(cc: ClusterClient, *, rows: int = 50) -> TransactionsView:
     return TransactionsView(pending, oldest[:rows], discarded[:rows], totals)
 
 
+# ---- timers ----------------------------------------------------------------------------
+
+@dataclass
+class TimersView:
+    pending: int
+    bucket_ms: int
+    buckets: list[tuple[int, int]]  # (bucket start ms, messages due in it) over every group, by time
+    soonest: list[tuple[str, ScheduledMessage]]  # the next due, each with its broker group
+
+
+def timers_view(cc: ClusterClient, *, rows: int = 50) -> TimersView:
+    """Scheduled messages by due time over every group: each group is asked with the widest
+    bucket any group picked, so their histograms add up."""
+    names = live_groups(cc)
+    answers = {name: cc.group(name).list_scheduled(limit=rows) for name in names}
+    bucket_ms = max((a.bucket_ms for a in answers.values() if a.pending), default=1000)
+    for name, a in answers.items():
+        if a.pending and a.bucket_ms != bucket_ms:
+            answers[name] = cc.group(name).list_scheduled(bucket_ms=bucket_ms, limit=rows)
+    buckets: dict[int, int] = {}
+    for a in answers.values():
+        for start, count in a.buckets:
+            buckets[start] = buckets.get(start, 0) + count
+    soonest = sorted(((name, m) for name, a in answers.items() for m in a.soonest), key=lambda nm: nm[1].deliver_ms)
+    return TimersView(sum(a.pending for a in answers.values()), bucket_ms, sorted(buckets.items()), soonest[:rows])
+
+
+def recall(cc: ClusterClient, group: str, topic: str, recall_handle: str) -> str:
+    return cc.group(group).recall_scheduled(topic, recall_handle)
+
+
 # ---- topics ----------------------------------------------------------------------------
 
 @dataclass
@@ -97,21 +148,28 @@ class QueueRow:
 
 @dataclass
 class TopicRow:
+    """A topic over every group; its queue rows are built only for the topics a page shows
+    (1,000 topics' 4,000 rows cost more than the ListTopics call itself)."""
+
     name: str
     message_type: str
-    queues: list[QueueRow]
+    parts: list[tuple[str, TopicInfo]]  # (broker group, that group's queues of the topic)
+
+    @property
+    def queues(self) -> list[QueueRow]:
+        return [QueueRow(g, q, r.min_offset, r.max_offset) for g, t in self.parts for q, r in sorted(t.queues.items())]
 
     @property
     def messages(self) -> int:
-        return sum(q.max_offset - q.min_offset for q in self.queues)
+        return sum(r.max_offset - r.min_offset for _, t in self.parts for r in t.queues.values())
 
     @property
     def end(self) -> int:
-        return sum(q.max_offset for q in self.queues)
+        return sum(r.max_offset for _, t in self.parts for r in t.queues.values())
 
     @property
     def groups(self) -> list[str]:
-        return sorted({q.group for q in self.queues})
+        return sorted({g for g, _ in self.parts})
 
 
 def topics_view(cc: ClusterClient, *, include_system: bool = False) -> list[TopicRow]:
@@ -119,8 +177,10 @@ def topics_view(cc: ClusterClient, *, include_system: bool = False) -> list[Topi
     topics: dict[str, TopicRow] = {}
     for name in live_groups(cc):
         for t in cc.group(name).list_topics(include_system=include_system):
-            row = topics.setdefault(t.name, TopicRow(t.name, t.message_type, []))
-            row.queues += [QueueRow(name, q, r.min_offset, r.max_offset) for q, r in sorted(t.queues.items())]
+            row = topics.get(t.name)
+            if row is None:
+                row = topics[t.name] = TopicRow(t.name, t.message_type, [])
+            row.parts.append((name, t))
     return [topics[n] for n in sorted(topics)]
 
 
@@ -137,11 +197,29 @@ class LagRow:
 
 
 @dataclass
+class MemberRow:
+    """A live member as RocketMQ Dashboard's consumer connections show it, with its queues."""
+    client_id: str
+    address: str
+    client: str
+    heartbeat_age_s: float
+    holds: str  # "pop: any queue", or its queues as topic group/queue, ...
+
+    @staticmethod
+    def of(m: GroupMember, now_ms: int) -> "MemberRow":
+        if m.pop:
+            holds = "pop: any queue"
+        else:
+            holds = ", ".join(f"{t} {g + '/' if g else ''}{q}" for t, g, q in m.queues) or "none"
+        return MemberRow(m.client_id, m.address, m.client, max(0.0, (now_ms - m.last_heartbeat_ms) / 1000), holds)
+
+
+@dataclass
 class ConsumerGroupRow:
     name: str
     fifo: bool
     retry_max_times: int
-    members: list[str]
+    members: list[MemberRow]
     lag: list[LagRow]
 
     @property
@@ -159,7 +237,6 @@ def consumer_group_names(cc: ClusterClient) -> list[str]:
 def consumer_group_view(cc: ClusterClient, consumer_group: str) -> ConsumerGroupRow:
     lag: list[LagRow] = []
     settings = None
-    members: set[str] = set()
     for name in live_groups(cc):
         client = cc.group(name)
         try:
@@ -172,19 +249,30 @@ def consumer_group_view(cc: ClusterClient, consumer_group: str) -> ConsumerGroup
             per_topic = {}
         lag += [LagRow(name, t, q, e.committed, e.max_offset, e.lag)
                 for t, qs in sorted(per_topic.items()) for q, e in sorted(qs.items())]
-    if settings is None and not lag:
-        raise errors.ConsumerGroupNotFound(f"consumer group {consumer_group!r} has no settings and no offsets")
+    now_ms = int(time.time() * 1000)
+    try:
+        members = [MemberRow.of(m, now_ms) for m in cc.list_group_members(consumer_group)]
+    except errors.Unsupported:  # a broker of a release before ListGroupMembers (a rolling upgrade)
+        members = []
+    if settings is None and not lag and not members:
+        raise errors.ConsumerGroupNotFound(f"consumer group {consumer_group!r} has no settings, offsets or members")
     return ConsumerGroupRow(consumer_group, settings.fifo if settings else False,
-                            settings.retry_max_times if settings else 16, sorted(members), lag)
+                            settings.retry_max_times if settings else 16, members, lag)
 
 
 def consumer_groups_view(cc: ClusterClient) -> list[ConsumerGroupRow]:
     return [consumer_group_view(cc, n) for n in consumer_group_names(cc)]
 
 
-def reset_offsets(cc: ClusterClient, consumer_group: str, topic: str, to: str) -> None:
-    """Move a consumer group's committed offsets of `topic` to its queues' start or end."""
-    ends = cc.min_offsets([topic]) if to == "earliest" else cc.snapshot_offsets([topic])
+def reset_offsets(cc: ClusterClient, consumer_group: str, topic: str, to: str, at_ms: int | None = None) -> None:
+    """Move a consumer group's committed offsets of `topic` to its queues' start, end, or (to
+    "time") each queue's first message stored at or after `at_ms`, as RocketMQ's reset by time."""
+    if to == "time":
+        if at_ms is None:
+            raise errors.BadRequest("a reset to a time needs the time")
+        ends = cc.offsets_for_timestamp([topic], at_ms)
+    else:
+        ends = cc.min_offsets([topic]) if to == "earliest" else cc.snapshot_offsets([topic])
     cc.commit_offsets(consumer_group, ends)
 
 
@@ -233,8 +321,9 @@ def _paths(found: Iterable[tuple[str, ReceivedMessage]]) -> list[MessagePath]:
 
 
 def find_messages(cc: ClusterClient, *, message_id: str = "", topic: str = "", key: str = "",
-                  limit: int = 32) -> list[MessagePath]:
-    """Messages by id (asked of every group) or by topic and key."""
+                  begin_ms: int = 0, end_ms: int | None = None, limit: int = 32) -> list[MessagePath]:
+    """Messages by id (asked of every group), by topic and key (the store's index, within
+    [begin_ms, end_ms] when given), or by topic and time: those stored from begin_ms on."""
     found: list[tuple[str, ReceivedMessage]] = []
     for name in live_groups(cc):
         client = cc.group(name)
@@ -245,10 +334,43 @@ def find_messages(cc: ClusterClient, *, message_id: str = "", topic: str = "", k
                 continue
         elif topic and key:
             try:
-                found += [(name, m) for m in client.query_messages(topic, key, max_count=limit)]
+                found += [(name, m) for m in client.query_messages(topic, key, begin_ms=begin_ms, end_ms=end_ms,
+                                                                  max_count=limit)]
             except errors.TopicNotFound:
                 continue
+        elif topic and begin_ms:
+            try:
+                found += [(name, m) for m in _stored_from(client, topic, begin_ms, end_ms, limit)]
+            except errors.TopicNotFound:
+                continue
+    if not message_id and not key:
+        found = sorted(found, key=lambda gm: (gm[1].store_timestamp_ms, gm[1].queue_id, gm[1].queue_offset))[:limit]
     return _paths(found)
+
+
+def _stored_from(client, topic: str, begin_ms: int, end_ms: int | None, limit: int) -> list[ReceivedMessage]:
+    """The first `limit` messages of each queue of `topic` stored at or after begin_ms (and at or
+    before end_ms): each queue's offset for that time (OffsetsForTimestamp, RocketMQ's
+    searchOffset by store time), then a read of the queue from there."""
+    starts = client.offsets_for_timestamp([topic], begin_ms).get(topic, {})
+    ends = client.snapshot_offsets([topic]).get(topic, {})
+    out: list[ReceivedMessage] = []
+    for queue_id, start in sorted(starts.items()):
+        stop = min(ends.get(queue_id, start), start + limit)
+        if stop <= start:
+            continue
+        for result in client.read_queue(topic, queue_id, start, stop):
+            for row in result.batch.to_pylist():
+                stored_ms = int(row["storeTimestamp"].timestamp() * 1000)
+                if stored_ms < begin_ms or (end_ms is not None and stored_ms > end_ms):
+                    continue
+                out.append(ReceivedMessage(
+                    topic=row["topic"], queue_id=row["queueId"], queue_offset=row["queueOffset"],
+                    message_id=row["messageId"], offset_msg_id="", tag=row["tag"] or None, keys=tuple(row["keys"] or ()),
+                    body=row["body"], properties=dict(row["properties"] or ()),
+                    born_timestamp_ms=int(row["bornTimestamp"].timestamp() * 1000), store_timestamp_ms=stored_ms,
+                    transaction_id=row["transactionId"] or None))
+    return out
 
 
 def resend(cc: ClusterClient, group: str, message_id: str, topic: str) -> str:

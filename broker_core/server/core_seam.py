@@ -26,6 +26,7 @@ from txmq.broker.transaction.engine import TransactionEngine
 
 if TYPE_CHECKING:  # pop.py takes a ServiceCore itself; routes are the cluster's, which imports the server
     from txmq.broker.cluster.moves import QueueMover
+    from txmq.broker.timer.service import TimerService
     from txmq.broker.cluster.routes import GroupRoute, TopicLayout
     from txmq.broker.server.pop import PopService
 
@@ -46,6 +47,8 @@ class ClusterRoutes(Protocol):
     def refresh(self) -> None: ...
 
     def sealed(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]: ...
+
+    def queue_base(self, topic: str, queue_id: int) -> int: ...
 
 
 class ServiceStore(Protocol):
@@ -122,6 +125,7 @@ class ServiceCore(Protocol):
     routes: ClusterRoutes | None
     moves: "QueueMover | None"  # moves queues between groups (cluster/moves.py); None outside a cluster
     membership: Membership  # consumer groups' live members (in etcd in a cluster)
+    timer: "TimerService"  # scheduled messages: delivery, recall and the console's view
 
     def topic_queue_count(self, topic: str, *, create: bool | None = None) -> int: ...
 

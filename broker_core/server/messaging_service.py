@@ -33,6 +33,7 @@ from txmq.broker.store.message import PROP_TIMER_DELIVER_MS, TIMER_TOPIC
 from txmq.broker.timer.service import recall_handle
 from txmq.broker.server.convert import (check_group, check_topic, delivery_timestamp_ms, message_type_of,
                                         to_store_message, to_wire_message)
+from txmq.broker.server.moved_queues import queue_base, to_physical, to_stored
 from txmq.broker.server.pop import parse_filter
 from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.server.short_calls import run_on
@@ -40,6 +41,12 @@ from txmq.broker.server.telemetry import serve_telemetry
 from txmq.broker.server.topic_types import TopicType, check_accepts
 from txmq.broker.transaction.state import Resolution
 from txmq.broker.server.core_seam import ServiceCore
+from txmq.broker.server.membership import MemberInfo
+from txmq.broker.server.peers import peer_address
+
+# RocketMQ 5 clients heartbeat every 10 s: a member missing three is gone
+POP_MEMBER_TTL_MS = 30_000
+POP_CONSUMERS = frozenset((pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER))
 
 log = logging.getLogger("txmq.broker.rocketmq")
 
@@ -104,9 +111,14 @@ class Call:
     @property
     def peer_host(self) -> str:
         """The caller's address as host:port (gRPC's peer is 'ipv4:h:p', 'ipv6:[h]:p' or 'unix:...')."""
-        peer = self.context.peer() or ""
-        kind, _, address = peer.partition(":")
-        return address if kind in ("ipv4", "ipv6") else ""
+        return peer_address(self.context.peer())
+
+    def header(self, name: str) -> str:
+        """The first value of metadata key `name` as text ("" when absent)."""
+        for key, value in self.metadata:
+            if key == name:
+                return value if isinstance(value, str) else value.decode(errors="replace")
+        return ""
 
     @property
     def client_id(self) -> str:
@@ -255,12 +267,20 @@ class MessagingService:
     def Heartbeat(self, req: pb.HeartbeatRequest, call: Call) -> pb.HeartbeatResponse:
         if req.HasField("group") and req.group.name:
             check_group(req.group.name)
+            if req.client_type in POP_CONSUMERS and call.client_id:
+                # a pop consumer is a member for the console; it pops any queue, so holds none
+                client = " ".join(filter(None, (call.header("x-mq-language"), call.header("x-mq-client-version"),
+                                                pb.ClientType.Name(req.client_type))))
+                self.core.membership.heartbeat(req.group.name, call.client_id, POP_MEMBER_TTL_MS, info=MemberInfo(
+                    address=call.peer_host, client=client, last_heartbeat_ms=int(time.time() * 1000), pop=True))
         return pb.HeartbeatResponse(status=st.ok())
 
     def NotifyClientTermination(self, req: pb.NotifyClientTerminationRequest,
                                 call: Call) -> pb.NotifyClientTerminationResponse:
         if req.HasField("group") and req.group.name:
             check_group(req.group.name)
+            if call.client_id:
+                self.core.membership.heartbeat(req.group.name, call.client_id, POP_MEMBER_TTL_MS, leave=True)
         return pb.NotifyClientTerminationResponse(status=st.ok())
 
     # --- publishing ------------------------------------------------------------------
@@ -567,13 +587,14 @@ class MessagingService:
         max_offset = self.store.max_offset(topic, qid)
         if not 0 <= req.offset <= max_offset:
             raise IllegalOffset(f"offset {req.offset} is outside 0..{max_offset} of {topic}:{qid}")
-        self.store.offsets.commit(group, topic, qid, req.offset)
+        self.store.offsets.commit(group, topic, qid, to_stored(queue_base(self.core, topic, qid), req.offset))
         return pb.UpdateOffsetResponse(status=st.ok())
 
     def GetOffset(self, req: pb.GetOffsetRequest, call: Call) -> pb.GetOffsetResponse:
         group = check_group(req.group.name)
         topic, qid = self._queue_of(req.message_queue, call)
-        return pb.GetOffsetResponse(status=st.ok(), offset=self.store.offsets.get(group, topic, qid))
+        stored = self.store.offsets.get(group, topic, qid)
+        return pb.GetOffsetResponse(status=st.ok(), offset=to_physical(queue_base(self.core, topic, qid), stored))
 
     def QueryOffset(self, req: pb.QueryOffsetRequest, call: Call) -> pb.QueryOffsetResponse:
         topic, qid = self._queue_of(req.message_queue, call)

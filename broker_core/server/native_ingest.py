@@ -77,6 +77,14 @@ class QueueSelector:
             k = next(self._counter(topic)) % n
         return k if ids is None else ids[k]
 
+    def check(self, topic: str, queue_count: int, queue_id: int) -> int:
+        """A queue the sender named: it must exist and take writes."""
+        if not 0 <= queue_id < queue_count:
+            raise BadRequest(f"topic {topic!r} has no queue {queue_id} on this group (0..{queue_count - 1})")
+        if queue_id in self._sealed(topic):
+            raise QueueSealed(f"queue {queue_id} of topic {topic!r} moved to another group: refresh the routes")
+        return queue_id
+
     def select_round_robin(self, topic: str, queue_count: int, n: int) -> list[int]:
         """Queues for `n` messages without sharding keys: what `n` calls of `select` would give."""
         if queue_count <= 0:
@@ -235,15 +243,20 @@ def _decode(default_topic: str | None, table: pa.Table | None, specs: Sequence[n
         for row, (topic, body, tag, keys, props, skey, mid) in enumerate(columns):
             staged.append(_build_message(topic or default_topic, body, tag, keys, props, skey, mid, born_ms, row))
     offset = len(staged)
+    fixed: dict[int, int] = {}  # staged index -> the queue its spec names
     for i, spec in enumerate(specs):
         staged.append(_build_message(spec.topic or default_topic, spec.body, spec.tag, spec.keys,
                                      spec.properties, spec.sharding_key, spec.message_id, born_ms, offset + i))
+        if spec.HasField("queue_id"):
+            fixed[offset + i] = spec.queue_id
     if not staged:
         raise BadRequest("the batch holds no messages")
     counts: dict[str, int] = {}
-    for message, sharding_key in staged:
+    for i, (message, sharding_key) in enumerate(staged):
         n = counts.get(message.topic)
         if n is None:
             n = counts[message.topic] = queue_count(message.topic)
-        message.queue_id = selector.select(message.topic, n, sharding_key)
+        queue_id = fixed.get(i)
+        message.queue_id = (selector.select(message.topic, n, sharding_key) if queue_id is None
+                            else selector.check(message.topic, n, queue_id))
     return [m for m, _ in staged]

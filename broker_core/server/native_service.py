@@ -31,6 +31,8 @@ from txmq.broker.protocol.native_methods import NATIVE_METHODS, SERVICE_NAME, UN
 from txmq.broker.server.auth import ANONYMOUS
 from txmq.broker.server.consumer_groups import GroupSettings
 from txmq.broker.server.core_seam import ServiceCore
+from txmq.broker.server.membership import MemberInfo
+from txmq.broker.server.peers import peer_address
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
 from txmq.broker.store.pull_decode import empty_pull_batch
 from txmq.broker.server.native_pull import PullBatch, plan_message, pull_batch, read_plan
@@ -112,6 +114,7 @@ def transaction_view(info: TransactionInfo) -> pb.TransactionView:
         transaction_id=info.transaction_id, state=info.state.name, topics=list(info.topics),
         half_count=info.half_count, age_ms=int(info.age_s * 1000), check_times=info.checks,
         producer_group=info.producer_group, senders=list(info.senders), created_ms=info.created_ms,
+        next_check_ms=info.next_check_ms, coordinator=info.coordinator, participants=list(info.participants),
     )
 
 
@@ -631,9 +634,22 @@ class NativeService:
 
     def ConsumerHeartbeat(self, request, context) -> pb.ConsumerHeartbeatResponse:
         self._identity(context)  # signed like every call when auth is on
+        info = MemberInfo(address=peer_address(context.peer()), client=request.client,
+                          last_heartbeat_ms=int(time.time() * 1000),
+                          queues=tuple((q.topic, q.group, q.queue_id) for q in request.queues))
         members = self.core.membership.heartbeat(request.group, request.member_id, request.ttl_ms,
-                                                 leave=request.leave)
+                                                 leave=request.leave, info=info)
         return pb.ConsumerHeartbeatResponse(status=ok_status(), members=members)
+
+    def ListGroupMembers(self, request, context) -> pb.ListGroupMembersResponse:
+        self._identity(context)
+        if not request.group:
+            raise errors.BadRequest("ListGroupMembers names no consumer group")
+        members = self.core.membership.members(request.group)
+        return pb.ListGroupMembersResponse(status=ok_status(), members=[
+            pb.GroupMember(client_id=m, address=i.address, client=i.client, last_heartbeat_ms=i.last_heartbeat_ms,
+                           pop=i.pop, queues=[pb.HeldQueue(topic=t, group=g, queue_id=q) for t, g, q in i.queues])
+            for m, i in members.items()])
 
     def Routes(self, request, context) -> pb.RoutesResponse:
         identity = self._identity(context)
@@ -689,6 +705,7 @@ class NativeService:
         self.engine.settle_queue(request.topic, request.queue_id, wait_s)
         end = self.store.sealed_end(request.topic, request.queue_id, wait_s)
         key = (request.topic, request.queue_id)
+        self.core.pop.flush_offsets()  # the pop consumers' acks so far travel with the queue too
         offsets = {g: held[key] for g in self.store.offsets.groups() if key in (held := self.store.offsets.group(g))}
         return pb.SealQueueResponse(status=ok_status(), end_offset=end, consumer_offsets=offsets)
 
@@ -737,8 +754,11 @@ class NativeService:
 
     def ListConsumerGroups(self, request, context) -> pb.ListConsumerGroupsResponse:
         self._identity(context)
+        # as Kafka's ListGroups: a group is known by its settings, its committed offsets or its live members
+        groups = self.core.consumer_groups
+        names = {g.name for g in groups.list()} | set(self.store.offsets.groups()) | set(self.core.membership.groups())
         return pb.ListConsumerGroupsResponse(status=ok_status(),
-                                             groups=[_group_view(g) for g in self.core.consumer_groups.list()])
+                                             groups=[_group_view(groups.get(n)) for n in sorted(names)])
 
     def DeleteConsumerGroup(self, request, context) -> pb.DeleteConsumerGroupResponse:
         self._require_admin(context)
@@ -802,7 +822,9 @@ class NativeService:
         except CoordinationUnavailable as exc:
             raise errors.BrokerUnavailable(f"etcd: {exc}") from None
         groups = [pb.GroupStatus(name=name, leader=g["leader"] or "", epoch=g["epoch"] or 0,
-                                 members=[_replica_status(m) for m in g["members"]])
+                                 members=[_replica_status(m) for m in g["members"]],
+                                 elections=[pb.Election(epoch=e["epoch"], leader=e["endpoint"], at_ms=e["at_ms"])
+                                            for e in g.get("elections", ())])
                   for name, g in sorted(data["groups"].items())]
         return pb.ClusterStatusResponse(status=ok_status(), cluster=True, groups=groups)
 
@@ -813,6 +835,21 @@ class NativeService:
                                    oldest_age_ms=c.oldest_age_ms, max_check_times=c.max_check_times)
                    for (group, topic), c in sorted(counts.items())]
         return pb.TransactionSummaryResponse(status=ok_status(), pending=pending, discarded=discarded)
+
+    def ListScheduled(self, request, context) -> pb.ScheduledResponse:
+        self._require_admin(context)
+        view = self.core.timer.scheduled(bucket_ms=max(0, request.bucket_ms), limit=max(0, request.limit))
+        return pb.ScheduledResponse(
+            status=ok_status(), pending=view.pending, bucket_ms=view.bucket_ms,
+            bucket_starts_ms=[b for b, _ in view.buckets], bucket_counts=[c for _, c in view.buckets],
+            soonest=[pb.ScheduledMessageView(deliver_ms=m.deliver_ms, topic=m.topic, message_id=m.message_id,
+                                             recall_handle=m.recall_handle) for m in view.soonest])
+
+    def RecallScheduled(self, request, context) -> pb.RecallScheduledResponse:
+        """Cancel a scheduled message (RocketMQ 5's RecallMessage, natively): a producer of its topic may."""
+        self._identity(context).require_publish(request.topic)
+        message_id = self.core.timer.recall(request.recall_handle, request.topic)
+        return pb.RecallScheduledResponse(status=ok_status(), message_id=message_id)
 
 
 def _replica_status(m: dict) -> pb.ReplicaStatus:

@@ -44,6 +44,7 @@ from txmq.broker.errors import DataDeleted, IllegalOffset, InvalidReceiptHandle
 from txmq.broker.store.message import Message, StoredMessage
 from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.server.core_seam import ServiceCore
+from txmq.broker.server.moved_queues import queue_base, to_physical, to_stored
 
 DLQ_PREFIX = "%DLQ%"
 
@@ -67,6 +68,7 @@ class QueueState:
     # FIFO groups: the attempt id of the receive that handed out the in-flight range (a client
     # retrying that receive, its answer lost, gets the range again: Apache's needBlock(attemptId))
     attempt_id: str | None = None
+    base: int = 0  # where the physical queue starts in its logical queue (moved_queues.py)
 
 
 @dataclass(slots=True)
@@ -193,10 +195,10 @@ class PopService:
     def _queue(self, st: _GroupTopic, queue_id: int) -> QueueState:
         q = st.queues.get(queue_id)
         if q is None:
-            committed = self._load_committed(st.group, st.topic, queue_id)
-            if committed is None:
-                committed = self.store.min_offset(st.topic, queue_id)
-            q = st.queues[queue_id] = QueueState(next_offset=committed, committed=committed)
+            base = queue_base(self.core, st.topic, queue_id)
+            stored = self._load_committed(st.group, st.topic, queue_id)
+            committed = self.store.min_offset(st.topic, queue_id) if stored is None else to_physical(base, stored)
+            q = st.queues[queue_id] = QueueState(next_offset=committed, committed=committed, base=base)
         return q
 
     def _load_committed(self, group: str, topic: str, queue_id: int) -> int | None:
@@ -444,7 +446,7 @@ class PopService:
     def _advance_committed_to(self, st: _GroupTopic, qid: int, q: QueueState, offset: int) -> None:
         q.committed = offset
         q.acked_above = {o for o in q.acked_above if o >= offset}
-        self._persist_committed(st.group, st.topic, qid, offset)
+        self._persist_committed(st.group, st.topic, qid, to_stored(q.base, offset))
 
     def _to_dead_letter(self, st: _GroupTopic, msg: StoredMessage, attempts: int) -> None:
         dlq = DLQ_PREFIX + st.group

@@ -25,8 +25,9 @@ import queue
 import struct
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -39,7 +40,6 @@ from txmq.broker.store.message import (
     Message,
     StoredMessage,
 )
-from txmq.broker.errors import TopicNotFound
 from txmq.broker.store.metadata import read_json, write_json_atomically
 from txmq.broker.timer.files import NONE, TimerLog, TimerWheel
 
@@ -58,6 +58,36 @@ MARKER = struct.Struct(">q")
 READ_SPAN_MAX = 16 << 20  # one read covers a batch of scheduled records up to this span
 DELIVER_KEY = b"\x02TIMER_DELIVER_MS\x01"
 TIMER_DIR = "timer"  # the service's files, in the store's data directory
+# Histogram bucket sizes the console's view picks from: 1 s up to 1 day.
+BUCKETS_MS = (1000, 10_000, 60_000, 600_000, 3_600_000, 21_600_000, 86_400_000)
+
+
+@dataclass(frozen=True)
+class ScheduledMessage:
+    deliver_ms: int
+    topic: str
+    message_id: str
+    recall_handle: str
+
+
+@dataclass(frozen=True)
+class ScheduledView:
+    pending: int  # scheduled messages not delivered or recalled yet
+    bucket_ms: int
+    buckets: list[tuple[int, int]]  # (bucket start ms, messages due in it), by time
+    soonest: list[ScheduledMessage]
+
+
+MOVED_RETRY_MS = 1000  # a message due to a queue being moved, or whose new group is down, is tried again this late
+
+
+class MovedQueues(Protocol):
+    """Delivery into a queue that moved to another group (cluster/moves.py `QueueMover`)."""
+
+    def deliver_timer(self, copy: Message, index: int) -> None:
+        """Put `copy` (due to this group's sealed physical queue `copy.queue_id`) into the queue
+        where the queue lives now, exactly once per `index` however often it is called; raises
+        (retriable) while the queue is being moved or its group cannot take it."""
 
 
 class TimerService:
@@ -81,6 +111,8 @@ class TimerService:
         self._generation = int(time.time() * 1000)  # names of flag snapshots: increasing across restarts
         self._checkpointed: tuple[int, int, int] | None = None
         self.delivered = 0  # copies put by this process (for metrics and tests)
+        self.forwarded = 0  # of them, copies put into a queue that moved to another group
+        self.moved: MovedQueues | None = None  # set on a cluster group's leader
         self.lateness_ms_max = 0
 
     # --- lifecycle -----------------------------------------------------------------
@@ -324,45 +356,31 @@ class TimerService:
         topic = props.pop(PROP_REAL_TOPIC)
         queue_id = int(props.pop(PROP_REAL_QUEUE_ID))
         props[PROP_TIMER_OF] = str(index)
-        if self.store.queue_sealed(topic, queue_id):
-            queue_id = self._writable_queue(topic, queue_id)
         copy = Message(topic=topic, body=original.body, queue_id=queue_id, properties=props, flag=original.flag,
                        sys_flag=original.sys_flag, born_timestamp=original.born_timestamp,
                        born_host=original.born_host)
         return copy, Message(topic=TIMER_DELIVERED_TOPIC, body=MARKER.pack(index))
-
-    def _writable_queue(self, topic: str, queue_id: int) -> int:
-        """Another queue of `topic` on this group for a message due to a queue a move sealed (a timer
-        message keeps its topic, not its queue); with none left, the sealed one: the write lock lets
-        a timer delivery in, past the end the move fixed, where readers of the moved queue do not
-        look (docs/cluster.md, "Not yet")."""
-        try:
-            count = self.store.topics.get(topic).queue_count
-        except TopicNotFound:  # deleted since it was scheduled: the store refuses the delivery, typed
-            return queue_id
-        sealed = self.store.sealed_queue_ids(topic)
-        writable = [q for q in range(count) if q not in sealed]
-        if not writable:
-            log.error("timer message for %s:%d: every queue of the topic on this group moved away; delivered "
-                      "past the moved queue's end", topic, queue_id)
-            return queue_id
-        return writable[queue_id % len(writable)]
 
     def _put(self, batch: list[tuple[int, int]]) -> None:
         """Deliver `batch`: the copies and their markers as one group, marked delivered as soon as
         the group is in the log, then acknowledged. A failed acknowledgement (a replicated group's
         ReplicationTimeout) raises with them marked: delivered again they would be twice in the log."""
         pairs = [self._copy(i) for _, i in batch]
+        if any(self.store.queue_sealed(c.topic, c.queue_id) for c, _ in pairs):
+            batch, pairs = self._forward_moved(batch, pairs)
+            if not batch:
+                return
         try:
-            results = self.store.append_group([c for c, _ in pairs] + [m for _, m in pairs], allow_system=True,
-                                              durable=False)
-            marker_results = results[len(pairs):]
+            copies = [c for c, _ in pairs if c is not None]
+            results = self.store.append_group(copies + [m for _, m in pairs], allow_system=True, durable=False)
+            marker_results = results[len(copies):]
         except Exception as exc:  # refused, nothing written
             if len(batch) == 1:
                 return self._drop(batch[0], pairs[0][1], exc)
             for one in batch:  # find the one the store refuses (its topic deleted, say)
                 self._put([one])
             return
+        pairs = [p for p in pairs if p[0] is not None]
         flags = self.log.array["delivered"]
         for (deliver_ms, i), r in zip(batch, marker_results):
             flags[i] = 1
@@ -370,6 +388,31 @@ class TimerService:
         self.applied = max(self.applied, marker_results[-1].queue_offset + 1)
         self.delivered += len(batch)
         self.store.acknowledge(results.end)
+
+    def _forward_moved(self, batch: list[tuple[int, int]], pairs: list[tuple[Message, Message]]):
+        """Messages due to queues a move sealed here go where their queue lives now (exactly once:
+        `deliver_timer` is idempotent per index, and the marker written after it ends the retries);
+        those that cannot go yet are due again a little later. The batch left: only markers for them."""
+        kept_batch, kept_pairs = [], []
+        now_ms = int(self.clock() * 1000)
+        for item, (copy, marker) in zip(batch, pairs):
+            if not self.store.queue_sealed(copy.topic, copy.queue_id):
+                kept_batch.append(item)
+                kept_pairs.append((copy, marker))
+                continue
+            try:
+                if self.moved is None:
+                    raise RuntimeError("this broker is not a cluster group's leader")
+                self.moved.deliver_timer(copy, item[1])
+            except Exception as exc:  # not delivered (or not known to be): the same index is tried again
+                log.warning("timer message %d for moved queue %s:%d not delivered yet: %s", item[1], copy.topic,
+                            copy.queue_id, exc)
+                heapq.heappush(self._due, (now_ms + MOVED_RETRY_MS, item[1]))
+                continue
+            self.forwarded += 1
+            kept_batch.append(item)
+            kept_pairs.append((None, marker))
+        return kept_batch, kept_pairs
 
     def _drop(self, item: tuple[int, int], marker: Message, exc: Exception) -> None:
         """A message the store will never take (its topic gone): marked delivered, so it is not tried forever."""
@@ -422,7 +465,9 @@ class TimerService:
             raise InvalidRecallHandle("the recall handle names no scheduled message")
         entry = self.log.array[index]
         original = self.store.read_at(int(entry["phys"]), int(entry["size"]))
-        if original.properties.get(PROP_REAL_TOPIC) != topic or original.unique_key != message_id:
+        # a RocketMQ client's id is its UNIQ_KEY; a native send without one was told the record's offset id
+        if original.properties.get(PROP_REAL_TOPIC) != topic or message_id not in (original.unique_key,
+                                                                                   original.msg_id):
             raise InvalidRecallHandle(f"the recall handle names no scheduled message of topic {topic!r}")
         if entry["delivered"]:
             raise MessageNotFound(f"message {message_id} was already delivered or recalled")
@@ -430,6 +475,33 @@ class TimerService:
         self.log.array["delivered"][index] = 1
         self.applied = max(self.applied, r.queue_offset + 1)
         return message_id
+
+    # --- the console's view ------------------------------------------------------------------
+
+    def scheduled(self, *, bucket_ms: int = 0, limit: int = 50) -> "ScheduledView":
+        """The scheduled messages not yet delivered: how many are due in each `bucket_ms` (0: a
+        round size giving at most 60 buckets), and the `limit` due soonest with recall handles.
+        Read from the timer's arrays without its thread, as lowest_needed_offset does: a message
+        sent since the last indexing (INDEX_EVERY_S) is not counted yet."""
+        low, indexed = min(self.low, self.indexed), self.indexed
+        a = self.log.array
+        waiting = low + np.flatnonzero(a["delivered"][low:indexed] == 0)
+        due = a["deliver_ms"][waiting]
+        if not len(due):
+            return ScheduledView(0, max(bucket_ms, 1000), [], [])
+        first, last = int(due.min()), int(due.max())
+        if bucket_ms <= 0:
+            bucket_ms = next((b for b in BUCKETS_MS if (last - first) // b < 60), BUCKETS_MS[-1])
+        starts, counts = np.unique(due // bucket_ms * bucket_ms, return_counts=True)
+        soonest = waiting[np.argsort(due, kind="stable")[:limit]] if limit > 0 else waiting[:0]
+        rows = []
+        for index in soonest.tolist():
+            entry = a[index]
+            record = self.store.read_at(int(entry["phys"]), int(entry["size"]))
+            message_id = record.unique_key or record.msg_id  # the id its send answered (see _recall)
+            rows.append(ScheduledMessage(int(entry["deliver_ms"]), record.properties.get(PROP_REAL_TOPIC, ""),
+                                         message_id, recall_handle(index, message_id)))
+        return ScheduledView(len(due), bucket_ms, list(zip(starts.tolist(), counts.tolist())), rows)
 
     # --- retention ----------------------------------------------------------------------------
 

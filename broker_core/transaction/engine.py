@@ -78,6 +78,7 @@ from .half import (
 )
 from .metrics import TransactionMetrics
 from .op import OpKind, OpRecord, build_op
+from .pending_index import PendingIndex, walk
 from .recovery import recover_table
 from .snapshot import TableSnapshot, encode_tx, load_snapshots, write_snapshot
 from .state import (
@@ -128,6 +129,7 @@ class TransactionEngine:
         self.authority: DecisionAuthority | None = None
         self.state_dir = Path(self.config.state_dir or Path(store.config.data_dir) / "transaction")
         self.recovery_stats: dict = {}
+        self._pending = PendingIndex()  # the console's counts, kept as transactions change (pending_index.py)
         self._recover()
         self.cross_commits = CrossCommitWatch(store.written_offsets())
         if store.page_cache is not None:
@@ -363,35 +365,29 @@ class TransactionEngine:
         """PENDING or DISCARDED transactions, oldest first (resolved ones are not listed)."""
         with self._table_lock:
             candidates = [tx for tx in self._table.values() if tx.state is state]
+        if topic is not None:
+            candidates = [tx for tx in candidates if topic in tx.topics()]
         now = self._now_ms()
         infos = []
-        for tx in sorted(candidates, key=lambda t: t.created_ms):
+        # the `limit` oldest without sorting them all: the console asks every refresh
+        for tx in heapq.nsmallest(limit, candidates, key=lambda t: t.created_ms):
             with tx.cond:
-                if tx.state is state and (topic is None or topic in tx.topics()):
+                if tx.state is state:
                     infos.append(self._info(tx, now))
-            if len(infos) >= limit:
-                break
         return infos
 
     def pending_summary(self) -> tuple[dict[tuple[str, str], PendingCount], int]:
         """({(producer group, topic): PendingCount} of PENDING transactions, how many are DISCARDED):
-        the console's view, counted without a TransactionInfo per transaction."""
-        with self._table_lock:
-            candidates = [tx for tx in self._table.values() if tx.state in (TxState.PENDING, TxState.DISCARDED)]
+        the console's view, read from the counts kept as transactions change, not per transaction."""
+        return self._pending.summary(self._now_ms())
+
+    def check_pending_index(self) -> None:
+        """Assert the kept counts equal a walk over the table (tests call it; it visits every transaction)."""
         now = self._now_ms()
-        counts: dict[tuple[str, str], PendingCount] = {}
-        discarded = 0
-        for tx in candidates:
-            with tx.cond:  # cond guards every field, halves included
-                if tx.state is TxState.DISCARDED:
-                    discarded += 1
-                    continue
-                if tx.state is not TxState.PENDING:
-                    continue
-                topics, age, checks = tx.topics(), max(0, now - tx.created_ms), tx.checks
-            for topic in topics:
-                counts.setdefault((tx.producer_group, topic), PendingCount()).add(age, checks)
-        return counts, discarded
+        with self._table_lock:
+            table = dict(self._table)
+        kept, walked = self._pending.summary(now), walk(table, now)
+        assert kept == walked, f"pending index {kept} differs from the table's {walked}"
 
     def resume(self, transaction_id: str) -> None:
         """DISCARDED → PENDING again (an admin's decision), with its checks reset."""
@@ -411,6 +407,7 @@ class TransactionEngine:
                 end = self.store.append([op], allow_system=True, durable=False).end
                 with tx.cond:
                     tx.state, tx.checks, tx.last_check_ms, tx.resumed_ms = TxState.PENDING, 0, 0, now
+                    self._pending.update(tx.transaction_id, checks=0, state=TxState.PENDING)
             self.metrics.halves_back_to_pending(_count_topics(tx.halves.real_topics()))
             self.metrics.count("resumes")
             self._schedule(tx, now + tx.immunity_ms)
@@ -440,6 +437,7 @@ class TransactionEngine:
                 end = self.store.append_group_copies(copies, [op], durable=False).end
                 with tx.cond:
                     tx.state = TxState.DISCARDED
+                    self._pending.update(tx.transaction_id, state=TxState.DISCARDED)
             self.metrics.halves_left_pending(_count_topics(tx.halves.real_topics()))
             self.metrics.resolved("DISCARD", (now - tx.created_ms) / 1000)
             log.info("transaction %s discarded (%s) after %d checks", transaction_id, reason, tx.checks)
@@ -593,6 +591,8 @@ class TransactionEngine:
                 tx.checks += 1
                 tx.last_check_ms = now_ms
             pending = tx.state is TxState.PENDING
+            if delivered and pending:
+                self._pending.update(tx.transaction_id, checks=tx.checks)
         self.metrics.count("checks_sent" if delivered else "checks_undelivered")
         if pending:
             self._schedule(tx, now_ms + int(self.config.check_interval_s * 1000))
@@ -685,13 +685,18 @@ class TransactionEngine:
         n = len(topics)
         # one result per half (the physical offsets may end with the batch's end): a short column would misfile halves
         assert len(queue_offsets) == len(sizes) == n <= len(phys) and len(queue_ids) == n, (n, len(sizes))
+        added = _count_topics(topics)
         with tx.cond:
             first = not tx.halves
             tx.halves.add(phys[:n], sizes, queue_offsets, topics, queue_ids, sender)
             if first:
                 tx.created_ms = now
+            if first and n:  # (an empty prepare adds no halves: the transaction may still be forgotten)
+                self._pending.put(tx.transaction_id, tx.producer_group, added, now, tx.checks, tx.state)
+            elif n:
+                self._pending.update(tx.transaction_id, topics=added)
             tx.immunity_ms = max(tx.immunity_ms, immunity)
-        self.metrics.halves_added(_count_topics(topics))
+        self.metrics.halves_added(added)
         if first:
             self._schedule(tx, now + tx.immunity_ms)
 
@@ -754,6 +759,7 @@ class TransactionEngine:
         counted them already."""
         with tx.cond:
             tx.state = state
+            self._pending.remove(tx.transaction_id)
         with self._table_lock:
             self._unacked[tx.transaction_id] = max(end, self._unacked.get(tx.transaction_id, 0))
             self._table.pop(tx.transaction_id, None)
@@ -770,7 +776,10 @@ class TransactionEngine:
         return TransactionInfo(
             transaction_id=tx.transaction_id, state=tx.state, producer_group=tx.producer_group,
             topics=tx.topics(), half_count=len(tx.halves), senders=tx.senders(), created_ms=tx.created_ms,
-            age_s=max(0, now - tx.created_ms) / 1000, checks=tx.checks, last_check_ms=tx.last_check_ms)
+            age_s=max(0, now - tx.created_ms) / 1000, checks=tx.checks, last_check_ms=tx.last_check_ms,
+            next_check_ms=max(0, tx.next_check_ms) if tx.state is TxState.PENDING else 0,
+            coordinator=tx.cross.coordinator if tx.cross is not None else "",
+            participants=tx.cross.participants if tx.cross is not None else ())
 
     def _prune_finals(self, snap: TableSnapshot) -> None:
         with self._table_lock:  # writes acknowledged since by a later write's acknowledgement
@@ -800,6 +809,7 @@ class TransactionEngine:
                                 default_immunity_s=self.config.transaction_timeout_s,
                                 max_immunity_s=self.config.max_immunity_s)
         self._table, self._finals, self._decisions = rebuilt.table, rebuilt.finals, rebuilt.decisions
+        self._pending.rebuild(self._table)
         interval_ms = int(self.config.check_interval_s * 1000)
         pending: dict[str, int] = {}
         for tx in self._table.values():

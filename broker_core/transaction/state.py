@@ -311,6 +311,9 @@ class TransactionInfo:
     age_s: float = 0.0
     checks: int = 0
     last_check_ms: int = 0
+    next_check_ms: int = 0  # 0: none scheduled (ended, discarded, or a round holds it now)
+    coordinator: str = ""  # a cross-group transaction's coordinator group
+    participants: tuple[str, ...] = ()
 
 
 @dataclass

@@ -81,6 +81,25 @@ def test_members_of_a_group_divide_the_queues_and_read_each_message_once(client,
     b.close()
 
 
+def test_list_group_members_names_each_member_its_address_client_and_held_queues(client, topic, unique):
+    import time
+
+    group = f"members_{unique}"
+    a = PullConsumer(client, [topic], group=group, allocation="average", member_id="a", heartbeat_ttl_ms=3000)
+    b = PullConsumer(client, [topic], group=group, allocation="average", member_id="b", heartbeat_ttl_ms=3000)
+    _join(a, b)
+    members = {m.client_id: m for m in client.list_group_members(group)}
+    assert sorted(members) == ["a", "b"]
+    assert members["a"].queues == ((topic, "", 0), (topic, "", 1))
+    assert members["b"].queues == ((topic, "", 2), (topic, "", 3))
+    for m in members.values():
+        assert m.address.startswith("127.0.0.1:") and "PullConsumer" in m.client and not m.pop
+        assert 0 <= time.time() * 1000 - m.last_heartbeat_ms < 10_000
+    a.close()  # leaves at once
+    assert [m.client_id for m in client.list_group_members(group)] == ["b"]
+    b.close()
+
+
 def test_a_member_leaving_hands_its_queues_over_from_their_committed_offsets(client, topic, unique):
     import time
 

@@ -175,6 +175,27 @@ def test_the_cli_sets_a_fifo_consumer_group_on_every_group_of_the_cluster(cluste
         assert (settings.fifo, settings.retry_max_times) == (True, 2), g.name
 
 
+def test_any_broker_lists_a_groups_members_with_the_queues_each_holds_from_etcd(cluster):
+    from tests.client.test_pull_consumer import _join
+    from txmq.broker.client import PullConsumer
+
+    with ClusterClient(cluster[0].endpoints) as c0, ClusterClient(cluster[1].endpoints) as c1:
+        c0.create_topic("listed", 4)
+        a = PullConsumer(c0, ["listed"], group="listed-readers", allocation="average", member_id="a",
+                         heartbeat_ttl_ms=3000)
+        b = PullConsumer(c1, ["listed"], group="listed-readers", allocation="average", member_id="b",
+                         heartbeat_ttl_ms=3000)
+        _join(a, b)
+        for client in (c0, c1):  # a heartbeats to c0's broker, b to c1's: etcd holds both
+            held = {m.client_id: {(g, q) for _, g, q in m.queues} for m in client.list_group_members("listed-readers")}
+            assert held == {"a": a.assigned["listed"], "b": b.assigned["listed"]}
+        for g in cluster:  # a group with live members only is listed by every broker (the console's index)
+            with NativeClient(g.endpoints) as c:
+                assert "listed-readers" in {x.name for x in c.list_consumer_groups()}, g.name
+        a.close()
+        b.close()
+
+
 def test_consumers_of_a_group_divide_a_cluster_topics_queues_through_etcd(cluster):
     from tests.client.test_pull_consumer import _join
     from txmq.broker.client import PullConsumer

@@ -259,3 +259,65 @@ def test_a_move_whose_queue_keeps_a_pending_transaction_past_the_wait_rolls_back
         q = next(q for q in client.queues("stuck") if q.key == moving)
         assert not q.moves and not q.sealing
         assert client.snapshot_offsets(["stuck"])["stuck"][moving] == 2
+
+
+def test_the_official_clients_pop_offsets_carry_over_a_move_nothing_read_twice_or_skipped(two_groups):
+    """A SimpleConsumer group that read the queue before the move goes on after it from where it
+    was: the moved queue's new physical queue is popped from its start, not from the logical offset
+    the move carried over (which counts the old group's messages too)."""
+    from tests.interop.conftest import official_client_available, run_client
+
+    if not official_client_available():
+        pytest.skip("the official client's venv is missing (make interop-venv)")
+    a, b = two_groups
+    endpoint = a.replicas[0].endpoint
+    with ClusterClient(a.endpoints) as client:
+        client.create_topic("pops", 2)
+        moving = queue_on(client, "pops", "a")
+    sent = run_client(endpoint, "produce", "--topic", "pops", "--count", "20", "--prefix", "p", timeout=120)
+    assert not sent["errors"], sent["errors"][:3]
+    before = run_client(endpoint, "simple", "--topic", "pops", "--group", "readers", "--expect", "20",
+                        "--timeout", "30", timeout=120)
+    assert Counter(r["body"] for r in before["received"] if r.get("acked")) == \
+        Counter({f"p-{i}": 1 for i in range(20)}), before["errors"][:3]
+    with NativeClient(b.endpoints) as admin:
+        result = admin.move_queues(topic="pops", queue=f"{moving[0]}:{moving[1]}", to="b")
+    assert [m["state"] for m in result["moves"]] == ["done"] and result["moves"][0]["base"] > 0
+    sent = run_client(endpoint, "produce", "--topic", "pops", "--count", "20", "--prefix", "q", timeout=120)
+    assert not sent["errors"], sent["errors"][:3]
+    with ClusterClient(a.endpoints) as client:
+        q = next(q for q in client.queues("pops") if q.key == moving)
+        assert client.snapshot_offsets(["pops"])["pops"][moving] > q.current.base, "the new queue took no sends"
+    after = run_client(endpoint, "simple", "--topic", "pops", "--group", "readers", "--expect", "21",
+                       "--timeout", "12", timeout=120)
+    assert Counter(r["body"] for r in after["received"] if r.get("acked")) == \
+        Counter({f"q-{i}": 1 for i in range(20)}), after["errors"][:3]
+
+
+def test_a_timer_message_scheduled_before_a_move_is_delivered_once_into_the_queue_where_it_lives_now(two_groups):
+    """Scheduled on the old group for the queue that then moves: when due it is put into the
+    queue's new segment (the new group), where readers of the queue find it, not past the seal."""
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as client:
+        client.create_topic("timed", 2)
+        moving = queue_on(client, "timed", "a")
+    with NativeClient(a.endpoints) as on_a:  # group a's only queue of the topic is the one that moves
+        on_a.send([Message("timed", b"before")], topic="timed")
+        on_a.send([Message("timed", b"due-later", tag="t", keys=["k1"], properties={"p": "v"},
+                           deliver_at_ms=int(time.time() * 1000) + 3000)], topic="timed")
+    with NativeClient(b.endpoints) as admin:
+        result = admin.move_queues(topic="timed", queue=f"{moving[0]}:{moving[1]}", to="b")
+    base = result["moves"][0]["base"]
+    assert [m["state"] for m in result["moves"]] == ["done"] and base == 1
+    with ClusterClient(a.endpoints) as client:
+        deadline = time.monotonic() + 30
+        while client.snapshot_offsets(["timed"])["timed"][moving] < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)  # a second delivery, if any, would land meanwhile
+        end = client.snapshot_offsets(["timed"])["timed"][moving]
+        rows = [row for r in client.read_queue("timed", moving, 0, end) for row in r.batch.to_pylist()]
+    assert [(row["queueOffset"], row["body"]) for row in rows] == [(0, b"before"), (1, b"due-later")]
+    props = rows[1]["properties"]
+    assert rows[1]["tag"] == "t" and dict(props).get("p") == "v", rows[1]
+    with NativeClient(a.endpoints) as on_a:  # nothing past the seal on the old group
+        assert on_a.describe_topic("timed").queues[moving[1]].max_offset == base

@@ -14,6 +14,7 @@ the reason; a driver that does not compile fails.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -163,7 +164,10 @@ def drivers():
     def get(language: str) -> Driver:
         if language not in built:
             CACHE.mkdir(exist_ok=True)  # the clients write their logs under the working directory
-            built[language] = _BUILDERS[language]()
+            # parallel test workers share the build directories: one builds at a time
+            with open(CACHE / f".build-{language}.lock", "w") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                built[language] = _BUILDERS[language]()
         return built[language]
     return get
 

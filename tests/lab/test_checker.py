@@ -231,3 +231,89 @@ def test_an_official_clients_check_back_about_another_producers_message_is_misro
         {"f": "drain", "type": "ok", "process": "d", "msgs": [["T/0", 0, "a"]], "time": 4},
     ]
     assert checker.check(ops).anomalies["misrouted_check"] == [{"asked": "official", "txn": "a", "owner": "native"}]
+
+
+def test_a_native_producer_asked_about_an_official_clients_transaction_is_misrouted():
+    # the native check names the broker's transaction id, which the official client's send recorded
+    ops = [
+        {"f": "send", "type": "ok", "process": "official-tx", "queue": None, "value": "o-1", "seq": 1,
+         "txn": "official-tx-t1", "broker_txn": "7F00000100002A9F0000001B", "retrying_client": True, "time": 1},
+        {"f": "commit", "type": "ok", "process": "official-tx", "txn": "official-tx-t1", "time": 2},
+        {"f": "check", "type": "ok", "process": "w1", "txn": "7F00000100002A9F0000001B", "known": False, "time": 3},
+        {"f": "drain", "type": "ok", "process": "d", "msgs": [["T/0", 0, "o-1"]], "time": 4},
+    ]
+    assert checker.check(ops).anomalies["misrouted_check"] == [
+        {"asked": "w1", "txn": "7F00000100002A9F0000001B", "owner": "official-tx"}]
+
+
+def test_a_check_back_for_another_producer_group_is_misrouted_even_when_its_transaction_is_unknown():
+    # a half whose send's outcome never reached its client (no id recorded): the broker still names the group
+    ops = [
+        {"f": "check", "type": "ok", "process": "w1", "txn": "7F00000100002A9F0000002C", "known": False,
+         "value": None, "group": "", "own_group": "lab-w1", "time": 1},
+        {"f": "check", "type": "ok", "process": "w2", "txn": "7F00000100002A9F0000002D", "known": False,
+         "value": None, "group": "lab-w2", "own_group": "lab-w2", "time": 1},
+    ]
+    assert checker.check(ops).anomalies["misrouted_check"] == [
+        {"asked": "w1", "txn": "7F00000100002A9F0000002C", "group": "", "own_group": "lab-w1"}]
+
+
+def _query_history(out: list[str], *, caught_up: bool = True, cut: int = 4) -> list[dict]:
+    """p's plain sends a, b and transaction t1 (c, d) committed, transaction t2 (e) rolled back; the
+    drain reads a, b, c, d at offsets 0-3; a query with cut `cut` copied `out` to the output topic."""
+    ops = [{"f": "send", "type": "ok", "process": "p", "queue": "T/0", "value": v, "seq": i, "txn": None, "time": 1}
+           for i, v in enumerate("ab")]
+    ops += [{"f": "send", "type": "ok", "process": "p", "queue": None, "value": v, "seq": 2, "txn": "t1", "time": 2}
+            for v in "cd"]
+    ops += [{"f": "send", "type": "ok", "process": "p", "queue": None, "value": "e", "seq": 3, "txn": "t2", "time": 2},
+            {"f": "commit", "type": "ok", "process": "p", "txn": "t1", "time": 3},
+            {"f": "rollback", "type": "ok", "process": "p", "txn": "t2", "time": 3},
+            {"f": "drain", "type": "ok", "process": "d", "msgs": [["T/0", i, v] for i, v in enumerate("abcd")], "time": 9},
+            {"f": "query-progress", "type": "ok", "process": "query", "batch": 0, "rows": len(out), "time": 4},
+            {"f": "query-stop", "type": "ok", "process": "query", "caught_up": caught_up, "restarts": 0,
+             "cut": {"T/0": cut}, "time": 5},
+            {"f": "query-read", "type": "ok", "process": "query", "msgs": [["O/0", i, v] for i, v in enumerate(out)],
+             "time": 6}]
+    return ops
+
+
+def test_a_query_that_copied_every_committed_message_once_passes():
+    result = checker.check(_query_history(list("abcd")))
+    assert result.ok, result.summary()
+    assert result.query == {"batches": 1, "rows": 4, "restarts": 0, "output": 4, "caught_up": True}
+    assert "query: 0 lost" in result.verdict_line()
+
+
+def test_a_committed_message_below_the_querys_cut_missing_from_its_output_is_lost_by_the_query():
+    found = checker.check(_query_history(list("acd"))).anomalies
+    assert found["query_lost"] == [{"value": "b", "copies": 0, "in_input": 1}]
+
+
+def test_a_message_above_the_querys_cut_may_be_missing_from_its_output():
+    assert checker.check(_query_history(list("abc"), cut=3)).anomalies["query_torn"] == [
+        {"txn": "t1", "written": 1, "of": 2}]  # but never half a transaction
+    assert checker.check(_query_history(list("ab"), cut=2)).ok
+
+
+def test_a_message_the_query_wrote_twice_is_duplicated_by_the_query():
+    found = checker.check(_query_history(list("abcdb"))).anomalies
+    assert found["query_duplicate"] == [{"value": "b", "copies": 2, "in_input": 1}]
+
+
+def test_a_rolled_back_message_in_the_querys_output_is_an_aborted_read():
+    found = checker.check(_query_history(list("abcde"))).anomalies
+    assert found["query_aborted_read"] == [{"value": "e", "txn": "t2"}]
+
+
+def test_a_value_nobody_wrote_in_the_querys_output_is_unexpected():
+    assert checker.check(_query_history(list("abcdz"))).anomalies["query_unexpected"] == ["z"]
+
+
+def test_a_query_that_did_not_catch_up_with_its_cut_is_stalled_not_lossy():
+    found = checker.check(_query_history(list("ab"), caught_up=False)).anomalies
+    assert found["query_stalled"] == ["the query did not reach its input cut"] and not found["query_lost"]
+
+
+def test_a_query_that_never_stopped_or_read_a_row_is_stalled():
+    ops = [op for op in _query_history([]) if op["f"] not in ("query-stop", "query-read")]
+    assert checker.check(ops).anomalies["query_stalled"] == ["no micro-batch read a row", "the query never stopped"]

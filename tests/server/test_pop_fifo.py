@@ -39,7 +39,7 @@ def env(tmp_path):
             store.topics.create(topic, 1)
         return store.topics.get(topic).queue_count
 
-    core = SimpleNamespace(store=store, consumer_groups=groups, topic_queue_count=topic_queue_count)
+    core = SimpleNamespace(store=store, routes=None, consumer_groups=groups, topic_queue_count=topic_queue_count)
     pop = PopService(core, clock=clock)
     yield SimpleNamespace(store=store, groups=groups, clock=clock, pop=pop)
     store.close()

@@ -56,7 +56,7 @@ class OrderlyPopMachine(RuleBasedStateMachine):
                 self.store.topics.create(topic, 1)
             return self.store.topics.get(topic).queue_count
 
-        core = SimpleNamespace(store=self.store, consumer_groups=groups, topic_queue_count=topic_queue_count)
+        core = SimpleNamespace(store=self.store, routes=None, consumer_groups=groups, topic_queue_count=topic_queue_count)
         self.pop = PopService(core, clock=self.clock)
         self.queues: list[list[str]] = [[] for _ in range(QUEUES)]  # bodies in offset order
         self.state: dict[str, str] = {}  # body -> pending | flight | acked | dead

@@ -47,7 +47,7 @@ class PopMachine(RuleBasedStateMachine):
         self.store = MessageStore(StoreConfig(data_dir=self.dir, flush_mode="async"))
         self.store.topics.create(TOPIC, QUEUES)
         self.clock = Clock()
-        core = SimpleNamespace(store=self.store, topic_queue_count=lambda t, create=None: QUEUES,
+        core = SimpleNamespace(store=self.store, routes=None, topic_queue_count=lambda t, create=None: QUEUES,
                                consumer_groups=ConsumerGroups(self.dir / "consumer_groups.json",
                                                               default_max_attempts=1000))
         self.pop = PopService(core, clock=self.clock)

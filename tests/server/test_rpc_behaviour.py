@@ -229,3 +229,20 @@ def test_a_receive_asks_for_32_messages_at_most(wire):
     wire.send(topic, [b"m%d" % i for i in range(40)])
     status, msgs = wire.receive(topic, name("g"), batch=40)
     assert status.code == pb.OK and len(msgs) == 32
+
+
+def test_a_rocketmq5_simple_consumers_heartbeat_makes_it_a_pop_member_until_it_terminates(wire, module_broker):
+    from txmq.broker.client import NativeClient
+
+    group = name("popg")
+    hb = pb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER)
+    hb.group.name = group
+    assert wire.call("Heartbeat", hb).status.code == pb.OK
+    with NativeClient(module_broker.endpoint) as client:
+        (member,) = client.list_group_members(group)
+        assert member.client_id == wire.client_id and member.pop and member.queues == ()
+        assert member.client.startswith("PYTHON") and member.client.endswith("SIMPLE_CONSUMER")
+        bye = pb.NotifyClientTerminationRequest()
+        bye.group.name = group
+        assert wire.call("NotifyClientTermination", bye).status.code == pb.OK
+        assert client.list_group_members(group) == []

@@ -320,3 +320,12 @@ def test_a_decisions_senders_survive_restart_with_or_without_a_snapshot(cluster,
             shutil.rmtree(ga.state_dir)
         again = TransactionEngine(stores["ga"], TransactionConfig(), clock=clock)
         assert again.decision("s1").senders == ("x", "y") and again.decision("s2").senders == ("z",)
+
+
+def test_a_pending_cross_group_transaction_names_its_coordinator_and_participants(cluster):
+    engines, _, _ = cluster
+    tx = tx_for("gb")
+    engines["ga"].prepare([cross_msg(tx)], transaction_id=tx)
+    info = engines["ga"].get(tx)
+    assert (info.coordinator, info.participants) == ("gb", tuple(sorted(GROUPS)))
+    assert info.next_check_ms > 0  # the check-back it is scheduled for

@@ -7,7 +7,15 @@
   function draw(el, data) {
     var width = Math.max(320, el.clientWidth - 16);
     var series = [{}].concat(data.series.map(function (s, i) {
-      return { label: s.label, stroke: colors[i % colors.length], width: 1.5 };
+      var line = { label: s.label, stroke: colors[i % colors.length], width: 1.5 };
+      if (data.stepped) {  // epochs (the Cluster page): they change only at an election
+        line.paths = uPlot.paths.stepped({ align: 1 });
+      }
+      if (data.bars) {  // a histogram (the Timers page): one bar per bucket
+        line.paths = uPlot.paths.bars({ size: [0.9, 60] });
+        line.fill = colors[i % colors.length] + "99";
+      }
+      return line;
     }));
     var rows = [data.x].concat(data.series.map(function (s) { return s.values; }));
     if (el._plot && el._plot.series.length === series.length) {
@@ -15,7 +23,7 @@
       return;
     }
     if (el._plot) el._plot.destroy();
-    el._plot = new uPlot({ width: width, height: 180, series: series, axes: [{}, { label: "per second" }] }, rows, el);
+    el._plot = new uPlot({ width: width, height: 180, series: series, axes: [{}, { label: data.unit || "per second" }] }, rows, el);
   }
 
   function refresh(el) {
