@@ -32,6 +32,7 @@ from txmq.broker.errors import (DataDeleted, IllegalOffset, MessageNotFound, Req
                                 StoreFormatUnsupported)
 from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
 from txmq.broker.store.batch import BatchColumns
+from txmq.broker.store.commit_ref import is_slot, resolve
 from txmq.broker.store.commitlog import CommitLog, WritePlan
 from txmq.broker.store.columnar_read import forget_mapped
 from txmq.broker.store.config import StoreConfig
@@ -53,6 +54,7 @@ from txmq.broker.store.page_cache import PageCacheWindow
 from txmq.broker.store.queue_offsets import QueueOffsets
 from txmq.broker.store.record import (
     RecordCorrupted,
+    decode_record,
     decode_records,
     parse_message_id,
     store_timestamp_of,
@@ -609,10 +611,15 @@ class MessageStore:
                 hi = int(ends[j - 1])
                 try:
                     buf = commitlog.read(lo, hi - lo)
-                    msgs = decode_records(buf, [p - lo for p in phys[i:j]])
+                    offs = [p - lo for p in phys[i:j]]
+                    if not any(map(partial(is_slot, buf), offs)):
+                        msgs = decode_records(buf, offs)
+                    else:  # messages committed by reference: each slot resolves to its record
+                        msgs = [decode_record(resolve(commitlog.read, lo + o)) if is_slot(buf, o)
+                                else decode_record(buf, o) for o in offs]
                     if [m.physical_offset for m in msgs] != phys[i:j]:
                         raise RecordCorrupted("queue entry does not point at a record start")
-                except (RecordCorrupted, ValueError, IndexError, UnicodeDecodeError) as exc:
+                except (RecordCorrupted, MessageNotFound, ValueError, IndexError, UnicodeDecodeError) as exc:
                     raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {phys[i]} "
                                      f"does not match the CommitLog: {exc}") from exc
                 out += msgs
@@ -709,7 +716,9 @@ class MessageStore:
                 lo = mid + 1
                 continue
             try:
-                ts = store_timestamp_of(self.commitlog.read(e[0], 128))
+                head = self.commitlog.read(e[0], 128)
+                # a slot's store time is its commit record's (the read follows the slot)
+                ts = store_timestamp_of(head) if not is_slot(head) else self.commitlog.read_record(e[0]).store_timestamp
             except MessageNotFound:
                 lo = mid + 1
                 continue

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Iterable, NamedTuple
 
+from txmq.broker.store.commit_ref import COMMIT_REF_TOPIC, SLOT_HAS_KEYS, SLOT_HAS_UNIQ_KEY, slot_entries
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.consume_queue import ENTRY
 from txmq.broker.store.dispatch import Dispatcher, cached_tag_hash, goes_to_queue, index_keys
@@ -42,7 +43,7 @@ from txmq.broker.store.message import (
     StoredMessage,
 )
 from txmq.broker.store.record import RecordCorrupted, decode_record, is_blank, verify_record
-from txmq.broker.store.record_layout import BLANK_MIN_BYTES
+from txmq.broker.store.record_layout import BLANK_MIN_BYTES, header_size
 from txmq.broker.store.replay_columns import scan_groups
 
 READ_CHUNK = 8 << 20
@@ -135,14 +136,33 @@ class _Entries(NamedTuple):
     position: int
 
 
-def _entries_of(m: StoredMessage) -> _Entries:
+def _entries_of(commitlog: CommitLog, m: StoredMessage) -> list[_Entries]:
+    """What dispatching record `m` writes: its own entry, and for a commit record (COMMIT by
+    reference) one entry per slot, from its bytes alone but for the index keys of flagged halves."""
     items: list = []
     if m.properties:
         index_keys(items, m.properties, m.topic, m.physical_offset, m.store_timestamp)
     if not goes_to_queue(m.sys_flag, m.topic):
-        return _Entries(None, 0, b"", items, m.physical_offset)
-    return _Entries((m.topic, m.queue_id), m.queue_offset,
-                    ENTRY.pack(m.physical_offset, m.size, cached_tag_hash(m.properties)), items, m.physical_offset)
+        return [_Entries(None, 0, b"", items, m.physical_offset)]
+    own = _Entries((m.topic, m.queue_id), m.queue_offset,
+                   ENTRY.pack(m.physical_offset, m.size, cached_tag_hash(m.properties)), items, m.physical_offset)
+    if m.topic != COMMIT_REF_TOPIC:
+        return [own]
+    return [own, *_slot_entries_of(commitlog, m)]
+
+
+def _slot_entries_of(commitlog: CommitLog, m: StoredMessage) -> list[_Entries]:
+    got = slot_entries(m.body, m.physical_offset + header_size(m.sys_flag))
+    out = []
+    for t, q, qo, address, size, tag, flags, half in zip(
+            got.topic_index.tolist(), got.queue_id.tolist(), got.queue_offset.tolist(), got.address.tolist(),
+            got.size.tolist(), got.tag_hash.tolist(), got.flags.tolist(), got.half_phys.tolist()):
+        topic = got.topics[t]
+        items: list = []
+        if flags & (SLOT_HAS_UNIQ_KEY | SLOT_HAS_KEYS):  # the one part of replay that reads the half
+            index_keys(items, commitlog.read_record(half).properties, topic, address, m.store_timestamp)
+        out.append(_Entries((topic, q), qo, ENTRY.pack(address, size, tag), items, address))
+    return out
 
 
 def _before_split_group(commitlog: CommitLog, start: int) -> int:
@@ -253,7 +273,7 @@ class Replay:
                     self.split_begin = pos
                 if self.split is None:
                     continue  # a record of a split group that died before this scan's start
-                self.split.append(_entries_of(msg))  # only what dispatch needs: a group may hold millions
+                self.split.extend(_entries_of(self.commitlog, msg))  # only what dispatch needs: a group may hold millions
                 if not flag & SYSFLAG_GROUP_END:
                     continue
                 self._keep(self.split)
@@ -263,7 +283,7 @@ class Replay:
                 self.pending.append(msg)
                 if flag & SYSFLAG_GROUP_MEMBER:
                     continue
-                self._keep(map(_entries_of, self.pending))  # a complete group (or a single record)
+                self._keep([e for m in self.pending for e in _entries_of(self.commitlog, m)])  # a complete group (or a single record)
                 self.pending = []
                 self.safe_end = end
             if self._unflushed >= REDISPATCH_BATCH or len(self._index_items) >= REDISPATCH_BATCH:

@@ -14,6 +14,7 @@ from zlib import crc32
 
 import numpy as np
 
+from txmq.broker.store.commit_ref import COMMIT_REF_TOPIC
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.consume_queue import ENTRY_DTYPE
 from txmq.broker.store.message import (
@@ -74,18 +75,23 @@ def scan_groups(commitlog: CommitLog, position: int) -> ScannedGroups | None:
     rows = np.empty((min(SCAN_ROWS, len(buf) // MIN_RECORD_SIZE), k.COLUMNS), dtype=np.int64)
     n = k.scan_records(buf, position, seg_cap_end, rows, k.TABLES, k.UNIQ_PREFIX_CRC, k.CRC_PREFIX_BYTES,
                        k.TAGS_NAME, k.UNIQ_NAME, k.KEYS_NAME)
-    flags = rows[:n, k.SYS_FLAG]
+    rows = rows[:n]
+    try:
+        topics = {int(f): bytes(buf[rows[f, k.TOPIC_AT] - position:rows[f, k.TOPIC_AT] - position
+                                    + rows[f, k.TOPIC_LEN]]).decode() for f in np.unique(rows[:, k.TOPIC_FIRST])}
+    except UnicodeDecodeError:
+        return None  # the Python scan stops there
+    # a commit record (COMMIT by reference) dispatches its slots: the Python scan takes its group
+    refs = [f for f, t in topics.items() if t == COMMIT_REF_TOPIC]
+    if refs:
+        rows = rows[:int(np.flatnonzero(np.isin(rows[:, k.TOPIC_FIRST], refs))[0])]
+    flags = rows[:, k.SYS_FLAG]
     group_ends = np.flatnonzero((flags & SYSFLAG_GROUP_MEMBER) == 0)
     if not len(group_ends):
         return None
     rows = rows[:group_ends[-1] + 1]
     flags = rows[:, k.SYS_FLAG]
     first = rows[:, k.TOPIC_FIRST]
-    try:
-        topics = {int(f): bytes(buf[rows[f, k.TOPIC_AT] - position:rows[f, k.TOPIC_AT] - position
-                                    + rows[f, k.TOPIC_LEN]]).decode() for f in np.unique(first)}
-    except UnicodeDecodeError:
-        return None  # the Python scan stops there
     # NOT_TYPE and COMMIT records go to their queues, PREPARED ones only in the half topic
     # (dispatch.goes_to_queue)
     in_half = np.isin(first, [f for f, t in topics.items() if t == HALF_TOPIC])

@@ -29,7 +29,7 @@ from txmq.broker.store.commit_ref import (
     read_slot,
     slots_of,
 )
-from txmq.broker.store.message import HALF_TOPIC, SYSFLAG_TRANSACTION_COMMIT
+from txmq.broker.store.message import HALF_TOPIC, OP_HALF_TOPIC, SYSFLAG_TRANSACTION_COMMIT
 from txmq.broker.store.record_layout import CRC_PREFIX, CRC_SUFFIX_LEN, HEADER_V4_SIZE, STORE_HOST_AT
 from txmq.broker.transaction import Resolution, TransactionConfig, TransactionEngine
 from txmq.broker.transaction.half import PROP_PREPARED_MS
@@ -280,3 +280,51 @@ def test_a_slot_that_does_not_lie_in_a_commit_record_is_refused() -> None:
 
     with pytest.raises(StoreError, match="does not lie in a commit record"):
         resolve(read, HEADER_V4_SIZE + first)
+
+
+def _prepared_with_commit_record(path: Path):
+    """A store holding `_messages()` as halves and, after them, a commit record whose slots publish
+    them to TOPIC's queues (queue offsets filled as the write fills them) in a group the op record
+    ends: what a COMMIT by reference leaves in the log. Returns (store, the halves' results)."""
+    from txmq.broker.store.commit_ref import COMMIT_REF_TOPIC
+    from txmq.broker.store.record_copy import reference_slots
+    from txmq.broker.transaction.engine import SCHEDULED, _copies_of
+
+    store = MessageStore(StoreConfig(data_dir=path, flush_mode="async"))
+    store.topics.create(TOPIC, queue_count=2)
+    engine = TransactionEngine(store, TransactionConfig(), clock=_Clock())
+    halves = engine.prepare(_messages(), transaction_id="t", producer_group="g").results
+    copies = _copies_of(engine._table["t"].halves, None, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
+    topics, rows = reference_slots(store, copies)
+    next_offset = {0: 0, 1: 0}
+    for r in rows:
+        r["queue_offset"] = next_offset[int(r["queue_id"])]
+        next_offset[int(r["queue_id"])] += 1
+    body = encode_rows(topics, rows, body_at=HEADER_V4_SIZE, drop_properties=(PROP_PREPARED_MS,))
+    store.append_group([Message(topic=COMMIT_REF_TOPIC, body=body, sys_flag=SYSFLAG_TRANSACTION_COMMIT),
+                        Message(topic=OP_HALF_TOPIC, body=b"op", sys_flag=SYSFLAG_TRANSACTION_COMMIT)],
+                       allow_system=True)
+    return store, halves
+
+
+def test_recovery_dispatches_a_commit_record_into_the_queue_entries_of_its_slots(tmp_path: Path) -> None:
+    """Replay turns a commit record into one queue entry per slot (and index entries for the
+    flagged halves' UNIQ_KEY and KEYS), so a crash before dispatch gives the queues a COMMIT
+    by reference publishes."""
+    from tests.store._helpers import crash
+
+    store, halves = _prepared_with_commit_record(tmp_path / "data")
+    crash(store)
+    store = MessageStore(StoreConfig(data_dir=tmp_path / "data", flush_mode="async"))
+    try:
+        got = [m for q in (0, 1) for m in store.read_queue(TOPIC, q, 0, 100).messages]
+        assert sorted(m.body for m in got) == sorted(m.body for m in _messages())
+        for m in got:
+            assert store.get_by_message_id(m.msg_id) == m  # the offset id: the slot's address
+            if m.unique_key:
+                assert store.get_by_message_id(m.unique_key) == m  # the index entry at the slot
+            for key in m.keys:
+                assert store.query_by_key(TOPIC, key) == [m]
+            assert PROP_PREPARED_MS not in m.properties
+    finally:
+        store.close()
