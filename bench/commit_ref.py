@@ -63,7 +63,7 @@ def reference_work(store: MessageStore, engine: TransactionEngine, tx: str) -> t
     """(wall, process CPU) seconds of the reference's work."""
     t0, c0 = time.perf_counter(), time.process_time()
     copies = _copies_of(engine._table[tx].halves, None, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
-    topics, rows = reference_slots(store, copies)
+    topics, rows, *_ = reference_slots(store, copies)
     per_record = (store.config.max_body_bytes - 4096) // SLOT_SIZE
     records = [Message(topic=COMMIT_REF_TOPIC, body=encode_rows(topics, rows[i:i + per_record], body_at=HEADER_V4_SIZE),
                        queue_id=0)

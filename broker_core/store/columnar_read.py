@@ -27,11 +27,13 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
-from txmq.broker.errors import DataDeleted, IllegalOffset, StoreError
+from txmq.broker.errors import DataDeleted, IllegalOffset, MessageNotFound, StoreError
+from txmq.broker.store.commit_ref import SLOT_MAGIC, is_slot, resolve
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.consume_queue import ENTRY_DTYPE, ENTRY_SIZE
 from txmq.broker.store.dispatch import Dispatcher
 from txmq.broker.store.record_columns import gather_binary
+from txmq.broker.store.record_layout import MAGIC_AT, PREFIX
 
 if TYPE_CHECKING:
     from txmq.broker.store.filter_bits import FilterBitmaps
@@ -164,6 +166,10 @@ def read_queue_bytes(store, topic: str, queue_id: int, offset: int, max_count: i
         e64 = np.zeros(0, dtype=np.int64)
         return RecordBytes(np.zeros(0, dtype=np.uint8), e64, e64, e64, offset, lo, hi)
     phys, sizes = _entries_within(cq, offset, max_count, max_bytes)
+    slots = _slots_among(store, topic, queue_id, phys)
+    if slots.any():  # messages committed by reference: their records are made from their halves
+        data, record_at, read_count = _resolved(store, topic, queue_id, phys, sizes, slots)
+        return RecordBytes(data, record_at, phys, sizes, offset + len(phys), cq.min_offset, cq.max_offset)
     gathered = gather_records(store, topic, queue_id, phys, sizes)
     if gathered is not None:
         data, record_at, read_count = gathered
@@ -211,8 +217,8 @@ def plan_queue_read(store, topic: str, queue_id: int, offset: int, max_count: in
     if cq is None or max_count <= 0 or offset >= hi:
         return None
     phys, sizes = _entries_within(cq, offset, max_count, max_bytes)
-    if len(phys) == 0:
-        return None
+    if len(phys) == 0 or _slots_among(store, topic, queue_id, phys).any():
+        return None  # (slots: a client cannot decode a slot itself; the read is answered with a batch)
     commitlog = store.commitlog
     first = int(phys[0])
     seg = commitlog.segment_for(first)
@@ -294,6 +300,52 @@ def _read_entries(cq, offset: int, max_count: int) -> np.ndarray:
     if not parts:
         return np.zeros(0, dtype=ENTRY_DTYPE)
     return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+_SLOT_MAGIC_BYTES = np.frombuffer(SLOT_MAGIC.to_bytes(4, "big"), dtype=np.uint8)
+
+
+def _slots_among(store, topic: str, queue_id: int, phys: np.ndarray) -> np.ndarray:
+    """Which of the queue entries at `phys` (in log order) point at a slot, not at a record: the
+    bytes where a record has its MAGICCODE say (a slot is never read past its 8-byte prefix, its
+    queue entry's size is the record's it stands for)."""
+    out = np.zeros(len(phys), dtype=bool)
+    i = 0
+    while i < len(phys):
+        lo = int(phys[i])
+        if store.commitlog.segment_for(lo) is None or lo < store.commitlog.min_offset:
+            _read_commitlog(store, topic, queue_id, lo, 0)  # raises DataDeleted
+        j = i + int(np.searchsorted(phys[i:], _segment_end(store, lo), side="left"))
+        mapped = _mapped_segment(store, lo, int(phys[j - 1]) + PREFIX.size)
+        if mapped is not None:
+            at = phys[i:j] - mapped[0] + MAGIC_AT
+            arr = mapped[1]
+            out[i:j] = ((arr[at] == _SLOT_MAGIC_BYTES[0]) & (arr[at + 1] == _SLOT_MAGIC_BYTES[1])
+                        & (arr[at + 2] == _SLOT_MAGIC_BYTES[2]) & (arr[at + 3] == _SLOT_MAGIC_BYTES[3]))
+        else:
+            out[i:j] = [is_slot(_read_commitlog(store, topic, queue_id, int(p), PREFIX.size)) for p in phys[i:j]]
+        i = j
+    return out
+
+
+def _resolved(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray, slots: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, int]:
+    """The records of a read some of whose entries are slots, back to back: each slot's record
+    made by commit_ref.resolve, each other record read as it is."""
+    pieces = []
+    for p, n, slot in zip(phys.tolist(), sizes.tolist(), slots.tolist()):
+        try:
+            raw = resolve(store.commitlog.read, p) if slot else _read_commitlog(store, topic, queue_id, p, n)
+        except (MessageNotFound, StoreError) as exc:
+            raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {p} "
+                             f"does not match the CommitLog: {exc}") from exc
+        if len(raw) != n:
+            raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {p} "
+                             f"does not match the CommitLog: {len(raw)} bytes, the entry says {n}")
+        pieces.append(raw)
+    record_at = np.zeros(len(phys), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=record_at[1:])
+    return np.frombuffer(b"".join(pieces), dtype=np.uint8), record_at, len(phys)
 
 
 def gather_records(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray

@@ -41,6 +41,7 @@ import numpy as np
 from txmq.broker.errors import StoreError
 from txmq.broker.store.checksum import crc32
 from txmq.broker.store.message import (
+    COMMIT_REF_TOPIC,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_GROUP_BITS,
     SYSFLAG_STOREHOST_V6,
@@ -56,7 +57,6 @@ from txmq.broker.store.record_layout import (
     SYSFLAG_AT,
 )
 
-COMMIT_REF_TOPIC = "TXMQ_SYS_COMMIT_REF"
 SLOT_MAGIC = 0x5C0FFEE5
 assert SLOT_MAGIC not in (MAGIC_CODE, BLANK_MAGIC_CODE)
 

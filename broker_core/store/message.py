@@ -44,7 +44,10 @@ CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 # TIMER_DELIVERED_TOPIC in the same atomic group as the delivered copy (broker_core/timer/)
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_DELIVERED_TOPIC = "TXMQ_SYS_TIMER_DELIVERED"
-SYSTEM_TOPICS = frozenset({HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC, TIMER_TOPIC, TIMER_DELIVERED_TOPIC})
+# a COMMIT by reference's commit records: their slots publish its halves (store/commit_ref.py)
+COMMIT_REF_TOPIC = "TXMQ_SYS_COMMIT_REF"
+SYSTEM_TOPICS = frozenset({HALF_TOPIC, OP_HALF_TOPIC, CHECK_MAX_TIME_TOPIC, TIMER_TOPIC, TIMER_DELIVERED_TOPIC,
+                           COMMIT_REF_TOPIC})
 
 # --- SYSFLAG bits (RocketMQ MessageSysFlag, plus txmq's group bits) ------------
 SYSFLAG_COMPRESSED = 0x1

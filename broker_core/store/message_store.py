@@ -32,15 +32,16 @@ from txmq.broker.errors import (DataDeleted, IllegalOffset, MessageNotFound, Req
                                 StoreFormatUnsupported)
 from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
 from txmq.broker.store.batch import BatchColumns
-from txmq.broker.store.commit_ref import is_slot, resolve
+from txmq.broker.store.commit_ref import SLOT_SIZE, body_head, decode_body, encode_rows, is_slot, resolve, slot_entries
 from txmq.broker.store.commitlog import CommitLog, WritePlan
 from txmq.broker.store.columnar_read import forget_mapped
 from txmq.broker.store.config import StoreConfig
 from txmq.broker.store.consume_queue import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, QueueEntry
-from txmq.broker.store.dispatch import DispatchEntry, Dispatcher
+from txmq.broker.store.dispatch import DispatchEntry, Dispatcher, index_hashes, index_positions, queue_runs
 from txmq.broker.store.flush import FlushService, GroupCommit
 from txmq.broker.store.index_file import IndexService, topic_key, uniq_index_key
 from txmq.broker.store.message import (
+    COMMIT_REF_TOPIC,
     SYSFLAG_GROUP_BITS,
     SYSFLAG_GROUP_END,
     SYSFLAG_GROUP_MEMBER,
@@ -59,15 +60,16 @@ from txmq.broker.store.record import (
     parse_message_id,
     store_timestamp_of,
 )
-from txmq.broker.store.record_copy import RecordCopies, copy_columns
+from txmq.broker.store.record_copy import RecordCopies, ReferenceSlots, copy_columns, reference_slots
+from txmq.broker.store.record_layout import HEADER_V4_SIZE, HOST_V4_SIZE, HOST_V6_EXTRA
 from txmq.broker.store.recovery import RecoveryReport, recover
-from txmq.broker.store.retention import RetentionFloor, delete_expired
+from txmq.broker.store.retention import ReferenceLedger, RetentionFloor, delete_expired
 from txmq.broker.store.split_group import SplitGroupWriter
 from txmq.broker.store.filter_bits import FilterBitmaps
 from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.store.tag_filter import TagFilter
 from txmq.broker.store.validation import check_columns, check_encoded_columns
-from txmq.broker.store.write_lock import WriteLock
+from txmq.broker.store.write_lock import SlotTargets, WriteLock
 from txmq.broker.store.write_part import append_results, dispatch_entries, write_part
 
 
@@ -178,6 +180,7 @@ class MessageStore:
         self.page_cache = PageCacheWindow(config.page_cache_keep_bytes, lambda: self.commitlog.segments,
                                           unmap=forget_mapped)
         self._retention_floors: list[RetentionFloor] = []  # readers retention must not outrun (retain)
+        self._ledger = ReferenceLedger()  # commit records naming halves in earlier segments (retention)
         self.index = IndexService(root / "index", config.index_slots, config.index_entries_per_file)
         self.dispatcher = Dispatcher(root / "consumequeue", config.consume_queue_entries_per_file, self.index)
         self.split_groups = SplitGroupWriter(self.commitlog, self.dispatcher, self.write_lock)
@@ -385,6 +388,79 @@ class MessageStore:
         return self._write(batches[0] if len(batches) == 1 else batches[0].followed_by(batches[1]), WritePlan.GROUP,
                            wait_reserved=wait_reserved, durable=durable)
 
+    def append_committed(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
+                         wait_reserved: bool = True, durable: bool = True) -> AppendResults:
+        """A COMMIT by reference (store/commit_ref.py): publish `copies`' sources (a transaction's
+        halves) to their destinations without copying them, as one atomic group of commit records
+        (COMMIT_REF_TOPIC, one 52-byte slot per message, split to fit max_body_bytes) followed by
+        `messages` (the op record). Each destination queue's entry points at its slot and holds the
+        size of the record the slot stands for (`copies.drop_properties` dropped, as a copy's).
+        The slots are made outside the write lock (the scan of the sources); under it they take
+        their queue offsets, and the queue and index entries are derived from the written commit
+        records' bytes, as replay derives them. Returns a result per slot, then per record written.
+        `wait_reserved`, `durable` as in append."""
+        if not len(copies):
+            return self._append(list(messages), allow_system=True, plan=WritePlan.GROUP, wait_reserved=wait_reserved,
+                                durable=durable) if messages else AppendResults(0, list)
+        refs = reference_slots(self, copies, store_v6=len(self.commitlog.store_host[0]) > HOST_V4_SIZE)
+        ops = self._checked(messages, allow_system=True) if messages else None
+        targets = SlotTargets(refs.dest_topics, refs.rows["queue_id"].tolist(),
+                              [copies.transaction_type] * len(copies))
+        return self.write_lock.write(partial(self._append_committed_locked, refs, copies, ops), targets,
+                                     wait_reserved=wait_reserved, durable=durable)
+
+    def _append_committed_locked(self, refs: ReferenceSlots, copies: RecordCopies,
+                                 ops: BatchColumns | None) -> AppendResults:
+        now = int(time.time() * 1000)
+        dest_keys = list(zip(refs.dest_topics, refs.rows["queue_id"].tolist()))
+        offsets = QueueOffsets(self.dispatcher, None)
+        _, slot_offsets = offsets.assign(dest_keys, None)
+        rows = refs.rows.copy()
+        rows["queue_offset"] = slot_offsets
+        body_at = HEADER_V4_SIZE + (HOST_V6_EXTRA if len(self.commitlog.store_host[0]) > HOST_V4_SIZE else 0)
+        per_record = max(1, (self.config.max_body_bytes - len(body_head(refs.topics, copies.drop_properties)))
+                         // SLOT_SIZE)
+        bodies = [encode_rows(refs.topics, rows[k:k + per_record], body_at, copies.drop_properties)
+                  for k in range(0, len(rows), per_record)]
+        commit_records = self._checked([Message(topic=COMMIT_REF_TOPIC, body=body, sys_flag=copies.transaction_type)
+                                        for body in bodies], allow_system=True)
+        batch = commit_records if ops is None else commit_records.followed_by(ops)
+        sys_flags = _stored_sys_flags(batch.sys_flags, True)
+        w = write_part(self.commitlog, batch, sys_flags, None, offsets, now, WritePlan.GROUP)
+        slots = [slot_entries(body, phys + body_at) for body, phys in zip(bodies, w.phys)]
+        address = np.concatenate([e.address for e in slots]).tolist()
+        sizes = np.concatenate([e.size for e in slots]).tolist()
+        tags = np.concatenate([e.tag_hash for e in slots]).tolist()
+        assert np.array_equal(np.concatenate([e.queue_offset for e in slots]), rows["queue_offset"]), \
+            "a commit record's slots dispatch the queue offsets assigned to them"
+        starts = {}
+        for key, q in zip(dest_keys, slot_offsets):
+            starts.setdefault(key, q)
+        runs = {**queue_runs(dest_keys, None, starts, address, sizes, tags), **w.runs}
+        hashes, index_rows = index_hashes(refs.uniq_keys, refs.keys, refs.dest_topics)
+        positions = index_positions(hashes, index_rows, address)
+        n = len(address)
+        topics = refs.dest_topics + list(batch.topics)
+        qids = [q for _, q in dest_keys] + list(batch.queue_ids)
+        queue_offsets = list(slot_offsets) + list(w.queue_offsets)
+        phys = address + w.phys[:-1]
+        all_sizes = sizes + list(w.sizes)
+        dispatcher = self.dispatcher
+        if dispatcher.has_listeners:
+            flags = [copies.transaction_type] * n + list(sys_flags)
+            queued = None if w.queued is None else [True] * n + list(w.queued)
+            tag_column = tags + list(w.tag_hashes)
+            entries = dispatch_entries(topics, qids, queue_offsets, phys, all_sizes, tag_column, now, flags, queued)
+        else:
+            entries = []
+        dispatcher.dispatch(runs, [], entries, self.commitlog.write_end,
+                            index_columns=(hashes + w.hashes, positions + w.positions, now))
+        results = AppendResults(len(topics), partial(append_results, topics, qids, queue_offsets, phys, all_sizes,
+                                                     now, self.commitlog.store_host[0]))
+        results.columns = (queue_offsets, phys, all_sizes)
+        results.end = self.commitlog.write_end
+        return results
+
     def _checked(self, messages: Sequence[Message], *, allow_system: bool) -> BatchColumns:
         return self._checked_columns(BatchColumns(messages), allow_system=allow_system)
 
@@ -468,6 +544,8 @@ class MessageStore:
             self.commitlog.truncate_to(offset)
             for cq in self.dispatcher.queues():
                 cq.truncate_from_physical(offset)
+            self._ledger.truncate_from(offset)
+            self._ledger.followed = min(self._ledger.followed, self.max_offset(COMMIT_REF_TOPIC, 0))
             replay.cut_at(offset)
             self.dispatcher.dispatched_through = min(self.dispatcher.dispatched_through, offset)
             self._write_checkpoint()
@@ -790,10 +868,34 @@ class MessageStore:
             if self.write_lock.closed:
                 return 0
             # asked under the lock: a record appended meanwhile lands in the last segment, never deleted
+            self._follow_commit_records()
             return delete_expired(self.commitlog, self.dispatcher, self.index,
                                   retention_hours=self.config.retention_hours,
                                   disk_max_used_ratio=self.config.disk_max_used_ratio, now_ms=now_ms,
-                                  keep_from=self._lowest_needed())
+                                  keep_from=self._lowest_needed(), ledger=self._ledger)
+
+    def _follow_commit_records(self) -> None:
+        """Bring the reference ledger up to the COMMIT_REF_TOPIC queue (held under the write lock):
+        each commit record written, replayed or replicated since the last call is read once, and
+        noted when it names a half in an earlier segment. A store starts with an empty ledger, so
+        its first retention pass rebuilds it from the queue."""
+        cq = self.dispatcher.queue(COMMIT_REF_TOPIC, 0)
+        ledger = self._ledger
+        if cq is None:
+            return
+        at = max(ledger.followed, cq.min_offset)
+        while at < cq.max_offset:
+            entries = cq.entries(at, min(4096, cq.max_offset - at))
+            if not entries:
+                break
+            for e in entries:
+                record = self.commitlog.read_record(e.physical_offset, e.size)
+                lowest = int(decode_body(record.body)[1]["half_phys"].min(initial=e.physical_offset))
+                seg = self.commitlog.segment_for(e.physical_offset)
+                if seg is not None and lowest < seg.start:
+                    ledger.add(e.physical_offset, lowest)
+            at += len(entries)
+        ledger.followed = at
 
     def _drop_topic(self, topic: str) -> None:
         with self.write_lock.lock:

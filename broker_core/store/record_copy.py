@@ -28,7 +28,7 @@ import re
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, chain, pairwise
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -391,12 +391,21 @@ def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
         props_crc=props_crc, tags=tags, uniq_keys=uniq_keys, keys=keys)
 
 
-def reference_slots(store, copies: RecordCopies, *, store_v6: bool = False) -> tuple[list[str], np.ndarray]:
-    """The slots of a COMMIT by reference for `copies` (store/commit_ref.py) as (topic table, SLOT_DTYPE
-    rows, BACK and queue offsets not set): the same scan of the sources as a copy (one owner of
-    finding each half's destination, tags, UNIQ_KEY and KEYS), keeping of each copy only its size,
-    queue, tag hash and what replay must know. `store_v6`: the broker's store host is IPv6 (a
-    copy's header would be longer by HOST_V6_EXTRA)."""
+class ReferenceSlots(NamedTuple):
+    """A COMMIT by reference's slots and the index keys its write adds at their addresses."""
+
+    topics: list[str]  # the topic table
+    rows: np.ndarray  # SLOT_DTYPE, BACK and queue offsets not set
+    dest_topics: list[str]  # each slot's topic
+    uniq_keys: list  # each slot's UNIQ_KEY (bytes or str) or None
+    keys: list  # each slot's KEYS or None
+
+
+def reference_slots(store, copies: RecordCopies, *, store_v6: bool = False) -> ReferenceSlots:
+    """The slots of a COMMIT by reference for `copies` (store/commit_ref.py): the same scan of the
+    sources as a copy (one owner of finding each half's destination, tags, UNIQ_KEY and KEYS),
+    keeping of each copy only its size, queue, tag hash and what replay and the index must know.
+    `store_v6`: the broker's store host is IPv6 (a copy's header would be longer by HOST_V6_EXTRA)."""
     store_extra = HOST_V6_EXTRA if store_v6 else 0
     scans = _scans(store, copies)
     if scans is not None:  # column-wise, from the scan alone: no copy is laid out or filled
@@ -407,6 +416,10 @@ def reference_slots(store, copies: RecordCopies, *, store_v6: bool = False) -> t
         dest_topics, queue_ids = _destinations(copies, marked)
         found = [np.concatenate([scan.found[:, k, 0] >= 0 for scan in scans]) for k in (1, 2)]
         tags = _decoded([*chain.from_iterable(_found_texts(scan, 0) for scan in scans)])
+        uniq_keys = [*chain.from_iterable(_found_texts(scan, 1) for scan in scans)] if found[0].any() \
+            else [None] * len(copies)
+        keys = _decoded([*chain.from_iterable(_found_texts(scan, 2) for scan in scans)]) if found[1].any() \
+            else [None] * len(copies)
         topic_bytes = {t: len(t.encode()) for t in set(dest_topics)}
         sizes = (HEADER_V4_SIZE + store_extra + block.body_len + 3 + np.array(list(map(topic_bytes.__getitem__,
                  dest_topics)), dtype=np.int64) + block.props_len + CRC_SUFFIX_LEN)
@@ -429,8 +442,8 @@ def reference_slots(store, copies: RecordCopies, *, store_v6: bool = False) -> t
     flags = SLOT_HAS_UNIQ_KEY * has_uniq.astype(np.int64) | SLOT_HAS_KEYS * has_keys.astype(np.int64)
     if copies.reroute is not None and copies.reroute.topic in topics:
         flags |= SLOT_SCHEDULED * (index == topics.index(copies.reroute.topic))
-    return topics, slot_rows(copies.physical_offsets, copies.sizes, sizes, queue_ids, index, flags,
-                             tag_hashes_of(tags))
+    return ReferenceSlots(topics, slot_rows(copies.physical_offsets, copies.sizes, sizes, queue_ids, index, flags,
+                                            tag_hashes_of(tags)), list(dest_topics), list(uniq_keys), list(keys))
 
 
 def _source_spans(store, copies: RecordCopies):
@@ -541,4 +554,4 @@ def _decoded(values: list[bytes | None]) -> list[str | None]:
     return [v.decode() if v is not None else None for v in values]
 
 
-__all__ = ["RecordCopies", "Reroute", "copy_columns", "dispatch_properties", "load_compiled_scan", "reference_slots"]
+__all__ = ["RecordCopies", "ReferenceSlots", "Reroute", "copy_columns", "dispatch_properties", "load_compiled_scan", "reference_slots"]

@@ -43,6 +43,7 @@ class ReferenceLedger:
     segment back: a half's segment must live as long as a slot that names it."""
 
     def __init__(self) -> None:
+        self.followed = 0  # the COMMIT_REF_TOPIC queue offset the ledger has read up to (MessageStore)
         self._commit_at: list[int] = []
         self._lowest_half: list[int] = []
         self._suffix_min: np.ndarray | None = None  # lowest half of every entry from i on, built on demand
@@ -79,6 +80,13 @@ class ReferenceLedger:
             boundary = segment_start(int(self._suffix_min[i]))
 
 
+def _segment_start(commitlog: CommitLog) -> Callable[[int], int]:
+    def start(offset: int) -> int:
+        seg = commitlog.segment_for(offset)
+        return offset if seg is None else seg.start
+    return start
+
+
 def disk_used_ratio(path: os.PathLike) -> float:
     usage = shutil.disk_usage(path)
     return usage.used / usage.total if usage.total else 0.0
@@ -86,14 +94,16 @@ def disk_used_ratio(path: os.PathLike) -> float:
 
 def delete_expired(commitlog: CommitLog, dispatcher: Dispatcher, index: IndexService, *,
                    retention_hours: float, disk_max_used_ratio: float, now_ms: int | None = None,
-                   keep_from: int | None = None) -> int:
+                   keep_from: int | None = None, ledger: ReferenceLedger | None = None) -> int:
     """Delete expired segments (the caller holds the store's write lock); returns how many.
-    `keep_from`: the lowest offset still needed (RetentionFloor); its segment and those after stay."""
+    `keep_from`: the lowest offset still needed (RetentionFloor); its segment and those after stay.
+    The boundary age and disk use choose is lowered by `ledger` first (a half's segment lives as
+    long as a slot naming it), then every segment below it goes, oldest first."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     max_age_ms = retention_hours * 3600 * 1000
     total = shutil.disk_usage(commitlog.directory).total or 1
     ratio = disk_used_ratio(commitlog.directory)
-    deleted = 0
+    candidate = None  # the start of the first segment age and disk use keep
     for seg in commitlog.segments[:-1]:
         try:
             mtime_ms = os.stat(seg.path).st_mtime * 1000
@@ -102,11 +112,22 @@ def delete_expired(commitlog: CommitLog, dispatcher: Dispatcher, index: IndexSer
         expired = now_ms - mtime_ms >= max_age_ms
         over = ratio > disk_max_used_ratio
         if not (expired or over):
+            candidate = seg.start
             break
         if keep_from is not None and seg.start + seg.capacity > keep_from:
             log.debug("retention keeps segment %d and later: offset %d is still needed", seg.start, keep_from)
+            candidate = seg.start
             break
         ratio -= seg.size / total
+    if candidate is None:
+        candidate = commitlog.segments[-1].start if commitlog.segments else 0
+    boundary = candidate if ledger is None else ledger.boundary(candidate, _segment_start(commitlog))
+    if boundary < candidate:
+        log.debug("retention keeps segment %d and later: a commit record after it names a half in it", boundary)
+    deleted = 0
+    for seg in commitlog.segments[:-1]:
+        if seg.start + seg.capacity > boundary:
+            break
         commitlog.delete_segment(seg)
         deleted += 1
     if deleted:

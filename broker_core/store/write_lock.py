@@ -13,15 +13,36 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 from txmq.broker.errors import QueueReserved, QueueSealed, StoreError
-from txmq.broker.store.batch import BatchColumns
 from txmq.broker.store.flush import GroupCommit
 from txmq.broker.store.message import PROP_TIMER_OF, SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK
 
 QUEUE_RESERVED: Any = object()  # WriteLock.run: the batch waits for a split group, nothing written
 SPLIT_YIELD_MAX_S = 0.005  # between two parts, how long a split group waits for writers queued at the lock
+
+
+class WriteTargets(Protocol):
+    """The queues a write goes to, per record: what the lock checks against reservations and
+    seals (a BatchColumns, or a COMMIT by reference's SlotTargets)."""
+
+    topics: Sequence[str]
+    queue_ids: Sequence[int]
+    sys_flags: Sequence[int]
+    properties: Sequence[dict | None] | None
+
+
+@dataclass(frozen=True)
+class SlotTargets:
+    """The destinations of a COMMIT by reference's slots (its records are commit records, not
+    messages of those queues, yet it publishes to them)."""
+
+    topics: Sequence[str]
+    queue_ids: Sequence[int]
+    sys_flags: Sequence[int]
+    properties: Sequence[dict | None] | None = None
 
 
 class ReplicationHook(Protocol):
@@ -58,7 +79,7 @@ class WriteLock:
         self._unreserved = threading.Condition(self.lock)
         self.replication: ReplicationHook | None = None  # set while this store leads a replicated group
 
-    def write(self, write: Callable[[], Any], batch: BatchColumns, *, wait_reserved: bool = True,
+    def write(self, write: Callable[[], Any], batch: WriteTargets, *, wait_reserved: bool = True,
               durable: bool = True) -> Any:
         """Run `write` for `batch` under the lock (acknowledged on return when `durable`, see run). A
         batch for a reserved queue waits for the split group's end, or with `wait_reserved` False
@@ -75,7 +96,7 @@ class WriteLock:
                 raise QueueReserved(f"queue {held[0]}:{held[1]} is reserved by a large COMMIT being written; "
                                     "nothing was written, retry shortly")
 
-    def run(self, write: Callable[[], Any], batch: BatchColumns | None = None, *, durable: bool = True,
+    def run(self, write: Callable[[], Any], batch: WriteTargets | None = None, *, durable: bool = True,
             admit: bool = True) -> Any:
         """Run `write` holding the lock; with `durable`, return only once it may be acknowledged
         (see acknowledge; else its caller acknowledges it). Returns QUEUE_RESERVED, writing
@@ -183,7 +204,7 @@ class WriteLock:
     def sealed(self) -> frozenset[tuple[str, int]]:
         return self._sealed
 
-    def _check_sealed(self, batch: BatchColumns) -> None:
+    def _check_sealed(self, batch: WriteTargets) -> None:
         sealed, moved = self._sealed, self._moved
         props = batch.properties
         for i, queue in enumerate(zip(batch.topics, batch.queue_ids)):
@@ -197,10 +218,10 @@ class WriteLock:
             raise QueueSealed(f"queue {queue[0]}:{queue[1]} was sealed by a move to another group; nothing was "
                               "written: refresh the routes and send again")
 
-    def _touches_reserved(self, batch: BatchColumns) -> bool:
+    def _touches_reserved(self, batch: WriteTargets) -> bool:
         return not self._reserved.isdisjoint(zip(batch.topics, batch.queue_ids))
 
-    def _await_unreserved(self, batch: BatchColumns) -> None:
+    def _await_unreserved(self, batch: WriteTargets) -> None:
         """Wait (not holding the lock, nor counted as a writer by group commit) until no queue of
         `batch` is reserved by a split group."""
         with self._unreserved:

@@ -31,6 +31,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from txmq.broker.store.commit_ref import is_slot, resolve
 from txmq.broker.store.message import (
     PROP_REAL_QUEUE_ID,
     PROP_REAL_TOPIC,
@@ -292,6 +293,8 @@ class TimerService:
         for p, s in zip(phys.tolist(), sizes.tolist()):
             at = p - lo
             rec = buf[at:at + s] if at + s <= len(buf) else commitlog.read(p, s)
+            if is_slot(rec):  # scheduled by a COMMIT by reference: the record its slot stands for
+                rec = resolve(commitlog.read, p)
             pos = rec.rfind(DELIVER_KEY)
             if pos < 0:
                 yield 0  # not a scheduled record: due at once

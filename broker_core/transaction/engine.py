@@ -2,9 +2,9 @@
 
 RocketMQ's half/op design with its holes closed:
 - one transaction id collects many halves (topics, queues, senders) until ended;
-- COMMIT appends the final records and the op record as ONE store group
-  (append_group_copies: each final record is a copy of its half, made from the
-  half's stored bytes), so a crash leaves all of the transaction visible or none
+- COMMIT appends commit records and the op record as ONE store group
+  (append_committed: a COMMIT by reference, whose slots publish each half where it
+  lies, as the record a copy of it would be), so a crash leaves all of the transaction visible or none
   of it, and readers never see part of it (the store publishes a group's queue
   entries together);
 - the op record is in the store (fsynced in sync mode) before end() returns;
@@ -710,9 +710,9 @@ class TransactionEngine:
 
     def _commit(self, tx: Transaction, include_senders: Iterable[str] | None, now: int, wait_reserved: bool = True,
                 decide_op: Message | None = None, decision: Decision | None = None) -> tuple[AppendResults, int]:
-        """Append the final records (copies of the selected halves, the engine's prepare time
-        dropped; a half with a delivery time copied into the timer's queue: SCHEDULED) and the op
-        record as one group, then mark the transaction committed. Returns the finals' results and
+        """Publish the selected halves by reference (each as the copy it stands for: the engine's
+        prepare time dropped; a half with a delivery time to the timer's queue: SCHEDULED) with the
+        op record as one group, then mark the transaction committed. Returns the finals' results and
         the write's end, not acknowledged yet."""
         wanted = None if include_senders is None else frozenset(include_senders)
         selected = tx.halves if wanted is None else tx.halves.of_senders(wanted)
@@ -723,10 +723,9 @@ class TransactionEngine:
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now,
                                participants=tx.cross.participants if tx.cross is not None else ()))
         with self._gate.shared():
-            # the halves are dead once copied: resolved, no check-back reads them again
             ops = [op] if decide_op is None else [decide_op, op]  # a decision first: recovery meets it first
-            results = self.store.append_group_copies(finals, ops, wait_reserved=wait_reserved, sources_dead=True,
-                                                     durable=False)
+            # by reference: commit records whose slots publish the halves where they lie
+            results = self.store.append_committed(finals, ops, wait_reserved=wait_reserved, durable=False)
             if decision is not None:
                 self._record_decision(tx.transaction_id, decision, results.end)
             self._finish(tx, TxState.COMMITTED, now, results.end,

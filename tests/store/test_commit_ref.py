@@ -42,15 +42,25 @@ class _Clock:
         return 1_700_000_000.0
 
 
+def _copy_as_a_commit_did(store: MessageStore, engine: TransactionEngine):
+    """The oracle: transaction "t"'s halves copied into their topics as COMMIT did before it went
+    by reference (append_group_copies of the copies it made); returns those RecordCopies."""
+    from txmq.broker.transaction.engine import SCHEDULED, _copies_of
+
+    copies = _copies_of(engine._table["t"].halves, None, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
+    engine.close()
+    store.append_group_copies(copies, [Message(topic=OP_HALF_TOPIC, body=b"op")])  # the op record ended the group
+    return copies
+
+
 def _committed(path: Path, messages: list[Message]):
-    """A store where one transaction committed `messages` by today's copy; yields (half bytes,
+    """A store where one transaction's `messages` were copied as COMMIT copied them; yields (half bytes,
     copy bytes, the copy as read) per message."""
     store = MessageStore(StoreConfig(data_dir=path, flush_mode="async"))
     store.topics.create(TOPIC, queue_count=2)
     engine = TransactionEngine(store, TransactionConfig(), clock=_Clock())
     halves = engine.prepare(messages, transaction_id="t", producer_group="g")
-    engine.end("t", Resolution.COMMIT)
-    engine.close()
+    _copy_as_a_commit_did(store, engine)
     out = []
     for q in (0, 1):
         for m in store.read_queue(TOPIC, q, 0, 100).messages:
@@ -149,9 +159,7 @@ def _halves_committed(path: Path, count: int):
                                     **({PROP_TIMER_DELIVER_MS: str(1_700_000_000_000 + 3_600_000)} if i == 3 else {})})
                 for i in range(count)]
     engine.prepare(messages, transaction_id="t", producer_group="g")
-    copies = _copies_of(engine._table["t"].halves, None, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
-    engine.end("t", Resolution.COMMIT)
-    engine.close()
+    copies = _copy_as_a_commit_did(store, engine)
     entries = {}
     for topic, qids in ((TOPIC, (0, 1)), (TIMER_TOPIC, (0,))):
         for q in qids:
@@ -167,7 +175,7 @@ def test_the_slots_of_a_commit_say_what_its_copies_queue_entries_say(tmp_path: P
 
     store, copies, entries = _halves_committed(tmp_path / "data", count)
     try:
-        topics, rows = reference_slots(store, copies)
+        topics, rows, *_ = reference_slots(store, copies)
         slots = slots_of(encode_rows(topics, rows, body_at=HEADER_V4_SIZE))
         assert len(slots) == count
         for slot in slots:
@@ -295,7 +303,7 @@ def _prepared_with_commit_record(path: Path):
     engine = TransactionEngine(store, TransactionConfig(), clock=_Clock())
     halves = engine.prepare(_messages(), transaction_id="t", producer_group="g").results
     copies = _copies_of(engine._table["t"].halves, None, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
-    topics, rows = reference_slots(store, copies)
+    topics, rows, *_ = reference_slots(store, copies)
     next_offset = {0: 0, 1: 0}
     for r in rows:
         r["queue_offset"] = next_offset[int(r["queue_id"])]
@@ -326,5 +334,45 @@ def test_recovery_dispatches_a_commit_record_into_the_queue_entries_of_its_slots
             for key in m.keys:
                 assert store.query_by_key(TOPIC, key) == [m]
             assert PROP_PREPARED_MS not in m.properties
+    finally:
+        store.close()
+
+
+def test_a_columnar_read_gives_the_records_its_slots_stand_for(tmp_path: Path) -> None:
+    """read_queue_bytes (the pull kernel's and Flight's read) of a queue published by reference
+    yields, at each entry, the bytes of the record its slot stands for; no local-read plan names
+    a slot (a client decoding the segment itself could not follow it)."""
+    from tests.store._helpers import crash
+    from txmq.broker.store.columnar_read import plan_queue_read, read_queue_bytes
+    from txmq.broker.store.record import decode_record
+
+    store, _ = _prepared_with_commit_record(tmp_path / "data")
+    crash(store)
+    store = MessageStore(StoreConfig(data_dir=tmp_path / "data", flush_mode="async"))
+    try:
+        for q in (0, 1):
+            read = read_queue_bytes(store, TOPIC, q, 0, 100)
+            assert len(read.phys) == store.max_offset(TOPIC, q) > 0
+            got = [decode_record(bytes(read.data), int(at)) for at in read.record_at]
+            assert got == store.read_queue(TOPIC, q, 0, 100).messages
+            assert plan_queue_read(store, TOPIC, q, 0, 100) is None
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("expression", [{"tags": "a"}, {"sql": "colour = 'red' AND TAGS = 'b'"}], ids=["tag", "sql92"])
+def test_a_filter_reads_messages_committed_by_reference_by_their_halves_properties(
+        tmp_path: Path, expression: dict) -> None:
+    from tests.store._helpers import crash
+    from txmq.broker.store.message_filter import MessageFilter
+
+    store, _ = _prepared_with_commit_record(tmp_path / "data")
+    crash(store)
+    store = MessageStore(StoreConfig(data_dir=tmp_path / "data", flush_mode="async"))
+    try:
+        wanted = "a" if "tags" in expression else "b"
+        got = [m.body for q in (0, 1)
+               for m in store.read_queue(TOPIC, q, 0, 100, tag_filter=MessageFilter.parse(**expression)).messages]
+        assert sorted(got) == sorted(m.body for m in _messages() if m.properties.get("TAGS") == wanted)
     finally:
         store.close()
