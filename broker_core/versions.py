@@ -25,8 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The store format this release writes into a new data directory, and the oldest it reads.
-STORE_FORMAT = 1
+STORE_FORMAT = 2
 STORE_FORMAT_OLDEST = 1
+# 2: COMMIT by reference (commit records in TXMQ_SYS_COMMIT_REF, queue entries at their slots); a
+# format-1 directory holds none and opens as is, and is raised to 2 before its first commit record
+STORE_FORMAT_COMMIT_REF = 2
 STORE_FORMAT_UNRECORDED = 1  # a data directory made before the format was recorded
 
 # The replication wire: 2 added the version fields themselves (a release before them is 1).

@@ -349,8 +349,7 @@ class MessageStore:
         return self._append(messages, allow_system=allow_system, plan=WritePlan.GROUP, durable=durable)
 
     def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
-                            wait_reserved: bool = True, sources_dead: bool = False,
-                            durable: bool = True) -> Sequence[AppendResult]:
+                            wait_reserved: bool = True, durable: bool = True) -> Sequence[AppendResult]:
         """Append, as one atomic group, copies of stored records followed by `messages`.
 
         Each copy keeps its source's body, flag, born time and host, reconsume times
@@ -365,10 +364,7 @@ class MessageStore:
         Copies of more than COPY_PART_BYTES of sources are built and written in parts
         (still one group, published at once): memory stays bounded by a part.
         `wait_reserved` as in append (a group written in parts always waits its turn).
-        `sources_dead`: no reader needs the sources once they are copied (a COMMIT's
-        halves). A group written in parts then drops each part's sources from the page
-        cache as soon as the part is written, and the parts after it are written into the
-        freed pages (PageCacheWindow.release_dead). `durable` as in append.
+        `durable` as in append. (A COMMIT does not copy: append_committed.)
         """
         if not len(copies) and not messages:
             return []
@@ -378,8 +374,7 @@ class MessageStore:
             if messages:
                 checked = self._checked(messages, allow_system=True)
                 parts.append(lambda: checked)
-            written = [partial(self._release_sources, part) for part in copy_parts] if sources_dead else []
-            return self.split_groups.append(parts, written, durable=durable)
+            return self.split_groups.append(parts, [], durable=durable)
         batches = []
         if len(copies):
             batches.append(copy_columns(self, copies))
@@ -402,6 +397,8 @@ class MessageStore:
         if not len(copies):
             return self._append(list(messages), allow_system=True, plan=WritePlan.GROUP, wait_reserved=wait_reserved,
                                 durable=durable) if messages else AppendResults(0, list)
+        if self.store_format < versions.STORE_FORMAT_COMMIT_REF:  # a release reading only format 1 must refuse it
+            self.record_store_format(versions.STORE_FORMAT_COMMIT_REF)
         refs = reference_slots(self, copies, store_v6=len(self.commitlog.store_host[0]) > HOST_V4_SIZE)
         ops = self._checked(messages, allow_system=True) if messages else None
         targets = SlotTargets(refs.dest_topics, refs.rows["queue_id"].tolist(),
@@ -503,10 +500,6 @@ class MessageStore:
         results.columns = (w.queue_offsets, w.phys, w.sizes)
         results.end = self.commitlog.write_end
         return results
-
-    def _release_sources(self, copies: RecordCopies) -> None:
-        """Drop copied sources nobody reads again from the page cache (see append_group_copies)."""
-        self.page_cache.release_dead(copies.source_runs(), self.commitlog.flushed_end)
 
     # --- replication (cluster/replication.py drives these) ---------------------------------
 

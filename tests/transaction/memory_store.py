@@ -82,12 +82,16 @@ class MemoryStore:
     def append_group_encoded(self, batch: BatchColumns, *, durable: bool = True) -> AppendResults:
         raise NotImplementedError("prepare_bodies is tested on the real store (tests/transaction/test_prepare_bodies.py)")
 
+    def append_committed(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
+                         wait_reserved: bool = True, durable: bool = True) -> AppendResults:
+        """A COMMIT by reference reads as the copies it stands for (MessageStore.append_committed's
+        contract): here it is those copies."""
+        return self.append_group_copies(copies, messages, wait_reserved=wait_reserved, durable=durable)
+
     def append_group_copies(self, copies: RecordCopies, messages: Sequence[Message] = (), *,
-                            wait_reserved: bool = True, sources_dead: bool = False,
-                            durable: bool = True) -> AppendResults:
+                            wait_reserved: bool = True, durable: bool = True) -> AppendResults:
         """The record copies as Messages (the contract of MessageStore.append_group_copies), then
-        one append_group (which a test's subclass may intercept) like any other. There is no
-        page cache here: `sources_dead` changes nothing."""
+        one append_group (which a test's subclass may intercept) like any other."""
         with self._lock:
             missing = [p for p in copies.physical_offsets if p not in self._records]
             if missing:
