@@ -1,18 +1,17 @@
-"""What a COMMIT by reference would save: today's COMMIT against the reference's work, same run (issue #42).
+"""A COMMIT by reference against the copy it replaced, same run (issue #42); and the read of what each published.
 
     .venv/bin/python bench/commit_ref.py [--rows N] [--repeat K]
 
 In one store (in process, async flush, as the broker's default), two transactions of N halves of
 1 KiB each (default 200,000 rows, the Spark sink's shape: body-only rows over 8 queues) are
-prepared; one is committed by today's COMMIT (`TransactionEngine.end`: a copy of every half, its
-queue entries and the op record, as one group), the other is given the work a COMMIT by
-reference does before its queue entries are dispatched: the same scan of the halves
-(`record_copy.reference_slots`) and the commit records' bodies of 52-byte slots
-(`commit_ref.encode_rows`), appended as one group to TXMQ_SYS_COMMIT_REF. The reference is
-not wired into the engine yet, so this is a projection: it leaves out the N queue entries the
-reference would still dispatch (20 bytes each, which the copy's figure includes) and the op
-record (a few hundred bytes). Trials alternate; the figure is the median ratio reference/copy
-with min-max, in wall time and in process CPU (the host is shared). Prints one JSON line and writes bench/results/commit_ref.json.
+prepared; one is committed by the engine's COMMIT (`TransactionEngine.end`: by reference, commit
+records of 52-byte slots, the queue entries at the slots and the op record, as one group), the
+other the way COMMIT did before: a copy of every half into its topic with the op record
+(`MessageStore.append_group_copies`, which the store keeps for a discard's copies). Then the
+queues each published are read whole with the pull kernel's read (`columnar_read.read_queue_bytes`
+and `pull_decode.decode_pull_batch`, what the Spark source's pulls do). Trials alternate; the
+figures are the median ratios reference/copy with min-max, in wall time and in process CPU (the
+host is shared). Prints one JSON line and writes bench/results/commit_ref.json.
 """
 
 from __future__ import annotations
@@ -29,15 +28,16 @@ sys.path.insert(0, str(ROOT))
 
 from bench.results_io import emit  # noqa: E402
 from txmq.broker.store import Message, MessageStore, StoreConfig  # noqa: E402
-from txmq.broker.store.commit_ref import COMMIT_REF_TOPIC, SLOT_SIZE, encode_rows  # noqa: E402
-from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT  # noqa: E402
+from txmq.broker.store.columnar_read import read_queue_bytes  # noqa: E402
+from txmq.broker.store.message import OP_HALF_TOPIC, SYSFLAG_TRANSACTION_COMMIT  # noqa: E402
+from txmq.broker.store.pull_decode import decode_pull_batch  # noqa: E402
 from txmq.broker.store.record_block import load_compiled  # noqa: E402
-from txmq.broker.store.record_copy import load_compiled_scan, reference_slots  # noqa: E402
-from txmq.broker.store.record_layout import HEADER_V4_SIZE  # noqa: E402
+from txmq.broker.store.record_copy import load_compiled_scan  # noqa: E402
 from txmq.broker.transaction import Resolution, TransactionConfig, TransactionEngine  # noqa: E402
 from txmq.broker.transaction.engine import SCHEDULED, _copies_of  # noqa: E402
 
 TOPIC = "bench"
+COPY_TOPIC = "bench_copy"  # where the copy publishes the other transaction
 QUEUES = 8
 BODY = b"x" * 1024
 PREPARE_ROWS = 10_000
@@ -52,24 +52,36 @@ def prepare(engine: TransactionEngine, tx: str, rows: int) -> None:
         done += n
 
 
-def commit_by_copy(engine: TransactionEngine, tx: str) -> tuple[float, float]:
-    """(wall, process CPU) seconds of today's COMMIT."""
+def commit_by_reference(engine: TransactionEngine, tx: str) -> tuple[float, float]:
+    """(wall, process CPU) seconds of the engine's COMMIT."""
     t0, c0 = time.perf_counter(), time.process_time()
     engine.end(tx, Resolution.COMMIT)
     return time.perf_counter() - t0, time.process_time() - c0
 
 
-def reference_work(store: MessageStore, engine: TransactionEngine, tx: str) -> tuple[float, float]:
-    """(wall, process CPU) seconds of the reference's work."""
+def commit_by_copy(store: MessageStore, engine: TransactionEngine, tx: str) -> tuple[float, float]:
+    """(wall, process CPU) seconds of the copy the COMMIT made before (to COPY_TOPIC), op record included."""
     t0, c0 = time.perf_counter(), time.process_time()
-    copies = _copies_of(engine._table[tx].halves, None, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
-    topics, rows, *_ = reference_slots(store, copies)
-    per_record = (store.config.max_body_bytes - 4096) // SLOT_SIZE
-    records = [Message(topic=COMMIT_REF_TOPIC, body=encode_rows(topics, rows[i:i + per_record], body_at=HEADER_V4_SIZE),
-                       queue_id=0)
-               for i in range(0, len(rows), per_record)]
-    store.append_group(records, allow_system=True, durable=False)
+    copies = _copies_of(engine._table[tx].halves, COPY_TOPIC, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
+    store.append_group_copies(copies, [Message(topic=OP_HALF_TOPIC, body=b"op" * 40)], durable=False)
     return time.perf_counter() - t0, time.process_time() - c0
+
+
+def read_all(store: MessageStore, topic: str) -> tuple[float, float]:
+    """(wall, process CPU) seconds to read and decode every queue of `topic` as pulls do."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    for q in range(QUEUES):
+        offset = 0
+        while offset < store.max_offset(topic, q):
+            read = read_queue_bytes(store, topic, q, offset, 1 << 20, max_bytes=4 << 20)
+            decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, q)
+            offset = read.next_offset
+    return time.perf_counter() - t0, time.process_time() - c0
+
+
+def _ratios(ref: list, copy: list, k: int) -> dict:
+    ratios = [r[k] / c[k] for r, c in zip(ref, copy)]
+    return {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
 
 
 def main() -> None:
@@ -79,38 +91,37 @@ def main() -> None:
     args = ap.parse_args()
     load_compiled_scan()  # as a broker does at start: no trial pays numba's load
     load_compiled()
-    copy_s, ref_s = [], []
+    copy_s, ref_s, copy_read, ref_read = [], [], [], []
     for trial in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="txmq-commit-ref-") as tmp:
             store = MessageStore(StoreConfig(data_dir=Path(tmp), flush_mode="async"))
             store.topics.create(TOPIC, queue_count=QUEUES)
-            store.topics.create(COMMIT_REF_TOPIC, queue_count=1)
+            store.topics.create(COPY_TOPIC, queue_count=QUEUES)
             engine = TransactionEngine(store, TransactionConfig())
             prepare(engine, "copy", args.rows)
             prepare(engine, "ref", args.rows)
             if trial % 2:  # alternate which one runs first (page cache, a warm allocator)
-                ref_s.append(reference_work(store, engine, "ref"))
-                copy_s.append(commit_by_copy(engine, "copy"))
+                ref_s.append(commit_by_reference(engine, "ref"))
+                copy_s.append(commit_by_copy(store, engine, "copy"))
+                ref_read.append(read_all(store, TOPIC))
+                copy_read.append(read_all(store, COPY_TOPIC))
             else:
-                copy_s.append(commit_by_copy(engine, "copy"))
-                ref_s.append(reference_work(store, engine, "ref"))
+                copy_s.append(commit_by_copy(store, engine, "copy"))
+                ref_s.append(commit_by_reference(engine, "ref"))
+                copy_read.append(read_all(store, COPY_TOPIC))
+                ref_read.append(read_all(store, TOPIC))
             engine.close()
             store.close()
-    ratios = [r[0] / c[0] for r, c in zip(ref_s, copy_s)]
-    cpu_ratios = [r[1] / c[1] for r, c in zip(ref_s, copy_s)]
     emit("commit_ref", {
         "rows": args.rows, "body_bytes": len(BODY), "repeat": args.repeat,
         "copy_commit_s": statistics.median(c[0] for c in copy_s),
-        "reference_work_s": statistics.median(r[0] for r in ref_s),
-        "reference_vs_copy": statistics.median(ratios), "reference_vs_copy_min": min(ratios),
-        "reference_vs_copy_max": max(ratios),
-        "copy_commit_cpu_s": statistics.median(c[1] for c in copy_s),
-        "reference_work_cpu_s": statistics.median(r[1] for r in ref_s),
-        "reference_vs_copy_cpu": statistics.median(cpu_ratios), "reference_vs_copy_cpu_min": min(cpu_ratios),
-        "reference_vs_copy_cpu_max": max(cpu_ratios),
-        "copy_commit_all_s": copy_s, "reference_work_all_s": ref_s,
-        "note": "projection: the reference's scan and commit records, without its N queue entries"})
-
+        "reference_commit_s": statistics.median(r[0] for r in ref_s),
+        "commit_reference_vs_copy": _ratios(ref_s, copy_s, 0), "commit_reference_vs_copy_cpu": _ratios(ref_s, copy_s, 1),
+        "copy_read_s": statistics.median(c[0] for c in copy_read),
+        "reference_read_s": statistics.median(r[0] for r in ref_read),
+        "read_reference_vs_copy": _ratios(ref_read, copy_read, 0),
+        "read_reference_vs_copy_cpu": _ratios(ref_read, copy_read, 1),
+        "all": {"copy_commit": copy_s, "reference_commit": ref_s, "copy_read": copy_read, "reference_read": ref_read}})
 
 if __name__ == "__main__":
     main()

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 import numpy as np
 
 from txmq.broker.errors import DataDeleted, IllegalOffset, MessageNotFound, StoreError
-from txmq.broker.store.commit_ref import SLOT_MAGIC, is_slot, resolve
+from txmq.broker.store.commit_ref import SLOT_MAGIC, is_slot, resolve_many
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.consume_queue import ENTRY_DTYPE, ENTRY_SIZE
 from txmq.broker.store.dispatch import Dispatcher
@@ -332,13 +332,13 @@ def _resolved(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndar
               ) -> tuple[np.ndarray, np.ndarray, int]:
     """The records of a read some of whose entries are slots, back to back: each slot's record
     made by commit_ref.resolve, each other record read as it is."""
+    try:
+        resolved = iter(resolve_many(store.commitlog.read, phys[slots].tolist()))
+    except (MessageNotFound, StoreError) as exc:
+        raise StoreError(f"queue {topic}:{queue_id}: a slot does not match the CommitLog: {exc}") from exc
     pieces = []
     for p, n, slot in zip(phys.tolist(), sizes.tolist(), slots.tolist()):
-        try:
-            raw = resolve(store.commitlog.read, p) if slot else _read_commitlog(store, topic, queue_id, p, n)
-        except (MessageNotFound, StoreError) as exc:
-            raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {p} "
-                             f"does not match the CommitLog: {exc}") from exc
+        raw = next(resolved) if slot else _read_commitlog(store, topic, queue_id, p, n)
         if len(raw) != n:
             raise StoreError(f"queue {topic}:{queue_id} entry at physical offset {p} "
                              f"does not match the CommitLog: {len(raw)} bytes, the entry says {n}")

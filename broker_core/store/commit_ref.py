@@ -250,9 +250,60 @@ def resolve(read: Callable[[int, int], bytes], slot_address: int) -> bytes:
     """The record a slot stands for, from the log (`read(offset, size)` gives its bytes): the slot,
     then its commit record's header and body head (found by the slot's BACK distance), then the
     half. The one way every reader turns a queue entry, message id or index hit at a slot into
-    the record today's copy would have been."""
+    the record today's copy would have been (resolve_many for many)."""
     half_phys, half_size, _, queue_id, topic_index, queue_offset, _, back = read_slot(read(slot_address, SLOT_SIZE))
-    record_at = slot_address - back
+    commit, drop, topics = _commit_header(read, slot_address, slot_address - back, back)
+    if topic_index >= len(topics):
+        raise StoreError(f"the slot at {slot_address} names topic {topic_index} its commit record lacks")
+    return final_record(read(half_phys, half_size), topic=topics[topic_index], queue_id=queue_id,
+                        queue_offset=queue_offset, physical_offset=slot_address, commit=commit, drop_properties=drop)
+
+
+_HEAD_READ = 4096  # bytes of a commit record's body read for its head at first (most heads: one topic)
+_SPAN = 1 << 20  # resolve_many reads the log in spans of this many bytes
+
+
+def resolve_many(read: Callable[[int, int], bytes], slot_addresses: Sequence[int]) -> list[bytes]:
+    """resolve for many slots (a pull's), in order: the log is read in spans (a queue's slots lie
+    close together in their commit records, a prepare call's halves back to back) and each commit
+    record's header is read once."""
+    slots, halves = _SpanReader(read), _SpanReader(read)
+    headers: dict[int, tuple[CommitHeader, list[str], list[str]]] = {}
+    out = []
+    for address in slot_addresses:
+        half_phys, half_size, _, queue_id, topic_index, queue_offset, _, back = read_slot(slots(address, SLOT_SIZE))
+        record_at = address - back
+        got = headers.get(record_at)
+        if got is None:
+            got = headers[record_at] = _commit_header(read, address, record_at, back)
+        commit, drop, topics = got
+        if topic_index >= len(topics):
+            raise StoreError(f"the slot at {address} names topic {topic_index} its commit record lacks")
+        out.append(final_record(halves(half_phys, half_size), topic=topics[topic_index], queue_id=queue_id,
+                                queue_offset=queue_offset, physical_offset=address, commit=commit,
+                                drop_properties=drop))
+    return out
+
+
+class _SpanReader:
+    """`read(offset, size)` answered from the last span read when it holds those bytes."""
+
+    def __init__(self, read: Callable[[int, int], bytes]) -> None:
+        self._read = read
+        self._at = 0
+        self._buf = b""
+
+    def __call__(self, offset: int, size: int) -> bytes:
+        at = offset - self._at
+        if not (0 <= at and at + size <= len(self._buf)):
+            self._buf, self._at, at = self._read(offset, max(size, _SPAN)), offset, 0
+        return self._buf[at:at + size]
+
+
+def _commit_header(read: Callable[[int, int], bytes], slot_address: int, record_at: int, back: int
+                   ) -> tuple[CommitHeader, list[str], list[str]]:
+    """(what the finals take from it, the properties they drop, the topic table) of the commit record at
+    `record_at`, which holds the slot at `slot_address`, `back` bytes in."""
     sys_flag = int.from_bytes(read(record_at + SYSFLAG_AT, 4), "big", signed=True)
     hdr = HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
     head = read(record_at, min(back, hdr.size + _HEAD_READ))
@@ -262,15 +313,10 @@ def resolve(read: Callable[[int, int], bytes], slot_address: int) -> bytes:
     parsed = _body_head(head, hdr.size)
     if parsed is None:  # a long head (many topics): everything before the slot holds it
         parsed = _body_head(read(record_at, back), hdr.size)
-    if parsed is None or topic_index >= len(parsed[1]):
-        raise StoreError(f"the slot at {slot_address} names topic {topic_index} its commit record lacks")
+    if parsed is None:
+        raise StoreError(f"the slot at {slot_address} lies in a commit record whose head is cut short")
     drop, topics, _ = parsed
-    commit = CommitHeader(store_timestamp=fields[10], store_host_raw=fields[11], sys_flag=sys_flag)
-    return final_record(read(half_phys, half_size), topic=topics[topic_index], queue_id=queue_id,
-                        queue_offset=queue_offset, physical_offset=slot_address, commit=commit, drop_properties=drop)
-
-
-_HEAD_READ = 4096  # bytes of a commit record's body read for its head at first (most heads: one topic)
+    return CommitHeader(store_timestamp=fields[10], store_host_raw=fields[11], sys_flag=sys_flag), drop, topics
 
 
 def _body_head(buf: bytes | memoryview, at: int) -> tuple[list[str], list[str], int] | None:
@@ -315,5 +361,5 @@ def _without(props: bytes, name: bytes) -> bytes:
 
 __all__ = ["COMMIT_REF_TOPIC", "CommitHeader", "SLOT_DTYPE", "SLOT_HAS_KEYS", "SLOT_HAS_UNIQ_KEY", "SLOT_MAGIC",
            "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "SlotEntries", "body_head", "decode_body", "encode_body",
-           "encode_rows", "final_record", "final_size", "is_slot", "read_slot", "resolve", "slot_entries", "slot_rows",
+           "encode_rows", "final_record", "final_size", "is_slot", "read_slot", "resolve", "resolve_many", "slot_entries", "slot_rows",
            "slots_of"]

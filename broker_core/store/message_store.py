@@ -32,7 +32,7 @@ from txmq.broker.errors import (DataDeleted, IllegalOffset, MessageNotFound, Req
                                 StoreFormatUnsupported)
 from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
 from txmq.broker.store.batch import BatchColumns
-from txmq.broker.store.commit_ref import SLOT_SIZE, body_head, decode_body, encode_rows, is_slot, resolve, slot_entries
+from txmq.broker.store.commit_ref import SLOT_SIZE, body_head, decode_body, encode_rows, is_slot, resolve_many, slot_entries
 from txmq.broker.store.commitlog import CommitLog, WritePlan
 from txmq.broker.store.columnar_read import forget_mapped
 from txmq.broker.store.config import StoreConfig
@@ -686,8 +686,9 @@ class MessageStore:
                     if not any(map(partial(is_slot, buf), offs)):
                         msgs = decode_records(buf, offs)
                     else:  # messages committed by reference: each slot resolves to its record
-                        msgs = [decode_record(resolve(commitlog.read, lo + o)) if is_slot(buf, o)
-                                else decode_record(buf, o) for o in offs]
+                        resolved = iter(resolve_many(commitlog.read, [lo + o for o in offs if is_slot(buf, o)]))
+                        msgs = [decode_record(next(resolved)) if is_slot(buf, o) else decode_record(buf, o)
+                                for o in offs]
                     if [m.physical_offset for m in msgs] != phys[i:j]:
                         raise RecordCorrupted("queue entry does not point at a record start")
                 except (RecordCorrupted, MessageNotFound, ValueError, IndexError, UnicodeDecodeError) as exc:
