@@ -114,3 +114,44 @@ def test_compiled_scan_stops_at_a_damaged_record(tmp_path):
                 replica.close()
     finally:
         leader.close()
+
+
+def test_a_followers_queues_and_index_equal_the_leaders_after_commits_by_reference(tmp_path):
+    """Transactions committed by reference between plain writes, fetched in chunks that end anywhere:
+    the follower's compiled dispatch (which leaves a commit record's group to the Python scan)
+    derives the leader's queues, message by message, and its index entries at the slots."""
+    from txmq.broker.transaction import Resolution, TransactionConfig, TransactionEngine
+
+    rng = random.Random(5)
+    leader = MessageStore(small_config(tmp_path / "leader", commitlog_segment_bytes=1 << 20))
+    follower = MessageStore(small_config(tmp_path / "follower", replica=True, commitlog_segment_bytes=1 << 20))
+    engine = TransactionEngine(leader, TransactionConfig(), clock=lambda: 1_700_000_000.0)
+    try:
+        for t in range(12):
+            engine.prepare([msg("T", b"t%d-%d" % (t, i), i % 3, UNIQ_KEY=f"T{t}-{i}", KEYS=f"k{t}", TAGS="ab"[t % 2])
+                            for i in range(rng.randrange(1, 30))], transaction_id=f"tx{t}")
+            leader.append([msg("T", b"plain%d" % t, t % 3, UNIQ_KEY=f"P{t}")])
+            engine.end(f"tx{t}", Resolution.COMMIT if t % 4 else Resolution.ROLLBACK)
+        end = leader.commitlog.write_end
+        pos = 0
+        while pos < end:
+            data = leader.read_log(pos, rng.randrange(1, 5000))
+            follower.append_replicated(pos, data)
+            follower.dispatch_replicated()
+            pos += len(data)
+        assert follower.recovery.replay.safe_end == end
+        want = {q: [(m.msg_id, m.body, m.queue_offset) for m in leader.read_queue("T", q, 0, 1000).messages]
+                for q in range(3)}
+        assert {q: [(m.msg_id, m.body, m.queue_offset) for m in follower.read_queue("T", q, 0, 1000).messages]
+                for q in range(3)} == want
+        assert sum(map(len, want.values())) > 12
+        follower.dispatcher.index.write_pending()
+        for t in range(1, 12):
+            if t % 4:
+                assert [m.body for m in follower.query_by_key("T", f"k{t}")] == \
+                    [m.body for m in leader.query_by_key("T", f"k{t}")] != []
+                assert follower.get_by_message_id(f"T{t}-0") == leader.get_by_message_id(f"T{t}-0")
+    finally:
+        engine.close()
+        leader.close()
+        follower.close()
