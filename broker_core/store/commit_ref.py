@@ -361,5 +361,5 @@ def _without(props: bytes, name: bytes) -> bytes:
 
 __all__ = ["COMMIT_REF_TOPIC", "CommitHeader", "SLOT_DTYPE", "SLOT_HAS_KEYS", "SLOT_HAS_UNIQ_KEY", "SLOT_MAGIC",
            "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "SlotEntries", "body_head", "decode_body", "encode_body",
-           "encode_rows", "final_record", "final_size", "is_slot", "read_slot", "resolve", "resolve_many", "slot_entries", "slot_rows",
-           "slots_of"]
+           "encode_rows", "final_record", "final_size", "is_slot", "read_slot", "resolve", "resolve_many",
+           "slot_entries", "slot_rows", "slots_of"]

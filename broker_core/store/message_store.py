@@ -32,7 +32,8 @@ from txmq.broker.errors import (DataDeleted, IllegalOffset, MessageNotFound, Req
                                 StoreFormatUnsupported)
 from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
 from txmq.broker.store.batch import BatchColumns
-from txmq.broker.store.commit_ref import SLOT_SIZE, body_head, decode_body, encode_rows, is_slot, resolve_many, slot_entries
+from txmq.broker.store.commit_ref import (SLOT_SIZE, body_head, decode_body, encode_rows, is_slot, resolve_many,
+                                          slot_entries)
 from txmq.broker.store.commitlog import CommitLog, WritePlan
 from txmq.broker.store.columnar_read import forget_mapped
 from txmq.broker.store.config import StoreConfig

@@ -554,4 +554,5 @@ def _decoded(values: list[bytes | None]) -> list[str | None]:
     return [v.decode() if v is not None else None for v in values]
 
 
-__all__ = ["RecordCopies", "ReferenceSlots", "Reroute", "copy_columns", "dispatch_properties", "load_compiled_scan", "reference_slots"]
+__all__ = ["RecordCopies", "ReferenceSlots", "Reroute", "copy_columns", "dispatch_properties", "load_compiled_scan",
+           "reference_slots"]

@@ -273,7 +273,8 @@ class Replay:
                     self.split_begin = pos
                 if self.split is None:
                     continue  # a record of a split group that died before this scan's start
-                self.split.extend(_entries_of(self.commitlog, msg))  # only what dispatch needs: a group may hold millions
+                # only what dispatch needs: a group may hold millions
+                self.split.extend(_entries_of(self.commitlog, msg))
                 if not flag & SYSFLAG_GROUP_END:
                     continue
                 self._keep(self.split)
@@ -283,7 +284,8 @@ class Replay:
                 self.pending.append(msg)
                 if flag & SYSFLAG_GROUP_MEMBER:
                     continue
-                self._keep([e for m in self.pending for e in _entries_of(self.commitlog, m)])  # a complete group (or a single record)
+                # a complete group (or a single record)
+                self._keep([e for m in self.pending for e in _entries_of(self.commitlog, m)])
                 self.pending = []
                 self.safe_end = end
             if self._unflushed >= REDISPATCH_BATCH or len(self._index_items) >= REDISPATCH_BATCH:

@@ -95,7 +95,8 @@ def test_a_store_reopened_keeps_the_half_segments_its_commit_records_name(tmp_pa
         _age(store, commit_at)
         store.delete_expired()
         assert store.commitlog.min_offset <= first_half
-        assert [m.body for m in store.read_queue("orders", 0, 0, 100).messages] == [b"h%03d" % i * 100 for i in range(8)]
+        bodies = [m.body for m in store.read_queue("orders", 0, 0, 100).messages]
+        assert bodies == [b"h%03d" % i * 100 for i in range(8)]
     finally:
         store.close()
 
