@@ -907,7 +907,6 @@ class MessageStore:
             "commitlog_segments": len(cl.segments),
             "commitlog_bytes": cl.disk_bytes(),
             "page_cache_released_bytes": self.page_cache.released_bytes,
-            "page_cache_dead_released_bytes": self.page_cache.dead_released_bytes,
             "queues": len(self.dispatcher.queues()),
             "fsyncs": self.write_lock.group_commit.fsyncs if self.write_lock.group_commit is not None else 0,
             "flush_errors": self._flusher.errors,

@@ -29,11 +29,9 @@ file system ignores it, the window simply does nothing.
 
 from __future__ import annotations
 
-import mmap
 import os
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
-PAGE_BYTES = mmap.PAGESIZE
 FOLIO_BYTES = 2 << 20  # the largest page-cache folio of a file: advice evicts only whole folios
 RELEASE_STEP_BYTES = 64 << 20  # drop in steps at least this large: one call per step and segment
 PROTECT_FACTOR = 4  # protected bytes stay cached up to this many windows behind the flushed end
@@ -61,7 +59,6 @@ class PageCacheWindow:
         self._unmap = unmap  # unmap(segment, lo, hi): this process's maps forget [lo, hi) of the segment file
         self.released = 0  # every byte below this offset has been advised out
         self.released_bytes = 0  # total advised, for stats and tests
-        self.dead_released_bytes = 0  # total advised by release_dead
         self._lowest_needed: Callable[[], int | None] | None = None
 
     def protect(self, lowest_needed: Callable[[], int | None]) -> None:
@@ -89,34 +86,6 @@ class PageCacheWindow:
                    for seg in self._segments())
         self.released = max(self.released, target)
         self.released_bytes += done
-        return done
-
-    def release_dead(self, runs: Iterable[tuple[int, int]], flushed: int) -> int:
-        """Advise out log ranges no reader will ask for again, the whole pages of each range
-        [lo, hi) below `flushed` (the durable end); returns the bytes advised.
-
-        For a large COMMIT's halves, once copied (MessageStore.append_group_copies). The
-        COMMIT writes a copy of every half, so it needs as many fresh page-cache pages as
-        the halves fill; the halves it has just copied are dead (resolved: only recovery,
-        which reads from disk, looks at them again). Dropped part by part, their pages go
-        back to the free lists and the COMMIT's next parts are written into them while the
-        host still backs them (the writes take small folios: mapped_file.WRITE_STEP_BYTES).
-        Without the drop, a COMMIT gets cheap pages only when the kernel happens to hold
-        recently freed ones.
-
-        Only pages lying wholly inside a range go: the caller's ranges hold nothing but dead
-        records (RecordCopies.source_runs), and a page shared with a neighbouring record stays.
-        """
-        if not self.enabled:
-            return 0
-        done = 0
-        for lo, hi in runs:
-            lo, hi = -(-lo // PAGE_BYTES) * PAGE_BYTES, min(hi, flushed) // PAGE_BYTES * PAGE_BYTES
-            if hi <= lo:
-                continue
-            done += sum(self._drop(seg, max(lo, seg.start), min(hi, seg.start + seg.capacity))
-                        for seg in self._segments() if seg.start < hi and lo < seg.start + seg.capacity)
-        self.dead_released_bytes += done
         return done
 
     def _drop(self, seg, lo: int, hi: int) -> int:

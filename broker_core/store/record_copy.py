@@ -129,23 +129,6 @@ class RecordCopies:
                         topics=self.topics[a:b], queue_ids=self.queue_ids[a:b])
                 for a, b in pairwise(bounds)]
 
-    def source_runs(self) -> list[tuple[int, int]]:
-        """The log ranges [lo, hi) the sources fill, one per run of sources lying back to back,
-        in log order: inside a run there is no byte of any other record (a prepare call's
-        halves are one run), which is what lets a COMMIT drop a run's pages from the page
-        cache once copied without touching anything another reader may still want."""
-        if not len(self):
-            return []
-        phys = self.physical_offsets
-        ends = phys + self.sizes
-        if not bool((phys[1:] >= phys[:-1]).all()):  # a COMMIT's copies come in log order already
-            order = np.argsort(phys, kind="stable")
-            phys, ends = phys[order], ends[order]
-        breaks = np.flatnonzero(phys[1:] != ends[:-1])  # run k ends at breaks[k], the next starts after it
-        starts = np.concatenate(([phys[0]], phys[breaks + 1]))
-        stops = np.concatenate((ends[breaks], [ends[-1]]))
-        return list(zip(starts.tolist(), stops.tolist()))
-
 
 def copy_columns(store, copies: RecordCopies) -> BatchColumns:
     """The copies as a checked and encoded batch, ready for the store's write path.

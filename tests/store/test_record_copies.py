@@ -247,37 +247,6 @@ def test_parts_are_the_fewest_in_order_runs_within_the_budget(sizes, budget):
             assert sum(part.sizes) + following.sizes[0] > budget
 
 
-def test_source_runs_are_the_ranges_of_sources_lying_back_to_back():
-    copies = RecordCopies([0, 100, 250, 300, 400], [100, 100, 50, 100, 10], ["T"] * 5, [0] * 5,
-                          SYSFLAG_TRANSACTION_COMMIT, source_topic=SOURCE)
-    assert copies.source_runs() == [(0, 200), (250, 410)]
-
-
-def test_source_runs_of_no_copies_are_none():
-    assert RecordCopies([], [], [], [], SYSFLAG_TRANSACTION_COMMIT, source_topic=SOURCE).source_runs() == []
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 40), st.integers(1, 30)), min_size=1, max_size=40, unique_by=lambda c: c[0]))
-def test_source_runs_cover_the_sources_and_nothing_between_them(spans):
-    """Whatever order the copies come in: every source lies inside one run, every byte of a run is in
-    a source, and two runs never touch (else they would be one)."""
-    gaps = [g for g, _ in spans]
-    phys, at = [], 0
-    for gap, size in spans:  # disjoint sources in log order, `gap` bytes apart (0: back to back)
-        phys.append(at + gap)
-        at += gap + size
-    sizes = [size for _, size in spans]
-    order = sorted(range(len(spans)), key=lambda i: (i * 7919) % len(spans))  # some order not the log's
-    copies = RecordCopies([phys[i] for i in order], [sizes[i] for i in order], ["T"] * len(order),
-                          [0] * len(order), SYSFLAG_TRANSACTION_COMMIT, source_topic=SOURCE)
-    runs = copies.source_runs()
-    in_sources = {b for p, n in zip(phys, sizes) for b in range(p, p + n)}
-    assert {b for lo, hi in runs for b in range(lo, hi)} == in_sources
-    assert all(hi < lo for (_, hi), (lo, _) in zip(runs, runs[1:]))
-    assert len(runs) == 1 + sum(1 for g in gaps[1:] if g)
-
-
 _names = st.text(st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)), min_size=1,
                  max_size=8).filter(lambda k: k != PROP_CRC32)
 _values = st.text(st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)), max_size=8)
