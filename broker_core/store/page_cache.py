@@ -13,7 +13,7 @@ docs/benchmarks.md, "Figures behind the store's choices").
 What stays cached: the newest `keep_bytes` of the log (what the readers of a
 broker read almost always: consumers at the head), and back to the lowest offset
 a reader has said it still needs (`protect`: the transaction engine names the
-first half of its pending transactions, which a COMMIT will copy), but never more
+first half of its pending transactions, which a COMMIT will scan), but never more
 than PROTECT_FACTOR windows. Older bytes are read from disk when someone asks for them,
 as from any log larger than memory (Kafka's lagging consumers). Only bytes
 already made durable by a flush are dropped (a dirty page cannot be), so
