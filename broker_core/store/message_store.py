@@ -38,7 +38,8 @@ from txmq.broker.store.commitlog import CommitLog, WritePlan
 from txmq.broker.store.columnar_read import forget_mapped
 from txmq.broker.store.config import StoreConfig
 from txmq.broker.store.consume_queue import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, QueueEntry
-from txmq.broker.store.dispatch import DispatchEntry, Dispatcher, index_hashes, index_positions, queue_runs
+from txmq.broker.store.dispatch import (DispatchEntry, Dispatcher, index_hashes, index_positions, queue_runs,
+                                        queue_runs_grouped)
 from txmq.broker.store.flush import FlushService, GroupCommit
 from txmq.broker.store.index_file import IndexService, topic_key, uniq_index_key
 from txmq.broker.store.message import (
@@ -410,9 +411,15 @@ class MessageStore:
     def _append_committed_locked(self, refs: ReferenceSlots, copies: RecordCopies,
                                  ops: BatchColumns | None) -> AppendResults:
         now = int(time.time() * 1000)
-        dest_keys = list(zip(refs.dest_topics, refs.rows["queue_id"].tolist()))
+        qid_column = refs.rows["queue_id"].astype(np.int64)
+        dest_keys = list(zip(refs.dest_topics, qid_column.tolist()))
         offsets = QueueOffsets(self.dispatcher, None)
-        _, slot_offsets = offsets.assign(dest_keys, None)
+        groups = None
+        if len(refs.topics) == 1:  # a Spark micro-batch's one topic: offsets and runs with arrays
+            slot_array, groups = QueueOffsets(self.dispatcher, refs.topics[0]).assign_array(refs.topics[0], qid_column)
+            slot_offsets = slot_array.tolist()
+        else:
+            _, slot_offsets = offsets.assign(dest_keys, None)
         rows = refs.rows.copy()
         rows["queue_offset"] = slot_offsets
         body_at = HEADER_V4_SIZE + (HOST_V6_EXTRA if len(self.commitlog.store_host[0]) > HOST_V4_SIZE else 0)
@@ -431,15 +438,19 @@ class MessageStore:
         tags = np.concatenate([e.tag_hash for e in slots]).tolist()
         assert np.array_equal(np.concatenate([e.queue_offset for e in slots]), rows["queue_offset"]), \
             "a commit record's slots dispatch the queue offsets assigned to them"
-        starts = {}
-        for key, q in zip(dest_keys, slot_offsets):
-            starts.setdefault(key, q)
-        runs = {**queue_runs(dest_keys, None, starts, address, sizes, tags), **w.runs}
+        if groups is not None:
+            runs = {(refs.topics[0], qid): run for qid, run in queue_runs_grouped(groups, address, sizes, tags).items()}
+        else:
+            starts: dict = {}
+            for key, q in zip(dest_keys, slot_offsets):
+                starts.setdefault(key, q)
+            runs = queue_runs(dest_keys, None, starts, address, sizes, tags)
+        runs.update(w.runs)
         hashes, index_rows = index_hashes(refs.uniq_keys, refs.keys, refs.dest_topics)
         positions = index_positions(hashes, index_rows, address)
         n = len(address)
         topics = refs.dest_topics + list(batch.topics)
-        qids = [q for _, q in dest_keys] + list(batch.queue_ids)
+        qids = qid_column.tolist() + list(batch.queue_ids)
         queue_offsets = list(slot_offsets) + list(w.queue_offsets)
         phys = address + w.phys[:-1]
         all_sizes = sizes + list(w.sizes)
