@@ -167,6 +167,8 @@ def read_queue_bytes(store, topic: str, queue_id: int, offset: int, max_count: i
         return RecordBytes(np.zeros(0, dtype=np.uint8), e64, e64, e64, offset, lo, hi)
     phys, sizes = _entries_within(cq, offset, max_count, max_bytes)
     slots = _slots_among(store, topic, queue_id, phys)
+    kind = _same_kind(slots)
+    phys, sizes, slots = phys[:kind], sizes[:kind], slots[:kind]
     if slots.any():  # messages committed by reference: their records are made from their halves
         data, record_at, read_count = _resolved(store, topic, queue_id, phys, sizes, slots)
         return RecordBytes(data, record_at, phys, sizes, offset + len(phys), cq.min_offset, cq.max_offset)
@@ -217,8 +219,13 @@ def plan_queue_read(store, topic: str, queue_id: int, offset: int, max_count: in
     if cq is None or max_count <= 0 or offset >= hi:
         return None
     phys, sizes = _entries_within(cq, offset, max_count, max_bytes)
-    if len(phys) == 0 or _slots_among(store, topic, queue_id, phys).any():
-        return None  # (slots: a client cannot decode a slot itself; the read is answered with a batch)
+    if len(phys) == 0:
+        return None
+    slots = _slots_among(store, topic, queue_id, phys)
+    if slots[0]:
+        return None  # a client cannot follow a slot itself: the read is answered with a batch
+    kind = _same_kind(slots)
+    phys, sizes = phys[:kind], sizes[:kind]
     commitlog = store.commitlog
     first = int(phys[0])
     seg = commitlog.segment_for(first)
@@ -326,6 +333,13 @@ def _slots_among(store, topic: str, queue_id: int, phys: np.ndarray) -> np.ndarr
             out[i:j] = [is_slot(_read_commitlog(store, topic, queue_id, int(p), PREFIX.size)) for p in phys[i:j]]
         i = j
     return out
+
+
+def _same_kind(slots: np.ndarray) -> int:
+    """How many entries from the first are all slots or all records: a read returns one kind, so
+    a pull's batches end at the same offsets whether the broker or a local reader builds them."""
+    change = np.flatnonzero(slots != slots[0]) if len(slots) else ()
+    return int(change[0]) if len(change) else len(slots)
 
 
 def _resolved(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray, slots: np.ndarray
