@@ -157,18 +157,22 @@ class RecordBytes:
 
 
 def read_queue_bytes(store, topic: str, queue_id: int, offset: int, max_count: int, *,
-                     max_bytes: int | None = None) -> "RecordBytes":
+                     max_bytes: int | None = None, one_kind: bool = False) -> "RecordBytes":
     """The records of a queue from `offset`, undecoded, with `MessageStore.read_queue`'s bounds and
     errors (IllegalOffset, DataDeleted) and its `max_bytes` rule: records are returned while
-    their sizes add up to at most max_bytes, but always at least one."""
+    their sizes add up to at most max_bytes, but always at least one. `one_kind`: stop before the
+    first entry of the other kind than the first (records, or slots of messages committed by
+    reference), as plan_queue_read does: a pull's batches then end at the same offsets whether
+    the broker or a client on its host builds them."""
     cq, lo, hi = _bounded_queue(store, topic, queue_id, offset)
     if cq is None or max_count <= 0 or offset >= hi:
         e64 = np.zeros(0, dtype=np.int64)
         return RecordBytes(np.zeros(0, dtype=np.uint8), e64, e64, e64, offset, lo, hi)
     phys, sizes = _entries_within(cq, offset, max_count, max_bytes)
     slots = _slots_among(store, topic, queue_id, phys)
-    kind = _same_kind(slots)
-    phys, sizes, slots = phys[:kind], sizes[:kind], slots[:kind]
+    if one_kind:
+        kind = _same_kind(slots)
+        phys, sizes, slots = phys[:kind], sizes[:kind], slots[:kind]
     if slots.any():  # messages committed by reference: their records are made from their halves
         data, record_at, read_count = _resolved(store, topic, queue_id, phys, sizes, slots)
         return RecordBytes(data, record_at, phys, sizes, offset + len(phys), cq.min_offset, cq.max_offset)
@@ -336,8 +340,7 @@ def _slots_among(store, topic: str, queue_id: int, phys: np.ndarray) -> np.ndarr
 
 
 def _same_kind(slots: np.ndarray) -> int:
-    """How many entries from the first are all slots or all records: a read returns one kind, so
-    a pull's batches end at the same offsets whether the broker or a local reader builds them."""
+    """How many entries from the first are all slots or all records."""
     change = np.flatnonzero(slots != slots[0]) if len(slots) else ()
     return int(change[0]) if len(change) else len(slots)
 
