@@ -343,15 +343,22 @@ class NativeClient:
                       retired=frozenset(g.name for g in resp.groups if g.retired))
 
     def move_queues(self, *, topic: str = "", queue: str = "", to: str = "", even: bool = False, drain: str = "",
-                    dry_run: bool = False, wait_s: float = 30.0) -> dict:
+                    dry_run: bool = False, wait_s: float = 30.0, rate: int | None = None,
+                    keep_history: bool = False, copy_wait_s: float = 600.0) -> dict:
         """Move queues between a cluster's groups (docs/cluster.md, "Moving queues"): queue "group:id"
         of `topic` to group `to`, or `topic` evened out over the groups (`even`), or every queue off
-        group `drain` (which is then retired). What moved (or would, with `dry_run`)."""
+        group `drain` (which is then retired). What moved (or would, with `dry_run`).
+
+        The moved queues' history is copied into their new groups at `rate` bytes per second (None:
+        the broker's default, 32 MiB/s; 0: unlimited), waiting up to `copy_wait_s` for the copies;
+        `keep_history` leaves it where it lies. A drain says whether the group is `safe_to_stop`."""
         import json
 
         req = pb.MoveQueuesRequest(topic=topic, queue=queue, to=to, even=even, drain=drain, dry_run=dry_run,
-                                   wait_ms=int(wait_s * 1000))
-        return json.loads(self._call("MoveQueues", req, timeout_s=max(self.timeout_s, 600.0)).json or "{}")
+                                   wait_ms=int(wait_s * 1000), rate=rate, keep_history=keep_history,
+                                   copy_wait_ms=int(copy_wait_s * 1000))
+        return json.loads(self._call("MoveQueues", req, timeout_s=max(self.timeout_s, 600.0, copy_wait_s + 120.0)
+                                     ).json or "{}")
 
     def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
         resp = self._call("ListTopics", pb.ListTopicsRequest(include_system=include_system))

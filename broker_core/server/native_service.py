@@ -715,9 +715,13 @@ class NativeService:
         moves = self.core.moves
         if moves is None:
             raise errors.Unsupported("queues move only between the groups of a cluster (brokers with --etcd)")
+        from txmq.broker.cluster.copier import DEFAULT_RATE
         result = moves.run(topic=request.topic, queue=request.queue, to=request.to, even=request.even,
                            drain=request.drain, dry_run=request.dry_run,
-                           wait_s=(request.wait_ms or 30_000) / 1000.0)
+                           wait_s=(request.wait_ms or 30_000) / 1000.0,
+                           rate=request.rate if request.HasField("rate") else DEFAULT_RATE,
+                           keep_history=request.keep_history,
+                           copy_wait_s=(request.copy_wait_ms or 600_000) / 1000.0)
         return pb.MoveQueuesResponse(status=ok_status(), json=json.dumps(result))
 
     def ListTopics(self, request, context) -> pb.ListTopicsResponse:
