@@ -191,6 +191,7 @@ class HistoryCopier:
         bucket = TokenBucket(copy.rate)
         pos = store.max_offset(topic, dst.queue_id)  # what a copier before this one wrote (acknowledged)
         progress.copied = pos
+        self._publish(progress)
         batch_bytes = max(4096, min(BATCH_BYTES, copy.rate // 4)) if copy.rate else BATCH_BYTES
         published = 0.0
         with self.open_group(src.group) as client:

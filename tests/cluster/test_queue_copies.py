@@ -100,3 +100,141 @@ def test_a_moved_queues_history_is_copied_record_by_record_with_its_offsets_keys
     status = cluster_status([("127.0.0.1", a.etcd.client_port)])
     done = [c for c in status["copies"] if c["queue"] == f"{moving[0]}:{moving[1]}"]
     assert done and done[0]["state"] == "done" and done[0]["copied"] == done[0]["total"] == 500
+
+
+def read_all(consumer, expect: int, timeout_s: float = 30.0) -> list[bytes]:
+    bodies: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(bodies) < expect and time.monotonic() < deadline:
+        for batch in consumer.poll(500):
+            bodies += batch.column("body").to_pylist()
+    time.sleep(1.0)  # anything read twice would come meanwhile
+    for batch in consumer.poll(500):
+        bodies += batch.column("body").to_pylist()
+    return bodies
+
+
+def test_a_drained_group_killed_for_good_leaves_its_whole_history_read_exactly_once_from_the_earliest_offset(
+        tmp_path, capsys):
+    """Group a holds the history of two queues (one moved earlier keeping its history there, one
+    written until the drain) and a timer message: the drain copies both histories to b, reports a
+    safe to stop once the timer message is delivered, then a is killed with -9 and a new consumer
+    group reads every message from the earliest offset, each once."""
+    from txmq.broker.cli import main as txmq_main
+    from txmq.broker.client import PullConsumer
+    import json
+
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    a, b = (LocalGroup(tmp_path, etcd, n, replicas=1, args=["--replication", "async", *FAST]).start() for n in "ab")
+    try:
+        with ClusterClient(b.endpoints) as client:
+            client.create_topic("gone", 4)
+            on_a = [q.key for q in client.queues("gone") if q.group == "a"]
+        with NativeClient(a.endpoints) as c:
+            for i in range(200):
+                c.send([Message("gone", f"old-{i}".encode(), keys=[f"k{i}"])], topic="gone")
+            c.send([Message("gone", b"timed", deliver_at_ms=int(time.time() * 1000) + 4000)], topic="gone")
+        with NativeClient(b.endpoints) as admin:  # an earlier move that left its history on a
+            admin.move_queues(topic="gone", queue=f"{on_a[0][0]}:{on_a[0][1]}", to="b", keep_history=True)
+        with ClusterClient(b.endpoints) as client:
+            for i in range(100):
+                client.send([Message("gone", f"mid-{i}".encode())], topic="gone")
+        broker = ["--broker", b.endpoints.split(";")[0]]
+        deadline = time.monotonic() + 60
+        while True:  # the drain is repeated until the group is safe to stop (its timer message delivered)
+            assert txmq_main([*broker, "group", "drain", "a", "--rate", "0", "--json"]) == 0
+            drained = json.loads(capsys.readouterr().out)
+            if drained["safe_to_stop"]:
+                break
+            assert time.monotonic() < deadline, drained
+            assert all("timer" in r for r in drained["waiting_for"]), drained
+            time.sleep(1.0)
+        for p in a.replicas:
+            p.kill()
+        with ClusterClient(b.endpoints) as client:
+            for i in range(50):
+                client.send([Message("gone", f"new-{i}".encode())], topic="gone")
+            for key in on_a:
+                q = next(q for q in client.routes(["gone"], refresh=True).queues("gone") if q.key == key)
+                assert all(s.group == "b" for s in q.segments[1:]), q
+            with PullConsumer(client, ["gone"], group="late-readers", start="earliest") as consumer:
+                bodies = read_all(consumer, 351)
+        expected = [f"old-{i}".encode() for i in range(200)] + [f"mid-{i}".encode() for i in range(100)] + \
+            [f"new-{i}".encode() for i in range(50)] + [b"timed"]
+        counts = Counter(bodies)
+        assert [b for b, n in counts.items() if n > 1] == [], "read twice"
+        assert counts == Counter(expected), f"missing: {sorted(set(expected) - set(counts))[:5]}"
+    finally:
+        b.stop()
+        a.stop()
+        etcd.kill()
+
+
+def test_a_copy_holds_its_byte_rate_and_shows_its_progress_in_cluster_status(two_groups):
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as client:
+        client.create_topic("slow", 2)
+        moving = queue_on(client, "slow", "a")
+    fill(a, "slow", 3000, body_bytes=1000)  # about 3 MB
+    rate = 1 << 20
+    with NativeClient(a.endpoints) as admin:
+        result = admin.move_queues(topic="slow", queue=f"{moving[0]}:{moving[1]}", to="b", rate=rate, copy_wait_s=1.2)
+    assert result["copies_left"] == 1, "a 3 MB copy at 1 MiB/s ended within a second"
+    deadline = time.monotonic() + 10
+    while True:  # the target's leader publishes its progress while it copies
+        running = [c for c in cluster_status([("127.0.0.1", a.etcd.client_port)])["copies"]
+                   if c["queue"] == f"{moving[0]}:{moving[1]}" and c["copied"]]
+        if running or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert running and running[0]["state"] == "copying" and 0 < running[0]["copied"] < running[0]["total"] == 3000
+    assert running[0]["rate_limit"] == rate and running[0]["total_bytes"] > 3_000_000
+    with ClusterClient(a.endpoints) as client:
+        wait_copied(client, "slow", moving)
+    final = next(c for c in cluster_status([("127.0.0.1", a.etcd.client_port)])["copies"]
+                 if c["queue"] == f"{moving[0]}:{moving[1]}")
+    assert final["state"] == "done" and final["copied"] == 3000 and final["bytes"] > 3_000_000
+    assert 0.8 * rate <= final["bytes_per_s"] <= 1.2 * rate, final
+
+
+def test_a_copy_resumes_after_kill_9_of_the_target_leader_mid_copy_with_no_record_twice_or_missing(tmp_path):
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    a = LocalGroup(tmp_path, etcd, "a", replicas=1, args=["--replication", "async", *FAST]).start()
+    b = LocalGroup(tmp_path, etcd, "b", replicas=3, args=["--lease-ttl", "2s", *FAST]).start()
+    try:
+        with ClusterClient(a.endpoints) as client:
+            client.create_topic("resumed", 2)
+            moving = queue_on(client, "resumed", "a")
+        fill(a, "resumed", 2000, body_bytes=1000)
+        with NativeClient(a.endpoints) as on_a:
+            source = rows_of(on_a, "resumed", moving[1], 0, 2000)
+        with NativeClient(a.endpoints) as admin:  # the mover runs on a: b's leader is killed meanwhile
+            admin.move_queues(topic="resumed", queue=f"{moving[0]}:{moving[1]}", to="b", rate=400_000,
+                              copy_wait_s=0.1)
+        key = f"{moving[0]}:{moving[1]}"
+        deadline = time.monotonic() + 20
+        while True:  # kill the copier's broker once it has copied part of the history
+            c = next((c for c in cluster_status([("127.0.0.1", etcd.client_port)])["copies"] if c["queue"] == key),
+                     None)
+            if c is not None and c["copied"] >= 400:
+                break
+            assert time.monotonic() < deadline, c
+            time.sleep(0.2)
+        assert c["copied"] < 2000, "the copy ended before its leader could be killed"
+        old = b.wait_leader()
+        b.replica(old.endpoint).kill()
+        b.wait_leader(not_epoch=old.epoch)
+        with ClusterClient(a.endpoints) as client:
+            q, copy = wait_copied(client, "resumed", moving, timeout_s=60)
+        with NativeClient(b.endpoints) as on_b:
+            copied = rows_of(on_b, "resumed", copy.queue_id, 0, 2000)
+            assert on_b.describe_topic("resumed").queues[copy.queue_id].max_offset == 2000
+        assert copied == source, "the resumed copy differs from the source record by record"
+        with ClusterClient(a.endpoints) as client:
+            bodies = [body for r in client.read_queue("resumed", moving, 0, 2000)
+                      for body in r.batch.column("body").to_pylist()]
+        assert bodies == [row[4] for row in source]
+    finally:
+        b.stop()
+        a.stop()
+        etcd.kill()
