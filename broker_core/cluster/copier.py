@@ -208,8 +208,9 @@ class HistoryCopier:
                 bucket.take(nbytes)
                 try:
                     store.append_copy(messages, pos)
-                except CopyOutOfStep as exc:  # another copier wrote meanwhile: go on from its end
+                except CopyOutOfStep as exc:  # another copier of this copy wrote meanwhile: go on from its end
                     log.warning("copy of %s %s: %s", topic, progress.queue, exc)
+                    assert exc.written <= progress.total, "the copy's queue holds more than the segment"
                     pos = progress.copied = exc.written
                     continue
                 pos += len(messages)

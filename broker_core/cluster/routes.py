@@ -144,10 +144,13 @@ class TopicLayout:
         return out
 
     def sealed(self, group: str) -> tuple[frozenset[int], frozenset[int]]:
-        """(moved, sealing): `group`'s physical queues whose queue moved on to another segment, and
-        those a move under way sealed (they still take COMMITs of the halves they hold)."""
+        """(moved, sealing): `group`'s physical queues whose queue moved on to another segment (or
+        that a history copy is filling), and those a move under way sealed (they still take COMMITs
+        of the halves they hold)."""
         moved, sealing = set(), set()
         for q in self.queues:
+            if q.copying is not None and q.copying.target.group == group:
+                moved.add(q.copying.target.queue_id)  # only the copier writes it (MessageStore.append_copy)
             current = q.current
             for s in q.segments:
                 if s.group == group and s != current:

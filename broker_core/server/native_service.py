@@ -630,6 +630,7 @@ class NativeService:
             self.core.topic_types.set(request.name, topic_type)
         if routes is not None:
             routes.refresh()  # another group registered this topic: route it from now on
+            self.store.seal_queues(*routes.sealed())  # a queue a history copy fills takes no send meanwhile
         return pb.TopicResponse(status=ok_status(), topic=self._topic_view(config))
 
     def ConsumerHeartbeat(self, request, context) -> pb.ConsumerHeartbeatResponse:

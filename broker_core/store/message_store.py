@@ -392,7 +392,9 @@ class MessageStore:
         key = (messages[0].topic, messages[0].queue_id)
         assert all((m.topic, m.queue_id) == key for m in messages), "a copy batch writes one queue"
         batch = self._checked(messages, allow_system=False)
-        return self.write_lock.write(partial(self._append_copy_locked, batch, key, expected_offset), batch)
+        # no batch for the lock's checks: the copy's queue is sealed to every other writer, and no
+        # transaction (so no large COMMIT's reservation) ever writes it
+        return self.write_lock.run(partial(self._append_copy_locked, batch, key, expected_offset))
 
     def _append_copy_locked(self, batch: BatchColumns, key: tuple[str, int], expected: int) -> AppendResults:
         cq = self.dispatcher.queue(*key)
