@@ -139,9 +139,18 @@ class TopicLayout:
         for q in self.queues:
             current = q.current
             for s in q.segments:
-                if s.group == group:
+                if s.group == group and q.end_of(s) != s.base:  # one copied away holds nothing to read
                     out[s.queue_id] = s == current and not q.sealing
         return out
+
+    def copied_away(self, group: str, queue_id: int) -> bool:
+        """Whether `group`'s physical queue holds no offset of its queue any more (its history was
+        copied to another group, copier.py): nothing is read there, whatever its log still holds."""
+        for q in self.queues:
+            for s in q.segments:
+                if (s.group, s.queue_id) == (group, queue_id):
+                    return q.end_of(s) == s.base
+        return False
 
     def sealed(self, group: str) -> tuple[frozenset[int], frozenset[int]]:
         """(moved, sealing): `group`'s physical queues whose queue moved on to another segment (or
@@ -334,6 +343,11 @@ class RouteView:
 
     def topics(self) -> dict[str, TopicLayout]:
         return self.snapshot().topics
+
+    def copied_away(self, topic: str, queue_id: int) -> bool:
+        """Whether this group's physical queue of `topic` was copied away (TopicLayout.copied_away)."""
+        layout = self.topic(topic)
+        return layout is not None and layout.copied_away(self.group, queue_id)
 
     def live_groups(self) -> list[str]:
         return sorted(name for name, g in self.snapshot(fresh=True).groups.items() if g.leader and not g.retired)
