@@ -1,9 +1,10 @@
-"""Moving queues between groups: "read where it lies" (RocketMQ 5's static topics, with transactions).
+"""Moving queues between groups (RocketMQ 5's static topics, with transactions), then their history.
 
 A queue is named by where it was created, (group, queue id), and keeps that name for producers,
 consumers and Spark checkpoints. Its messages are addressed by logical offsets; its layout in the
 registry (routes.py) is a list of segments, each a physical queue of some group holding the
-logical offsets from its `base` on. A move appends a segment; nothing is copied:
+logical offsets from its `base` on. A move appends a segment at once; the history behind it is
+copied afterwards (step 4), or with `keep_history` read where it lies:
 
 1. **sealing**: the layout marks the queue sealing towards the target (compare-and-swap). From
    then on a leader of the source group that is elected seals the queue before it serves.
