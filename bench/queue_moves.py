@@ -138,6 +138,8 @@ def run(seconds: float, producers: int, root: Path, history_mib: int, rate: int
                 move_seconds.append(time.perf_counter() - t0)
                 i += 1
                 time.sleep(0.2)
+            current[0] = Window()  # the last moves' readers catch up (their routes refresh) outside any window
+            time.sleep(3.0)
             current[0] = windows[2]  # the throttled copy, then (outside any window) the unthrottled one
             for queue, limit in ((history[0], rate), (history[1], 0)):
                 mover.move_queues(topic=HISTORY, queue=f"{queue[0]}:{queue[1]}", to="b", rate=limit,
