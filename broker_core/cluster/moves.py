@@ -320,10 +320,10 @@ class QueueMover:
         deadline = time.monotonic() + wait_s
         while True:
             left = self.history_on(group)
+            for topic, queue in left:  # a no-op for a queue whose copy is under way
+                self.start_copy(topic, queue, group, rate)
             if not left or time.monotonic() >= deadline:
                 return left
-            for topic, queue in left:
-                self.start_copy(topic, queue, group, rate)
             time.sleep(0.2)
 
     def safe_to_stop(self, group: str) -> tuple[bool, list[str]]:

@@ -722,7 +722,7 @@ class NativeService:
                            wait_s=(request.wait_ms or 30_000) / 1000.0,
                            rate=request.rate if request.HasField("rate") else DEFAULT_RATE,
                            keep_history=request.keep_history,
-                           copy_wait_s=(request.copy_wait_ms or 600_000) / 1000.0)
+                           copy_wait_s=(request.copy_wait_ms if request.HasField("copy_wait_ms") else 600_000) / 1000.0)
         return pb.MoveQueuesResponse(status=ok_status(), json=json.dumps(result))
 
     def ListTopics(self, request, context) -> pb.ListTopicsResponse:

@@ -210,7 +210,7 @@ def test_a_copy_resumes_after_kill_9_of_the_target_leader_mid_copy_with_no_recor
             source = rows_of(on_a, "resumed", moving[1], 0, 2000)
         with NativeClient(a.endpoints) as admin:  # the mover runs on a: b's leader is killed meanwhile
             admin.move_queues(topic="resumed", queue=f"{moving[0]}:{moving[1]}", to="b", rate=400_000,
-                              copy_wait_s=0.1)
+                              copy_wait_s=0)
         key = f"{moving[0]}:{moving[1]}"
         deadline = time.monotonic() + 20
         while True:  # kill the copier's broker once it has copied part of the history
