@@ -199,7 +199,8 @@ class HistoryCopier:
                 if not still_leads():
                     raise NotLeader(f"group {self.view.group}: this broker no longer leads; its next leader copies")
                 result = client.pull_arrow(topic, src.queue_id, pos, progress.total, max_bytes=batch_bytes)
-                if not result.batch.num_rows:
+                if not result.batch.num_rows:  # a replica not caught up yet: ask again shortly
+                    time.sleep(0.1)
                     continue
                 offsets = result.batch.column("queueOffset").to_pylist()
                 assert offsets == list(range(pos, pos + len(offsets))), \
