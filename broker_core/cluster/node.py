@@ -454,7 +454,10 @@ class ReplicaNode:
             except Exception:
                 log.exception("group %s: could not create its share of topic %s", self.group, topic)
         broker = self.broker
-        self.copier.poll(broker.core.store, self._carry_offsets_to_copy, lambda: self.broker is broker)
+        try:  # a registry read that fails here is tried again at the next reconcile, leadership unharmed
+            self.copier.poll(broker.core.store, self._carry_offsets_to_copy, lambda: self.broker is broker)
+        except (CoordinationUnavailable, BrokerUnavailable) as exc:
+            log.warning("group %s: history copies not polled: %s", self.group, exc)
 
     def _open_group(self, group: str):
         """A client of `group`'s replicas (signed as a replica), for reading history a copy takes."""
