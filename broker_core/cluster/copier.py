@@ -40,6 +40,7 @@ PROGRESS_ROOT = "/txmq/copies/"  # /txmq/copies/<topic>/<group>:<id>: a history 
 DEFAULT_RATE = 32 * 1024 * 1024  # bytes per second of a copy unless the move says otherwise
 BATCH_BYTES = 1024 * 1024  # records read and appended per step (less at a low rate: the bucket stays smooth)
 PUBLISH_EVERY_S = 0.5
+RETRY_AFTER_S = 5.0  # a copy that failed (its source unreachable, say) is started again this much later
 
 
 class TokenBucket:
@@ -138,6 +139,7 @@ class HistoryCopier:
         self.clock = clock
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str, int], Progress] = {}
+        self._retry_at: dict[tuple[str, str, int], float] = {}
         self.recent: list[dict] = []
         self.copied_bytes = 0
         self.copied_messages = 0
@@ -151,7 +153,7 @@ class HistoryCopier:
                     continue
                 key = (name, *q.key)
                 with self._lock:
-                    if key in self._running:
+                    if key in self._running or time.monotonic() < self._retry_at.get(key, 0.0):
                         continue
                     total = (q.end_of(copy.source) or copy.source.base) - copy.source.base
                     self._running[key] = Progress(name, f"{q.group}:{q.queue_id}",
@@ -176,6 +178,8 @@ class HistoryCopier:
         except Exception as exc:  # a leader change or an unreachable source: the next poll starts it again
             progress.state, progress.error = "failed", str(exc)
             log.warning("copy of %s %s stopped: %s", key[0], progress.queue, exc)
+            with self._lock:
+                self._retry_at[key] = time.monotonic() + RETRY_AFTER_S
         finally:
             self._publish(progress)
             with self._lock:
