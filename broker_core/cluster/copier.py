@@ -28,7 +28,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
-from txmq.broker.errors import CopyOutOfStep, NotLeader, TxmqError
+from txmq.broker.errors import CopyOutOfStep, NotLeader, StoreError, TxmqError
 from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRAN_MSG, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, Message
 
 from .coordination import CoordinationUnavailable
@@ -71,6 +71,8 @@ class CopyStore(Protocol):
     def append_copy(self, messages: Sequence[Message], expected_offset: int) -> Sequence[Any]: ...
 
     def max_offset(self, topic: str, queue_id: int) -> int: ...
+
+    def read_queue(self, topic: str, queue_id: int, offset: int, max_count: int) -> Any: ...
 
 
 # a client reading a group's queues (any of its replicas: the history below a seal is on all of them)
@@ -213,10 +215,18 @@ class HistoryCopier:
                 bucket.take(nbytes)
                 try:
                     store.append_copy(messages, pos)
-                except CopyOutOfStep as exc:  # another copier of this copy wrote meanwhile: go on from its end
+                except CopyOutOfStep as exc:  # a copier before this one wrote these: skip them, checked
                     log.warning("copy of %s %s: %s", topic, progress.queue, exc)
-                    assert exc.written <= progress.total, "the copy's queue holds more than the segment"
-                    pos = progress.copied = exc.written
+                    if exc.written < pos:
+                        pos = progress.copied = exc.written
+                        continue
+                    n = min(exc.written - pos, len(messages))
+                    held = store.read_queue(topic, dst.queue_id, pos, n).messages
+                    if [m.properties.get(PROP_UNIQ_KEY) for m in held] != \
+                            [m.properties.get(PROP_UNIQ_KEY) for m in messages[:n]]:
+                        raise StoreError(f"copy of {topic} {progress.queue}: queue {dst.group}:{dst.queue_id} "
+                                         f"holds records at {pos} that are not the source's")
+                    pos = progress.copied = pos + n
                     continue
                 pos += len(messages)
                 progress.copied, progress.bytes = pos, progress.bytes + nbytes

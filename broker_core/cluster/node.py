@@ -401,6 +401,9 @@ class ReplicaNode:
         """Create a group's share of a cluster topic: here when it is this group, else through
         that group's leader (signed as a replica: only an admin may create topics)."""
         if route.name == self.group:
+            self.routes.refresh()  # sealed first: a queue a history copy fills never takes a send
+            if self.broker is not None:
+                self.broker.core.store.seal_queues(*self.routes.sealed())
             self._create_local(topic, share, message_type)
             return
         from txmq.broker.protocol import native_pb2
@@ -446,9 +449,10 @@ class ReplicaNode:
         """Create what the registry gives this group and it lacks (a create while it was down)."""
         if self.broker is None:
             return
-        self.broker.core.store.seal_queues(*self.routes.sealed())
+        topics = self.routes.topics()  # one snapshot: a queue a copy fills is sealed before it is created
+        self.broker.core.store.seal_queues(*self.routes.sealed(topics))
         self.moves.resume_stuck(self.group)
-        for topic, (share, message_type) in self.routes.shares().items():
+        for topic, (share, message_type) in self.routes.shares(topics).items():
             try:
                 self._create_local(topic, share, message_type)
             except Exception:

@@ -370,20 +370,21 @@ class RouteView:
                     log.warning("topic %s: group %s's share not created yet: %s", name, group, exc)
         return layout
 
-    def shares(self) -> dict[str, tuple[int, str]]:
-        """{topic: (this group's share of its queues, message type)} for every registered topic."""
+    def shares(self, topics: dict[str, TopicLayout] | None = None) -> dict[str, tuple[int, str]]:
+        """{topic: (this group's share of its queues, message type)} for every registered topic (of
+        `topics`, a snapshot also given to `sealed`, so a queue is never created before its seal)."""
         out = {}
-        for name, layout in self.topics().items():
+        for name, layout in (self.topics() if topics is None else topics).items():
             share = layout.share(self.group)
             if share:
                 out[name] = (share, layout.message_type)
         return out
 
-    def sealed(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    def sealed(self, topics: dict[str, TopicLayout] | None = None) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
         """(moved, sealing) queues of this group, as (topic, queue id): see TopicLayout.sealed."""
         moved: set[tuple[str, int]] = set()
         sealing: set[tuple[str, int]] = set()
-        for name, layout in self.topics().items():
+        for name, layout in (self.topics() if topics is None else topics).items():
             m, s = layout.sealed(self.group)
             moved.update((name, q) for q in m)
             sealing.update((name, q) for q in s)

@@ -625,12 +625,12 @@ class NativeService:
                     else pb.TopicView(name=request.name, message_type=layout.message_type or "MIXED"))
             view.queue_count = len(layout.queues)
             return pb.TopicResponse(status=ok_status(), topic=view)
+        if routes is not None:  # another group registered this topic: route it from now on
+            routes.refresh()
+            self.store.seal_queues(*routes.sealed())  # before the queues exist: one a history copy fills takes no send
         config = self.store.topics.create(request.name, queue_count)
         if topic_type is not None:
             self.core.topic_types.set(request.name, topic_type)
-        if routes is not None:
-            routes.refresh()  # another group registered this topic: route it from now on
-            self.store.seal_queues(*routes.sealed())  # a queue a history copy fills takes no send meanwhile
         return pb.TopicResponse(status=ok_status(), topic=self._topic_view(config))
 
     def ConsumerHeartbeat(self, request, context) -> pb.ConsumerHeartbeatResponse:
