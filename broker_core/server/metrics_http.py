@@ -162,11 +162,12 @@ def _move_metrics(w: _Writer, status: dict) -> None:
         w.sample(f"txmq_queue_moves_{key}", status[key])
     copies = status.get("copies")
     if copies:  # history copies into this group (cluster/copier.py)
-        for key, kind, help_text in (
-                ("copied_bytes", "counter", "Bytes of moved queues' history copied into this group."),
-                ("copied_messages", "counter", "Messages of moved queues' history copied into this group.")):
-            w.declare(f"txmq_queue_copy_{key}", kind, help_text)
-            w.sample(f"txmq_queue_copy_{key}", copies[key])
+        for name, key, help_text in (
+                ("txmq_queue_copy_bytes_total", "copied_bytes", "Bytes of moved queues' history copied into this group."),
+                ("txmq_queue_copy_messages_total", "copied_messages",
+                 "Messages of moved queues' history copied into this group.")):
+            w.declare(name, "counter", help_text)
+            w.sample(name, copies[key])
         w.declare("txmq_queue_copy_running", "gauge", "History copies running into this group now.")
         w.sample("txmq_queue_copy_running", len(copies["running"]))
         for name, field, help_text in (
