@@ -398,6 +398,8 @@ class QueueMover:
             if not (topic and queue and to):
                 raise BadRequest("a move names a topic, a queue (group:id) and a target group")
             plan = [(topic, parse_queue(queue), to)]
+        if rate < 0:
+            raise BadRequest(f"a copy's rate is bytes per second, 0 for unlimited, not {rate}")
         planned = [{"topic": t, "queue": f"{q[0]}:{q[1]}", "to": g} for t, q, g in plan]
         if dry_run:
             return {"moves": planned, "dry_run": True}
@@ -410,13 +412,13 @@ class QueueMover:
                 self.copy_history_off(drain, rate, copy_wait_s)
             out["safe_to_stop"], out["waiting_for"] = self.safe_to_stop(drain)
         elif not keep_history:
-            out["copies_left"] = [self._wait_copied(t, q, m["from"], copy_wait_s)
+            deadline = time.monotonic() + copy_wait_s  # one wait for all the copies, not one each
+            out["copies_left"] = [self._wait_copied(t, q, m["from"], deadline)
                                   for (t, q, _), m in zip(plan, done) if m.get("copy")].count(False)
         return out
 
-    def _wait_copied(self, topic: str, queue: tuple[str, int], group: str, wait_s: float) -> bool:
-        """Wait up to `wait_s` until the queue's history on `group` is copied away."""
-        deadline = time.monotonic() + wait_s
+    def _wait_copied(self, topic: str, queue: tuple[str, int], group: str, deadline: float) -> bool:
+        """Wait until the queue's history on `group` is copied away, up to `deadline` (monotonic)."""
         while (topic, queue) in self.history_on(group):
             if time.monotonic() >= deadline:
                 return False
