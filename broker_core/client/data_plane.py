@@ -5,11 +5,21 @@ batches answered batch by batch; the bytes go through Flight's C++ transport,
 not Python. The Flight endpoint is not configured by the user: the broker
 announces it (the native DataPlane call), and it is asked again whenever the
 connection fails, because a restarted broker may listen on another port.
+
+After a failover the location known is a replica that no longer leads (its Flight service is
+closed: "Connection refused"), or one that is gone silent. A write stream that could not be
+opened there sent nothing, so the put asks the control channel (which fails over between the
+group's replicas, and which a follower answers for its leader) where the data plane is now and
+opens it there, for as long as the caller allows: a new leader is written to within moments of
+its election instead of the write failing (a Spark task attempt lost) or waiting for a timeout.
 """
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
+import time
 from typing import Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
@@ -19,8 +29,19 @@ from google.protobuf.message import DecodeError
 from txmq.broker import errors
 from txmq.broker.client.local_read import LocalSegments
 from txmq.broker.client.types import PullResult, PushedBatch
+from txmq.broker.protocol import keepalive
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_status import error_from
+
+log = logging.getLogger(__name__)
+
+# gRPC channel arguments of the Flight client: a connection attempt to a host that accepts nothing
+# (paused, partitioned) gives up as soon as the control channel's does (gRPC's default is 20 s).
+# No keepalive pings: Arrow's Flight server keeps gRPC's ping policy and would send the client away.
+FLIGHT_CHANNEL_OPTIONS = [("grpc.min_reconnect_backoff_ms", keepalive.CONNECT_TIMEOUT_MS)]
+# between look-ups of the data plane while a group elects its next leader (a second or two)
+RELOCATE_BACKOFF_START_S = 0.05
+RELOCATE_BACKOFF_MAX_S = 0.25
 
 Response = TypeVar("Response", pb.SendResponse, pb.PrepareResponse)
 
@@ -69,7 +90,7 @@ class DataPlane:
                 host = host or self._dialled_host()
                 where = f"[{host}]" if ":" in host and not host.startswith("[") else host
                 self._location = f"{'grpc+tls' if tls else 'grpc+tcp'}://{where}:{port}"
-                kwargs = {}
+                kwargs: dict = {"generic_options": FLIGHT_CHANNEL_OPTIONS}
                 if tls and self._ca_file:
                     with open(self._ca_file, "rb") as fh:
                         kwargs["tls_root_certs"] = fh.read()
@@ -149,7 +170,7 @@ class DataPlane:
 
     def put(self, command_for: Callable[[], pb.PutCommand], batches: Iterable[pa.RecordBatch],
             response_class: type[Response], on_answer: Callable[[Response], None], *,
-            timeout_s: float | None) -> None:
+            timeout_s: float | None, relocate_s: float = 0.0) -> None:
         """Stream `batches` to the broker with DoPut, taken from the iterable as they are sent;
         `on_answer` gets the broker's answer to each, in order. A batch whose schema differs
         from the stream's starts a new stream, with a command from `command_for()` made then
@@ -157,24 +178,47 @@ class DataPlane:
 
         A failure is raised as the broker's error; the batches it answered before stay
         written (each batch is one call), and a write is never re-sent here: whether the
-        batch in flight was stored is for the caller's recovery to find out."""
+        batch in flight was stored is for the caller's recovery to find out. Only a stream that
+        could not be opened (nothing sent) is tried again, at the data plane the control channel
+        names then, for up to `relocate_s` (a failover's election)."""
         pending = iter(batches)
         batch = next(pending, None)
         while batch is not None:
-            batch = self._put_stream(command_for(), batch, pending, response_class, on_answer, timeout_s)
+            batch = self._put_stream(command_for, batch, pending, response_class, on_answer, timeout_s, relocate_s)
 
-    def _put_stream(self, command: pb.PutCommand, first: pa.RecordBatch, pending: Iterator[pa.RecordBatch],
-                    response_class: type[Response], on_answer: Callable[[Response], None],
-                    timeout_s: float | None) -> pa.RecordBatch | None:
+    def _open_put(self, command_for: Callable[[], pb.PutCommand], schema: pa.Schema, what: str,
+                  timeout_s: float | None, relocate_s: float) -> tuple[flight.FlightStreamWriter, flight.FlightMetadataReader]:
+        """A DoPut stream at the current leader's data plane. A stream that could not be opened sent
+        nothing (the schema carries no rows), so the location is asked again through the control
+        channel and tried, with backoff, for up to `relocate_s`; then BrokerUnreachable."""
+        retry_until = time.monotonic() + relocate_s
+        backoff = RELOCATE_BACKOFF_START_S
+        while True:
+            where = self._location
+            try:
+                descriptor = flight.FlightDescriptor.for_command(command_for().SerializeToString())
+                return self._connect().do_put(descriptor, schema, self._options(timeout_s))
+            except (flight.FlightError, pa.ArrowException) as exc:
+                self.reset()
+                error = typed_error(exc, what)
+            except errors.BrokerUnavailable as exc:  # the control channel found no replica to tell it
+                error = exc
+            if not isinstance(error, errors.BrokerUnavailable):
+                raise error from None  # the broker's own refusal (a bad command, no permission)
+            if time.monotonic() + backoff >= retry_until:
+                raise errors.BrokerUnreachable(f"{error} (nothing was sent)") from None
+            log.info("data plane %s unreachable (%s); asking where it is now", where, error)
+            time.sleep(backoff * (0.5 + random.random() / 2))
+            backoff = min(backoff * 2, RELOCATE_BACKOFF_MAX_S)
+
+    def _put_stream(self, command_for: Callable[[], pb.PutCommand], first: pa.RecordBatch,
+                    pending: Iterator[pa.RecordBatch], response_class: type[Response],
+                    on_answer: Callable[[Response], None], timeout_s: float | None,
+                    relocate_s: float) -> pa.RecordBatch | None:
         """One DoPut from `first` on while the schema stays the same; the batch that changed it."""
         schema = first.schema
-        what = "sending" if command.kind == pb.PutCommand.SEND else "preparing"
-        descriptor = flight.FlightDescriptor.for_command(command.SerializeToString())
-        try:
-            writer, metadata = self._connect().do_put(descriptor, schema, self._options(timeout_s))
-        except (flight.FlightError, pa.ArrowException) as exc:
-            self.reset()
-            raise typed_error(exc, what) from None
+        what = "sending" if command_for().kind == pb.PutCommand.SEND else "preparing"
+        writer, metadata = self._open_put(command_for, schema, what, timeout_s, relocate_s)
         written, answered, rest = 0, 0, None
         failure: Exception | None = None
         try:

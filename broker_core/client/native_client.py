@@ -535,8 +535,10 @@ class NativeClient:
         command = pb.PutCommand(kind=pb.PutCommand.SEND, default_topic=topic or "",
                                 return_message_ids=return_message_ids)
         answers: list[pb.SendResponse] = []
+        # a stream that reached no leader is tried again while the group may be electing one, but not
+        # longer than a call keeps retrying: a ClusterClient then sends to another group
         self._data.put(lambda: command, put_batches(batches), pb.SendResponse, answers.append,
-                       timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR)
+                       timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR, relocate_s=self.retry_unavailable_s)
         return SendSummary(count=sum(a.count for a in answers),
                            slices=[QueueSlice(s.topic, s.queue_id, s.first_offset, s.count)
                                    for a in answers for s in a.slices],
@@ -580,8 +582,10 @@ class NativeClient:
             count += answer.count
             ids.extend(answer.message_ids)
 
+        # halves belong to their transaction's group, and no other can take them: a stream that
+        # reached no leader waits for the group's next one up to the call timeout
         self._data.put(command, put_batches(batches), pb.PrepareResponse, on_answer,
-                       timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR)
+                       timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR, relocate_s=self.timeout_s)
         return PrepareSummary(transaction_id=tx_id, count=count, message_ids=ids)
 
     def prepare(self, transaction_id: str, messages: Sequence[Message], *, topic: str | None = None,
