@@ -82,7 +82,7 @@ BACKOFF_START_S = 0.05
 BACKOFF_MAX_S = 2.0
 GROUP_BACKOFF_MAX_S = 0.25
 
-_RESOLUTIONS = {"COMMIT": pb.COMMIT, "ROLLBACK": pb.ROLLBACK}
+_RESOLUTIONS = {"COMMIT": pb.COMMIT, "ROLLBACK": pb.ROLLBACK, "IN_PROGRESS": pb.IN_PROGRESS}
 _GRPC_ERRORS: dict[grpc.StatusCode, type[errors.TxmqError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.RequestTimeout,
     grpc.StatusCode.UNAVAILABLE: errors.BrokerUnavailable,
@@ -479,7 +479,9 @@ class NativeClient:
                           backoff)
                 self._fail_over()
                 time.sleep(backoff * (0.5 + random.random() / 2))
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                # a group's next leader answers within seconds: ask it often
+                several = len(self.endpoints) > 1 or self.fail_fast
+                backoff = min(backoff * 2, GROUP_BACKOFF_MAX_S if several else BACKOFF_MAX_S)
 
     def subscribe(self, start: Mapping[str, Mapping[int, int]], *, tags: str | None = None, sql: str | None = None,
                   max_bytes: int = 0, skip_deleted: bool = True, retry_s: float | None = None) -> "Subscription":
@@ -600,11 +602,12 @@ class NativeClient:
     def end_transaction(self, transaction_id: str, resolution: str, *, include_senders: Sequence[str] | None = None,
                         producer_group: str | None = None, source: str = "client",
                         participants: Sequence[str] = ()) -> EndSummary:
-        """COMMIT or ROLLBACK a transaction; idempotent. With include_senders, only their halves commit."""
+        """COMMIT or ROLLBACK a transaction; idempotent. With include_senders, only their halves commit.
+        IN_PROGRESS (with source "check") answers a check-back "still running, ask later": nothing ends."""
         _one_group(participants)
         code = _RESOLUTIONS.get(str(resolution.value if isinstance(resolution, Enum) else resolution).upper())
         if code is None:
-            raise errors.BadRequest(f"resolution must be COMMIT or ROLLBACK, not {resolution!r}")
+            raise errors.BadRequest(f"resolution must be COMMIT, ROLLBACK or IN_PROGRESS, not {resolution!r}")
         req = pb.EndTransactionRequest(transaction_id=transaction_id, resolution=code,
                                        restrict_senders=include_senders is not None,
                                        include_senders=list(include_senders or ()),
