@@ -12,6 +12,11 @@ opened there sent nothing, so the put asks the control channel (which fails over
 group's replicas, and which a follower answers for its leader) where the data plane is now and
 opens it there, for as long as the caller allows: a new leader is written to within moments of
 its election instead of the write failing (a Spark task attempt lost) or waiting for a timeout.
+A stream already open to a leader that went silent would wait for its deadline (the Flight
+connection has no keepalive: Arrow's server would refuse the pings), so while a put stream
+runs the control channel is asked every WATCH_INTERVAL_S where the data plane is; when it has
+moved, the stream is given up at once (BrokerUnavailable: its last batches may or may not be
+stored, as after any broken stream).
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ FLIGHT_CHANNEL_OPTIONS = [("grpc.min_reconnect_backoff_ms", keepalive.CONNECT_TI
 # between look-ups of the data plane while a group elects its next leader (a second or two)
 RELOCATE_BACKOFF_START_S = 0.05
 RELOCATE_BACKOFF_MAX_S = 0.25
+# how often the control channel is asked where the data plane is while a put stream is open
+WATCH_INTERVAL_S = 1.0
 
 Response = TypeVar("Response", pb.SendResponse, pb.PrepareResponse)
 
@@ -83,13 +90,16 @@ class DataPlane:
         self._client: flight.FlightClient | None = None
         self._location: str | None = None
 
+    def _location_of(self, host: str, port: int, tls: bool) -> str:
+        host = host or self._dialled_host()
+        where = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        return f"{'grpc+tls' if tls else 'grpc+tcp'}://{where}:{port}"
+
     def _connect(self) -> flight.FlightClient:
         with self._lock:
             if self._client is None:
                 host, port, tls = self._locate()
-                host = host or self._dialled_host()
-                where = f"[{host}]" if ":" in host and not host.startswith("[") else host
-                self._location = f"{'grpc+tls' if tls else 'grpc+tcp'}://{where}:{port}"
+                self._location = self._location_of(host, port, tls)
                 kwargs: dict = {"generic_options": FLIGHT_CHANNEL_OPTIONS}
                 if tls and self._ca_file:
                     with open(self._ca_file, "rb") as fh:
@@ -219,30 +229,25 @@ class DataPlane:
         schema = first.schema
         what = "sending" if command_for().kind == pb.PutCommand.SEND else "preparing"
         writer, metadata = self._open_put(command_for, schema, what, timeout_s, relocate_s)
-        written, answered, rest = 0, 0, None
-        failure: Exception | None = None
-        try:
-            batch: pa.RecordBatch | None = first
-            while batch is not None:
-                if not batch.schema.equals(schema):
-                    rest = batch
-                    break
-                writer.write_batch(batch)
-                written += 1
-                batch = next(pending, None)
-            writer.done_writing()
-            while answered < written:
-                buffer = metadata.read()
-                if buffer is None:
-                    break
-                on_answer(response_class.FromString(buffer.to_pybytes()))
-                answered += 1
-        except (flight.FlightError, pa.ArrowException, OSError) as exc:
-            failure = exc
-        try:
-            writer.close()  # raises the broker's error when the stream ended with one
-        except (flight.FlightError, pa.ArrowException, OSError) as exc:
-            failure = exc
+        where = self._location
+        abandoned = threading.Event()
+        outcome: list = []
+
+        def run() -> None:
+            try:
+                outcome.append(_write_and_read(writer, metadata, first, pending, response_class, on_answer,
+                                               abandoned))
+            except BaseException as exc:  # the batches' iterator or on_answer raised: the caller's to see
+                outcome.append(exc)
+
+        # on a thread of its own, so that the caller can give it up when the leader moves (a Flight
+        # call cannot be cancelled from another thread; closing its client does not end it)
+        stream = threading.Thread(target=run, name="txmq-flight-put", daemon=True)
+        stream.start()
+        self._watch(stream, where, what, abandoned)
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        written, answered, rest, failure = outcome[0]
         if failure is not None:
             if isinstance(failure, (flight.FlightUnavailableError, flight.FlightCancelledError)):
                 self.reset()
@@ -250,3 +255,57 @@ class DataPlane:
         if answered != written:
             raise errors.TxmqError(f"{what}: the broker answered {answered} of {written} batches")
         return rest
+
+    def _watch(self, stream: threading.Thread, where: str | None, what: str, abandoned: threading.Event) -> None:
+        """Wait for a put stream's thread; while it runs, ask the control channel every
+        WATCH_INTERVAL_S where the data plane is, and give the stream up when it has moved (its
+        thread ends at the stream's deadline, and writes and answers nothing more meanwhile)."""
+        while True:
+            stream.join(WATCH_INTERVAL_S)
+            if not stream.is_alive():
+                return
+            try:
+                now = self._location_of(*self._locate())
+            except errors.BrokerUnavailable:
+                continue  # no replica can tell now: the stream's own deadline bounds the wait
+            if now != where:
+                abandoned.set()
+                self.reset()
+                raise errors.BrokerUnavailable(f"{what}: the data plane moved from {where} to {now} while the "
+                                               "stream was open (a new leader); whether its last batches were "
+                                               "stored is unknown")
+
+
+def _write_and_read(writer: flight.FlightStreamWriter, metadata: flight.FlightMetadataReader, first: pa.RecordBatch,
+                    pending: Iterator[pa.RecordBatch], response_class: type[Response],
+                    on_answer: Callable[[Response], None], abandoned: threading.Event
+                    ) -> tuple[int, int, pa.RecordBatch | None, Exception | None]:
+    """Write `first` and the following batches of its schema, then read their answers: (written,
+    answered, the batch of another schema that ended the stream, the failure). Once `abandoned`,
+    it takes no more batches and passes on no more answers (the caller has given the stream up)."""
+    schema = first.schema
+    written, answered, rest = 0, 0, None
+    failure: Exception | None = None
+    try:
+        batch: pa.RecordBatch | None = first
+        while batch is not None and not abandoned.is_set():
+            if not batch.schema.equals(schema):
+                rest = batch
+                break
+            writer.write_batch(batch)
+            written += 1
+            batch = next(pending, None)
+        writer.done_writing()
+        while answered < written:
+            buffer = metadata.read()
+            if buffer is None or abandoned.is_set():
+                break
+            on_answer(response_class.FromString(buffer.to_pybytes()))
+            answered += 1
+    except (flight.FlightError, pa.ArrowException, OSError) as exc:
+        failure = exc
+    try:
+        writer.close()  # raises the broker's error when the stream ended with one
+    except (flight.FlightError, pa.ArrowException, OSError) as exc:
+        failure = exc
+    return written, answered, rest, failure

@@ -11,6 +11,7 @@ import time
 import pyarrow as pa
 
 from txmq.broker.client.native_client import NativeClient
+from txmq.broker.errors import BrokerUnavailable
 
 TOPIC = "orders"
 
@@ -73,3 +74,45 @@ def test_a_plain_send_stream_reaches_the_new_leader_after_a_kill(group_factory):
         group.replica(leader.endpoint).kill()
         summary = client.send_stream([_rows(30, "after")], topic=TOPIC)
         assert summary.count == 30
+
+
+def test_a_put_stream_open_to_a_leader_gone_silent_is_given_up_when_a_new_leader_serves(group_factory):
+    """A paused leader keeps its TCP connections: without the control channel's word the stream
+    would wait for its deadline (here 30 s x 20)."""
+    group = group_factory(args=["--replication", "sync"])
+    leader = group.wait_leader()
+    group.wait_in_sync(3)
+    endpoints = ";".join([leader.endpoint] + [r.endpoint for r in group.replicas if r.endpoint != leader.endpoint])
+    with NativeClient(endpoints, timeout_s=30) as client:
+        client.create_topic(TOPIC, 2)
+        client.send_arrow(_rows(10, "warm"), topic=TOPIC)
+        seen, watcher = _election_watch(group, leader.epoch)
+        silent = group.replica(leader.endpoint)
+        silent.pause()
+        try:
+            outcome: dict = {}
+
+            def put() -> None:
+                try:
+                    outcome["summary"] = client.prepare_stream("", [_rows(50, "half")], topic=TOPIC,
+                                                               producer_group="sink", sender="p0.a0")
+                except Exception as exc:
+                    outcome["error"] = exc
+                outcome["at"] = time.monotonic()
+
+            putter = threading.Thread(target=put, daemon=True)
+            putter.start()
+            putter.join(25)
+            assert not putter.is_alive(), "the put still waits on the silent leader 25 s after the pause"
+            watcher.join(30)
+            assert "at" in seen, seen
+            # the stream was open to the silent leader: given up as soon as the new leader served,
+            # as BrokerUnavailable (its halves may or may not be stored: a Spark task fails and its
+            # retry sends as a new sender)
+            assert isinstance(outcome.get("error"), BrokerUnavailable), outcome
+            assert outcome["at"] - seen["at"] < 4.0, f"given up {outcome['at'] - seen['at']:.1f}s after the election"
+            retried = client.prepare_stream("", [_rows(50, "half")], topic=TOPIC, producer_group="sink",
+                                            sender="p0.a1")
+            assert retried.count == 50
+        finally:
+            silent.resume()
