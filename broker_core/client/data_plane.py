@@ -89,6 +89,7 @@ class DataPlane:
         self._lock = threading.RLock()
         self._client: flight.FlightClient | None = None
         self._location: str | None = None
+        self._closed = False
 
     def _location_of(self, host: str, port: int, tls: bool) -> str:
         host = host or self._dialled_host()
@@ -120,7 +121,10 @@ class DataPlane:
         if client is not None:
             client.close()
 
-    close = reset
+    def close(self) -> None:
+        """Forget the connection for good: a put waiting for a new leader stops."""
+        self._closed = True
+        self.reset()
 
     def _options(self, timeout_s: float | None) -> flight.FlightCallOptions:
         headers = [(k.encode(), v.encode()) for k, v in self._headers()]
@@ -215,7 +219,7 @@ class DataPlane:
                 error = exc
             if not isinstance(error, errors.BrokerUnavailable):
                 raise error from None  # the broker's own refusal (a bad command, no permission)
-            if time.monotonic() + backoff >= retry_until:
+            if self._closed or time.monotonic() + backoff >= retry_until:
                 raise errors.BrokerUnreachable(f"{error} (nothing was sent)") from None
             log.info("data plane %s unreachable (%s); asking where it is now", where, error)
             time.sleep(backoff * (0.5 + random.random() / 2))
