@@ -431,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
 
         summary["peers"] = ensure_peers_installed(log)
     summary["versions"] = versions()
+    from bench.results_io import commit
+    summary["commit"] = commit()
     profiler = None
     if not args.no_profile:
         from bench.profile_hot_paths import py_spy

@@ -77,7 +77,7 @@ def _resolution(value: int):
         return Resolution.COMMIT
     if value == pb.ROLLBACK:
         return Resolution.ROLLBACK
-    raise errors.BadRequest("resolution must be COMMIT or ROLLBACK")
+    raise errors.BadRequest("resolution must be COMMIT or ROLLBACK (IN_PROGRESS only answers a check-back)")
 
 
 def _offsets_to_pb(offsets: dict[str, dict[int, int]]) -> list[pb.TopicOffsets]:
@@ -335,6 +335,12 @@ class NativeService:
         if not request.transaction_id:
             raise errors.InvalidTransactionId("transaction_id is empty")
         self._require_group_of(context, request.transaction_id)
+        if request.resolution == pb.IN_PROGRESS:
+            if request.source != "check":
+                raise errors.BadRequest("IN_PROGRESS answers a check-back: give source \"check\"")
+            state = self.engine.answer_in_progress(request.transaction_id,
+                                                   producer_group=request.producer_group or None)
+            return pb.EndTransactionResponse(status=ok_status(), state=state.name, newly_ended=False)
         kwargs: dict[str, Any] = {"source": request.source or "client",
                                   "producer_group": request.producer_group or None}
         if request.restrict_senders:

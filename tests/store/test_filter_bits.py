@@ -21,7 +21,7 @@ TOPIC = "bits"
 
 def wait_bits(store: MessageStore, f: MessageFilter, queue_id: int = 0, start: int = 0) -> np.ndarray:
     end = store.max_offset(TOPIC, queue_id)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30  # generous: a background thread on a loaded host
     while True:
         bits = store.filter_bits.may_pass(TOPIC, queue_id, start, end - start, f)
         if bits is not None:

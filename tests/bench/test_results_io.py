@@ -1,0 +1,25 @@
+"""Every results file says what it measured: the commit, the peers' versions and the host's load."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from bench import results_io
+
+
+def test_a_results_file_carries_the_commit_the_peer_versions_and_the_load(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(results_io, "RESULTS_DIR", tmp_path)
+    results_io.emit("probe", {"ratio": 1.5})
+    stored = json.loads((tmp_path / "probe.json").read_text())
+    assert stored["ratio"] == 1.5 and stored["bench"] == "probe"
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", stored["commit"])
+    assert {"kafka", "rocketmq"} <= set(stored["peer_versions"])  # pinned in bench/peers/pom.xml
+    assert len(stored["host"]["load_avg"]) == 3
+    assert json.loads(capsys.readouterr().out) == stored
+
+
+def test_a_benchmarks_own_field_wins_over_the_stamp(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(results_io, "RESULTS_DIR", tmp_path)
+    results_io.emit("probe", {"host": "its own"})
+    assert json.loads((tmp_path / "probe.json").read_text())["host"] == "its own"
