@@ -68,7 +68,7 @@ def test_a_plain_send_stream_reaches_the_new_leader_after_a_kill(group_factory):
     leader = group.wait_leader()
     group.wait_in_sync(3)
     endpoints = ";".join([leader.endpoint] + [r.endpoint for r in group.replicas if r.endpoint != leader.endpoint])
-    with NativeClient(endpoints, timeout_s=30) as client:
+    with NativeClient(endpoints, timeout_s=60) as client:  # an election on a loaded host can outlast 30 s
         client.create_topic(TOPIC, 2)
         client.send_arrow(_rows(10, "warm"), topic=TOPIC)
         group.replica(leader.endpoint).kill()
