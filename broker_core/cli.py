@@ -159,15 +159,29 @@ def cmd_topic_move(args) -> None:
         raise UsageError("--queue needs --to GROUP")
     with _client(args) as c:
         result = c.move_queues(topic=args.name, queue=args.queue or "", to=args.to or "", even=args.even,
-                               dry_run=args.dry_run, wait_s=args.wait)
+                               dry_run=args.dry_run, wait_s=args.wait, rate=_rate(args.rate),
+                               keep_history=args.keep_history, copy_wait_s=args.copy_wait)
     _emit_moves(args, result)
 
 
 def cmd_group_drain(args) -> None:
     """Move every queue off a broker group, then retire it (no new queue, no transaction goes there)."""
     with _client(args) as c:
-        result = c.move_queues(drain=args.group, dry_run=args.dry_run, wait_s=args.wait)
+        result = c.move_queues(drain=args.group, dry_run=args.dry_run, wait_s=args.wait, rate=_rate(args.rate),
+                               keep_history=args.keep_history, copy_wait_s=args.copy_wait)
     _emit_moves(args, result)
+
+
+def _rate(text: str) -> int:
+    """A byte rate: 32MiB, 500KiB, 1000000 (per second); 0: unlimited."""
+    units = {"kib": 1024, "mib": 1024 ** 2, "gib": 1024 ** 3, "kb": 1000, "mb": 1000 ** 2, "gb": 1000 ** 3, "b": 1}
+    raw = text.strip().lower().removesuffix("/s")
+    for unit, factor in units.items():
+        if raw.endswith(unit) and raw[:-len(unit)].strip().replace(".", "", 1).isdigit():
+            return int(float(raw[:-len(unit)]) * factor)
+    if raw.isdigit():
+        return int(raw)
+    raise UsageError(f"--rate takes bytes per second (e.g. 32MiB, 500KiB, 1000000; 0: unlimited), not {text!r}")
 
 
 def _emit_moves(args, result: dict) -> None:
@@ -178,9 +192,17 @@ def _emit_moves(args, result: dict) -> None:
              "state": m.get("state", "planned"), "at_offset": m.get("base", ""), "error": m.get("error", "")}
             for m in result.get("moves", [])]
     print(_table(rows, ["topic", "queue", "from", "to", "state", "at_offset", "error"]) if rows else "nothing to move")
+    if result.get("copies_left"):
+        print(f"{result['copies_left']} history copies still running: `txmq cluster status` shows their progress")
     if result.get("retired"):
-        print(f"group {result['retired']} retired: it holds no queue and takes no new transaction; it may stop "
-              "once its consumers have read the history it still holds")
+        group = result["retired"]
+        if result.get("safe_to_stop"):
+            print(f"group {group} retired and safe to stop for good: its queues and their history are on other "
+                  "groups, its timer holds nothing")
+        else:
+            print(f"group {group} retired, NOT safe to stop yet (run the drain again later):")
+            for reason in result.get("waiting_for", []):
+                print(f"  - {reason}")
 
 
 def cmd_topic_delete(args) -> None:
@@ -465,8 +487,23 @@ def cmd_cluster_status(args) -> None:
     for m in data.get("moved", []):
         where = " -> ".join(f"{s['group']}:{s['queue_id']}@{s['from_offset']}" for s in m["segments"])
         print(f"moved: {m['topic']} {m['queue']} now on {m['on']} ({where})")
+    for c in data.get("copies", []):
+        if c.get("state") != "done":
+            print(f"copying: {c['topic']} {c['queue']} history {c['from']} -> {c['to']}: {c['copied']}/{c['total']} "
+                  f"messages, {c['bytes']} bytes at {c['bytes_per_s']} B/s (limit {c['rate_limit'] or 'none'})"
+                  f"{', ' + c['state'] if c['state'] != 'copying' else ''}")
     if data.get("retired"):
         print(f"retired (drained) groups: {', '.join(data['retired'])}")
+
+
+def _copy_arguments(p) -> None:
+    p.add_argument("--rate", default="32MiB",
+                   help="bytes per second at which a moved queue's history is copied to its new group "
+                        "(e.g. 32MiB, 500KiB; 0: unlimited; default 32MiB)")
+    p.add_argument("--keep-history", action="store_true",
+                   help="copy nothing: the history stays readable on the old group only while it runs")
+    p.add_argument("--copy-wait", type=float, default=600.0,
+                   help="seconds to wait for the history copies (they go on after; run again to wait more)")
 
 
 def cmd_console(args) -> None:
@@ -530,6 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="only print what would move")
     p.add_argument("--wait", type=float, default=30.0,
                    help="seconds the queue's pending transactions may take to end before the move rolls back")
+    _copy_arguments(p)
     p.set_defaults(func=cmd_topic_move)
     p = tsub.add_parser("delete", parents=[common], help="delete a topic")
     p.add_argument("name")
@@ -610,6 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("group", help="the broker group (--group of its brokers)")
     p.add_argument("--dry-run", action="store_true", help="only print what would move")
     p.add_argument("--wait", type=float, default=30.0, help="per queue, as `topic move --wait`")
+    _copy_arguments(p)
     p.set_defaults(func=cmd_group_drain)
     p = gsub.add_parser("describe", parents=[common], help="a consumer group's settings")
     p.add_argument("name")

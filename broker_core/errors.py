@@ -221,6 +221,15 @@ class QueueSealed(TooManyRequests):
     was written; the queue takes writes on its new group (refresh the routes and retry)."""
 
 
+class CopyOutOfStep(IllegalOffset):
+    """A history copy's batch did not start at its queue's written end (cluster/copier.py): nothing
+    was written; the copier resumes from `written` (a batch is never appended twice)."""
+
+    def __init__(self, message: str, *, written: int = 0) -> None:
+        super().__init__(message)
+        self.written = written
+
+
 class RequestTimeout(TxmqError):
     """The operation did not complete within its deadline."""
 

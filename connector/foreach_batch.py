@@ -97,7 +97,7 @@ class TransactionalBatch:
         _, batch_id, _ = parsed
         with self._lock:
             if batch_id == self._in_progress:
-                return "UNKNOWN"  # this run is working on it and will end it
+                return "IN_PROGRESS"  # this run is working on it and will end it: ask later, uncounted
         return "COMMIT" if self._commit_if_done(request.transaction_id, batch_id) else "ROLLBACK"
 
     def close(self) -> None:

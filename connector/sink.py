@@ -246,8 +246,12 @@ class SinkCheckback:
     Run it in the driver next to the query (a context manager). A pending
     transaction of a batch that Spark's commit log already holds is a leftover of
     a dead run (the committed generation has committed): ROLLBACK. A pending
-    transaction of a batch Spark has not finished: UNKNOWN, because the running
-    query will replay the batch and commit it with its own senders.
+    transaction of a batch Spark has not finished: IN_PROGRESS, because the running
+    query will (re)run the batch and commit it with its own senders; the broker asks
+    again later without counting these checks towards its --max-checks, so a
+    micro-batch may run longer than --max-checks x --check-interval (up to the
+    broker's --in-progress-max-age, 1 h by default). Once this helper is gone (the
+    driver died) nobody answers, and the transaction is checked as any other.
     """
 
     def __init__(self, checkpoint_location: str, *, broker: str, topics: Sequence[str],
@@ -268,7 +272,7 @@ class SinkCheckback:
         parsed = txn.parse_transaction_id(transaction_id)
         if parsed is None or parsed[0] != self.sink_id:
             return "UNKNOWN"
-        return "ROLLBACK" if parsed[1] in committed_batches(self.checkpoint) else "UNKNOWN"
+        return "ROLLBACK" if parsed[1] in committed_batches(self.checkpoint) else "IN_PROGRESS"
 
     def _handle(self, request: CheckRequest) -> str:
         return self.answer(request.transaction_id)

@@ -372,6 +372,11 @@ def run_query(args: argparse.Namespace) -> None:
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.driver.memory", "700m").getOrCreate())
     spark.sparkContext.setLogLevel("WARN")
+    # registered by hand: Spark's own look-up of `pyspark_*` modules runs a Python worker, which at a
+    # load average of 40 did not answer in time, and the query then failed with DATA_SOURCE_NOT_FOUND
+    from txmq.spark.source import TxmqDataSource
+
+    spark.dataSource.register(TxmqDataSource)
     reported: set[int] = set()
 
     def start():

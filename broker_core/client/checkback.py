@@ -3,7 +3,9 @@
 The session keeps one server stream open (reconnecting with backoff while the
 producer lives); for each check request it calls the handler and, for COMMIT
 or ROLLBACK, ends the transaction with source "check". UNKNOWN answers nothing:
-the broker asks again later, up to its maximum number of checks.
+the broker asks again later, up to its maximum number of checks. IN_PROGRESS tells
+the broker the producer is still working on it: asked again later, its checks do not
+count towards the maximum while the transaction is younger than the broker's bound.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class CheckbackSession:
         self.topics = list(topics)
         self.handler = handler
         self.answered = 0
+        self.in_progress = 0
         self.checks = 0
         self._registered = threading.Event()
         self._stop = threading.Event()
@@ -110,6 +113,14 @@ class CheckbackSession:
             log.exception("check-back handler failed for transaction %s; answering UNKNOWN", frame.transaction_id)
             return
         if state is LocalTransactionState.UNKNOWN:
+            return
+        if state is LocalTransactionState.IN_PROGRESS:
+            try:
+                self.client.end_transaction(frame.transaction_id, state.value, source="check",
+                                            producer_group=self.producer_group or None)
+                self.in_progress += 1
+            except errors.TxmqError as exc:  # e.g. a broker of an earlier release: as UNKNOWN
+                log.warning("check-back answer IN_PROGRESS for %s refused: %s", frame.transaction_id, exc)
             return
         try:
             self.client.end_transaction(frame.transaction_id, state.value, source="check",

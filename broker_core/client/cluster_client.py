@@ -220,8 +220,9 @@ class ClusterClient:
             for q in routes.queues(t):
                 needed.setdefault(q.current.group, set()).add(t)
                 if not last_only:
-                    for s in q.segments[:-1]:
-                        optional.setdefault(s.group, set()).add(t)
+                    for s, length in list(seg.spans(q.segments))[:-1]:
+                        if length:  # a segment whose history was copied away holds nothing: not asked
+                            optional.setdefault(s.group, set()).add(t)
         groups = sorted(set(needed) | set(optional))
         out: ClusterOffsets = {t: {} for t in topics}
 

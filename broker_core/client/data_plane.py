@@ -5,11 +5,26 @@ batches answered batch by batch; the bytes go through Flight's C++ transport,
 not Python. The Flight endpoint is not configured by the user: the broker
 announces it (the native DataPlane call), and it is asked again whenever the
 connection fails, because a restarted broker may listen on another port.
+
+After a failover the location known is a replica that no longer leads (its Flight service is
+closed: "Connection refused"), or one that is gone silent. A write stream that could not be
+opened there sent nothing, so the put asks the control channel (which fails over between the
+group's replicas, and which a follower answers for its leader) where the data plane is now and
+opens it there, for as long as the caller allows: a new leader is written to within moments of
+its election instead of the write failing (a Spark task attempt lost) or waiting for a timeout.
+A stream already open to a leader that went silent would wait for its deadline (the Flight
+connection has no keepalive: Arrow's server would refuse the pings), so while a put stream
+runs the control channel is asked every WATCH_INTERVAL_S where the data plane is; when it has
+moved, the stream is given up at once (BrokerUnavailable: its last batches may or may not be
+stored, as after any broken stream).
 """
 
 from __future__ import annotations
 
+import logging
+import random
 import threading
+import time
 from typing import Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
@@ -19,8 +34,21 @@ from google.protobuf.message import DecodeError
 from txmq.broker import errors
 from txmq.broker.client.local_read import LocalSegments
 from txmq.broker.client.types import PullResult, PushedBatch
+from txmq.broker.protocol import keepalive
 from txmq.broker.protocol import native_pb2 as pb
 from txmq.broker.protocol.native_status import error_from
+
+log = logging.getLogger(__name__)
+
+# gRPC channel arguments of the Flight client: a connection attempt to a host that accepts nothing
+# (paused, partitioned) gives up as soon as the control channel's does (gRPC's default is 20 s).
+# No keepalive pings: Arrow's Flight server keeps gRPC's ping policy and would send the client away.
+FLIGHT_CHANNEL_OPTIONS = [("grpc.min_reconnect_backoff_ms", keepalive.CONNECT_TIMEOUT_MS)]
+# between look-ups of the data plane while a group elects its next leader (a second or two)
+RELOCATE_BACKOFF_START_S = 0.05
+RELOCATE_BACKOFF_MAX_S = 0.25
+# how often the control channel is asked where the data plane is while a put stream is open
+WATCH_INTERVAL_S = 1.0
 
 Response = TypeVar("Response", pb.SendResponse, pb.PrepareResponse)
 
@@ -61,15 +89,19 @@ class DataPlane:
         self._lock = threading.RLock()
         self._client: flight.FlightClient | None = None
         self._location: str | None = None
+        self._closed = False
+
+    def _location_of(self, host: str, port: int, tls: bool) -> str:
+        host = host or self._dialled_host()
+        where = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        return f"{'grpc+tls' if tls else 'grpc+tcp'}://{where}:{port}"
 
     def _connect(self) -> flight.FlightClient:
         with self._lock:
             if self._client is None:
                 host, port, tls = self._locate()
-                host = host or self._dialled_host()
-                where = f"[{host}]" if ":" in host and not host.startswith("[") else host
-                self._location = f"{'grpc+tls' if tls else 'grpc+tcp'}://{where}:{port}"
-                kwargs = {}
+                self._location = self._location_of(host, port, tls)
+                kwargs: dict = {"generic_options": FLIGHT_CHANNEL_OPTIONS}
                 if tls and self._ca_file:
                     with open(self._ca_file, "rb") as fh:
                         kwargs["tls_root_certs"] = fh.read()
@@ -89,7 +121,10 @@ class DataPlane:
         if client is not None:
             client.close()
 
-    close = reset
+    def close(self) -> None:
+        """Forget the connection for good: a put waiting for a new leader stops."""
+        self._closed = True
+        self.reset()
 
     def _options(self, timeout_s: float | None) -> flight.FlightCallOptions:
         headers = [(k.encode(), v.encode()) for k, v in self._headers()]
@@ -149,7 +184,7 @@ class DataPlane:
 
     def put(self, command_for: Callable[[], pb.PutCommand], batches: Iterable[pa.RecordBatch],
             response_class: type[Response], on_answer: Callable[[Response], None], *,
-            timeout_s: float | None) -> None:
+            timeout_s: float | None, relocate_s: float = 0.0) -> None:
         """Stream `batches` to the broker with DoPut, taken from the iterable as they are sent;
         `on_answer` gets the broker's answer to each, in order. A batch whose schema differs
         from the stream's starts a new stream, with a command from `command_for()` made then
@@ -157,48 +192,66 @@ class DataPlane:
 
         A failure is raised as the broker's error; the batches it answered before stay
         written (each batch is one call), and a write is never re-sent here: whether the
-        batch in flight was stored is for the caller's recovery to find out."""
+        batch in flight was stored is for the caller's recovery to find out. Only a stream that
+        could not be opened (nothing sent) is tried again, at the data plane the control channel
+        names then, for up to `relocate_s` (a failover's election)."""
         pending = iter(batches)
         batch = next(pending, None)
         while batch is not None:
-            batch = self._put_stream(command_for(), batch, pending, response_class, on_answer, timeout_s)
+            batch = self._put_stream(command_for, batch, pending, response_class, on_answer, timeout_s, relocate_s)
 
-    def _put_stream(self, command: pb.PutCommand, first: pa.RecordBatch, pending: Iterator[pa.RecordBatch],
-                    response_class: type[Response], on_answer: Callable[[Response], None],
-                    timeout_s: float | None) -> pa.RecordBatch | None:
+    def _open_put(self, command_for: Callable[[], pb.PutCommand], schema: pa.Schema, what: str,
+                  timeout_s: float | None, relocate_s: float) -> tuple[flight.FlightStreamWriter, flight.FlightMetadataReader]:
+        """A DoPut stream at the current leader's data plane. A stream that could not be opened sent
+        nothing (the schema carries no rows), so the location is asked again through the control
+        channel and tried, with backoff, for up to `relocate_s`; then BrokerUnreachable."""
+        retry_until = time.monotonic() + relocate_s
+        backoff = RELOCATE_BACKOFF_START_S
+        while True:
+            where = self._location
+            try:
+                descriptor = flight.FlightDescriptor.for_command(command_for().SerializeToString())
+                return self._connect().do_put(descriptor, schema, self._options(timeout_s))
+            except (flight.FlightError, pa.ArrowException) as exc:
+                self.reset()
+                error = typed_error(exc, what)
+            except errors.BrokerUnavailable as exc:  # the control channel found no replica to tell it
+                error = exc
+            if not isinstance(error, errors.BrokerUnavailable):
+                raise error from None  # the broker's own refusal (a bad command, no permission)
+            if self._closed or time.monotonic() + backoff >= retry_until:
+                raise errors.BrokerUnreachable(f"{error} (nothing was sent)") from None
+            log.info("data plane %s unreachable (%s); asking where it is now", where, error)
+            time.sleep(backoff * (0.5 + random.random() / 2))
+            backoff = min(backoff * 2, RELOCATE_BACKOFF_MAX_S)
+
+    def _put_stream(self, command_for: Callable[[], pb.PutCommand], first: pa.RecordBatch,
+                    pending: Iterator[pa.RecordBatch], response_class: type[Response],
+                    on_answer: Callable[[Response], None], timeout_s: float | None,
+                    relocate_s: float) -> pa.RecordBatch | None:
         """One DoPut from `first` on while the schema stays the same; the batch that changed it."""
         schema = first.schema
-        what = "sending" if command.kind == pb.PutCommand.SEND else "preparing"
-        descriptor = flight.FlightDescriptor.for_command(command.SerializeToString())
-        try:
-            writer, metadata = self._connect().do_put(descriptor, schema, self._options(timeout_s))
-        except (flight.FlightError, pa.ArrowException) as exc:
-            self.reset()
-            raise typed_error(exc, what) from None
-        written, answered, rest = 0, 0, None
-        failure: Exception | None = None
-        try:
-            batch: pa.RecordBatch | None = first
-            while batch is not None:
-                if not batch.schema.equals(schema):
-                    rest = batch
-                    break
-                writer.write_batch(batch)
-                written += 1
-                batch = next(pending, None)
-            writer.done_writing()
-            while answered < written:
-                buffer = metadata.read()
-                if buffer is None:
-                    break
-                on_answer(response_class.FromString(buffer.to_pybytes()))
-                answered += 1
-        except (flight.FlightError, pa.ArrowException, OSError) as exc:
-            failure = exc
-        try:
-            writer.close()  # raises the broker's error when the stream ended with one
-        except (flight.FlightError, pa.ArrowException, OSError) as exc:
-            failure = exc
+        what = "sending" if command_for().kind == pb.PutCommand.SEND else "preparing"
+        writer, metadata = self._open_put(command_for, schema, what, timeout_s, relocate_s)
+        where = self._location
+        abandoned = threading.Event()
+        outcome: list = []
+
+        def run() -> None:
+            try:
+                outcome.append(_write_and_read(writer, metadata, first, pending, response_class, on_answer,
+                                               abandoned))
+            except BaseException as exc:  # the batches' iterator or on_answer raised: the caller's to see
+                outcome.append(exc)
+
+        # on a thread of its own, so that the caller can give it up when the leader moves (a Flight
+        # call cannot be cancelled from another thread; closing its client does not end it)
+        stream = threading.Thread(target=run, name="txmq-flight-put", daemon=True)
+        stream.start()
+        self._watch(stream, where, what, abandoned)
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        written, answered, rest, failure = outcome[0]
         if failure is not None:
             if isinstance(failure, (flight.FlightUnavailableError, flight.FlightCancelledError)):
                 self.reset()
@@ -206,3 +259,57 @@ class DataPlane:
         if answered != written:
             raise errors.TxmqError(f"{what}: the broker answered {answered} of {written} batches")
         return rest
+
+    def _watch(self, stream: threading.Thread, where: str | None, what: str, abandoned: threading.Event) -> None:
+        """Wait for a put stream's thread; while it runs, ask the control channel every
+        WATCH_INTERVAL_S where the data plane is, and give the stream up when it has moved (its
+        thread ends at the stream's deadline, and writes and answers nothing more meanwhile)."""
+        while True:
+            stream.join(WATCH_INTERVAL_S)
+            if not stream.is_alive():
+                return
+            try:
+                now = self._location_of(*self._locate())
+            except errors.BrokerUnavailable:
+                continue  # no replica can tell now: the stream's own deadline bounds the wait
+            if now != where:
+                abandoned.set()
+                self.reset()
+                raise errors.BrokerUnavailable(f"{what}: the data plane moved from {where} to {now} while the "
+                                               "stream was open (a new leader); whether its last batches were "
+                                               "stored is unknown")
+
+
+def _write_and_read(writer: flight.FlightStreamWriter, metadata: flight.FlightMetadataReader, first: pa.RecordBatch,
+                    pending: Iterator[pa.RecordBatch], response_class: type[Response],
+                    on_answer: Callable[[Response], None], abandoned: threading.Event
+                    ) -> tuple[int, int, pa.RecordBatch | None, Exception | None]:
+    """Write `first` and the following batches of its schema, then read their answers: (written,
+    answered, the batch of another schema that ended the stream, the failure). Once `abandoned`,
+    it takes no more batches and passes on no more answers (the caller has given the stream up)."""
+    schema = first.schema
+    written, answered, rest = 0, 0, None
+    failure: Exception | None = None
+    try:
+        batch: pa.RecordBatch | None = first
+        while batch is not None and not abandoned.is_set():
+            if not batch.schema.equals(schema):
+                rest = batch
+                break
+            writer.write_batch(batch)
+            written += 1
+            batch = next(pending, None)
+        writer.done_writing()
+        while answered < written:
+            buffer = metadata.read()
+            if buffer is None or abandoned.is_set():
+                break
+            on_answer(response_class.FromString(buffer.to_pybytes()))
+            answered += 1
+    except (flight.FlightError, pa.ArrowException, OSError) as exc:
+        failure = exc
+    try:
+        writer.close()  # raises the broker's error when the stream ended with one
+    except (flight.FlightError, pa.ArrowException, OSError) as exc:
+        failure = exc
+    return written, answered, rest, failure

@@ -82,7 +82,7 @@ BACKOFF_START_S = 0.05
 BACKOFF_MAX_S = 2.0
 GROUP_BACKOFF_MAX_S = 0.25
 
-_RESOLUTIONS = {"COMMIT": pb.COMMIT, "ROLLBACK": pb.ROLLBACK}
+_RESOLUTIONS = {"COMMIT": pb.COMMIT, "ROLLBACK": pb.ROLLBACK, "IN_PROGRESS": pb.IN_PROGRESS}
 _GRPC_ERRORS: dict[grpc.StatusCode, type[errors.TxmqError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: errors.RequestTimeout,
     grpc.StatusCode.UNAVAILABLE: errors.BrokerUnavailable,
@@ -343,15 +343,22 @@ class NativeClient:
                       retired=frozenset(g.name for g in resp.groups if g.retired))
 
     def move_queues(self, *, topic: str = "", queue: str = "", to: str = "", even: bool = False, drain: str = "",
-                    dry_run: bool = False, wait_s: float = 30.0) -> dict:
+                    dry_run: bool = False, wait_s: float = 30.0, rate: int | None = None,
+                    keep_history: bool = False, copy_wait_s: float = 600.0) -> dict:
         """Move queues between a cluster's groups (docs/cluster.md, "Moving queues"): queue "group:id"
         of `topic` to group `to`, or `topic` evened out over the groups (`even`), or every queue off
-        group `drain` (which is then retired). What moved (or would, with `dry_run`)."""
+        group `drain` (which is then retired). What moved (or would, with `dry_run`).
+
+        The moved queues' history is copied into their new groups at `rate` bytes per second (None:
+        the broker's default, 32 MiB/s; 0: unlimited), waiting up to `copy_wait_s` for the copies;
+        `keep_history` leaves it where it lies. A drain says whether the group is `safe_to_stop`."""
         import json
 
         req = pb.MoveQueuesRequest(topic=topic, queue=queue, to=to, even=even, drain=drain, dry_run=dry_run,
-                                   wait_ms=int(wait_s * 1000))
-        return json.loads(self._call("MoveQueues", req, timeout_s=max(self.timeout_s, 600.0)).json or "{}")
+                                   wait_ms=int(wait_s * 1000), rate=rate, keep_history=keep_history,
+                                   copy_wait_ms=int(copy_wait_s * 1000))
+        return json.loads(self._call("MoveQueues", req, timeout_s=max(self.timeout_s, 600.0, copy_wait_s + 120.0)
+                                     ).json or "{}")
 
     def list_topics(self, *, include_system: bool = False) -> list[TopicInfo]:
         resp = self._call("ListTopics", pb.ListTopicsRequest(include_system=include_system))
@@ -479,7 +486,9 @@ class NativeClient:
                           backoff)
                 self._fail_over()
                 time.sleep(backoff * (0.5 + random.random() / 2))
-                backoff = min(backoff * 2, BACKOFF_MAX_S)
+                # a group's next leader answers within seconds: ask it often
+                several = len(self.endpoints) > 1 or self.fail_fast
+                backoff = min(backoff * 2, GROUP_BACKOFF_MAX_S if several else BACKOFF_MAX_S)
 
     def subscribe(self, start: Mapping[str, Mapping[int, int]], *, tags: str | None = None, sql: str | None = None,
                   max_bytes: int = 0, skip_deleted: bool = True, retry_s: float | None = None) -> "Subscription":
@@ -535,8 +544,10 @@ class NativeClient:
         command = pb.PutCommand(kind=pb.PutCommand.SEND, default_topic=topic or "",
                                 return_message_ids=return_message_ids)
         answers: list[pb.SendResponse] = []
+        # a stream that reached no leader is tried again while the group may be electing one, but not
+        # longer than a call keeps retrying: a ClusterClient then sends to another group
         self._data.put(lambda: command, put_batches(batches), pb.SendResponse, answers.append,
-                       timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR)
+                       timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR, relocate_s=self.retry_unavailable_s)
         return SendSummary(count=sum(a.count for a in answers),
                            slices=[QueueSlice(s.topic, s.queue_id, s.first_offset, s.count)
                                    for a in answers for s in a.slices],
@@ -580,8 +591,10 @@ class NativeClient:
             count += answer.count
             ids.extend(answer.message_ids)
 
+        # halves belong to their transaction's group, and no other can take them: a stream that
+        # reached no leader waits for the group's next one up to the call timeout
         self._data.put(command, put_batches(batches), pb.PrepareResponse, on_answer,
-                       timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR)
+                       timeout_s=self.timeout_s * STREAM_TIMEOUT_FACTOR, relocate_s=self.timeout_s)
         return PrepareSummary(transaction_id=tx_id, count=count, message_ids=ids)
 
     def prepare(self, transaction_id: str, messages: Sequence[Message], *, topic: str | None = None,
@@ -596,11 +609,12 @@ class NativeClient:
     def end_transaction(self, transaction_id: str, resolution: str, *, include_senders: Sequence[str] | None = None,
                         producer_group: str | None = None, source: str = "client",
                         participants: Sequence[str] = ()) -> EndSummary:
-        """COMMIT or ROLLBACK a transaction; idempotent. With include_senders, only their halves commit."""
+        """COMMIT or ROLLBACK a transaction; idempotent. With include_senders, only their halves commit.
+        IN_PROGRESS (with source "check") answers a check-back "still running, ask later": nothing ends."""
         _one_group(participants)
         code = _RESOLUTIONS.get(str(resolution.value if isinstance(resolution, Enum) else resolution).upper())
         if code is None:
-            raise errors.BadRequest(f"resolution must be COMMIT or ROLLBACK, not {resolution!r}")
+            raise errors.BadRequest(f"resolution must be COMMIT, ROLLBACK or IN_PROGRESS, not {resolution!r}")
         req = pb.EndTransactionRequest(transaction_id=transaction_id, resolution=code,
                                        restrict_senders=include_senders is not None,
                                        include_senders=list(include_senders or ()),

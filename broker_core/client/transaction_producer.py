@@ -98,7 +98,7 @@ class TransactionProducer:
         except Exception:
             log.exception("execute_local_transaction failed for %s: leaving it to check-back", tx_id)
             local = LocalTransactionState.UNKNOWN
-        if local is LocalTransactionState.UNKNOWN:
+        if local in (LocalTransactionState.UNKNOWN, LocalTransactionState.IN_PROGRESS):  # left to check-back
             return TransactionSendResult(tx_id, local, "PENDING", prepared.count)
         ended = self.client.end_transaction(tx_id, local.value, producer_group=self.producer_group)
         return TransactionSendResult(tx_id, local, ended.state, prepared.count)

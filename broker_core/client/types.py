@@ -10,11 +10,15 @@ import pyarrow as pa
 
 
 class LocalTransactionState(str, enum.Enum):
-    """What a producer's local transaction decided (RocketMQ's LocalTransactionState)."""
+    """What a producer's local transaction decided (RocketMQ's LocalTransactionState), and txmq's
+    IN_PROGRESS: a check-back answer meaning "still running, ask later" that, unlike UNKNOWN, does
+    not count towards the broker's --max-checks while the transaction is younger than its
+    --in-progress-max-age (a Spark sink's micro-batch that has not finished)."""
 
     COMMIT = "COMMIT"
     ROLLBACK = "ROLLBACK"
     UNKNOWN = "UNKNOWN"
+    IN_PROGRESS = "IN_PROGRESS"
 
     @classmethod
     def parse(cls, value: "LocalTransactionState | str | None") -> "LocalTransactionState":
@@ -29,7 +33,8 @@ class LocalTransactionState(str, enum.Enum):
         try:
             return cls(text)
         except ValueError:
-            raise ValueError(f"not a transaction state: {value!r} (use COMMIT, ROLLBACK or UNKNOWN)") from None
+            raise ValueError(f"not a transaction state: {value!r} (use COMMIT, ROLLBACK, UNKNOWN or "
+                             "IN_PROGRESS)") from None
 
 
 @dataclass

@@ -389,4 +389,5 @@ def _moves_status(etcd: EtcdGroup) -> dict[str, Any]:
                               "segments": [{"group": s.group, "queue_id": s.queue_id, "from_offset": s.base}
                                            for s in q.segments]})
     retired = sorted(k[len(RETIRED_ROOT):] for k, _, _ in etcd.range_prefix(RETIRED_ROOT))
-    return {"moving": moving, "moved": moved, "retired": retired}
+    from .copier import copy_progress
+    return {"moving": moving, "moved": moved, "retired": retired, "copies": copy_progress(etcd)}

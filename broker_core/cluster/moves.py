@@ -1,9 +1,10 @@
-"""Moving queues between groups: "read where it lies" (RocketMQ 5's static topics, with transactions).
+"""Moving queues between groups (RocketMQ 5's static topics, with transactions), then their history.
 
 A queue is named by where it was created, (group, queue id), and keeps that name for producers,
 consumers and Spark checkpoints. Its messages are addressed by logical offsets; its layout in the
 registry (routes.py) is a list of segments, each a physical queue of some group holding the
-logical offsets from its `base` on. A move appends a segment; nothing is copied:
+logical offsets from its `base` on. A move appends a segment at once; the history behind it is
+copied afterwards (step 4), or with `keep_history` read where it lies:
 
 1. **sealing**: the layout marks the queue sealing towards the target (compare-and-swap). From
    then on a leader of the source group that is elected seals the queue before it serves.
@@ -16,6 +17,9 @@ logical offsets from its `base` on. A move appends a segment; nothing is copied:
 3. **commit**: the layout gets the segment (target, its next physical queue id, base) by
    compare-and-swap and loses the sealing mark; the target's leader creates the physical queue.
    Readers take offsets below base from the source and from base on from the target.
+
+4. **copy** (unless the move keeps the history where it lies): the segment's history is copied
+   into the target group, throttled, and the copy takes the segment's place (copier.py).
 
 The source's leader may die at any point: a new leader seals the queue at its promotion (the mark
 is in etcd), its log holds every acknowledged write, so the seal call is repeated on it and
@@ -39,13 +43,15 @@ from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_UNIQ_KEY, Messa
 from txmq.broker.store.property_names import user_properties
 
 from .coordination import CoordinationUnavailable
-from .routes import RETIRED_ROOT, TOPICS_ROOT, QueueRef, RouteView, Segment, TopicLayout
+from .copier import DEFAULT_RATE, HistoryCopier, plan_copy
+from .routes import RETIRED_ROOT, TOPICS_ROOT, Copy, QueueRef, RouteView, Segment, TopicLayout
 
 log = logging.getLogger(__name__)
 
 RESUME_AFTER_S = 10.0  # a queue left sealing this long by a mover that went away is finished by the target
 SEAL_RETRY_S = 30.0  # beyond the halves' wait: how long the source group may take to have a leader again
 DEFAULT_WAIT_S = 30.0
+DEFAULT_COPY_WAIT_S = 600.0  # how long a MoveQueues call waits for the history copies it started
 TIMER_PRODUCER_GROUP = "txmq-timer"  # the producer group of timer deliveries into moved queues
 
 # (group, native method name, request, timeout s) -> response: a call to that group's leader
@@ -72,13 +78,14 @@ class QueueMover:
         self._lock = threading.Lock()
         self.recent: deque[dict] = deque(maxlen=100)
         self.counts = {"done": 0, "rolled_back": 0, "failed": 0}
-        self.moved_bytes = 0  # moves copy nothing: the history is read where it lies
         self._running: set[tuple[str, str, int]] = set()
+        self.copier: HistoryCopier | None = None  # the copies into this broker's group, while it leads
         self._seen_sealing: dict[tuple[str, str, int], float] = {}
 
     # ---- one move -------------------------------------------------------------------
 
-    def move(self, topic: str, queue: tuple[str, int], to: str, *, wait_s: float = DEFAULT_WAIT_S) -> dict:
+    def move(self, topic: str, queue: tuple[str, int], to: str, *, wait_s: float = DEFAULT_WAIT_S,
+             rate: int = DEFAULT_RATE, keep_history: bool = False) -> dict:
         """Move logical queue `queue` of `topic` to group `to` (see the module's steps); a record of it."""
         key = (topic, *queue)
         with self._lock:
@@ -106,6 +113,10 @@ class QueueMover:
             self._carry_offsets(topic, segment, consumer_offsets)
             record.update(state="done", base=segment.base, target_queue=segment.queue_id,
                           seconds=round(self.clock() - started, 3))
+            if not keep_history:
+                copy = self.start_copy(topic, queue, source.group, rate)
+                if copy is not None:
+                    record["copy"] = _copy_view(copy)
             with self._lock:
                 self.counts["done"] += 1
             log.warning("moved %s %s:%d from %s to %s:%d at offset %d", topic, queue[0], queue[1], source.group, to,
@@ -276,6 +287,64 @@ class QueueMover:
             return
         raise BrokerUnavailable(f"timer message {index}: every generation of its transaction on {target.group} ended")
 
+    # ---- copying the history (copier.py runs it on the target's leader) ------------------
+
+    def start_copy(self, topic: str, queue: tuple[str, int], group: str, rate: int) -> Copy | None:
+        """Mark the copy of the queue's oldest history on `group` into its current group (a
+        compare-and-swap; the target's leader runs it); the copy under way, if any."""
+        for _ in range(16):
+            layout = self._layout(topic)
+            q = layout.queue(*queue)
+            if q.copying is not None:
+                return q.copying
+            copy = plan_copy(layout, q, group, rate)
+            if copy is None:
+                return None
+            if self._cas(layout, dataclasses.replace(q, copying=copy)):
+                return copy
+        raise BrokerUnavailable(f"topic {topic!r}: its layout kept changing under the copy's mark")
+
+    def history_on(self, group: str) -> list[tuple[str, tuple[str, int]]]:
+        """(topic, queue) of every queue whose history lies (partly) on `group`, not yet copied away."""
+        out = []
+        for name, layout in sorted(self.registry.topics().items()):
+            for q in layout.queues:
+                copy = q.copying
+                if (copy is not None and copy.source.group == group) or plan_copy(layout, q, group, 0) is not None:
+                    out.append((name, q.key))
+        return out
+
+    def copy_history_off(self, group: str, rate: int, wait_s: float) -> list[tuple[str, tuple[str, int]]]:
+        """Copy every history segment on `group` to where its queue lives now, one copy per queue at a
+        time, for up to `wait_s`: what is still on `group` then."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = self.history_on(group)
+            for topic, queue in left:  # a no-op for a queue whose copy is under way
+                self.start_copy(topic, queue, group, rate)
+            if not left or time.monotonic() >= deadline:
+                return left
+            time.sleep(0.2)
+
+    def safe_to_stop(self, group: str) -> tuple[bool, list[str]]:
+        """Whether `group` holds nothing the cluster still needs: no queue written there, no history
+        left to copy, no timer message waiting in its timer (those are delivered, not carried)."""
+        reasons = []
+        for name, layout in sorted(self.registry.topics().items()):
+            for q in layout.queues:
+                if q.current.group == group or q.sealing == group:
+                    reasons.append(f"{name} {q.group}:{q.queue_id} is written on {group}")
+        reasons += [f"{t} {q[0]}:{q[1]}: its history on {group} is not copied yet" for t, q in self.history_on(group)]
+        from txmq.broker.protocol import native_pb2
+        try:
+            pending = int(self.call_leader(group, "ListScheduled", native_pb2.ScheduledRequest(limit=1), 10.0).pending)
+        except (TxmqError, CoordinationUnavailable) as exc:
+            reasons.append(f"its timer could not be asked for messages still scheduled: {exc}")
+        else:
+            if pending:
+                reasons.append(f"{pending} timer message(s) scheduled there are not delivered yet")
+        return not reasons, reasons
+
     # ---- plans ------------------------------------------------------------------------
 
     def retired(self) -> dict[str, dict]:
@@ -316,7 +385,8 @@ class QueueMover:
         self.registry.etcd.put(RETIRED_ROOT + group, json.dumps({"at": self.clock()}).encode())
 
     def run(self, *, topic: str = "", queue: str = "", to: str = "", even: bool = False, drain: str = "",
-            dry_run: bool = False, wait_s: float = DEFAULT_WAIT_S) -> dict:
+            dry_run: bool = False, wait_s: float = DEFAULT_WAIT_S, rate: int = DEFAULT_RATE,
+            keep_history: bool = False, copy_wait_s: float = DEFAULT_COPY_WAIT_S) -> dict:
         """The MoveQueues call: one move, a topic evened out, or a group drained (then retired)."""
         if drain:
             plan = [(t, q, g) for t, q, g in self.plan_drain(drain)]
@@ -328,15 +398,32 @@ class QueueMover:
             if not (topic and queue and to):
                 raise BadRequest("a move names a topic, a queue (group:id) and a target group")
             plan = [(topic, parse_queue(queue), to)]
+        if rate < 0:
+            raise BadRequest(f"a copy's rate is bytes per second, 0 for unlimited, not {rate}")
         planned = [{"topic": t, "queue": f"{q[0]}:{q[1]}", "to": g} for t, q, g in plan]
         if dry_run:
             return {"moves": planned, "dry_run": True}
-        done = [self.move(t, q, g, wait_s=wait_s) for t, q, g in plan]
+        done = [self.move(t, q, g, wait_s=wait_s, rate=rate, keep_history=keep_history) for t, q, g in plan]
         out: dict = {"moves": done}
         if drain:
             self.retire(drain)
             out["retired"] = drain
+            if not keep_history:  # also what earlier moves that kept their history left there
+                self.copy_history_off(drain, rate, copy_wait_s)
+            out["safe_to_stop"], out["waiting_for"] = self.safe_to_stop(drain)
+        elif not keep_history:
+            deadline = time.monotonic() + copy_wait_s  # one wait for all the copies, not one each
+            out["copies_left"] = [self._wait_copied(t, q, m["from"], deadline)
+                                  for (t, q, _), m in zip(plan, done) if m.get("copy")].count(False)
         return out
+
+    def _wait_copied(self, topic: str, queue: tuple[str, int], group: str, deadline: float) -> bool:
+        """Wait until the queue's history on `group` is copied away, up to `deadline` (monotonic)."""
+        while (topic, queue) in self.history_on(group):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+        return True
 
     # ---- resuming moves whose mover went away -------------------------------------------
 
@@ -364,8 +451,16 @@ class QueueMover:
 
     def status(self) -> dict:
         with self._lock:
-            return {"counts": dict(self.counts), "running": [f"{t} {g}:{q}" for t, g, q in sorted(self._running)],
-                    "recent": list(self.recent)[-10:]}
+            out = {"counts": dict(self.counts), "running": [f"{t} {g}:{q}" for t, g, q in sorted(self._running)],
+                   "recent": list(self.recent)[-10:]}
+        if self.copier is not None:
+            out["copies"] = self.copier.status()
+        return out
+
+
+def _copy_view(copy: Copy) -> dict:
+    return {"from": f"{copy.source.group}:{copy.source.queue_id}", "to": f"{copy.target.group}:{copy.target.queue_id}",
+            "from_offset": copy.source.base, "rate": copy.rate}
 
 
 def _even_moves(queues: tuple[QueueRef, ...], live: list[str]) -> list[tuple[tuple[str, int], str]]:

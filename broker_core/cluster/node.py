@@ -38,6 +38,7 @@ from .epochs import LeaderEpochs
 from .replication import SERVICE_NAME, Follower, ReplicationLeader, replication_method_handlers
 from .roles import RoleRouter
 from .membership import EtcdMembership
+from .copier import HistoryCopier
 from .moves import QueueMover
 from .routes import GroupRoute, RouteRegistry, RouteView
 
@@ -117,6 +118,7 @@ class ReplicaNode:
             self.routes = RouteView(RouteRegistry(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)),
                                     self.group, self._create_share)
             self.moves = QueueMover(self.routes, self._call_leader)
+            self.moves.copier = self.copier = HistoryCopier(self.routes, self._open_group)
         except BaseException:
             self.store.close()
             raise
@@ -399,6 +401,9 @@ class ReplicaNode:
         """Create a group's share of a cluster topic: here when it is this group, else through
         that group's leader (signed as a replica: only an admin may create topics)."""
         if route.name == self.group:
+            self.routes.refresh()  # sealed first: a queue a history copy fills never takes a send
+            if self.broker is not None:
+                self.broker.core.store.seal_queues(*self.routes.sealed())
             self._create_local(topic, share, message_type)
             return
         from txmq.broker.protocol import native_pb2
@@ -444,13 +449,43 @@ class ReplicaNode:
         """Create what the registry gives this group and it lacks (a create while it was down)."""
         if self.broker is None:
             return
-        self.broker.core.store.seal_queues(*self.routes.sealed())
+        topics = self.routes.topics()  # one snapshot: a queue a copy fills is sealed before it is created
+        self.broker.core.store.seal_queues(*self.routes.sealed(topics))
         self.moves.resume_stuck(self.group)
-        for topic, (share, message_type) in self.routes.shares().items():
+        for topic, (share, message_type) in self.routes.shares(topics).items():
             try:
                 self._create_local(topic, share, message_type)
             except Exception:
                 log.exception("group %s: could not create its share of topic %s", self.group, topic)
+        broker = self.broker
+        try:  # a registry read that fails here is tried again at the next reconcile, leadership unharmed
+            self.copier.poll(broker.core.store, self._carry_offsets_to_copy, lambda: self.broker is broker)
+        except (CoordinationUnavailable, BrokerUnavailable) as exc:
+            log.warning("group %s: history copies not polled: %s", self.group, exc)
+
+    def _open_group(self, group: str):
+        """A client of `group`'s replicas (signed as a replica), for reading history a copy takes."""
+        from txmq.broker.client.native_client import NativeClient  # the cluster reads another group as a client
+        route = self.routes.snapshot(fresh=True).groups.get(group)
+        if route is None or not route.endpoints:
+            raise BrokerUnavailable(f"group {group} has no live replica to copy from")
+        account = self.auth.replica_account()
+        cfg = self.config
+        return NativeClient(";".join(route.endpoints), access_key=account.access_key if account else None,
+                            secret_key=account.secret_key if account else None, tls=bool(cfg.tls_cert),
+                            ca_file=cfg.tls_cert or None, timeout_s=30.0, retry_unavailable_s=5.0)
+
+    def _carry_offsets_to_copy(self, topic: str, copy_queue: int, current_queue: int) -> None:
+        """The consumer groups' offsets of a queue (logical) also for its copied history's physical
+        queue: the official clients pop physical queues, each with its own committed offset."""
+        broker = self.broker
+        if broker is None:
+            raise NotLeader(f"group {self.group}: {self.me} does not lead")
+        offsets = broker.core.store.offsets
+        for consumer_group in offsets.groups():
+            held = offsets.group(consumer_group)
+            if (topic, current_queue) in held and (topic, copy_queue) not in held:
+                offsets.commit_many(consumer_group, {(topic, copy_queue): held[(topic, current_queue)]})
 
     # --- role changes ----------------------------------------------------------------
 

@@ -7,6 +7,8 @@ Keys in etcd:
                          ...], sealing]: its later segments, each a physical queue of another
                          group holding its logical offsets from `base` on; `sealing` names the
                          group a move is under way to (no new writes at the source meanwhile).
+                         A fifth field is the copy under way of one of its segments into another
+                         group (copier.py): [[group, id, base], [group', id'], rate].
 - /txmq/groups/<g>/...   the groups themselves (coordination.py): a group routes only while
                          its leader key, which lives on the leader's lease, exists. So a dead
                          group's queues drop out of every route until it elects again.
@@ -47,6 +49,25 @@ class Segment:
 
 
 @dataclass(frozen=True)
+class Copy:
+    """A segment's history being copied into a physical queue of another group (copier.py); when
+    done, `target` takes the segment's place in the queue's segments (the source becomes empty)."""
+
+    source: Segment
+    target: Segment  # same base as the source
+    rate: int = 0  # bytes per second; 0: unlimited
+
+    def to_json(self) -> list:
+        s, t = self.source, self.target
+        return [[s.group, s.queue_id, s.base], [t.group, t.queue_id], self.rate]
+
+    @classmethod
+    def parse(cls, entry: list) -> "Copy":
+        (sg, sq, sb), (tg, tq), rate = entry
+        return cls(Segment(str(sg), int(sq), int(sb)), Segment(str(tg), int(tq), int(sb)), int(rate))
+
+
+@dataclass(frozen=True)
 class QueueRef:
     """A logical queue: named by where it was created (group, queue_id), which is also its first
     segment; `moves` are the segments it moved to, in order; `sealing` the target of a move under way."""
@@ -55,6 +76,7 @@ class QueueRef:
     queue_id: int
     moves: tuple[Segment, ...] = ()
     sealing: str = ""
+    copying: Copy | None = None
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -69,15 +91,32 @@ class QueueRef:
     def key(self) -> tuple[str, int]:
         return (self.group, self.queue_id)
 
+    def end_of(self, segment: Segment) -> int | None:
+        """Where `segment` ends in logical offsets (the next segment's base; None for the last)."""
+        segments = self.segments
+        i = segments.index(segment)
+        return segments[i + 1].base if i + 1 < len(segments) else None
+
+    def with_copy_done(self) -> "QueueRef":
+        """The copy in place of its source: it follows the source, with the same base, so the source
+        holds no offset any more (segments.spans: an empty range)."""
+        copy = self.copying
+        assert copy is not None and copy.source in self.segments, "a copy replaces a segment of its queue"
+        segments = list(self.segments)
+        segments.insert(segments.index(copy.source) + 1, copy.target)
+        return dataclasses.replace(self, moves=tuple(segments[1:]), copying=None)
+
     def to_json(self) -> list:
-        if not self.moves and not self.sealing:
+        if not self.moves and not self.sealing and self.copying is None:
             return [self.group, self.queue_id]
-        return [self.group, self.queue_id, [[m.group, m.queue_id, m.base] for m in self.moves], self.sealing]
+        out = [self.group, self.queue_id, [[m.group, m.queue_id, m.base] for m in self.moves], self.sealing]
+        return out + [self.copying.to_json()] if self.copying is not None else out
 
     @classmethod
     def parse(cls, entry: list) -> "QueueRef":
         moves = tuple(Segment(str(g), int(q), int(b)) for g, q, b in (entry[2] if len(entry) > 2 else ()))
-        return cls(str(entry[0]), int(entry[1]), moves, str(entry[3]) if len(entry) > 3 else "")
+        copying = Copy.parse(entry[4]) if len(entry) > 4 and entry[4] else None
+        return cls(str(entry[0]), int(entry[1]), moves, str(entry[3]) if len(entry) > 3 else "", copying)
 
 
 @dataclass(frozen=True)
@@ -88,9 +127,10 @@ class TopicLayout:
     revision: int = 0  # etcd mod revision of the layout key
 
     def share(self, group: str) -> int:
-        """How many physical queues `group` holds (its queue ids are 0..share-1): its own queues
-        and the segments of queues moved to it."""
-        return max((s.queue_id + 1 for q in self.queues for s in q.segments if s.group == group), default=0)
+        """How many physical queues `group` holds (its queue ids are 0..share-1): its own queues,
+        the segments of queues moved to it and the copies being made into it."""
+        return max((s.queue_id + 1 for q in self.queues
+                    for s in q.segments + ((q.copying.target,) if q.copying else ()) if s.group == group), default=0)
 
     def physical(self, group: str) -> dict[int, bool]:
         """{physical queue id on `group`: whether it takes new writes}: a queue sealed by a move
@@ -99,15 +139,27 @@ class TopicLayout:
         for q in self.queues:
             current = q.current
             for s in q.segments:
-                if s.group == group:
+                if s.group == group and q.end_of(s) != s.base:  # one copied away holds nothing to read
                     out[s.queue_id] = s == current and not q.sealing
         return out
 
+    def copied_away(self, group: str, queue_id: int) -> bool:
+        """Whether `group`'s physical queue holds no offset of its queue any more (its history was
+        copied to another group, copier.py): nothing is read there, whatever its log still holds."""
+        for q in self.queues:
+            for s in q.segments:
+                if (s.group, s.queue_id) == (group, queue_id):
+                    return q.end_of(s) == s.base
+        return False
+
     def sealed(self, group: str) -> tuple[frozenset[int], frozenset[int]]:
-        """(moved, sealing): `group`'s physical queues whose queue moved on to another segment, and
-        those a move under way sealed (they still take COMMITs of the halves they hold)."""
+        """(moved, sealing): `group`'s physical queues whose queue moved on to another segment (or
+        that a history copy is filling), and those a move under way sealed (they still take COMMITs
+        of the halves they hold)."""
         moved, sealing = set(), set()
         for q in self.queues:
+            if q.copying is not None and q.copying.target.group == group:
+                moved.add(q.copying.target.queue_id)  # only the copier writes it (MessageStore.append_copy)
             current = q.current
             for s in q.segments:
                 if s.group == group and s != current:
@@ -169,8 +221,8 @@ def spread(queue_count: int, groups: list[str], existing: tuple[QueueRef, ...] =
     if queue_count > len(existing) and not groups:
         raise BrokerUnavailable("no broker group has a leader: the topic's queues have nowhere to go")
     held: dict[str, int] = {}
-    for q in existing:
-        for s in q.segments:  # a group's physical queues include the segments moved to it
+    for q in existing:  # a group's physical queues include the segments moved or being copied to it
+        for s in q.segments + ((q.copying.target,) if q.copying else ()):
             held[s.group] = max(held.get(s.group, 0), s.queue_id + 1)
     out = list(existing)
     order = sorted(groups)
@@ -292,6 +344,11 @@ class RouteView:
     def topics(self) -> dict[str, TopicLayout]:
         return self.snapshot().topics
 
+    def copied_away(self, topic: str, queue_id: int) -> bool:
+        """Whether this group's physical queue of `topic` was copied away (TopicLayout.copied_away)."""
+        layout = self.topic(topic)
+        return layout is not None and layout.copied_away(self.group, queue_id)
+
     def live_groups(self) -> list[str]:
         return sorted(name for name, g in self.snapshot(fresh=True).groups.items() if g.leader and not g.retired)
 
@@ -313,20 +370,21 @@ class RouteView:
                     log.warning("topic %s: group %s's share not created yet: %s", name, group, exc)
         return layout
 
-    def shares(self) -> dict[str, tuple[int, str]]:
-        """{topic: (this group's share of its queues, message type)} for every registered topic."""
+    def shares(self, topics: dict[str, TopicLayout] | None = None) -> dict[str, tuple[int, str]]:
+        """{topic: (this group's share of its queues, message type)} for every registered topic (of
+        `topics`, a snapshot also given to `sealed`, so a queue is never created before its seal)."""
         out = {}
-        for name, layout in self.topics().items():
+        for name, layout in (self.topics() if topics is None else topics).items():
             share = layout.share(self.group)
             if share:
                 out[name] = (share, layout.message_type)
         return out
 
-    def sealed(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    def sealed(self, topics: dict[str, TopicLayout] | None = None) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
         """(moved, sealing) queues of this group, as (topic, queue id): see TopicLayout.sealed."""
         moved: set[tuple[str, int]] = set()
         sealing: set[tuple[str, int]] = set()
-        for name, layout in self.topics().items():
+        for name, layout in (self.topics() if topics is None else topics).items():
             m, s = layout.sealed(self.group)
             moved.update((name, q) for q in m)
             sealing.update((name, q) for q in s)

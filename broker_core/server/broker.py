@@ -104,6 +104,7 @@ class BrokerCore:
                 transaction_timeout_s=config.transaction_timeout_s,
                 check_interval_s=config.check_interval_s,
                 max_checks=config.max_checks,
+                in_progress_max_age_s=config.in_progress_max_age_s,
                 timer_max_delay_s=config.timer_max_delay_s,
             )
             self.engine = TransactionEngine(self.store, self.tx_config, clock=clock)
@@ -362,6 +363,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
     p.add_argument("--transaction-timeout", help="age before a half is checked back (e.g. 6s)")
     p.add_argument("--check-interval", help="time between check-backs (e.g. 30s)")
     p.add_argument("--max-checks", type=int, help="check-backs before a transaction is discarded")
+    p.add_argument("--in-progress-max-age", help="a transaction whose producer answers check-backs IN_PROGRESS "
+                                                 "is not discarded by --max-checks before this age (default 1h)")
     p.add_argument("--auto-create-topics", action=argparse.BooleanOptionalAction, default=None,
                    help="create unknown topics (4 queues) on first use (default: on)")
     p.add_argument("--default-queue-count", type=int, help="queues of an auto-created topic")
@@ -427,6 +430,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         overrides["transaction_timeout_s"] = parse_duration(args.transaction_timeout)
     if args.check_interval is not None:
         overrides["check_interval_s"] = parse_duration(args.check_interval)
+    if args.in_progress_max_age is not None:
+        overrides["in_progress_max_age_s"] = parse_duration(args.in_progress_max_age)
     if args.lease_ttl is not None:
         overrides["lease_ttl_s"] = parse_duration(args.lease_ttl)
     if args.replica_lag_max is not None:

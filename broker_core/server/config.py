@@ -51,6 +51,9 @@ class BrokerConfig:
     transaction_timeout_s: float = 6.0
     check_interval_s: float = 30.0
     max_checks: int = 15
+    # A producer answering a check-back IN_PROGRESS keeps its transaction from being discarded by
+    # max_checks until the transaction is this old (then its answers count as UNKNOWN's do).
+    in_progress_max_age_s: float = 3600.0
     auto_create_topics: bool = True
     default_queue_count: int = 4
     auth_file: Path | None = None
@@ -131,6 +134,8 @@ class BrokerConfig:
             raise ValueError("default_queue_count must be positive")
         if self.max_checks < 0:
             raise ValueError("max_checks must not be negative")
+        if self.in_progress_max_age_s < 0:
+            raise ValueError("in_progress_max_age must not be negative")
         if self.segment_bytes < 4096:
             raise ValueError(f"segment_bytes must be at least 4096, got {self.segment_bytes}")
         if self.retention_s <= 0:

@@ -50,6 +50,8 @@ class ClusterRoutes(Protocol):
 
     def queue_base(self, topic: str, queue_id: int) -> int: ...
 
+    def copied_away(self, topic: str, queue_id: int) -> bool: ...
+
 
 class ServiceStore(Protocol):
     """What the services call on the store (MessageStore)."""

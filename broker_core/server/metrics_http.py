@@ -160,6 +160,24 @@ def _move_metrics(w: _Writer, status: dict) -> None:
                            ("sealed_queues", "Queues of this group sealed by moves (moved away or being moved).")):
         w.declare(f"txmq_queue_moves_{key}", "gauge", help_text)
         w.sample(f"txmq_queue_moves_{key}", status[key])
+    copies = status.get("copies")
+    if copies:  # history copies into this group (cluster/copier.py)
+        for name, key, help_text in (
+                ("txmq_queue_copy_bytes_total", "copied_bytes", "Bytes of moved queues' history copied into this group."),
+                ("txmq_queue_copy_messages_total", "copied_messages",
+                 "Messages of moved queues' history copied into this group.")):
+            w.declare(name, "counter", help_text)
+            w.sample(name, copies[key])
+        w.declare("txmq_queue_copy_running", "gauge", "History copies running into this group now.")
+        w.sample("txmq_queue_copy_running", len(copies["running"]))
+        for name, field, help_text in (
+                ("txmq_queue_copy_progress_messages", "copied", "Messages copied so far, by running copy."),
+                ("txmq_queue_copy_total_messages", "total", "Messages to copy, by running copy."),
+                ("txmq_queue_copy_bytes_per_second", "bytes_per_s", "A running copy's mean rate."),
+                ("txmq_queue_copy_rate_limit_bytes", "rate_limit", "A running copy's limit (0: none).")):
+            w.declare(name, "gauge", help_text)
+            for c in copies["running"]:
+                w.sample(name, c[field], {"topic": c["topic"], "queue": c["queue"]})
 
 
 def render(core: ServiceCore) -> str:

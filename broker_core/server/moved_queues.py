@@ -16,6 +16,13 @@ def queue_base(core: ServiceCore, topic: str, queue_id: int) -> int:
     return 0 if routes is None else routes.queue_base(topic, queue_id)
 
 
+def copied_away(core: ServiceCore, topic: str, queue_id: int) -> bool:
+    """Whether the physical queue's history was copied to another group (cluster/copier.py): its
+    records are read there, never here as well."""
+    routes = core.routes
+    return routes is not None and routes.copied_away(topic, queue_id)
+
+
 def to_stored(base: int, physical: int) -> int:
     """A physical queue's offset as the consumer offsets store keeps it."""
     return physical + base

@@ -77,7 +77,7 @@ def _resolution(value: int):
         return Resolution.COMMIT
     if value == pb.ROLLBACK:
         return Resolution.ROLLBACK
-    raise errors.BadRequest("resolution must be COMMIT or ROLLBACK")
+    raise errors.BadRequest("resolution must be COMMIT or ROLLBACK (IN_PROGRESS only answers a check-back)")
 
 
 def _offsets_to_pb(offsets: dict[str, dict[int, int]]) -> list[pb.TopicOffsets]:
@@ -335,6 +335,12 @@ class NativeService:
         if not request.transaction_id:
             raise errors.InvalidTransactionId("transaction_id is empty")
         self._require_group_of(context, request.transaction_id)
+        if request.resolution == pb.IN_PROGRESS:
+            if request.source != "check":
+                raise errors.BadRequest("IN_PROGRESS answers a check-back: give source \"check\"")
+            state = self.engine.answer_in_progress(request.transaction_id,
+                                                   producer_group=request.producer_group or None)
+            return pb.EndTransactionResponse(status=ok_status(), state=state.name, newly_ended=False)
         kwargs: dict[str, Any] = {"source": request.source or "client",
                                   "producer_group": request.producer_group or None}
         if request.restrict_senders:
@@ -625,11 +631,12 @@ class NativeService:
                     else pb.TopicView(name=request.name, message_type=layout.message_type or "MIXED"))
             view.queue_count = len(layout.queues)
             return pb.TopicResponse(status=ok_status(), topic=view)
+        if routes is not None:  # another group registered this topic: route it from now on
+            routes.refresh()
+            self.store.seal_queues(*routes.sealed())  # before the queues exist: one a history copy fills takes no send
         config = self.store.topics.create(request.name, queue_count)
         if topic_type is not None:
             self.core.topic_types.set(request.name, topic_type)
-        if routes is not None:
-            routes.refresh()  # another group registered this topic: route it from now on
         return pb.TopicResponse(status=ok_status(), topic=self._topic_view(config))
 
     def ConsumerHeartbeat(self, request, context) -> pb.ConsumerHeartbeatResponse:
@@ -715,9 +722,13 @@ class NativeService:
         moves = self.core.moves
         if moves is None:
             raise errors.Unsupported("queues move only between the groups of a cluster (brokers with --etcd)")
+        from txmq.broker.cluster.copier import DEFAULT_RATE
         result = moves.run(topic=request.topic, queue=request.queue, to=request.to, even=request.even,
                            drain=request.drain, dry_run=request.dry_run,
-                           wait_s=(request.wait_ms or 30_000) / 1000.0)
+                           wait_s=(request.wait_ms or 30_000) / 1000.0,
+                           rate=request.rate if request.HasField("rate") else DEFAULT_RATE,
+                           keep_history=request.keep_history,
+                           copy_wait_s=(request.copy_wait_ms if request.HasField("copy_wait_ms") else 600_000) / 1000.0)
         return pb.MoveQueuesResponse(status=ok_status(), json=json.dumps(result))
 
     def ListTopics(self, request, context) -> pb.ListTopicsResponse:

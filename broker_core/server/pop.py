@@ -44,7 +44,7 @@ from txmq.broker.errors import DataDeleted, IllegalOffset, InvalidReceiptHandle
 from txmq.broker.store.message import Message, StoredMessage
 from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.server.core_seam import ServiceCore
-from txmq.broker.server.moved_queues import queue_base, to_physical, to_stored
+from txmq.broker.server.moved_queues import copied_away, queue_base, to_physical, to_stored
 
 DLQ_PREFIX = "%DLQ%"
 
@@ -354,6 +354,8 @@ class PopService:
 
     def _deliver_new(self, st: _GroupTopic, qid: int, q: QueueState, now: int, invisible_ms: int, room: int,
                      message_filter: MessageFilter | None, out: list[Delivery]) -> None:
+        if copied_away(self.core, st.topic, qid):
+            return  # its history is popped from the group it was copied to
         while room > 0:
             try:
                 read = self.store.read_queue(st.topic, qid, q.next_offset, min(room, 64))

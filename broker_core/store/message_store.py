@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 import numpy as np
 
 from txmq.broker import __version__, versions
-from txmq.broker.errors import (DataDeleted, IllegalOffset, MessageNotFound, RequestTimeout, StoreError,
+from txmq.broker.errors import (CopyOutOfStep, DataDeleted, IllegalOffset, MessageNotFound, RequestTimeout, StoreError,
                                 StoreFormatUnsupported)
 from txmq.broker.store.checkpoint import AbortMarker, StoreCheckpoint
 from txmq.broker.store.batch import BatchColumns
@@ -469,6 +469,27 @@ class MessageStore:
         results.columns = (queue_offsets, phys, all_sizes)
         results.end = self.commitlog.write_end
         return results
+
+    def append_copy(self, messages: Sequence[Message], expected_offset: int) -> Sequence[AppendResult]:
+        """Append copies of another group's history to one queue (cluster/copier.py) only if the
+        queue's written end is `expected_offset`, so they keep their offsets and a batch repeated
+        after a crash is refused (CopyOutOfStep) instead of written twice. Returns once acknowledged."""
+        if not messages:
+            return []
+        key = (messages[0].topic, messages[0].queue_id)
+        assert all((m.topic, m.queue_id) == key for m in messages), "a copy batch writes one queue"
+        batch = self._checked(messages, allow_system=False)
+        # no batch for the lock's checks: the copy's queue is sealed to every other writer, and no
+        # transaction (so no large COMMIT's reservation) ever writes it
+        return self.write_lock.run(partial(self._append_copy_locked, batch, key, expected_offset))
+
+    def _append_copy_locked(self, batch: BatchColumns, key: tuple[str, int], expected: int) -> AppendResults:
+        cq = self.dispatcher.queue(*key)
+        written = cq.written_offset if cq is not None else 0
+        if written != expected:
+            raise CopyOutOfStep(f"queue {key[0]}:{key[1]} is written to {written}, the copy expected {expected}",
+                                written=written)
+        return self._append_locked(batch, WritePlan.RECORDS)
 
     def _checked(self, messages: Sequence[Message], *, allow_system: bool) -> BatchColumns:
         return self._checked_columns(BatchColumns(messages), allow_system=allow_system)

@@ -24,6 +24,10 @@ class TransactionConfig:
     check_interval_s: float = 30.0
     # Delivered check-backs before the transaction is discarded (RocketMQ: 15).
     max_checks: int = 15
+    # A live producer's IN_PROGRESS answer (a Spark micro-batch still running) sets the checks
+    # back to zero while the transaction is younger than this: "ask later" without a limit on how
+    # often, but not forever (past it the answer counts as UNKNOWN does).
+    in_progress_max_age_s: float = 3600.0
     # A transaction whose checks never reach a producer is discarded after this age (72 h).
     orphan_timeout_s: float = 72 * 3600.0
     # At most this many transactions are handed to the listener per round: the
@@ -44,5 +48,7 @@ class TransactionConfig:
     def __post_init__(self) -> None:
         if self.transaction_timeout_s < 0 or self.check_interval_s <= 0:
             raise ValueError("transaction_timeout_s must be >= 0 and check_interval_s > 0")
+        if self.in_progress_max_age_s < 0:
+            raise ValueError("in_progress_max_age_s must be >= 0")
         if self.max_checks < 0 or self.max_checks_per_round <= 0:
             raise ValueError("max_checks must be >= 0 and max_checks_per_round > 0")

@@ -585,17 +585,46 @@ class TransactionEngine:
             return "check"
 
     def record_check(self, tx: Transaction, delivered: bool, now_ms: int) -> None:
-        """After a check-back attempt: a delivered one burns a check, an undelivered one does not."""
+        """After a check-back attempt: a delivered one burns a check, an undelivered one does not, nor
+        one already answered IN_PROGRESS (at or after `now_ms`, when its round began)."""
         with tx.cond:
             if delivered:
-                tx.checks += 1
                 tx.last_check_ms = now_ms
+                if tx.in_progress_ms < now_ms:
+                    tx.checks += 1
             pending = tx.state is TxState.PENDING
             if delivered and pending:
                 self._pending.update(tx.transaction_id, checks=tx.checks)
         self.metrics.count("checks_sent" if delivered else "checks_undelivered")
         if pending:
             self._schedule(tx, now_ms + int(self.config.check_interval_s * 1000))
+
+    def answer_in_progress(self, transaction_id: str, *, producer_group: str | None = None) -> TxState:
+        """A live producer's check-back answer "still running, ask later" (a Spark micro-batch that
+        has not finished): the checks delivered so far stop counting towards max_checks, while the
+        transaction is younger than in_progress_max_age_s; past that it counts as UNKNOWN does.
+        Nothing is ended or written; the transaction's state is returned."""
+        check_transaction_id(transaction_id)
+        tx = self._lookup(transaction_id)
+        if isinstance(tx, FinalRecord):
+            return tx.state
+        now = self._now_ms()
+        with tx.cond:
+            if tx.state is not TxState.PENDING:
+                return tx.state
+            if producer_group and tx.producer_group and producer_group != tx.producer_group:
+                raise TransactionConflict(f"transaction {transaction_id} belongs to producer group "
+                                          f"{tx.producer_group!r}, not {producer_group!r}: its answer is not taken")
+            young = now - tx.created_ms < self.config.in_progress_max_age_s * 1000
+            if young:
+                # the answer may come before record_check counts the check it answers: that one is
+                # skipped there (its round began before now), the ones counted before are forgiven here
+                tx.in_progress_ms = now
+                if tx.checks:
+                    tx.checks = 0
+                    self._pending.update(tx.transaction_id, checks=0)
+        self.metrics.count("checks_in_progress")
+        return TxState.PENDING
 
     def release_claim(self, tx: Transaction, due_ms: int) -> None:
         """Put a claimed transaction back (e.g. its round was stopped)."""

@@ -29,6 +29,7 @@ class TransactionMetrics:
         self.checks_sent = 0
         self.checks_undelivered = 0
         self.checks_answered = 0
+        self.checks_in_progress = 0  # IN_PROGRESS answers: a producer still working on the transaction
         self.decisions = 0  # cross-group decisions recorded as coordinator
         self.coordinator_answers = 0  # pending cross-group transactions resolved by their coordinator's decision
         self._bucket_counts = [0] * (len(LATENCY_BUCKETS_S) + 1)
@@ -92,6 +93,7 @@ class TransactionMetrics:
                 "checks_sent": self.checks_sent,
                 "checks_undelivered": self.checks_undelivered,
                 "checks_answered": self.checks_answered,
+                "checks_in_progress": self.checks_in_progress,
                 "decisions": self.decisions,
                 "coordinator_answers": self.coordinator_answers,
                 "resolution_latency_s": {"buckets": cumulative, "sum": self._latency_sum_s,

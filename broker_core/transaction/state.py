@@ -259,6 +259,7 @@ class Transaction:
     checks: int = 0  # check-backs delivered to a producer
     last_check_ms: int = 0
     resumed_ms: int = 0  # last resume by an admin (restarts the orphan clock)
+    in_progress_ms: int = 0  # last IN_PROGRESS answer (a check delivered before it does not count)
     next_check_ms: int = 0  # when the check-back service looks at it next
     inflight: int = 0
     ending: bool = False

@@ -56,3 +56,26 @@ def test_a_queue_is_named_group_colon_id():
     assert parse_queue("g-1:3") == ("g-1", 3)
     with pytest.raises(errors.BadRequest):
         parse_queue("3")
+
+
+def test_a_copied_segment_takes_its_sources_place_and_the_source_holds_nothing_any_more():
+    from txmq.broker.cluster.copier import plan_copy
+    from txmq.broker.cluster.routes import Copy
+
+    moved = QueueRef("a", 0, (Segment("b", 1, 100),))
+    layout = TopicLayout("t", (moved, QueueRef("b", 0)))
+    copy = plan_copy(layout, moved, "a", 1000)
+    assert copy == Copy(Segment("a", 0, 0), Segment("b", 2, 0), 1000), "numbered after b's physical queues"
+    copying = TopicLayout.parse("t", TopicLayout("t", (QueueRef("a", 0, moved.moves, "", copy), QueueRef("b", 0)))
+                                .to_json())
+    q = copying.queue("a", 0)
+    assert q.copying == copy and q.segments == moved.segments, "readers read the source until the copy is done"
+    assert copying.share("b") == 3 and copying.sealed("b")[0] == {2}, "the copy's queue takes no send"
+    assert plan_copy(copying, q, "a", 0) is None, "one copy of a queue at a time"
+    done = TopicLayout("t", (q.with_copy_done(), QueueRef("b", 0)))
+    segments = done.queue("a", 0).segments
+    assert [(s.group, s.queue_id, s.base) for s in segments] == [("a", 0, 0), ("b", 2, 0), ("b", 1, 100)]
+    assert seg.ranges(segments, 0, 120) == [(segments[1], 0, 100), (segments[2], 0, 20)]
+    assert done.copied_away("a", 0) and not done.copied_away("b", 2)
+    assert done.physical("a") == {} and done.physical("b") == {0: True, 1: True, 2: False}
+    assert plan_copy(done, done.queue("a", 0), "a", 0) is None, "nothing of the queue is left on a"

@@ -50,7 +50,7 @@ def test_the_check_back_helper_reads_spark_s_commit_log_on_s3(s3):
     helper = SinkCheckback(location, broker="127.0.0.1:1", topics=["t"], checkpoint_filesystem=fs)
     sink_id = SinkOptions.parse({"broker": "127.0.0.1:1", "checkpointLocation": location}).sink_id
     assert helper.answer(transaction_id(sink_id, 0, 3)) == "ROLLBACK", "batch 0 is in the commit log"
-    assert helper.answer(transaction_id(sink_id, 1, 0)) == "UNKNOWN", "batch 1 is not"
+    assert helper.answer(transaction_id(sink_id, 1, 0)) == "IN_PROGRESS", "batch 1 is not"
 
 
 def test_the_foreach_batch_manifest_is_written_to_and_read_from_s3(s3):

@@ -74,10 +74,10 @@ def test_commit_refuses_a_batch_split_over_two_transactions():
                            producer_group="g", what="batch")
 
 
-def test_sink_checkback_rolls_back_leftovers_of_finished_batches_only(tmp_path):
+def test_sink_checkback_rolls_back_leftovers_of_finished_batches_and_says_in_progress_of_the_others(tmp_path):
     (tmp_path / "commits").mkdir()
     (tmp_path / "commits" / "4").write_text("v1")
     checker = SinkCheckback(str(tmp_path), broker="h:1", topics=["t"])
     assert checker.answer(txn.transaction_id(checker.sink_id, 4, 0)) == "ROLLBACK"
-    assert checker.answer(txn.transaction_id(checker.sink_id, 5, 0)) == "UNKNOWN"
+    assert checker.answer(txn.transaction_id(checker.sink_id, 5, 0)) == "IN_PROGRESS"
     assert checker.answer("other-sink-b4-g0") == "UNKNOWN"

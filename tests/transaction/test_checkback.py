@@ -245,3 +245,74 @@ def test_a_failed_discard_is_retried_next_round(memory_store, clock):
     clock.advance(30)
     assert service.run_once().discarded == 1
     assert engine.get("t").state is TxState.DISCARDED
+
+
+class InProgressListener(RecordingListener):
+    """A live producer still working on its transactions: it answers each check IN_PROGRESS."""
+
+    def __init__(self, engine) -> None:
+        super().__init__()
+        self.engine = engine
+
+    def request_check(self, tx, half) -> bool:
+        super().request_check(tx, half)
+        self.engine.answer_in_progress(tx.transaction_id, producer_group=tx.producer_group)
+        return True
+
+
+def _make_in_progress(memory_store, clock, **cfg):
+    config = TransactionConfig(**{"transaction_timeout_s": 6, "check_interval_s": 30, "max_checks": 3, **cfg})
+    engine = TransactionEngine(memory_store, config, clock=clock)
+    listener = InProgressListener(engine)
+    return engine, CheckbackService(engine, listener), listener
+
+
+def test_in_progress_answers_keep_a_transaction_pending_past_max_checks(memory_store, clock):
+    engine, service, listener = _make_in_progress(memory_store, clock)
+    engine.prepare([msg()], transaction_id="t", producer_group="sink")
+    clock.advance(6)
+    for _ in range(10):  # over three times max_checks
+        assert service.run_once().discarded == 0
+        clock.advance(30)
+    assert engine.get("t").state is TxState.PENDING
+    assert len(listener.asked) == 10
+    assert engine.metrics.snapshot()["checks_in_progress"] == 10
+
+
+def test_in_progress_answers_count_again_once_the_transaction_is_older_than_the_bound(memory_store, clock):
+    engine, service, listener = _make_in_progress(memory_store, clock, in_progress_max_age_s=100)
+    engine.prepare([msg()], transaction_id="t", producer_group="sink")
+    clock.advance(6)
+    rounds = 0
+    while engine.get("t").state is TxState.PENDING:
+        service.run_once()
+        clock.advance(30)
+        rounds += 1
+        assert rounds < 20
+    assert engine.get("t").state is TxState.DISCARDED
+    # checks at 6, 36, 66, 96 s are forgiven; those at 126, 156 and 186 s count: discarded at 216 s
+    assert len(listener.asked) == 7
+
+
+def test_checks_count_again_when_the_producer_stops_answering_in_progress(memory_store, clock):
+    engine, service, listener = _make_in_progress(memory_store, clock)
+    engine.prepare([msg()], transaction_id="t", producer_group="sink")
+    clock.advance(6)
+    for _ in range(5):
+        service.run_once()
+        clock.advance(30)
+    service.listener = RecordingListener()  # the producer is gone; another one of its group answers UNKNOWN
+    for _ in range(3):
+        assert engine.get("t").state is TxState.PENDING
+        service.run_once()
+        clock.advance(30)
+    assert service.run_once().discarded == 1
+    assert engine.get("t").state is TxState.DISCARDED
+
+
+def test_an_in_progress_answer_from_another_producer_group_is_refused(memory_store, clock):
+    engine, _, _ = _make_in_progress(memory_store, clock)
+    engine.prepare([msg()], transaction_id="t", producer_group="sink")
+    with pytest.raises(TransactionConflict):
+        engine.answer_in_progress("t", producer_group="someone-else")
+    assert engine.answer_in_progress("t", producer_group="sink") is TxState.PENDING

@@ -1,0 +1,240 @@
+"""A moved queue's history copied into its new group, throttled (docs/cluster.md, "Copying the
+history"): the copy keeps the queue's logical offsets, bodies, tags, keys, user properties and
+message ids; it resumes after kill -9 of the target's leader without a record twice or missing;
+it holds its byte rate; and a drained group, once safe to stop, is killed for good with its whole
+history still read exactly once. Real etcd, real broker processes."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections import Counter
+
+import pytest
+
+from txmq.broker.client.cluster_client import ClusterClient
+from txmq.broker.client.native_client import NativeClient
+from txmq.broker.client.types import Message
+from txmq.broker.cluster.coordination import cluster_status
+from txmq.broker.cluster.etcd_process import EtcdProcess
+from txmq.broker.cluster.local_group import LocalGroup
+
+pytestmark = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed (make etcd)")
+
+FAST = ["--transaction-timeout", "2s", "--check-interval", "1s"]
+ROW_FIELDS = ("queueOffset", "messageId", "tag", "keys", "body", "properties")
+
+
+def queue_on(client: ClusterClient, topic: str, group: str) -> tuple[str, int]:
+    return next(q.key for q in client.queues(topic) if q.group == group)
+
+
+def rows_of(client: NativeClient, topic: str, queue_id: int, start: int, end: int) -> list[tuple]:
+    return [tuple(sorted(row[f]) if f == "properties" else row[f] for f in ROW_FIELDS)
+            for r in client.read_queue(topic, queue_id, start, end) for row in r.batch.to_pylist()]
+
+
+def fill(group: LocalGroup, topic: str, count: int, *, body_bytes: int = 100, prefix: str = "h") -> None:
+    """`count` messages with tags, keys, user properties and ids into `group`'s only queue of `topic`."""
+    pad = b"x" * body_bytes
+    with NativeClient(group.endpoints) as c:
+        for start in range(0, count, 200):
+            c.send([Message(topic, f"{prefix}-{i}-".encode() + pad, tag=f"t{i % 3}", keys=[f"k{i}"],
+                            properties={"n": str(i)}, message_id=f"{prefix}-id-{i}")
+                    for i in range(start, min(count, start + 200))], topic=topic)
+
+
+def copy_of(client: ClusterClient, topic: str, queue: tuple[str, int]):
+    """(the queue's layout entry, the copy segment that replaced its first segment, or None)."""
+    q = next(q for q in client.routes([topic], refresh=True).queues(topic) if q.key == queue)
+    first = q.segments[0]
+    copies = [s for s in q.segments[1:] if s.base == first.base and s.group != first.group]
+    return q, (copies[0] if copies else None)
+
+
+def wait_copied(client: ClusterClient, topic: str, queue: tuple[str, int], timeout_s: float = 60.0):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        q, copy = copy_of(client, topic, queue)
+        if copy is not None:
+            return q, copy
+        assert time.monotonic() < deadline, f"the history of {queue} was not copied within {timeout_s:g}s"
+        time.sleep(0.3)
+
+
+@pytest.fixture
+def two_groups(tmp_path):
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    groups = []
+    try:
+        for name in ("a", "b"):
+            groups.append(LocalGroup(tmp_path, etcd, name, replicas=1, args=["--replication", "async", *FAST]).start())
+        yield groups
+    finally:
+        for g in groups:
+            g.stop()
+        etcd.kill()
+
+
+def test_a_moved_queues_history_is_copied_record_by_record_with_its_offsets_keys_and_message_ids(two_groups):
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as client:
+        client.create_topic("hist", 2)
+        moving = queue_on(client, "hist", "a")
+    fill(a, "hist", 500)
+    with NativeClient(a.endpoints) as on_a:
+        source = rows_of(on_a, "hist", moving[1], 0, 500)
+    with NativeClient(b.endpoints) as admin:
+        result = admin.move_queues(topic="hist", queue=f"{moving[0]}:{moving[1]}", to="b", rate=0)
+    assert [m["state"] for m in result["moves"]] == ["done"] and result["moves"][0]["base"] == 500
+    assert result["moves"][0]["copy"]["from"] == f"a:{moving[1]}" and result["copies_left"] == 0
+    with ClusterClient(a.endpoints) as client:
+        q, copy = wait_copied(client, "hist", moving)
+        assert copy.group == "b" and copy.base == 0 and q.current.group == "b"
+        with NativeClient(b.endpoints) as on_b:
+            copied = rows_of(on_b, "hist", copy.queue_id, 0, 500)
+        assert copied == source, "the copy differs from the source record by record"
+        logical = [(row["queueOffset"], row["body"]) for r in client.read_queue("hist", moving, 0, 500)
+                   for row in r.batch.to_pylist()]
+    assert logical == [(off, body) for off, _, _, _, body, _ in source]
+    status = cluster_status([("127.0.0.1", a.etcd.client_port)])
+    done = [c for c in status["copies"] if c["queue"] == f"{moving[0]}:{moving[1]}"]
+    assert done and done[0]["state"] == "done" and done[0]["copied"] == done[0]["total"] == 500
+
+
+def read_all(consumer, expect: int, timeout_s: float = 30.0) -> list[bytes]:
+    bodies: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    while len(bodies) < expect and time.monotonic() < deadline:
+        for batch in consumer.poll(500):
+            bodies += batch.column("body").to_pylist()
+    time.sleep(1.0)  # anything read twice would come meanwhile
+    for batch in consumer.poll(500):
+        bodies += batch.column("body").to_pylist()
+    return bodies
+
+
+def test_a_drained_group_killed_for_good_leaves_its_whole_history_read_exactly_once_from_the_earliest_offset(
+        tmp_path, capsys):
+    """Group a holds the history of two queues (one moved earlier keeping its history there, one
+    written until the drain) and a timer message: the drain copies both histories to b, reports a
+    safe to stop once the timer message is delivered, then a is killed with -9 and a new consumer
+    group reads every message from the earliest offset, each once."""
+    from txmq.broker.cli import main as txmq_main
+    from txmq.broker.client import PullConsumer
+    import json
+
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    a, b = (LocalGroup(tmp_path, etcd, n, replicas=1, args=["--replication", "async", *FAST]).start() for n in "ab")
+    try:
+        with ClusterClient(b.endpoints) as client:
+            client.create_topic("gone", 4)
+            on_a = [q.key for q in client.queues("gone") if q.group == "a"]
+        with NativeClient(a.endpoints) as c:
+            for i in range(200):
+                c.send([Message("gone", f"old-{i}".encode(), keys=[f"k{i}"])], topic="gone")
+            c.send([Message("gone", b"timed", deliver_at_ms=int(time.time() * 1000) + 4000)], topic="gone")
+        with NativeClient(b.endpoints) as admin:  # an earlier move that left its history on a
+            admin.move_queues(topic="gone", queue=f"{on_a[0][0]}:{on_a[0][1]}", to="b", keep_history=True)
+        with ClusterClient(b.endpoints) as client:
+            for i in range(100):
+                client.send([Message("gone", f"mid-{i}".encode())], topic="gone")
+        broker = ["--broker", b.endpoints.split(";")[0]]
+        deadline = time.monotonic() + 60
+        while True:  # the drain is repeated until the group is safe to stop (its timer message delivered)
+            assert txmq_main([*broker, "group", "drain", "a", "--rate", "0", "--json"]) == 0
+            drained = json.loads(capsys.readouterr().out)
+            if drained["safe_to_stop"]:
+                break
+            assert time.monotonic() < deadline, drained
+            assert all("timer" in r for r in drained["waiting_for"]), drained
+            time.sleep(1.0)
+        for p in a.replicas:
+            p.kill()
+        with ClusterClient(b.endpoints) as client:
+            for i in range(50):
+                client.send([Message("gone", f"new-{i}".encode())], topic="gone")
+            for key in on_a:
+                q = next(q for q in client.routes(["gone"], refresh=True).queues("gone") if q.key == key)
+                assert all(s.group == "b" for s in q.segments[1:]), q
+            with PullConsumer(client, ["gone"], group="late-readers", start="earliest") as consumer:
+                bodies = read_all(consumer, 351)
+        expected = [f"old-{i}".encode() for i in range(200)] + [f"mid-{i}".encode() for i in range(100)] + \
+            [f"new-{i}".encode() for i in range(50)] + [b"timed"]
+        counts = Counter(bodies)
+        assert [b for b, n in counts.items() if n > 1] == [], "read twice"
+        assert counts == Counter(expected), f"missing: {sorted(set(expected) - set(counts))[:5]}"
+    finally:
+        b.stop()
+        a.stop()
+        etcd.kill()
+
+
+def test_a_copy_holds_its_byte_rate_and_shows_its_progress_in_cluster_status(two_groups):
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as client:
+        client.create_topic("slow", 2)
+        moving = queue_on(client, "slow", "a")
+    fill(a, "slow", 3000, body_bytes=1000)  # about 3 MB
+    rate = 1 << 20
+    with NativeClient(a.endpoints) as admin:
+        result = admin.move_queues(topic="slow", queue=f"{moving[0]}:{moving[1]}", to="b", rate=rate, copy_wait_s=1.2)
+    assert result["copies_left"] == 1, "a 3 MB copy at 1 MiB/s ended within a second"
+    deadline = time.monotonic() + 10
+    while True:  # the target's leader publishes its progress while it copies
+        running = [c for c in cluster_status([("127.0.0.1", a.etcd.client_port)])["copies"]
+                   if c["queue"] == f"{moving[0]}:{moving[1]}" and c["copied"]]
+        if running or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert running and running[0]["state"] == "copying" and 0 < running[0]["copied"] < running[0]["total"] == 3000
+    assert running[0]["rate_limit"] == rate and running[0]["total_bytes"] > 3_000_000
+    with ClusterClient(a.endpoints) as client:
+        wait_copied(client, "slow", moving)
+    final = next(c for c in cluster_status([("127.0.0.1", a.etcd.client_port)])["copies"]
+                 if c["queue"] == f"{moving[0]}:{moving[1]}")
+    assert final["state"] == "done" and final["copied"] == 3000 and final["bytes"] > 3_000_000
+    assert 0.8 * rate <= final["bytes_per_s"] <= 1.2 * rate, final
+
+
+def test_a_copy_resumes_after_kill_9_of_the_target_leader_mid_copy_with_no_record_twice_or_missing(tmp_path):
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    a = LocalGroup(tmp_path, etcd, "a", replicas=1, args=["--replication", "async", *FAST]).start()
+    b = LocalGroup(tmp_path, etcd, "b", replicas=3, args=["--lease-ttl", "2s", *FAST]).start()
+    try:
+        with ClusterClient(a.endpoints) as client:
+            client.create_topic("resumed", 2)
+            moving = queue_on(client, "resumed", "a")
+        fill(a, "resumed", 2000, body_bytes=1000)
+        with NativeClient(a.endpoints) as on_a:
+            source = rows_of(on_a, "resumed", moving[1], 0, 2000)
+        with NativeClient(a.endpoints) as admin:  # the mover runs on a: b's leader is killed meanwhile
+            admin.move_queues(topic="resumed", queue=f"{moving[0]}:{moving[1]}", to="b", rate=400_000,
+                              copy_wait_s=0)
+        key = f"{moving[0]}:{moving[1]}"
+        deadline = time.monotonic() + 20
+        while True:  # kill the copier's broker once it has copied part of the history
+            c = next((c for c in cluster_status([("127.0.0.1", etcd.client_port)])["copies"] if c["queue"] == key),
+                     None)
+            if c is not None and c["copied"] >= 400:
+                break
+            assert time.monotonic() < deadline, c
+            time.sleep(0.2)
+        assert c["copied"] < 2000, "the copy ended before its leader could be killed"
+        old = b.wait_leader()
+        b.replica(old.endpoint).kill()
+        b.wait_leader(not_epoch=old.epoch)
+        with ClusterClient(a.endpoints) as client:
+            q, copy = wait_copied(client, "resumed", moving, timeout_s=60)
+        with NativeClient(b.endpoints) as on_b:
+            copied = rows_of(on_b, "resumed", copy.queue_id, 0, 2000)
+            assert on_b.describe_topic("resumed").queues[copy.queue_id].max_offset == 2000
+        assert copied == source, "the resumed copy differs from the source record by record"
+        with ClusterClient(a.endpoints) as client:
+            bodies = [body for r in client.read_queue("resumed", moving, 0, 2000)
+                      for body in r.batch.column("body").to_pylist()]
+        assert bodies == [row[4] for row in source]
+    finally:
+        b.stop()
+        a.stop()
+        etcd.kill()
