@@ -345,7 +345,7 @@ class RocketMQ5(_JvmInstance):
                      "org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(self.dir / "namesrv.conf")],
                     self.dir / "namesrv.log", self.env, self.dir)
         self.procs.append(ns)
-        if not wait_for_port(self.namesrv_port, 60, ns):
+        if not wait_for_port(self.namesrv_port, 240, ns):
             tail = _log_tail(self.dir / "namesrv.log")
             self.stop()
             raise PeerUnavailable(f"rocketmq name server did not start: {tail}")
@@ -354,7 +354,7 @@ class RocketMQ5(_JvmInstance):
                         "-bc", str(self.dir / "broker.conf"), "-n", namesrv],
                        self.dir / "proxy.log", self.env, self.dir)
         self.procs.append(proxy)
-        if not (wait_for_port(self.port, 120, proxy) and wait_for_port(self.broker_port, 60, proxy)):
+        if not (wait_for_port(self.port, 300, proxy) and wait_for_port(self.broker_port, 120, proxy)):
             tail = _log_tail(self.dir / "proxy.log")
             self.stop()
             raise PeerUnavailable(f"rocketmq proxy (local mode) did not start: {tail}")
