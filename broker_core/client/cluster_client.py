@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 # group is avoided: above a group's failover time (docs/benchmarks.md, "Broker groups").
 GROUP_UNREACHABLE_S = 5.0
 
+# how often a snapshot refused by a group a queue moved away from is asked again with fresh routes
+MOVED_RETRIES = 3
 # how often a send refused by a queue a move sealed is tried again (the routes refreshed each time)
 SEALED_RETRIES = 50
 
@@ -209,16 +211,19 @@ class ClusterClient:
     # ---- reads --------------------------------------------------------------------
 
     def _per_group(self, topics: Sequence[str], call, *, last_only: bool = False) -> ClusterOffsets:
-        """`call(client, topics)` on every group holding queues of `topics`, in parallel: the raw
-        answers, {topic: {(group, physical queue id): value}}. A moved queue's segments are asked
+        """`call(client, topics, current)` on every group holding queues of `topics`, in parallel (`current`:
+        {topic: the group's physical queues the routes say take writes there}): the raw answers,
+        {topic: {(group, physical queue id): value}}. A moved queue's segments are asked
         on their groups; with `last_only`, only its last one (where its end is), and a group holding
         only earlier segments may be down (their offsets are then left out)."""
         routes = self.routes(topics)
         needed: dict[str, set[str]] = {}  # group -> topics it must answer for
         optional: dict[str, set[str]] = {}  # group -> topics it may answer for
+        current: dict[str, dict[str, list[int]]] = {}  # group -> {topic: physical queues taking writes there}
         for t in topics:
             for q in routes.queues(t):
                 needed.setdefault(q.current.group, set()).add(t)
+                current.setdefault(q.current.group, {}).setdefault(t, []).append(q.current.queue_id)
                 if not last_only:
                     for s in q.segments[:-1]:
                         optional.setdefault(s.group, set()).add(t)
@@ -228,7 +233,7 @@ class ClusterClient:
         def ask(g: str):
             mine = sorted(needed.get(g, set()) | optional.get(g, set()))
             try:
-                return g, call(self.group(g), mine)
+                return g, call(self.group(g), mine, current.get(g, {}))
             except errors.BrokerUnavailable:
                 if g in needed:
                     raise
@@ -278,8 +283,17 @@ class ClusterClient:
         """Each group's consistent cut of `topics`: a single-group transaction is whole or absent
         in them; one across groups may show on one group before another applies its decision
         (consistent_cut leaves those out)."""
-        return self._logical(topics, self._per_group(topics, lambda c, ts: c.snapshot_offsets(ts), last_only=True),
-                             "end")
+        for attempt in range(MOVED_RETRIES + 1):
+            try:
+                physical = self._per_group(topics, lambda c, ts, cur: c.snapshot_offsets(ts, current=cur),
+                                           last_only=True)
+                return self._logical(topics, physical, "end")
+            except errors.QueueMoved:
+                # a queue's end grows on another group now: the old one said so, so learn it at once
+                if attempt == MOVED_RETRIES:
+                    raise
+                self.routes(topics, refresh=True)
+        raise AssertionError("unreachable")
 
     def consistent_cut(self, topics: Sequence[str], start: Mapping[str, Mapping[tuple[str, int], int]],
                        snapshot: ClusterOffsets | None = None) -> ClusterOffsets:
@@ -321,15 +335,15 @@ class ClusterClient:
         return out
 
     def min_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
-        return self._logical(topics, self._per_group(topics, lambda c, ts: c.min_offsets(ts)), "min")
+        return self._logical(topics, self._per_group(topics, lambda c, ts, _: c.min_offsets(ts)), "min")
 
     def offsets_for_timestamp(self, topics: Sequence[str], timestamp_ms: int) -> ClusterOffsets:
-        return self._logical(topics, self._per_group(topics, lambda c, ts: c.offsets_for_timestamp(ts, timestamp_ms)),
+        return self._logical(topics, self._per_group(topics, lambda c, ts, _: c.offsets_for_timestamp(ts, timestamp_ms)),
                              "time")
 
     def committed_offsets(self, consumer_group: str, topics: Sequence[str]) -> ClusterOffsets:
         """The consumer group's committed offsets (queues it never committed are absent)."""
-        return self._logical(topics, self._per_group(topics, lambda c, ts: c.committed_offsets(consumer_group, ts)),
+        return self._logical(topics, self._per_group(topics, lambda c, ts, _: c.committed_offsets(consumer_group, ts)),
                              "committed")
 
     def wait_for_offsets(self, topics: Sequence[str], known: Mapping[str, Mapping[tuple[str, int], int]],
@@ -348,7 +362,11 @@ class ClusterClient:
         pool = ThreadPoolExecutor(max(1, len(parts)))
 
         def wait(group: str) -> None:
-            self.group(group).wait_for_offsets(sorted(parts[group]), parts[group], timeout_ms)
+            current = {t: list(ids) for t, ids in parts[group].items()}
+            try:
+                self.group(group).wait_for_offsets(sorted(parts[group]), parts[group], timeout_ms, current=current)
+            except errors.QueueMoved:
+                self.routes(topics, refresh=True)  # ends the wait: the cut below reads the new segment
 
         try:
             waits = [pool.submit(wait, g) for g in sorted(parts)]

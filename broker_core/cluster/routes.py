@@ -116,6 +116,15 @@ class TopicLayout:
                 sealing.add(current.queue_id)
         return frozenset(moved), frozenset(sealing)
 
+    def moved_to(self, group: str, queue_id: int) -> str:
+        """The group now taking the writes of the queue whose segment is `group`'s physical queue
+        `queue_id`, when that segment is no longer its current one ("" otherwise)."""
+        for q in self.queues:
+            current = q.current
+            if any((s.group, s.queue_id) == (group, queue_id) for s in q.segments):
+                return current.group if (current.group, current.queue_id) != (group, queue_id) else ""
+        return ""
+
     def base(self, group: str, queue_id: int) -> int | None:
         """The logical offset at which `group`'s physical queue `queue_id` starts (its offset 0);
         None when this layout has no such physical queue."""
@@ -321,6 +330,11 @@ class RouteView:
             if share:
                 out[name] = (share, layout.message_type)
         return out
+
+    def moved_to(self, topic: str, queue_id: int) -> str:
+        """The group this group's physical queue `queue_id` of `topic` moved on to ("" if it did not)."""
+        layout = self.topic(topic)
+        return "" if layout is None else layout.moved_to(self.group, queue_id)
 
     def sealed(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
         """(moved, sealing) queues of this group, as (topic, queue id): see TopicLayout.sealed."""

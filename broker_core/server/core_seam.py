@@ -50,6 +50,8 @@ class ClusterRoutes(Protocol):
 
     def queue_base(self, topic: str, queue_id: int) -> int: ...
 
+    def moved_to(self, topic: str, queue_id: int) -> str: ...
+
 
 class ServiceStore(Protocol):
     """What the services call on the store (MessageStore)."""
