@@ -253,6 +253,10 @@ class RouteSnapshot:
 CreateShare = Callable[[GroupRoute, str, int, str], None]
 
 
+# how old a cached layout may be before a sealed queue's move is looked up afresh in etcd
+MOVED_RECHECK_S = 0.05
+
+
 class RouteView:
     """A broker's cached view of the registry: read at most every `max_age_s`, so QueryRoute
     costs no etcd round trip per call and learns of a new leader within that time."""
@@ -331,10 +335,17 @@ class RouteView:
                 out[name] = (share, layout.message_type)
         return out
 
-    def moved_to(self, topic: str, queue_id: int) -> str:
-        """The group this group's physical queue `queue_id` of `topic` moved on to ("" if it did not)."""
-        layout = self.topic(topic)
-        return "" if layout is None else layout.moved_to(self.group, queue_id)
+    def moved_to(self, topic: str, queue_id: int, *, sealed: bool = False) -> str:
+        """The group this group's physical queue `queue_id` of `topic` moved on to ("" if it did not).
+        `sealed`: the store holds the queue sealed, so a move may have ended since the cached read:
+        read afresh once that is MOVED_RECHECK_S old (a stale reader then learns of it at once)."""
+        snap = self.snapshot()
+        layout = snap.topics.get(topic)
+        to = "" if layout is None else layout.moved_to(self.group, queue_id)
+        if not to and sealed and self.clock() - snap.taken > MOVED_RECHECK_S:
+            layout = self.snapshot(fresh=True).topics.get(topic)
+            to = "" if layout is None else layout.moved_to(self.group, queue_id)
+        return to
 
     def sealed(self) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
         """(moved, sealing) queues of this group, as (topic, queue id): see TopicLayout.sealed."""

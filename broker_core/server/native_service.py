@@ -374,7 +374,7 @@ class NativeService:
 
     # ---- offsets -----------------------------------------------------------
     def _moved_to(self, topic: str, queue_id: int) -> str:
-        return "" if self.core.routes is None else self.core.routes.moved_to(topic, queue_id)
+        return "" if self.core.routes is None else self.core.routes.moved_to(topic, queue_id, sealed=True)
 
     def _refuse_moved(self, current: Iterable[tuple[str, Iterable[int]]]) -> None:
         """QueueMoved for the first of these queues (a caller's routes place them here as current)
@@ -385,7 +385,7 @@ class NativeService:
             return
         for topic, queue_ids in current:
             for q in queue_ids:
-                to = routes.moved_to(topic, q) if (topic, q) in sealed else ""
+                to = routes.moved_to(topic, q, sealed=True) if (topic, q) in sealed else ""
                 if to:
                     raise errors.QueueMoved(f"queue {q} of topic {topic!r} on group {routes.group} moved to group "
                                             f"{to}: refresh the routes", moved_to=to)
