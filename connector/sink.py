@@ -163,14 +163,15 @@ class _WriterBase:
 def batch_participants(client: ConnectorClient, topic: str | None) -> tuple[str, ...]:
     """The broker groups a batch's transaction spans: those taking writes of the sink's topic now
     (where its queues moved to, not where they were created), when there are several (each task
-    writes to one of them); () keeps it in one group (a single broker, or rows that name their topics)."""
+    writes to one of them); one group: the transaction goes there; () for a single broker, or rows
+    that name their topics (the transaction's group is then the one its id hashes to)."""
     if topic is None:
         return ()
     try:
         groups = tuple(sorted({q.current.group for q in client.queues(topic)}))
     except (KeyError, TopicNotFound):
         return ()  # created later, or by auto-creation: one group
-    return groups if len(groups) > 1 else ()
+    return groups if len(groups) > 1 or groups != ("",) else ()  # one named group: its transaction goes there
 
 
 class TxmqStreamWriter(_WriterBase, DataSourceStreamArrowWriter):

@@ -488,9 +488,10 @@ class ClusterClient:
                 self._tx_groups.clear()
             self._tx_groups[transaction_id] = group
 
-    def _on_transaction(self, transaction_id: str, call):
-        """`call(client)` on the transaction's group; on UnknownTransaction, on each other group."""
-        first = self.transaction_group(transaction_id)
+    def _on_transaction(self, transaction_id: str, call, placed: Sequence[str] = ()):
+        """`call(client)` on the transaction's group (the one group of `placed` when the caller put it
+        there); on UnknownTransaction, on each other group."""
+        first = placed[0] if len(placed) == 1 and placed[0] else self.transaction_group(transaction_id)
         try:
             return call(self.group(first))
         except errors.UnknownTransaction:
@@ -523,7 +524,10 @@ class ClusterClient:
                                                     producer_group=producer_group, sender=sender,
                                                     return_message_ids=return_message_ids,
                                                     participants=sorted(set(participants)))
-        group = self.transaction_group(transaction_id) if transaction_id else self._choose(topic or "")
+        if len(participants) == 1 and participants[0]:
+            group = participants[0]  # the one group taking the topic's writes (a sink's batch after a drain)
+        else:
+            group = self.transaction_group(transaction_id) if transaction_id else self._choose(topic or "")
         summary = self.group(group).prepare_stream(transaction_id, batches, topic=topic, producer_group=producer_group,
                                                    sender=sender, return_message_ids=return_message_ids)
         self._pin(summary.transaction_id, group)
@@ -600,13 +604,14 @@ class ClusterClient:
             return EndSummary(state="COMMITTED" if result.decision == "COMMIT" else "ROLLED_BACK",
                               newly_ended=bool(result.ended),
                               committed_count=sum(e.committed_count for e in result.ended.values()))
-        return self._on_transaction(transaction_id, lambda c: c.end_transaction(transaction_id, resolution, **kwargs))
+        return self._on_transaction(transaction_id, lambda c: c.end_transaction(transaction_id, resolution, **kwargs),
+                                    participants)
 
     def get_transaction(self, transaction_id: str, *, participants: Sequence[str] = ()) -> TransactionInfo:
         """A transaction's state. One across `participants` is as its coordinator decided, else
         PENDING where any participant holds halves of it (UnknownTransaction: nowhere)."""
         if len(participants) <= 1:
-            return self._on_transaction(transaction_id, lambda c: c.get_transaction(transaction_id))
+            return self._on_transaction(transaction_id, lambda c: c.get_transaction(transaction_id), participants)
         decision = self.across(transaction_id, participants).get_decision()
         if decision is not None:
             return TransactionInfo(transaction_id=transaction_id,

@@ -118,7 +118,10 @@ def test_a_streaming_sink_keeps_committing_exactly_once_while_one_of_its_groups_
              .writeStream.format("txmq").options(broker=endpoints, topic="ddst")
              .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start())
     try:
-        time.sleep(5)
+        deadline = time.monotonic() + 300  # Spark's start: minutes on a loaded host
+        while not [p for p in query.recentProgress if p["numInputRows"]]:  # the drain comes mid-query
+            assert query.exception() is None and time.monotonic() < deadline, f"no batch: {query.exception()}"
+            time.sleep(0.5)
         with NativeClient(b.endpoints) as admin:
             result = admin.move_queues(drain="da", wait_s=60)
         assert {m["state"] for m in result["moves"]} == {"done"} and len(result["moves"]) == 4
