@@ -159,6 +159,10 @@ def _offsets(items: Iterable[pb.TopicOffsets]) -> dict[str, dict[int, int]]:
     return {item.topic: dict(sorted(item.offsets.items())) for item in items}
 
 
+def _queue_ids(current: Mapping[str, Iterable[int]] | None) -> list[pb.QueueIds]:
+    return [pb.QueueIds(topic=t, queue_ids=sorted(ids)) for t, ids in sorted((current or {}).items())]
+
+
 def _topic_offsets(offsets: Mapping[str, Mapping[int, int]]) -> list[pb.TopicOffsets]:
     return [pb.TopicOffsets(topic=t, offsets={int(q): int(o) for q, o in qs.items()}) for t, qs in offsets.items()]
 
@@ -392,9 +396,12 @@ class NativeClient:
         self._call("DeleteConsumerGroup", pb.ConsumerGroupRequest(name=name))
 
     # ---- offsets --------------------------------------------------------------
-    def snapshot_offsets(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
-        """A consistent cut: end-exclusive offsets that never split a committed transaction."""
-        return _offsets(self._call("SnapshotOffsets", pb.OffsetsRequest(topics=list(topics))).topics)
+    def snapshot_offsets(self, topics: Sequence[str], *,
+                         current: Mapping[str, Iterable[int]] | None = None) -> dict[str, dict[int, int]]:
+        """A consistent cut: end-exclusive offsets that never split a committed transaction.
+        `current`: queues the caller expects to take writes here; QueueMoved if one moved away."""
+        req = pb.OffsetsRequest(topics=list(topics), current=_queue_ids(current))
+        return _offsets(self._call("SnapshotOffsets", req).topics)
 
     def min_offsets(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
         return _offsets(self._call("MinOffsets", pb.OffsetsRequest(topics=list(topics))).topics)
@@ -404,9 +411,12 @@ class NativeClient:
         return _offsets(self._call("OffsetsForTimestamp", req).topics)
 
     def wait_for_offsets(self, topics: Sequence[str], known: Mapping[str, Mapping[int, int]],
-                         timeout_ms: int) -> dict[str, dict[int, int]]:
-        """Long poll: a consistent cut as soon as any queue is past `known`, else at the timeout."""
-        req = pb.WaitForOffsetsRequest(topics=list(topics), known=_topic_offsets(known), timeout_ms=timeout_ms)
+                         timeout_ms: int, *, current: Mapping[str, Iterable[int]] | None = None
+                         ) -> dict[str, dict[int, int]]:
+        """Long poll: a consistent cut as soon as any queue is past `known`, else at the timeout.
+        `current` as in `snapshot_offsets`."""
+        req = pb.WaitForOffsetsRequest(topics=list(topics), known=_topic_offsets(known), timeout_ms=timeout_ms,
+                                       current=_queue_ids(current))
         resp = self._call("WaitForOffsets", req, timeout_s=self.timeout_s + timeout_ms / 1000.0)
         return _offsets(resp.topics)
 

@@ -168,6 +168,15 @@ class TopicLayout:
                 sealing.add(current.queue_id)
         return frozenset(moved), frozenset(sealing)
 
+    def moved_to(self, group: str, queue_id: int) -> str:
+        """The group now taking the writes of the queue whose segment is `group`'s physical queue
+        `queue_id`, when that segment is no longer its current one ("" otherwise)."""
+        for q in self.queues:
+            current = q.current
+            if any((s.group, s.queue_id) == (group, queue_id) for s in q.segments):
+                return current.group if (current.group, current.queue_id) != (group, queue_id) else ""
+        return ""
+
     def base(self, group: str, queue_id: int) -> int | None:
         """The logical offset at which `group`'s physical queue `queue_id` starts (its offset 0);
         None when this layout has no such physical queue."""
@@ -296,6 +305,10 @@ class RouteSnapshot:
 CreateShare = Callable[[GroupRoute, str, int, str], None]
 
 
+# how old a cached layout may be before a sealed queue's move is looked up afresh in etcd
+MOVED_RECHECK_S = 0.05
+
+
 class RouteView:
     """A broker's cached view of the registry: read at most every `max_age_s`, so QueryRoute
     costs no etcd round trip per call and learns of a new leader within that time."""
@@ -379,6 +392,18 @@ class RouteView:
             if share:
                 out[name] = (share, layout.message_type)
         return out
+
+    def moved_to(self, topic: str, queue_id: int, *, sealed: bool = False) -> str:
+        """The group this group's physical queue `queue_id` of `topic` moved on to ("" if it did not).
+        `sealed`: the store holds the queue sealed, so a move may have ended since the cached read:
+        read afresh once that is MOVED_RECHECK_S old (a stale reader then learns of it at once)."""
+        snap = self.snapshot()
+        layout = snap.topics.get(topic)
+        to = "" if layout is None else layout.moved_to(self.group, queue_id)
+        if not to and sealed and self.clock() - snap.taken > MOVED_RECHECK_S:
+            layout = self.snapshot(fresh=True).topics.get(topic)
+            to = "" if layout is None else layout.moved_to(self.group, queue_id)
+        return to
 
     def sealed(self, topics: dict[str, TopicLayout] | None = None) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
         """(moved, sealing) queues of this group, as (topic, queue id): see TopicLayout.sealed."""

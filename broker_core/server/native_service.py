@@ -169,7 +169,7 @@ class NativeService:
         self.core = core
         self.store = core.store
         self.engine = core.engine
-        self.selector = QueueSelector(self.store.sealed_queue_ids)
+        self.selector = QueueSelector(self.store.sealed_queue_ids, self._moved_to)
         self.ids = MessageIdGenerator()
         self.waiters = OffsetWaiters(self.store)
         self.metrics = metrics if metrics is not None else core.rpc_metrics
@@ -379,10 +379,28 @@ class NativeService:
         return pb.ResumeTransactionResponse(status=ok_status())
 
     # ---- offsets -----------------------------------------------------------
+    def _moved_to(self, topic: str, queue_id: int) -> str:
+        return "" if self.core.routes is None else self.core.routes.moved_to(topic, queue_id, sealed=True)
+
+    def _refuse_moved(self, current: Iterable[tuple[str, Iterable[int]]]) -> None:
+        """QueueMoved for the first of these queues (a caller's routes place them here as current)
+        that a move took to another group: its end grows there now, so the caller's routes are stale."""
+        routes = self.core.routes
+        sealed = self.store.sealed_queues()
+        if routes is None or not sealed:
+            return
+        for topic, queue_ids in current:
+            for q in queue_ids:
+                to = routes.moved_to(topic, q, sealed=True) if (topic, q) in sealed else ""
+                if to:
+                    raise errors.QueueMoved(f"queue {q} of topic {topic!r} on group {routes.group} moved to group "
+                                            f"{to}: refresh the routes", moved_to=to)
+
     def SnapshotOffsets(self, request: pb.OffsetsRequest, context) -> pb.OffsetsResponse:
         if not request.topics:
             raise errors.BadRequest("give at least one topic")
         self._require_subscribe(context, request.topics)
+        self._refuse_moved((c.topic, c.queue_ids) for c in request.current)
         return pb.OffsetsResponse(status=ok_status(), topics=_offsets_to_pb(self._cut(list(request.topics))))
 
     def MinOffsets(self, request: pb.OffsetsRequest, context) -> pb.OffsetsResponse:
@@ -444,6 +462,7 @@ class NativeService:
             raise errors.IllegalPollingTime(f"timeout_ms must be within 0..{MAX_WAIT_MS}, got {request.timeout_ms}")
         self._require_subscribe(context, topics)
         known = _offsets_from_pb(request.known)
+        self._refuse_moved((c.topic, c.queue_ids) for c in request.current)
         deadline = time.monotonic() + request.timeout_ms / 1000.0
         moved, cut = self.waiters.wait(lambda: self._cut(topics), known, deadline, context.is_active)
         return pb.WaitForOffsetsResponse(status=ok_status(), topics=_offsets_to_pb(cut), moved=moved)
