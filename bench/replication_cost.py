@@ -28,8 +28,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-import threading
-import time
 import uuid
 from pathlib import Path
 
@@ -38,7 +36,7 @@ sys.path.insert(0, str(BENCH_DIR.parent))
 
 from bench.peers import PeerUnavailable  # noqa: E402
 from bench.peers_jvm import Kafka, pom_versions  # noqa: E402
-from bench.replication import BATCH, BODY, cpu_seconds, rate, sends  # noqa: E402
+from bench.replication import BATCH, BODY, drive, rate, sends  # noqa: E402
 from bench.results_io import emit  # noqa: E402
 
 PARTITIONS = 4
@@ -74,26 +72,15 @@ def kafka_rate(kafka: Kafka, topic: str, seconds: float, threads: int) -> tuple[
 
     for producer in producers:
         batch(producer)  # warm: metadata, producer ids, connections to every leader
-    done = [0] * threads
-    stop = time.monotonic() + seconds
 
-    def run(i: int) -> None:
-        while time.monotonic() < stop:
-            batch(producers[i])
-            done[i] += BATCH
+    def step(i: int) -> int:
+        batch(producers[i])
+        return BATCH
 
-    t0 = time.monotonic()
-    cpu0 = cpu_seconds(pids)
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    elapsed = time.monotonic() - t0
-    cpu = cpu_seconds(pids) - cpu0
+    measured = drive(threads, seconds, pids, step)
     if failed:
         raise RuntimeError(f"kafka refused {len(failed)} sends, first: {failed[0]}")
-    return sum(done) / elapsed, cpu * 1e6 / max(1, sum(done))
+    return measured
 
 
 def main(argv: list[str] | None = None) -> int:

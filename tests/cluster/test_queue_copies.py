@@ -12,6 +12,7 @@ from collections import Counter
 
 import pytest
 
+from tests.cluster.test_queue_moves import two_groups  # noqa: F401 - the fixture: two groups of one replica
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
@@ -60,20 +61,6 @@ def wait_copied(client: ClusterClient, topic: str, queue: tuple[str, int], timeo
             return q, copy
         assert time.monotonic() < deadline, f"the history of {queue} was not copied within {timeout_s:g}s"
         time.sleep(0.3)
-
-
-@pytest.fixture
-def two_groups(tmp_path):
-    etcd = EtcdProcess(tmp_path / "etcd").start()
-    groups = []
-    try:
-        for name in ("a", "b"):
-            groups.append(LocalGroup(tmp_path, etcd, name, replicas=1, args=["--replication", "async", *FAST]).start())
-        yield groups
-    finally:
-        for g in groups:
-            g.stop()
-        etcd.kill()
 
 
 def test_a_moved_queues_history_is_copied_record_by_record_with_its_offsets_keys_and_message_ids(two_groups):
