@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import os
 import sys
 
 FALLOC_FL_KEEP_SIZE = 0x01
@@ -55,3 +56,28 @@ def reserve(fd: int, offset: int, length: int) -> bool:
     if err == errno.EINTR:
         return reserve(fd, offset, length)
     return False
+
+
+def back_mapped(fd: int, offset: int, length: int) -> bool:
+    """Allocate the disk blocks of bytes [offset, offset+length) of a file written through a
+    memory map, before the map writes there.
+
+    A store through a map into a page the file system cannot allocate (a full disk) is not an
+    error the writer sees: the kernel kills the process with SIGBUS. So map writers allocate
+    first: a full disk raises OSError(ENOSPC) here, where it can be handled. Returns False when
+    allocating is not possible here (not Linux, a file system without fallocate): the caller
+    then writes through the map as before.
+    """
+    if length <= 0:
+        return True
+    if _fallocate is None:
+        return False
+    while True:
+        if _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err == errno.EINTR:
+            continue
+        if err in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(err, f"{os.strerror(err)}: cannot allocate {length} bytes of a mapped file")
+        return False

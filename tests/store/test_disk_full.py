@@ -27,3 +27,27 @@ def test_an_append_that_finds_the_disk_full_writes_nothing_and_the_next_one_succ
     store.append([msg(body=b"after")])
     crash(store)
     assert queue_contents(open_store())[("T", 0)] == [b"before", b"after"]
+
+
+def test_index_items_a_full_disk_cannot_take_stay_found_by_lookups_and_are_written_once_space_frees(
+        tmp_path, monkeypatch):
+    from txmq.broker.store import index_file
+
+    index = index_file.IndexService(tmp_path / "index", slots=64, entries_per_file=100_000)
+    index.put_many([("before", 1, 1000)])
+    index.flush()
+    real = index_file.back_mapped
+
+    def full(fd, offset, length):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(index_file, "back_mapped", full)
+    keys = [f"k{i}" for i in range(60_000)]  # past the entries allocated ahead of the writes
+    index.put_many([(k, 100 + i, 2000) for i, k in enumerate(keys)])
+    index.flush()  # refused by the disk: nothing raised, nothing lost
+    assert index.lookup("k59999") == [100 + 59_999] and index.lookup("before") == [1]
+    monkeypatch.setattr(index_file, "back_mapped", real)
+    index.flush()
+    index.close()
+    reopened = index_file.IndexService(tmp_path / "index", slots=64, entries_per_file=100_000)
+    assert reopened.lookup("k59999") == [100 + 59_999] and reopened.lookup("k0") == [100]
