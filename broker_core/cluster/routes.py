@@ -8,7 +8,9 @@ Keys in etcd:
                          group holding its logical offsets from `base` on; `sealing` names the
                          group a move is under way to (no new writes at the source meanwhile).
                          A fifth field is the copy under way of one of its segments into another
-                         group (copier.py): [[group, id, base], [group', id'], rate].
+                         group (copier.py): [[group, id, base], [group', id'], rate]. A sixth
+                         is what the move under way was told of its history, [rate, keep_history],
+                         so a resumer (the target's leader, its mover gone) copies as told.
 - /txmq/groups/<g>/...   the groups themselves (coordination.py): a group routes only while
                          its leader key, which lives on the leader's lease, exists. So a dead
                          group's queues drop out of every route until it elects again.
@@ -68,6 +70,23 @@ class Copy:
 
 
 @dataclass(frozen=True)
+class MoveTerms:
+    """What a move under way was told to do with the queue's history, kept with its sealing mark so
+    the target's leader that resumes it (its mover gone) does the same (moves.py)."""
+
+    rate: int  # the history copy's bytes per second; 0: unlimited
+    keep_history: bool = False
+
+    def to_json(self) -> list:
+        return [self.rate, self.keep_history]
+
+    @classmethod
+    def parse(cls, entry: list) -> "MoveTerms":
+        rate, keep = entry
+        return cls(int(rate), bool(keep))
+
+
+@dataclass(frozen=True)
 class QueueRef:
     """A logical queue: named by where it was created (group, queue_id), which is also its first
     segment; `moves` are the segments it moved to, in order; `sealing` the target of a move under way."""
@@ -77,6 +96,7 @@ class QueueRef:
     moves: tuple[Segment, ...] = ()
     sealing: str = ""
     copying: Copy | None = None
+    terms: MoveTerms | None = None  # with `sealing`: what the move was told; None with no move under way
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -106,17 +126,24 @@ class QueueRef:
         segments.insert(segments.index(copy.source) + 1, copy.target)
         return dataclasses.replace(self, moves=tuple(segments[1:]), copying=None)
 
+    def unsealed(self, **changes) -> "QueueRef":
+        """The queue with its move under way ended (committed or rolled back): no mark, no terms."""
+        return dataclasses.replace(self, sealing="", terms=None, **changes)
+
     def to_json(self) -> list:
         if not self.moves and not self.sealing and self.copying is None:
             return [self.group, self.queue_id]
         out = [self.group, self.queue_id, [[m.group, m.queue_id, m.base] for m in self.moves], self.sealing]
+        if self.terms is not None:
+            return out + [self.copying.to_json() if self.copying is not None else None, self.terms.to_json()]
         return out + [self.copying.to_json()] if self.copying is not None else out
 
     @classmethod
     def parse(cls, entry: list) -> "QueueRef":
         moves = tuple(Segment(str(g), int(q), int(b)) for g, q, b in (entry[2] if len(entry) > 2 else ()))
         copying = Copy.parse(entry[4]) if len(entry) > 4 and entry[4] else None
-        return cls(str(entry[0]), int(entry[1]), moves, str(entry[3]) if len(entry) > 3 else "", copying)
+        terms = MoveTerms.parse(entry[5]) if len(entry) > 5 and entry[5] else None
+        return cls(str(entry[0]), int(entry[1]), moves, str(entry[3]) if len(entry) > 3 else "", copying, terms)
 
 
 @dataclass(frozen=True)
