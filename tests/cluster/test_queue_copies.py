@@ -225,3 +225,48 @@ def test_a_copy_resumes_after_kill_9_of_the_target_leader_mid_copy_with_no_recor
         b.stop()
         a.stop()
         etcd.kill()
+
+
+def test_a_move_resumed_by_the_targets_leader_after_its_mover_was_killed_copies_at_the_movers_rate(tmp_path):
+    """The mover (a broker of a third group) is killed -9 while the move waits for a pending
+    transaction; once it commits, b's leader finishes the move and copies the history at the rate
+    the mover was given, not the default."""
+    import threading
+
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    a, b, m = (LocalGroup(tmp_path, etcd, n, replicas=1, args=["--replication", "async", *FAST]).start()
+               for n in ("a", "b", "m"))
+    try:
+        with ClusterClient(a.endpoints) as client:
+            client.create_topic("told", 3)
+            moving = queue_on(client, "told", "a")
+        fill(a, "told", 50)
+        with NativeClient(a.endpoints) as on_a:  # halves on a's queue keep the move waiting
+            held = on_a.prepare("", [Message("told", b"held")], producer_group="movers")
+        rate = 123_456
+
+        def move() -> None:
+            try:
+                with NativeClient(m.endpoints) as admin:
+                    admin.move_queues(topic="told", queue=f"{moving[0]}:{moving[1]}", to="b", rate=rate, wait_s=40)
+            except Exception:  # its broker is killed under it
+                pass
+
+        threading.Thread(target=move, daemon=True).start()
+        key = f"{moving[0]}:{moving[1]}"
+        deadline = time.monotonic() + 10
+        while not any(q["queue"] == key for q in cluster_status([("127.0.0.1", etcd.client_port)])["moving"]):
+            assert time.monotonic() < deadline, "the move never marked the queue"
+            time.sleep(0.1)
+        for p in m.replicas:
+            p.kill()
+        with NativeClient(a.endpoints) as on_a:
+            on_a.end_transaction(held.transaction_id, "COMMIT")
+        with ClusterClient(a.endpoints) as client:
+            wait_copied(client, "told", moving, timeout_s=30)
+        copies = [c for c in cluster_status([("127.0.0.1", etcd.client_port)])["copies"] if c["queue"] == key]
+        assert copies and copies[0]["state"] == "done" and copies[0]["rate_limit"] == rate, copies
+    finally:
+        for g in (m, b, a):
+            g.stop()
+        etcd.kill()
