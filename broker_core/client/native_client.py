@@ -458,7 +458,8 @@ class NativeClient:
         return self._data.location()
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
-                   sql: str | None = None, batch_bytes: int = 0, max_batches: int = 0) -> Iterator[PullResult]:
+                   sql: str | None = None, batch_bytes: int = 0, max_batches: int = 0,
+                   records: bool = False) -> Iterator[PullResult]:
         """Messages [start, end) of one queue, streamed as record batches in the Spark schema, in
         offset order; `end` must not pass the queue's end (take it from a consistent cut).
 
@@ -475,8 +476,8 @@ class NativeClient:
         backoff = BACKOFF_START_S
         sent = 0
         while True:
-            local = self._local
-            request = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=pos, end_offset=end,
+            local = None if records else self._local
+            request = pb.PullRequest(records=records, topic=topic, queue_id=queue_id, start_offset=pos, end_offset=end,
                                      tags=tags or "", sql=sql or "", max_bytes=batch_bytes,
                                      read_plans=local is not None,
                                      max_batches=max_batches - sent if max_batches else 0)
@@ -528,6 +529,13 @@ class NativeClient:
         the broker's default): call again from `next_offset` for more, or use `read_queue`."""
         for result in self.read_queue(topic, queue_id, start, end, tags=tags, sql=sql, batch_bytes=max_bytes,
                                       max_batches=1):
+            return result
+        raise errors.TxmqError(f"the broker sent no batch for {topic}/{queue_id} [{start}, {end})")
+
+    def pull_records(self, topic: str, queue_id: int, start: int, end: int, *, max_bytes: int = 0) -> PullResult:
+        """As pull_arrow, but the batch holds the records as stored (RECORDS_SCHEMA: queueOffset,
+        record), every property and header field kept: what a history copy appends (cluster/copier.py)."""
+        for result in self.read_queue(topic, queue_id, start, end, batch_bytes=max_bytes, max_batches=1, records=True):
             return result
         raise errors.TxmqError(f"the broker sent no batch for {topic}/{queue_id} [{start}, {end})")
 

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import pyarrow as pa
 
-from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
+from txmq.broker.protocol.native_arrow import PULL_SCHEMA, RECORDS_SCHEMA, STRING_MAP, UTC_MICROS
 from txmq.broker.store.property_names import SYSTEM_PROPERTIES
 from txmq.broker.store.pull_decode import decode_pull_batch, empty_pull_batch
 from txmq.broker.protocol import native_pb2 as pb
@@ -123,6 +123,16 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
         batch = filtered_pull_batch(read, topic, queue_id, message_filter, bits)
     else:
         batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
+    return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
+
+
+def records_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int) -> PullBatch:
+    """Up to `count` records of a queue from `start`, undecoded, as one RECORDS_SCHEMA batch."""
+    read = read_queue_bytes(store, topic, queue_id, start, count, max_bytes=max_bytes)
+    data = read.data
+    records = [data[at:at + size].tobytes() for at, size in zip(read.record_at.tolist(), read.sizes.tolist())]
+    batch = pa.RecordBatch.from_arrays([pa.array(range(start, start + len(records)), pa.int64()),
+                                        pa.array(records, pa.binary())], schema=RECORDS_SCHEMA)
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
 
 

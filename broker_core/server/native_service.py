@@ -35,7 +35,7 @@ from txmq.broker.server.membership import MemberInfo
 from txmq.broker.server.peers import peer_address
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
 from txmq.broker.store.pull_decode import empty_pull_batch
-from txmq.broker.server.native_pull import PullBatch, plan_message, pull_batch, read_plan
+from txmq.broker.server.native_pull import PullBatch, plan_message, pull_batch, read_plan, records_batch
 from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
 from txmq.broker.store.property_names import user_properties
@@ -501,9 +501,11 @@ class NativeService:
         if request.max_batches < 0:
             raise errors.BadRequest(f"max_batches must not be negative, got {request.max_batches}")
         message_filter = MessageFilter.parse(request.tags, request.sql)
-        plans = request.read_plans and self.core.config.local_reads
+        if request.records and not message_filter.matches_all:
+            raise errors.BadRequest("a records pull takes no filter (it copies a queue's records as stored)")
+        plans = request.read_plans and self.core.config.local_reads and not request.records
         return self._pull_batches(topic, queue_id, start, end, request.max_bytes or DEFAULT_PULL_BYTES,
-                                  request.max_batches, message_filter, plans)
+                                  request.max_batches, message_filter, plans, request.records)
 
     def subscribe_stream(self, identity, request: pb.SubscribeRequest,
                          is_cancelled: Callable[[], bool]) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
@@ -563,7 +565,8 @@ class NativeService:
                 return
 
     def _pull_batches(self, topic: str, queue_id: int, start: int, end: int, max_bytes: int, max_batches: int,
-                      message_filter: MessageFilter, plans: bool) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
+                      message_filter: MessageFilter, plans: bool,
+                      records: bool = False) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
         if start == end:
             yield empty_pull_batch(), pb.PullProgress(next_offset=end, min_offset=self.store.min_offset(topic, queue_id),
                                                       max_offset=self.store.max_offset(topic, queue_id))
@@ -580,8 +583,10 @@ class NativeService:
                                            max_offset=plan.max_offset, plan=plan_message(plan))
                 self.metrics.observe("pull_plan", len(plan.phys), time.perf_counter() - started)
             else:
-                read: PullBatch = pull_batch(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
-                                             message_filter=message_filter)
+                read: PullBatch = (records_batch(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes)
+                                   if records else
+                                   pull_batch(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
+                                              message_filter=message_filter))
                 batch = read.batch
                 progress = pb.PullProgress(next_offset=read.next_offset, min_offset=read.min_offset,
                                            max_offset=read.max_offset)

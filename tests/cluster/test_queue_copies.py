@@ -270,3 +270,45 @@ def test_a_move_resumed_by_the_targets_leader_after_its_mover_was_killed_copies_
         for g in (m, b, a):
             g.stop()
         etcd.kill()
+
+
+def records_of(client: NativeClient, topic: str, queue_id: int, end: int) -> list:
+    from txmq.broker.store.record import decode_record
+    out, pos = [], 0
+    while pos < end:
+        r = client.pull_records(topic, queue_id, pos, end)
+        out += [decode_record(raw) for raw in r.batch.column("record").to_pylist()]
+        pos = r.next_offset
+    return out
+
+
+def test_a_copied_record_keeps_every_property_and_header_field_a_reader_sees_of_its_source(two_groups):
+    """FIFO message groups, born host and time, flag, transaction markers of a committed
+    transaction and arbitrary user properties: the copy's record holds them as its source does;
+    only its store fields (offsets, store time and host) and the COMMIT's pointer to its half differ."""
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as client:
+        client.create_topic("full", 2)
+        moving = queue_on(client, "full", "a")
+    with NativeClient(a.endpoints) as c:
+        c.send([Message("full", f"fifo-{i}".encode(), tag="t", keys=[f"k{i}", "x"], sharding_key=f"g{i % 2}",
+                        properties={"n": str(i), "ünï": "välue with spaces", "e": ""},
+                        message_id=f"full-{i}") for i in range(20)], topic="full")
+        tx = c.prepare("", [Message("full", b"in-tx", sharding_key="gt", properties={"p": "1"})],
+                       producer_group="copiers")
+        c.end_transaction(tx.transaction_id, "COMMIT")
+        source = records_of(c, "full", moving[1], 21)
+    with NativeClient(b.endpoints) as admin:
+        admin.move_queues(topic="full", queue=f"{moving[0]}:{moving[1]}", to="b", rate=0)
+    with ClusterClient(a.endpoints) as client:
+        _, copy = wait_copied(client, "full", moving, timeout_s=20)
+    with NativeClient(b.endpoints) as c:
+        copied = records_of(c, "full", copy.queue_id, 21)
+
+    def seen(r):
+        return (r.queue_offset, r.body, r.properties, r.flag, r.sys_flag & 0xC, r.born_timestamp, r.born_host,
+                r.reconsume_times)
+
+    assert [seen(r) for r in copied] == [seen(r) for r in source]
+    assert source[-1].properties.get("__SHARDINGKEY") == "gt" and source[-1].prepared_transaction_offset > 0
+    assert all(r.prepared_transaction_offset == 0 for r in copied), "a copy points at no half of its own log"
