@@ -574,8 +574,9 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
                     log(f"lab: {name} round {rnd}: NO LEADER after heal")
                 time.sleep(recover_s)
         stop_file.write_text("stop\n")
-        if group.died():  # a fault kills and restarts a replica itself: any other end is a crash
-            outcome_errors.append(f"replicas died during the run (exit codes): {group.died()}")
+        died = group.died()  # a fault kills and restarts a replica itself: any other end is a crash
+        if died:
+            outcome_errors.append(f"replicas died during the run (exit codes): {died}")
         for p in procs:
             try:
                 if p.wait(timeout=60) != 0:

@@ -524,18 +524,13 @@ class NativeClient:
         self._data.reset()
 
     def pull_arrow(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
-                   sql: str | None = None, max_bytes: int = 0) -> PullResult:
+                   sql: str | None = None, max_bytes: int = 0, records: bool = False) -> PullResult:
         """The first batch of messages [start, end) of one queue (about `max_bytes` of records; 0:
-        the broker's default): call again from `next_offset` for more, or use `read_queue`."""
+        the broker's default): call again from `next_offset` for more, or use `read_queue`.
+        `records`: the batch holds the records as stored (RECORDS_SCHEMA: queueOffset, record), every
+        property and header field kept: what a history copy appends (cluster/copier.py)."""
         for result in self.read_queue(topic, queue_id, start, end, tags=tags, sql=sql, batch_bytes=max_bytes,
-                                      max_batches=1):
-            return result
-        raise errors.TxmqError(f"the broker sent no batch for {topic}/{queue_id} [{start}, {end})")
-
-    def pull_records(self, topic: str, queue_id: int, start: int, end: int, *, max_bytes: int = 0) -> PullResult:
-        """As pull_arrow, but the batch holds the records as stored (RECORDS_SCHEMA: queueOffset,
-        record), every property and header field kept: what a history copy appends (cluster/copier.py)."""
-        for result in self.read_queue(topic, queue_id, start, end, batch_bytes=max_bytes, max_batches=1, records=True):
+                                      max_batches=1, records=records):
             return result
         raise errors.TxmqError(f"the broker sent no batch for {topic}/{queue_id} [{start}, {end})")
 

@@ -201,7 +201,8 @@ class HistoryCopier:
             while pos < progress.total:
                 if not still_leads():
                     raise NotLeader(f"group {self.view.group}: this broker no longer leads; its next leader copies")
-                result = client.pull_records(topic, src.queue_id, pos, progress.total, max_bytes=batch_bytes)
+                result = client.pull_arrow(topic, src.queue_id, pos, progress.total, max_bytes=batch_bytes,
+                                           records=True)
                 if not result.batch.num_rows:  # a replica not caught up yet: ask again shortly
                     time.sleep(0.1)
                     continue

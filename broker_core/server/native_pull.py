@@ -131,9 +131,14 @@ def records_batch(store, topic: str, queue_id: int, start: int, count: int, *, m
     read = read_queue_bytes(store, topic, queue_id, start, count, max_bytes=max_bytes)
     data = read.data
     records = [data[at:at + size].tobytes() for at, size in zip(read.record_at.tolist(), read.sizes.tolist())]
-    batch = pa.RecordBatch.from_arrays([pa.array(range(start, start + len(records)), pa.int64()),
-                                        pa.array(records, pa.binary())], schema=RECORDS_SCHEMA)
-    return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
+    return PullBatch(records_arrays(range(start, start + len(records)), records), read.next_offset,
+                     read.min_offset, read.max_offset)
+
+
+def records_arrays(offsets, records) -> pa.RecordBatch:
+    """A RECORDS_SCHEMA batch (an empty one for a records pull of an empty range)."""
+    return pa.RecordBatch.from_arrays([pa.array(offsets, pa.int64()), pa.array(records, pa.binary())],
+                                      schema=RECORDS_SCHEMA)
 
 
 def read_plan(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int,

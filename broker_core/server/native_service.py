@@ -35,7 +35,8 @@ from txmq.broker.server.membership import MemberInfo
 from txmq.broker.server.peers import peer_address
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
 from txmq.broker.store.pull_decode import empty_pull_batch
-from txmq.broker.server.native_pull import PullBatch, plan_message, pull_batch, read_plan, records_batch
+from txmq.broker.server.native_pull import (PullBatch, plan_message, pull_batch, read_plan, records_arrays,
+                                            records_batch)
 from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
 from txmq.broker.store.property_names import user_properties
@@ -568,8 +569,9 @@ class NativeService:
                       message_filter: MessageFilter, plans: bool,
                       records: bool = False) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
         if start == end:
-            yield empty_pull_batch(), pb.PullProgress(next_offset=end, min_offset=self.store.min_offset(topic, queue_id),
-                                                      max_offset=self.store.max_offset(topic, queue_id))
+            empty = records_arrays((), ()) if records else empty_pull_batch()
+            yield empty, pb.PullProgress(next_offset=end, min_offset=self.store.min_offset(topic, queue_id),
+                                         max_offset=self.store.max_offset(topic, queue_id))
             return
         pos, sent = start, 0
         while pos < end and (max_batches == 0 or sent < max_batches):

@@ -85,20 +85,12 @@ class IndexFile:
                 head = os.pread(fd, HEADER_SIZE, 0)
                 slots = HEADER.unpack(head)[4] or slots
                 capacity = (st - HEADER_SIZE - slots * SLOT.size) // ENTRY_SIZE
-                count = max(0, min(HEADER.unpack(head)[5], capacity))
             else:
                 os.ftruncate(fd, HEADER_SIZE + slots * SLOT.size + capacity * ENTRY_SIZE)
-                created, count = True, 0
-            # the header and slot table are written anywhere, any time: all their blocks now
-            end = HEADER_SIZE + slots * SLOT.size + count * ENTRY_SIZE + RESERVE_AHEAD_BYTES
-            self.file_bytes = HEADER_SIZE + slots * SLOT.size + capacity * ENTRY_SIZE
-            self.backed: int | None = min(end, self.file_bytes) if back_mapped(fd, 0, min(end, self.file_bytes)) \
-                else None
+                created = True
             self.mm = mmap.mmap(fd, 0)
         except BaseException:
             os.close(fd)
-            if created:  # a full disk: leave no file behind that would be taken as the next one
-                self.path.unlink(missing_ok=True)
             raise
         self.fd = fd
         self.slots = slots
@@ -109,6 +101,14 @@ class IndexFile:
             self.begin_ts = self.end_ts = self.begin_phys = self.end_phys = 0
         self.count = max(0, min(self.count, capacity))
         self.closed = False
+        self.backed: int | None = 0  # file bytes whose blocks are allocated; None: not allocating here
+        try:
+            self._back(0)  # the header and slot table are written anywhere, any time: all their blocks now
+        except OSError:
+            self.close()
+            if created:  # a full disk: leave no file behind that would be taken as the next one
+                self.path.unlink(missing_ok=True)
+            raise
 
     @property
     def full(self) -> bool:
@@ -120,7 +120,7 @@ class IndexFile:
         end = self.entries_at + (self.count + entries) * ENTRY_SIZE
         if self.backed is None or end <= self.backed:
             return
-        to = min(self.file_bytes, end + RESERVE_AHEAD_BYTES)
+        to = min(self.entries_at + self.capacity * ENTRY_SIZE, end + RESERVE_AHEAD_BYTES)
         self.backed = to if back_mapped(self.fd, self.backed, to - self.backed) else None
 
     def put(self, hash_value: int, phys: int, timestamp_ms: int) -> None:

@@ -48,14 +48,19 @@ def reserve(fd: int, offset: int, length: int) -> bool:
     without fallocate): the caller stops trying for that file. A full disk is
     not an error here either: the write that follows reports it.
     """
-    if _fallocate is None or length <= 0:
-        return False
-    if _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err == errno.EINTR:
-        return reserve(fd, offset, length)
-    return False
+    return length > 0 and _allocate(fd, offset, length) == 0
+
+
+def _allocate(fd: int, offset: int, length: int) -> int:
+    """fallocate with KEEP_SIZE, retried on EINTR: 0, or the errno it failed with (ENOSYS where
+    there is no fallocate)."""
+    if _fallocate is None:
+        return errno.ENOSYS
+    while _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        err = ctypes.get_errno()
+        if err != errno.EINTR:
+            return err
+    return 0
 
 
 def back_mapped(fd: int, offset: int, length: int) -> bool:
@@ -70,14 +75,7 @@ def back_mapped(fd: int, offset: int, length: int) -> bool:
     """
     if length <= 0:
         return True
-    if _fallocate is None:
-        return False
-    while True:
-        if _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:
-            return True
-        err = ctypes.get_errno()
-        if err == errno.EINTR:
-            continue
-        if err in (errno.ENOSPC, errno.EDQUOT):
-            raise OSError(err, f"{os.strerror(err)}: cannot allocate {length} bytes of a mapped file")
-        return False
+    err = _allocate(fd, offset, length)
+    if err in (errno.ENOSPC, errno.EDQUOT):
+        raise OSError(err, f"{os.strerror(err)}: cannot allocate {length} bytes of a mapped file")
+    return err == 0

@@ -56,7 +56,6 @@ class _Mapped:
 
     def clear(self, records: int) -> None:
         """Empty the file (all zeros) at `records` records."""
-        self.array.flush()
         del self.array
         os.truncate(self.path, 0)
         self._size_to(records)

@@ -276,7 +276,7 @@ def records_of(client: NativeClient, topic: str, queue_id: int, end: int) -> lis
     from txmq.broker.store.record import decode_record
     out, pos = [], 0
     while pos < end:
-        r = client.pull_records(topic, queue_id, pos, end)
+        r = client.pull_arrow(topic, queue_id, pos, end, records=True)
         out += [decode_record(raw) for raw in r.batch.column("record").to_pylist()]
         pos = r.next_offset
     return out
