@@ -82,13 +82,12 @@ class IndexFile:
         try:
             st = os.fstat(fd).st_size
             if st >= HEADER_SIZE:
-                head = os.pread(fd, HEADER_SIZE, 0)
-                slots = HEADER.unpack(head)[4] or slots
+                header = HEADER.unpack(os.pread(fd, HEADER_SIZE, 0))
+                slots = header[4] or slots
                 capacity = (st - HEADER_SIZE - slots * SLOT.size) // ENTRY_SIZE
             else:
                 os.ftruncate(fd, HEADER_SIZE + slots * SLOT.size + capacity * ENTRY_SIZE)
-                created = True
-            self.mm = mmap.mmap(fd, 0)
+                header, created = (0, 0, 0, 0, slots, 0), True
         except BaseException:
             os.close(fd)
             raise
@@ -96,16 +95,21 @@ class IndexFile:
         self.slots = slots
         self.capacity = capacity
         self.entries_at = HEADER_SIZE + slots * SLOT.size
-        (self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, _, self.count) = HEADER.unpack_from(self.mm, 0)
+        (self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, _, self.count) = header
         if self.count == 0:
             self.begin_ts = self.end_ts = self.begin_phys = self.end_phys = 0
         self.count = max(0, min(self.count, capacity))
         self.closed = False
         self.backed: int | None = 0  # file bytes whose blocks are allocated; None: not allocating here
         try:
-            self._back(0)  # the header and slot table are written anywhere, any time: all their blocks now
-        except OSError:
-            self.close()
+            # Before the map touches any page: on tmpfs even reading an unallocated page through a
+            # map allocates it, and a full disk makes that a SIGBUS. The header and slot table are
+            # written anywhere, any time: all their blocks now.
+            self._back(0)
+            self.mm = mmap.mmap(fd, 0)
+        except BaseException:
+            os.close(fd)
+            self.closed = True
             if created:  # a full disk: leave no file behind that would be taken as the next one
                 self.path.unlink(missing_ok=True)
             raise

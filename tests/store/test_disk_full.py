@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
+
 import pytest
 
 from txmq.broker.errors import StoreError
@@ -51,3 +56,32 @@ def test_index_items_a_full_disk_cannot_take_stay_found_by_lookups_and_are_writt
     index.close()
     reopened = index_file.IndexService(tmp_path / "index", slots=64, entries_per_file=100_000)
     assert reopened.lookup("k59999") == [100 + 59_999] and reopened.lookup("k0") == [100]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a size-limited tmpfs (needs root)")
+def test_an_index_file_that_a_full_disk_cannot_hold_is_refused_before_any_page_of_it_is_touched(tmp_path):
+    # On tmpfs even reading a page of a map allocates it, and a full disk makes that a SIGBUS that
+    # kills the broker; so the file's blocks must be allocated before the map is read at all.
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
+    try:
+        (disk / "index").mkdir()
+        with open(disk / "filler", "wb", buffering=0) as f:
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 4096)
+        script = (
+            "import sys\n"
+            "from txmq.broker.store.index_file import IndexService\n"
+            "index = IndexService(sys.argv[1], slots=64, entries_per_file=1000)\n"
+            "index.put_many([('k', 7, 1000)])\n"
+            "index.flush()\n"
+            "assert index.lookup('k') == [7]\n")
+        done = subprocess.run([sys.executable, "-c", script, str(disk / "index")], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+        assert "No space left" in done.stderr
+        assert not [p for p in (disk / "index").iterdir() if p.name.isdigit()]  # no half-made file left
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -54,9 +54,10 @@ def test_a_broker_whose_disk_fills_refuses_what_it_cannot_store_and_keeps_every_
                         client.send([Message("t", body, keys=[key])])
                         acked[key] = body
                     except errors.TxmqError as exc:
+                        died = broker.proc.poll()
+                        assert died is None, f"the broker died (exit {died}):\n" + "\n".join(list(broker.output)[-30:])
                         assert "No space left" in str(exc), exc
                         refused += 1
-                    assert broker.proc.poll() is None, f"the broker died (exit {broker.proc.returncode})"
                 return refused
 
             send(200, "before")
