@@ -63,6 +63,7 @@ from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.protocol.native_status import raise_for
 from txmq.broker.protocol.native_version import client_headers
+from txmq.broker.protocol.refusing import was_unprocessed
 from txmq.broker.transaction.cross_records import CrossRecord
 
 if TYPE_CHECKING:
@@ -114,10 +115,12 @@ def parse_endpoints(endpoints: str) -> list[str]:
 
 
 def _never_sent(exc: grpc.RpcError) -> bool:
-    """Whether a call failed because no connection could be made (gRPC refused it before sending;
-    or a follower could not reach its leader and said so), not in the middle of a call."""
-    details = exc.details() if isinstance(exc, grpc.Call) else ""
-    return exc.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect to all addresses" in (details or "")
+    """Whether a call failed before anything of it was handled: no connection could be made (gRPC
+    refused it before sending, or a follower could not connect to its leader), or a replica between
+    roles refused it unread. Not a failure in the middle of a call."""
+    details = (exc.details() if isinstance(exc, grpc.Call) else "") or ""
+    return exc.code() == grpc.StatusCode.UNAVAILABLE and (
+        "failed to connect to all addresses" in details or was_unprocessed(details))
 
 
 def _grpc_error(exc: grpc.RpcError, path: str, target: str) -> errors.TxmqError:
@@ -308,7 +311,7 @@ class NativeClient:
                 continue
             except grpc.RpcError as exc:
                 code = exc.code() if isinstance(exc, grpc.Call) else None
-                unsent = not resend and several and _never_sent(exc)
+                unsent = not resend and _never_sent(exc)
                 if not resend and not unsent:
                     self._fail_over()
                 elif code == grpc.StatusCode.UNAVAILABLE and not self._closed \

@@ -452,7 +452,8 @@ def run_broker(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.getLevelNamesMapping().get(str(args.log_level).upper(), logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # a process killed by a signal (SIGBUS from a map, SIGSEGV in an extension) says where, in its log
-    faulthandler.enable()
+    # (the process's own stderr: a caller in the same process may have replaced sys.stderr)
+    faulthandler.enable(file=sys.__stderr__)
     try:
         config = config_from_args(args)
         announced_host(config.listen_host_port[0], config.advertised_host)  # a wildcard listen needs one
