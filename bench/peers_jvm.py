@@ -155,8 +155,23 @@ def kafka_controller_config(node_id: int, port: int, log_dir: Path) -> dict[str,
     }
 
 
+def kafka_replication(replicas: int, min_insync: int) -> dict[str, str]:
+    """The replication settings of a cluster of `replicas` brokers: every topic, the transaction log and the
+    offsets topic on all of them, a write acknowledged (acks=all) once `min_insync` of them hold it."""
+    if replicas == 1:
+        return KAFKA_SINGLE_NODE
+    assert 1 <= min_insync <= replicas, (min_insync, replicas)
+    return {**KAFKA_SINGLE_NODE,
+            "default.replication.factor": str(replicas), "min.insync.replicas": str(min_insync),
+            "offsets.topic.replication.factor": str(replicas),
+            "transaction.state.log.replication.factor": str(replicas),
+            "transaction.state.log.min.isr": str(min_insync),
+            "share.coordinator.state.topic.replication.factor": str(replicas),
+            "share.coordinator.state.topic.min.isr": str(min_insync)}
+
+
 def kafka_broker_config(node_id: int, port: int, controller_id: int, controller_port: int,
-                        log_dir: Path) -> dict[str, str]:
+                        log_dir: Path, *, replicas: int = 1, min_insync: int = 1) -> dict[str, str]:
     return {
         "process.roles": "broker",
         "node.id": str(node_id),
@@ -167,7 +182,7 @@ def kafka_broker_config(node_id: int, port: int, controller_id: int, controller_
         "controller.listener.names": "CONTROLLER",
         "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "log.dirs": str(log_dir),
-        **KAFKA_SINGLE_NODE,
+        **kafka_replication(replicas, min_insync),
         **KAFKA_STATED,
     }
 
@@ -243,17 +258,25 @@ class _JvmInstance(_Instance):
 
 @dataclass
 class Kafka(_JvmInstance):
-    """A KRaft Kafka: one controller process and one broker process (kafka.Kafka), own dirs and ports."""
+    """A KRaft Kafka: one controller process and `brokers` broker processes (kafka.Kafka), own dirs and ports;
+    with several brokers every topic has `brokers` replicas and acks=all waits for `min_insync` of them."""
 
     name = "kafka"
     settings: dict = field(default_factory=dict)
+    brokers: int = 1
+    min_insync: int = 1
 
     def start(self) -> None:
         fetch_jars("kafka")
         self.controller_port = free_port()
+        self.broker_ports = [self.port] + [free_port() for _ in range(self.brokers - 1)]
         cluster = kafka_cluster_id()
-        configs = {"controller": kafka_controller_config(1, self.controller_port, self.dir / "controller-logs"),
-                   "broker": kafka_broker_config(2, self.port, 1, self.controller_port, self.dir / "broker-logs")}
+        configs = {"controller": kafka_controller_config(1, self.controller_port, self.dir / "controller-logs")}
+        for i, port in enumerate(self.broker_ports):
+            suffix = "" if i == 0 else f"-{i + 1}"
+            configs[f"broker{suffix}"] = kafka_broker_config(
+                2 + i, port, 1, self.controller_port, self.dir / f"broker{suffix}-logs",
+                replicas=self.brokers, min_insync=self.min_insync)
         self.settings = configs["broker"]
         for role, props in configs.items():
             path = self.dir / f"{role}.properties"
@@ -263,7 +286,9 @@ class Kafka(_JvmInstance):
                                  capture_output=True, text=True, timeout=120)
             if fmt.returncode != 0:
                 raise PeerUnavailable(f"kafka-storage format ({role}) failed: {(fmt.stdout + fmt.stderr)[-600:]}")
-        for role, port in (("controller", self.controller_port), ("broker", self.port)):
+        roles = [("controller", self.controller_port)] + [
+            (role, port) for role, port in zip([r for r in configs if r != "controller"], self.broker_ports)]
+        for role, port in roles:
             log = self.dir / f"{role}.log"
             proc = _spawn([JAVA, *KAFKA_JVM, "-cp", class_path("kafka"), "kafka.Kafka",
                            str(self.dir / f"{role}.properties")], log)
@@ -275,17 +300,17 @@ class Kafka(_JvmInstance):
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{port}" for port in self.broker_ports)
 
     def create_topic(self, name: str, partitions: int = 4) -> None:
-        kafka_create_topic(self.bootstrap, name, partitions)
+        kafka_create_topic(self.bootstrap, name, partitions, self.brokers)
 
 
-def kafka_create_topic(bootstrap: str, name: str, partitions: int = 4) -> None:
+def kafka_create_topic(bootstrap: str, name: str, partitions: int = 4, replicas: int = 1) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for _, future in admin.create_topics([NewTopic(name, partitions, 1)]).items():
+    for _, future in admin.create_topics([NewTopic(name, partitions, replicas)]).items():
         future.result(60)
 
 
@@ -320,7 +345,7 @@ class RocketMQ5(_JvmInstance):
                      "org.apache.rocketmq.namesrv.NamesrvStartup", "-c", str(self.dir / "namesrv.conf")],
                     self.dir / "namesrv.log", self.env, self.dir)
         self.procs.append(ns)
-        if not wait_for_port(self.namesrv_port, 60, ns):
+        if not wait_for_port(self.namesrv_port, 240, ns):
             tail = _log_tail(self.dir / "namesrv.log")
             self.stop()
             raise PeerUnavailable(f"rocketmq name server did not start: {tail}")
@@ -329,7 +354,7 @@ class RocketMQ5(_JvmInstance):
                         "-bc", str(self.dir / "broker.conf"), "-n", namesrv],
                        self.dir / "proxy.log", self.env, self.dir)
         self.procs.append(proxy)
-        if not (wait_for_port(self.port, 120, proxy) and wait_for_port(self.broker_port, 60, proxy)):
+        if not (wait_for_port(self.port, 300, proxy) and wait_for_port(self.broker_port, 120, proxy)):
             tail = _log_tail(self.dir / "proxy.log")
             self.stop()
             raise PeerUnavailable(f"rocketmq proxy (local mode) did not start: {tail}")

@@ -43,19 +43,15 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def rate(endpoints: str, seconds: float, threads: int, work, pids: list[int]) -> tuple[float, float]:
-    """(messages per second that `threads` clients get through `work(client, n)` in `seconds`,
-    CPU microseconds the server processes `pids` spent per message)."""
+def drive(threads: int, seconds: float, pids: list[int], step) -> tuple[float, float]:
+    """Call `step(i)` (messages it got through) on `threads` threads for `seconds`: (messages per
+    second, CPU microseconds the server processes `pids` spent per message)."""
     done = [0] * threads
     stop = time.monotonic() + seconds
 
     def run(i: int) -> None:
-        with NativeClient(endpoints, timeout_s=30) as client:
-            work(client, 0)  # warm: topic creation, channels, the Flight location
-            n = 0
-            while time.monotonic() < stop:
-                done[i] += work(client, n)
-                n += 1
+        while time.monotonic() < stop:
+            done[i] += step(i)
 
     t0 = time.monotonic()
     cpu0 = cpu_seconds(pids)
@@ -65,6 +61,24 @@ def rate(endpoints: str, seconds: float, threads: int, work, pids: list[int]) ->
     for w in workers:
         w.join()
     return sum(done) / (time.monotonic() - t0), (cpu_seconds(pids) - cpu0) * 1e6 / max(1, sum(done))
+
+
+def rate(endpoints: str, seconds: float, threads: int, work, pids: list[int]) -> tuple[float, float]:
+    """`drive` with a client per thread, each doing `work(client, n)` for n = 1, 2, ..."""
+    clients = [NativeClient(endpoints, timeout_s=30) for _ in range(threads)]
+    calls = [0] * threads
+    try:
+        for client in clients:
+            work(client, 0)  # warm: topic creation, channels, the Flight location
+
+        def step(i: int) -> int:
+            calls[i] += 1
+            return work(clients[i], calls[i])
+
+        return drive(threads, seconds, pids, step)
+    finally:
+        for client in clients:
+            client.close()
 
 
 def sends(client: NativeClient, n: int) -> int:

@@ -106,6 +106,8 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     # (it takes the best of its own rounds), with its own share of the budget (PEERS_BUDGET_S).
     Benchmark("vs_peers", full_args=(), full_runs=1, self_repeating=True, timeout_s=2400, rerun_rank=3,
               what="txmq vs Kafka 4 (KRaft) and Apache RocketMQ 5: Spark read/write, transactions, latency"),
+    Benchmark("replication_cost", full_args=(), full_runs=1, self_repeating=True, timeout_s=900, rerun_rank=3,
+              what="a txmq group of 3 (sync) / one broker beside Kafka 3 brokers RF=3 acks=all / RF=1"),
 )
 # What bench/vs_peers.py adds to a full run (peers' start-up, 2M-row loads into both brokers, Spark).
 PEERS_BUDGET_S = 15 * 60

@@ -230,6 +230,16 @@ class CopyOutOfStep(IllegalOffset):
         self.written = written
 
 
+class QueueMoved(QueueSealed):
+    """A write to, or a read of the end of, a queue whose move to another group is done
+    (cluster/moves.py): `moved_to` names that group. Nothing was written; the caller's routes are
+    stale: refresh them at once and ask the new group."""
+
+    def __init__(self, message: str, *, moved_to: str = "") -> None:
+        super().__init__(message)
+        self.moved_to = moved_to
+
+
 class RequestTimeout(TxmqError):
     """The operation did not complete within its deadline."""
 

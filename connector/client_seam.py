@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import pyarrow as pa
 
-from txmq.broker.client.types import CheckRequest, EndSummary, PrepareSummary, QueueRef, TopicInfo, TransactionInfo
+from txmq.broker.client.types import CheckRequest, EndSummary, PrepareSummary, QueueRef, Routes, TopicInfo, TransactionInfo
 
 
 class Pulled(Protocol):
@@ -79,3 +79,5 @@ class ConnectorClient(PlannerClient, TransactionClient, Protocol):
     """Everything the connector calls: what `Connection.client()` returns."""
 
     def queues(self, topic: str) -> tuple[QueueRef, ...]: ...
+
+    def routes(self, topics: Sequence[str] = (), *, refresh: bool = False) -> Routes: ...

@@ -68,6 +68,7 @@ class TxmqCommitMessage(WriterCommitMessage):
     sender: str
     rows: int
     already_committed: bool = False
+    participants: tuple[str, ...] = ()  # the broker groups the attempt's halves named (batch_participants)
 
 
 def _task_identity() -> tuple[int, int, str | None]:
@@ -160,16 +161,17 @@ class _WriterBase:
 
 
 def batch_participants(client: ConnectorClient, topic: str | None) -> tuple[str, ...]:
-    """The broker groups a batch's transaction spans: those holding queues of the sink's topic,
-    when there are several (each task writes to one of them); () keeps it in one group (a
-    single broker, or rows that name their topics)."""
+    """The broker groups a batch's transaction spans: those taking writes of the sink's topic now
+    (where its queues moved to, not where they were created), when there are several (each task
+    writes to one of them); one group: the transaction goes there; () for a single broker, or rows
+    that name their topics (the transaction's group is then the one its id hashes to)."""
     if topic is None:
         return ()
     try:
-        groups = tuple(sorted({q.group for q in client.queues(topic)}))
+        groups = tuple(sorted({q.current.group for q in client.queues(topic)}))
     except (KeyError, TopicNotFound):
         return ()  # created later, or by auto-creation: one group
-    return groups if len(groups) > 1 else ()
+    return groups if len(groups) > 1 or groups != ("",) else ()  # one named group: its transaction goes there
 
 
 class TxmqStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
@@ -190,24 +192,45 @@ class TxmqStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
             raise RuntimeError("txmq sink: Spark did not tell the task its batch id (streaming.sql.batchId)")
         client = self._client()
         sender = txn.sender_name(partition, attempt, self.nonce)
-        tx, _gen, state = txn.probe(client, self.sink_id, int(batch_id), participants=self.participants)
+        # the groups taking the topic's writes when this batch runs: a move or a drain since the
+        # query started changes them (the routes are read afresh, not the executor client's cache)
+        if self.options.topic is not None:
+            client.routes([self.options.topic], refresh=True)
+        participants = batch_participants(client, self.options.topic)
+        tx, _gen, state = txn.probe(client, self.sink_id, int(batch_id), participants=participants)
         if state == txn.COMMITTED:
-            return TxmqCommitMessage(tx, sender, 0, already_committed=True)
+            return TxmqCommitMessage(tx, sender, 0, already_committed=True, participants=participants)
         crash_point("sink.before_halves", batch_id)
         rows, done = send_halves(client, iterator, transaction_id=tx, sender=sender, topic=self.options.topic,
                                  producer_group=self.producer_group, max_batch_rows=self.options.max_batch_rows,
-                                 participants=self.participants)
-        return TxmqCommitMessage(tx, sender, rows, already_committed=done)
+                                 participants=participants)
+        return TxmqCommitMessage(tx, sender, rows, already_committed=done, participants=participants)
 
     def commit(self, messages: list, batchId: int) -> None:
         crash_point("sink.after_halves", batchId)
-        commit_transaction(self._client(), messages, producer_group=self.producer_group,
-                           what=f"batch {batchId} of sink {self.sink_id}", participants=self.participants)
+        what = f"batch {batchId} of sink {self.sink_id}"
+        lists = _participant_lists(messages)
+        if len(lists) > 1:
+            # a move between the batch's tasks: their halves name different coordinators, so no
+            # single decision covers them; roll all back and fail the batch (a restart replays it)
+            self.abort(messages, batchId)
+            raise TransactionConflict(f"txmq sink: {what}: its tasks wrote while the topic's groups changed "
+                                      f"({' / '.join(','.join(p) or '-' for p in lists)}); rolled back, replayed "
+                                      "when the query restarts")
+        commit_transaction(self._client(), messages, producer_group=self.producer_group, what=what,
+                           participants=lists[0] if lists else ())
         crash_point("sink.after_broker_commit", batchId)
 
     def abort(self, messages: list, batchId: int) -> None:
-        rollback_transaction(self._client(), messages, producer_group=self.producer_group,
-                             participants=self.participants)
+        for participants in _participant_lists(messages) or [()]:
+            rollback_transaction(self._client(), [m for m in messages if m is not None and m.participants == participants],
+                                 producer_group=self.producer_group, participants=participants)
+
+
+def _participant_lists(messages: Sequence[TxmqCommitMessage | None]) -> list[tuple[str, ...]]:
+    """The distinct participant lists the batch's task attempts wrote with (one unless the
+    topic's groups changed while the batch ran)."""
+    return sorted({m.participants for m in messages if m is not None})
 
 
 class TxmqBatchWriter(_WriterBase, DataSourceArrowWriter):

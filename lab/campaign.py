@@ -66,6 +66,12 @@ class Group:
         self.args = list(args or [])
         self.faketime = faketime
         self.started: dict[str, float] = {}
+        self.procs: dict[str, subprocess.Popen] = {}  # each replica's latest process
+
+    def died(self) -> dict[str, int]:
+        """The replicas of the group whose process ended without a fault killing it (exit codes)."""
+        return {r.name: p.returncode for r in self.replicas
+                if (p := self.procs.get(r.name)) is not None and p.poll() is not None}
 
     @property
     def etcd(self) -> str:
@@ -97,7 +103,8 @@ class Group:
                 "--log-level", "INFO", "--transaction-timeout", "1s", "--check-interval", "1s",
                 *self.args, *(extra or [])]
         with open(log, "ab") as out:
-            host.popen(argv, env=base_env(), stdout=out, faketime="+0" if self.faketime else None)
+            self.procs[host.name] = host.popen(argv, env=base_env(), stdout=out,
+                                               faketime="+0" if self.faketime else None)
         self.started[host.name] = time.time()
         if wait and not faults.wait_until(lambda: READY.search(log.read_bytes()[start_size:].decode(errors="replace")), 60, 0.1):
             raise RuntimeError(f"replica {host.name} did not start:\n{log.read_text()[-3000:]}")
@@ -174,8 +181,14 @@ class Group:
         return {m["endpoint"]: m["log_end"] for m in self.status().get("members", [])}
 
     def commitlog_bytes(self, host: Host, end: int) -> bytes:
-        files = sorted((host.disk / "data" / "commitlog").iterdir())
-        return b"".join(f.read_bytes() for f in files)[:end]
+        """The replica's CommitLog up to `end`, each segment file at the offset its name gives (a file
+        may be shorter than a segment: space is reserved ahead in steps)."""
+        out = bytearray(end)
+        for f in sorted((host.disk / "data" / "commitlog").iterdir()):
+            if f.name.isdigit() and len(f.name) == 20 and int(f.name) < end:
+                data = f.read_bytes()[:end - int(f.name)]
+                out[int(f.name):int(f.name) + len(data)] = data
+        return bytes(out)
 
     def create_topic(self, topic: str, queues: int = 4) -> None:
         code = ("from txmq.broker.client.native_client import NativeClient\n"
@@ -377,6 +390,24 @@ def _acked_once(history: Path) -> bool:
         return False
 
 
+def keep_divergent_logs(logs: dict[str, bytes], where: Path) -> str:
+    """Keep the replicas' CommitLogs (up to the common end) in `where` for a post-mortem; say where
+    each differs first from the first replica's."""
+    where.mkdir(parents=True, exist_ok=True)
+    names = sorted(logs)
+    first = logs[names[0]]
+    said = []
+    for name in names:
+        (where / f"{name}.commitlog").write_bytes(logs[name])
+        other = logs[name]
+        n = min(len(first), len(other))
+        chunk = next((c for c in range(0, n, 1 << 16) if first[c:c + (1 << 16)] != other[c:c + (1 << 16)]), None)
+        at = (None if len(first) == len(other) else n) if chunk is None else \
+            next(i for i in range(chunk, min(chunk + (1 << 16), n + 1)) if i == n or first[i] != other[i])
+        said.append(f"{name} {'same' if at is None else f'differs from {names[0]} at byte {at}'}")
+    return f"replicas' logs ({where}): " + "; ".join(said)
+
+
 def _query_read_once(history: Path) -> bool:
     try:
         return any(json.loads(line).get("rows") for line in history.read_text().splitlines()
@@ -543,6 +574,9 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
                     log(f"lab: {name} round {rnd}: NO LEADER after heal")
                 time.sleep(recover_s)
         stop_file.write_text("stop\n")
+        died = group.died()  # a fault kills and restarts a replica itself: any other end is a crash
+        if died:
+            outcome_errors.append(f"replicas died during the run (exit codes): {died}")
         for p in procs:
             try:
                 if p.wait(timeout=60) != 0:
@@ -573,8 +607,10 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
             ends = group.log_ends()
             if len(set(ends.values())) == 1 and None not in ends.values():
                 end = next(iter(ends.values()))
-                logs = {group.commitlog_bytes(r, end) for r in group.replicas}
-                identical = len(logs) == 1
+                logs = {r.name: group.commitlog_bytes(r, end) for r in group.replicas}
+                identical = len(set(logs.values())) == 1
+                if not identical:
+                    log(f"lab: {keep_divergent_logs(logs, run_dir / 'divergent-logs')}")
             else:
                 log(f"lab: replicas' log ends differ at the end: {ends}")
         except Exception as exc:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import threading
@@ -367,6 +368,9 @@ def run_query(args: argparse.Namespace) -> None:
 
     checkpoint = str(Path(args.checkpoint).resolve())
     stop_file = Path(args.query_stop_file)
+    # a data source registered by hand runs PYSPARK_PYTHON on Spark's Python workers (else `python3`,
+    # which on this host is not the venv): the workers must import txmq
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (SparkSession.builder.master("local[2,4]").appName("txmq-lab-query")  # 4 attempts per task
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")

@@ -37,6 +37,8 @@ log = logging.getLogger(__name__)
 # group is avoided: above a group's failover time (docs/benchmarks.md, "Broker groups").
 GROUP_UNREACHABLE_S = 5.0
 
+# how often a snapshot refused by a group a queue moved away from is asked again with fresh routes
+MOVED_RETRIES = 8
 # how often a send refused by a queue a move sealed is tried again (the routes refreshed each time)
 SEALED_RETRIES = 50
 
@@ -209,16 +211,19 @@ class ClusterClient:
     # ---- reads --------------------------------------------------------------------
 
     def _per_group(self, topics: Sequence[str], call, *, last_only: bool = False) -> ClusterOffsets:
-        """`call(client, topics)` on every group holding queues of `topics`, in parallel: the raw
-        answers, {topic: {(group, physical queue id): value}}. A moved queue's segments are asked
+        """`call(client, topics, current)` on every group holding queues of `topics`, in parallel (`current`:
+        {topic: the group's physical queues the routes say take writes there}): the raw answers,
+        {topic: {(group, physical queue id): value}}. A moved queue's segments are asked
         on their groups; with `last_only`, only its last one (where its end is), and a group holding
         only earlier segments may be down (their offsets are then left out)."""
         routes = self.routes(topics)
         needed: dict[str, set[str]] = {}  # group -> topics it must answer for
         optional: dict[str, set[str]] = {}  # group -> topics it may answer for
+        current: dict[str, dict[str, list[int]]] = {}  # group -> {topic: physical queues taking writes there}
         for t in topics:
             for q in routes.queues(t):
                 needed.setdefault(q.current.group, set()).add(t)
+                current.setdefault(q.current.group, {}).setdefault(t, []).append(q.current.queue_id)
                 if not last_only:
                     for s, length in list(seg.spans(q.segments))[:-1]:
                         if length:  # a segment whose history was copied away holds nothing: not asked
@@ -229,7 +234,7 @@ class ClusterClient:
         def ask(g: str):
             mine = sorted(needed.get(g, set()) | optional.get(g, set()))
             try:
-                return g, call(self.group(g), mine)
+                return g, call(self.group(g), mine, current.get(g, {}))
             except errors.BrokerUnavailable:
                 if g in needed:
                     raise
@@ -279,8 +284,19 @@ class ClusterClient:
         """Each group's consistent cut of `topics`: a single-group transaction is whole or absent
         in them; one across groups may show on one group before another applies its decision
         (consistent_cut leaves those out)."""
-        return self._logical(topics, self._per_group(topics, lambda c, ts: c.snapshot_offsets(ts), last_only=True),
-                             "end")
+        for attempt in range(MOVED_RETRIES):
+            try:
+                physical = self._per_group(topics, lambda c, ts, cur: c.snapshot_offsets(ts, current=cur),
+                                           last_only=True)
+                return self._logical(topics, physical, "end")
+            except errors.QueueMoved:
+                # a queue's end grows on another group now: the old one said so, so learn it at once
+                # (the broker answering the routes may read the registry a moment after the old group)
+                time.sleep(0.02 * attempt)
+                self.routes(topics, refresh=True)
+        # the routes still lag the old group's word: its answer (the history's end) until the next refresh
+        return self._logical(topics, self._per_group(topics, lambda c, ts, _: c.snapshot_offsets(ts),
+                                                     last_only=True), "end")
 
     def consistent_cut(self, topics: Sequence[str], start: Mapping[str, Mapping[tuple[str, int], int]],
                        snapshot: ClusterOffsets | None = None) -> ClusterOffsets:
@@ -322,15 +338,15 @@ class ClusterClient:
         return out
 
     def min_offsets(self, topics: Sequence[str]) -> ClusterOffsets:
-        return self._logical(topics, self._per_group(topics, lambda c, ts: c.min_offsets(ts)), "min")
+        return self._logical(topics, self._per_group(topics, lambda c, ts, _: c.min_offsets(ts)), "min")
 
     def offsets_for_timestamp(self, topics: Sequence[str], timestamp_ms: int) -> ClusterOffsets:
-        return self._logical(topics, self._per_group(topics, lambda c, ts: c.offsets_for_timestamp(ts, timestamp_ms)),
+        return self._logical(topics, self._per_group(topics, lambda c, ts, _: c.offsets_for_timestamp(ts, timestamp_ms)),
                              "time")
 
     def committed_offsets(self, consumer_group: str, topics: Sequence[str]) -> ClusterOffsets:
         """The consumer group's committed offsets (queues it never committed are absent)."""
-        return self._logical(topics, self._per_group(topics, lambda c, ts: c.committed_offsets(consumer_group, ts)),
+        return self._logical(topics, self._per_group(topics, lambda c, ts, _: c.committed_offsets(consumer_group, ts)),
                              "committed")
 
     def wait_for_offsets(self, topics: Sequence[str], known: Mapping[str, Mapping[tuple[str, int], int]],
@@ -349,7 +365,11 @@ class ClusterClient:
         pool = ThreadPoolExecutor(max(1, len(parts)))
 
         def wait(group: str) -> None:
-            self.group(group).wait_for_offsets(sorted(parts[group]), parts[group], timeout_ms)
+            current = {t: list(ids) for t, ids in parts[group].items()}
+            try:
+                self.group(group).wait_for_offsets(sorted(parts[group]), parts[group], timeout_ms, current=current)
+            except errors.QueueMoved:
+                self.routes(topics, refresh=True)  # ends the wait: the cut below reads the new segment
 
         try:
             waits = [pool.submit(wait, g) for g in sorted(parts)]
@@ -469,9 +489,10 @@ class ClusterClient:
                 self._tx_groups.clear()
             self._tx_groups[transaction_id] = group
 
-    def _on_transaction(self, transaction_id: str, call):
-        """`call(client)` on the transaction's group; on UnknownTransaction, on each other group."""
-        first = self.transaction_group(transaction_id)
+    def _on_transaction(self, transaction_id: str, call, placed: Sequence[str] = ()):
+        """`call(client)` on the transaction's group (the one group of `placed` when the caller put it
+        there); on UnknownTransaction, on each other group."""
+        first = placed[0] if len(placed) == 1 and placed[0] else self.transaction_group(transaction_id)
         try:
             return call(self.group(first))
         except errors.UnknownTransaction:
@@ -504,7 +525,10 @@ class ClusterClient:
                                                     producer_group=producer_group, sender=sender,
                                                     return_message_ids=return_message_ids,
                                                     participants=sorted(set(participants)))
-        group = self.transaction_group(transaction_id) if transaction_id else self._choose(topic or "")
+        if len(participants) == 1 and participants[0]:
+            group = participants[0]  # the one group taking the topic's writes (a sink's batch after a drain)
+        else:
+            group = self.transaction_group(transaction_id) if transaction_id else self._choose(topic or "")
         summary = self.group(group).prepare_stream(transaction_id, batches, topic=topic, producer_group=producer_group,
                                                    sender=sender, return_message_ids=return_message_ids)
         self._pin(summary.transaction_id, group)
@@ -581,13 +605,14 @@ class ClusterClient:
             return EndSummary(state="COMMITTED" if result.decision == "COMMIT" else "ROLLED_BACK",
                               newly_ended=bool(result.ended),
                               committed_count=sum(e.committed_count for e in result.ended.values()))
-        return self._on_transaction(transaction_id, lambda c: c.end_transaction(transaction_id, resolution, **kwargs))
+        return self._on_transaction(transaction_id, lambda c: c.end_transaction(transaction_id, resolution, **kwargs),
+                                    participants)
 
     def get_transaction(self, transaction_id: str, *, participants: Sequence[str] = ()) -> TransactionInfo:
         """A transaction's state. One across `participants` is as its coordinator decided, else
         PENDING where any participant holds halves of it (UnknownTransaction: nowhere)."""
         if len(participants) <= 1:
-            return self._on_transaction(transaction_id, lambda c: c.get_transaction(transaction_id))
+            return self._on_transaction(transaction_id, lambda c: c.get_transaction(transaction_id), participants)
         decision = self.across(transaction_id, participants).get_decision()
         if decision is not None:
             return TransactionInfo(transaction_id=transaction_id,

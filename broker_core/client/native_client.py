@@ -63,6 +63,7 @@ from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.protocol.native_status import raise_for
 from txmq.broker.protocol.native_version import client_headers
+from txmq.broker.protocol.refusing import was_unprocessed
 from txmq.broker.transaction.cross_records import CrossRecord
 
 if TYPE_CHECKING:
@@ -114,10 +115,12 @@ def parse_endpoints(endpoints: str) -> list[str]:
 
 
 def _never_sent(exc: grpc.RpcError) -> bool:
-    """Whether a call failed because no connection could be made (gRPC refused it before sending;
-    or a follower could not reach its leader and said so), not in the middle of a call."""
-    details = exc.details() if isinstance(exc, grpc.Call) else ""
-    return exc.code() == grpc.StatusCode.UNAVAILABLE and "failed to connect to all addresses" in (details or "")
+    """Whether a call failed before anything of it was handled: no connection could be made (gRPC
+    refused it before sending, or a follower could not connect to its leader), or a replica between
+    roles refused it unread. Not a failure in the middle of a call."""
+    details = (exc.details() if isinstance(exc, grpc.Call) else "") or ""
+    return exc.code() == grpc.StatusCode.UNAVAILABLE and (
+        "failed to connect to all addresses" in details or was_unprocessed(details))
 
 
 def _grpc_error(exc: grpc.RpcError, path: str, target: str) -> errors.TxmqError:
@@ -157,6 +160,10 @@ def received_message(view: pb.MessageView) -> ReceivedMessage:
 
 def _offsets(items: Iterable[pb.TopicOffsets]) -> dict[str, dict[int, int]]:
     return {item.topic: dict(sorted(item.offsets.items())) for item in items}
+
+
+def _queue_ids(current: Mapping[str, Iterable[int]] | None) -> list[pb.QueueIds]:
+    return [pb.QueueIds(topic=t, queue_ids=sorted(ids)) for t, ids in sorted((current or {}).items())]
 
 
 def _topic_offsets(offsets: Mapping[str, Mapping[int, int]]) -> list[pb.TopicOffsets]:
@@ -304,7 +311,7 @@ class NativeClient:
                 continue
             except grpc.RpcError as exc:
                 code = exc.code() if isinstance(exc, grpc.Call) else None
-                unsent = not resend and several and _never_sent(exc)
+                unsent = not resend and _never_sent(exc)
                 if not resend and not unsent:
                     self._fail_over()
                 elif code == grpc.StatusCode.UNAVAILABLE and not self._closed \
@@ -392,9 +399,12 @@ class NativeClient:
         self._call("DeleteConsumerGroup", pb.ConsumerGroupRequest(name=name))
 
     # ---- offsets --------------------------------------------------------------
-    def snapshot_offsets(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
-        """A consistent cut: end-exclusive offsets that never split a committed transaction."""
-        return _offsets(self._call("SnapshotOffsets", pb.OffsetsRequest(topics=list(topics))).topics)
+    def snapshot_offsets(self, topics: Sequence[str], *,
+                         current: Mapping[str, Iterable[int]] | None = None) -> dict[str, dict[int, int]]:
+        """A consistent cut: end-exclusive offsets that never split a committed transaction.
+        `current`: queues the caller expects to take writes here; QueueMoved if one moved away."""
+        req = pb.OffsetsRequest(topics=list(topics), current=_queue_ids(current))
+        return _offsets(self._call("SnapshotOffsets", req).topics)
 
     def min_offsets(self, topics: Sequence[str]) -> dict[str, dict[int, int]]:
         return _offsets(self._call("MinOffsets", pb.OffsetsRequest(topics=list(topics))).topics)
@@ -404,9 +414,12 @@ class NativeClient:
         return _offsets(self._call("OffsetsForTimestamp", req).topics)
 
     def wait_for_offsets(self, topics: Sequence[str], known: Mapping[str, Mapping[int, int]],
-                         timeout_ms: int) -> dict[str, dict[int, int]]:
-        """Long poll: a consistent cut as soon as any queue is past `known`, else at the timeout."""
-        req = pb.WaitForOffsetsRequest(topics=list(topics), known=_topic_offsets(known), timeout_ms=timeout_ms)
+                         timeout_ms: int, *, current: Mapping[str, Iterable[int]] | None = None
+                         ) -> dict[str, dict[int, int]]:
+        """Long poll: a consistent cut as soon as any queue is past `known`, else at the timeout.
+        `current` as in `snapshot_offsets`."""
+        req = pb.WaitForOffsetsRequest(topics=list(topics), known=_topic_offsets(known), timeout_ms=timeout_ms,
+                                       current=_queue_ids(current))
         resp = self._call("WaitForOffsets", req, timeout_s=self.timeout_s + timeout_ms / 1000.0)
         return _offsets(resp.topics)
 
@@ -448,7 +461,8 @@ class NativeClient:
         return self._data.location()
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
-                   sql: str | None = None, batch_bytes: int = 0, max_batches: int = 0) -> Iterator[PullResult]:
+                   sql: str | None = None, batch_bytes: int = 0, max_batches: int = 0,
+                   records: bool = False) -> Iterator[PullResult]:
         """Messages [start, end) of one queue, streamed as record batches in the Spark schema, in
         offset order; `end` must not pass the queue's end (take it from a consistent cut).
 
@@ -465,8 +479,8 @@ class NativeClient:
         backoff = BACKOFF_START_S
         sent = 0
         while True:
-            local = self._local
-            request = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=pos, end_offset=end,
+            local = None if records else self._local
+            request = pb.PullRequest(records=records, topic=topic, queue_id=queue_id, start_offset=pos, end_offset=end,
                                      tags=tags or "", sql=sql or "", max_bytes=batch_bytes,
                                      read_plans=local is not None,
                                      max_batches=max_batches - sent if max_batches else 0)
@@ -513,11 +527,13 @@ class NativeClient:
         self._data.reset()
 
     def pull_arrow(self, topic: str, queue_id: int, start: int, end: int, *, tags: str | None = None,
-                   sql: str | None = None, max_bytes: int = 0) -> PullResult:
+                   sql: str | None = None, max_bytes: int = 0, records: bool = False) -> PullResult:
         """The first batch of messages [start, end) of one queue (about `max_bytes` of records; 0:
-        the broker's default): call again from `next_offset` for more, or use `read_queue`."""
+        the broker's default): call again from `next_offset` for more, or use `read_queue`.
+        `records`: the batch holds the records as stored (RECORDS_SCHEMA: queueOffset, record), every
+        property and header field kept: what a history copy appends (cluster/copier.py)."""
         for result in self.read_queue(topic, queue_id, start, end, tags=tags, sql=sql, batch_bytes=max_bytes,
-                                      max_batches=1):
+                                      max_batches=1, records=records):
             return result
         raise errors.TxmqError(f"the broker sent no batch for {topic}/{queue_id} [{start}, {end})")
 

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 from txmq.broker.errors import CopyOutOfStep, NotLeader, StoreError, TxmqError
-from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRAN_MSG, PROP_TRANSACTION_ID, PROP_UNIQ_KEY, Message
+from txmq.broker.store.message import (PROP_UNIQ_KEY, SYSFLAG_TRANSACTION_COMMIT, SYSFLAG_TRANSACTION_MASK,
+                                      SYSFLAG_TRANSACTION_NOT_TYPE, Message)
+from txmq.broker.store.record import decode_record
 
 from .coordination import CoordinationUnavailable
 from .routes import TOPICS_ROOT, Copy, QueueRef, RouteView, Segment, TopicLayout
@@ -109,25 +111,20 @@ class Progress:
 
 
 def copy_messages(topic: str, queue_id: int, batch) -> tuple[list[Message], int]:
-    """Arrow rows of a pull as messages for the copy queue (same id, body, tag, keys, user
-    properties, born time, transaction id), and their bytes (bodies and properties) for the rate."""
-    cols = {name: batch.column(name).to_pylist() for name in
-            ("messageId", "tag", "keys", "body", "properties", "bornTimestamp", "transactionId")}
+    """The source's records (a records pull: RECORDS_SCHEMA) as messages for the copy queue, decoded
+    by the record codec: every property, the flag, born time and host, reconsume times and the
+    transaction type as stored; not what points into the source's log (the prepared offset of a
+    committed half); and their bytes (bodies and properties) for the rate."""
     out, nbytes = [], 0
-    for mid, tag, keys, body, props, born, tx in zip(*cols.values()):
-        p = dict(props or ())
-        if mid:
-            p[PROP_UNIQ_KEY] = mid
-        if tag:
-            p[PROP_TAGS] = tag
-        if keys:
-            p[PROP_KEYS] = " ".join(keys)
-        if tx:
-            p[PROP_TRANSACTION_ID] = tx
-            p[PROP_TRAN_MSG] = "true"
-        born_ms = int(born.timestamp() * 1000) if born is not None else 0
-        out.append(Message(topic, body, queue_id, p, born_timestamp=born_ms))
-        nbytes += len(body) + sum(len(k) + len(v) for k, v in p.items())
+    for raw in batch.column("record").to_pylist():
+        r = decode_record(raw)
+        kind = r.sys_flag & SYSFLAG_TRANSACTION_MASK
+        assert kind in (SYSFLAG_TRANSACTION_NOT_TYPE, SYSFLAG_TRANSACTION_COMMIT), \
+            f"a queue's record is a committed message, not transaction type {kind:#x}"
+        out.append(Message(topic, r.body, queue_id, r.properties, flag=r.flag, sys_flag=r.sys_flag,
+                           born_timestamp=r.born_timestamp, born_host=r.born_host,
+                           reconsume_times=r.reconsume_times))
+        nbytes += len(r.body) + sum(len(k) + len(v) for k, v in r.properties.items())
     return out, nbytes
 
 
@@ -204,7 +201,8 @@ class HistoryCopier:
             while pos < progress.total:
                 if not still_leads():
                     raise NotLeader(f"group {self.view.group}: this broker no longer leads; its next leader copies")
-                result = client.pull_arrow(topic, src.queue_id, pos, progress.total, max_bytes=batch_bytes)
+                result = client.pull_arrow(topic, src.queue_id, pos, progress.total, max_bytes=batch_bytes,
+                                           records=True)
                 if not result.batch.num_rows:  # a replica not caught up yet: ask again shortly
                     time.sleep(0.1)
                     continue

@@ -44,7 +44,7 @@ from txmq.broker.store.property_names import user_properties
 
 from .coordination import CoordinationUnavailable
 from .copier import DEFAULT_RATE, HistoryCopier, plan_copy
-from .routes import RETIRED_ROOT, TOPICS_ROOT, Copy, QueueRef, RouteView, Segment, TopicLayout
+from .routes import RETIRED_ROOT, TOPICS_ROOT, Copy, MoveTerms, QueueRef, RouteView, Segment, TopicLayout
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class QueueMover:
         started = self.clock()
         record: dict = {"topic": topic, "queue": f"{queue[0]}:{queue[1]}", "to": to, "started": started}
         try:
-            source = self._mark_sealing(topic, queue, to)
+            source = self._mark_sealing(topic, queue, to, MoveTerms(rate, keep_history))
             if source is None:
                 record.update(state="noop", reason=f"the queue is on {to} already")
                 return record
@@ -144,8 +144,9 @@ class QueueMover:
         return self.registry.etcd.put_if_revision(TOPICS_ROOT + layout.name, layout.replaced(queue).to_json(),
                                                   layout.revision)
 
-    def _mark_sealing(self, topic: str, queue: tuple[str, int], to: str) -> Segment | None:
-        """Step 1: the segment being sealed (None: the queue is on `to` already)."""
+    def _mark_sealing(self, topic: str, queue: tuple[str, int], to: str, terms: MoveTerms) -> Segment | None:
+        """Step 1: the segment being sealed (None: the queue is on `to` already); the mark keeps the
+        move's `terms` for a resumer."""
         groups = self.view.snapshot(fresh=True).groups
         if to not in groups:
             raise BadRequest(f"group {to!r} is not in the cluster (groups: {', '.join(sorted(groups))})")
@@ -162,7 +163,7 @@ class QueueMover:
                 return None
             if not groups[to].leader:
                 raise BrokerUnavailable(f"group {to!r} has no leader now: it cannot take the queue")
-            if self._cas(layout, dataclasses.replace(q, sealing=to)):
+            if self._cas(layout, dataclasses.replace(q, sealing=to, terms=terms)):
                 return q.current
         raise BrokerUnavailable(f"topic {topic!r}: its layout kept changing under the move")
 
@@ -192,7 +193,7 @@ class QueueMover:
                 raise BadRequest(f"the move of {topic} {queue[0]}:{queue[1]} to {to} was rolled back meanwhile")
             assert base >= q.current.base, "a queue's segments start in increasing offsets"
             segment = Segment(to, layout.share(to), base)
-            if self._cas(layout, dataclasses.replace(q, moves=q.moves + (segment,), sealing="")):
+            if self._cas(layout, q.unsealed(moves=q.moves + (segment,))):
                 return segment
         raise BrokerUnavailable(f"topic {topic!r}: its layout kept changing under the move")
 
@@ -214,7 +215,7 @@ class QueueMover:
             try:
                 layout = self._layout(topic)
                 q = layout.queue(*queue)
-                if q.sealing != to or self._cas(layout, dataclasses.replace(q, sealing="")):
+                if q.sealing != to or self._cas(layout, q.unsealed()):
                     break
             except TxmqError:
                 log.exception("move: could not unmark %s %s:%d", topic, *queue)
@@ -444,8 +445,11 @@ class QueueMover:
         self._seen_sealing = seen
 
     def _resume(self, topic: str, queue: tuple[str, int], to: str) -> None:
+        """Finish the move on the terms its mover was given (kept with the mark; the defaults for a
+        mark written without them)."""
         try:
-            self.move(topic, queue, to)
+            terms = self._layout(topic).queue(*queue).terms or MoveTerms(DEFAULT_RATE)
+            self.move(topic, queue, to, rate=terms.rate, keep_history=terms.keep_history)
         except Exception as exc:
             log.warning("move: resuming %s %s:%d to %s: %s", topic, queue[0], queue[1], to, exc)
 

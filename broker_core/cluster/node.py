@@ -58,7 +58,7 @@ VOUCH_EVERY_S = 1.0
 # lease) that this leader has not answered it for REPORT_SILENT_S, is cut off from them but not
 # from etcd: it abdicates to them instead of holding a lease under which it can acknowledge nothing.
 CUT_OFF_S = 1.5
-REPORT_SILENT_S = 1.0
+REPORT_SILENT_S = 1.0  # also how long a follower forwards client calls to a leader that does not answer it
 REPORT_GRACE_S = 1.0  # how much longer such a follower stays in the set, for its report to reach etcd
 IDENTITY_FILE = "replica.json"
 EPOCH_FILE = "leader-epochs.json"
@@ -241,8 +241,8 @@ class ReplicaNode:
         elif now >= self._next_status:
             self._put_status()
         if self.lead is None and now < self._next_leader_read and self.follower is not None \
-                and self.follower.served_recently():
-            return  # the leader it follows answers it: nothing for a follower to decide
+                and self.follower.served_recently() and self.router.role == "follower":
+            return  # the leader it follows answers it and client calls go there: nothing to decide
         leader = self.etcd.leader()
         self._next_leader_read = now + LEADER_READ_WHILE_SERVED_S
         if self.lead is not None:
@@ -381,7 +381,8 @@ class ReplicaNode:
             return
         if self.follower is None or self.follower.leader != leader:
             self._stop_following()
-            self.router.forward_to(leader.endpoint)
+            self.router.unavailable(f"group {self.group}: replica {self.me} has not reached its new leader "
+                                    f"{leader.endpoint} yet")
             self.follower = Follower(self.store, self.epochs, leader, group=self.group, me=self.me,
                                      sync_flush=self.config.flush == "sync",
                                      state_dir=self.data_dir / "transaction",
@@ -389,6 +390,22 @@ class ReplicaNode:
                                      replica_id=self.replica_id)
             self.follower.start()
             log.info("group %s: following %s (epoch %d)", self.group, leader.endpoint, leader.epoch)
+        self._route_to_leader(leader)
+
+    def _route_to_leader(self, leader: LeaderRecord) -> None:
+        """Forward client calls to the leader only while it answers this replica's fetches: a call
+        passed to a leader that does not answer hangs until the client's deadline (one-way and
+        partial partitions), where a refusal sends the client to another replica at once."""
+        follower = self.follower
+        assert follower is not None and follower.leader == leader
+        if follower.reaches_leader(REPORT_SILENT_S):
+            if self.router.role != "follower":
+                self.router.forward_to(leader.endpoint)
+        elif self.router.role == "follower":  # its calls in flight to the leader end with the channel
+            self.router.unavailable(f"group {self.group}: replica {self.me} cannot reach the leader "
+                                    f"{leader.endpoint} now (no answer for {follower.leader_silent_s():.1f}s)")
+            log.warning("group %s: %s stops forwarding client calls: the leader %s has not answered it for %.1fs",
+                        self.group, self.me, leader.endpoint, follower.leader_silent_s())
 
     def _stop_following(self) -> None:
         if self.follower is not None:
@@ -508,6 +525,7 @@ class ReplicaNode:
                 leading = True
                 end = store.lead()
                 self.epochs.begin(record.epoch, end)
+            t_store = time.monotonic()
         except BaseException:
             if leading:  # in no state to follow: reopened as a replica's, as after a step-down
                 store.close()
@@ -537,6 +555,7 @@ class ReplicaNode:
                 self._drop_unreachable_before_serving(lead, end)
                 self._renew_lease_taking_over()
             self._renew_lease_taking_over()
+            t_confirmed = time.monotonic()
             store.write_lock.replication = lead
             with self._lease_renewed_meanwhile():  # the core rebuilds the transaction table: long after a busy epoch
                 core = BrokerCore(cfg, store=store)
@@ -559,8 +578,11 @@ class ReplicaNode:
         self.broker = broker
         self.router.serve(handlers, itself=self.me)  # relayed Telemetry streams go on here
         self.elections_won += 1
-        log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over)", self.group, self.me,
-                    record.epoch, end, time.monotonic() - t0)
+        now = time.monotonic()
+        log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over: %.2fs to stop following and "
+                    "open the store as leader, %.2fs until the in-sync followers held its log, %.2fs to start "
+                    "serving)", self.group, self.me, record.epoch, end, now - t0, t_store - t0,
+                    t_confirmed - t_store, now - t_confirmed)
 
     def _give_up_taking_over(self, record: LeaderRecord, reason: str) -> None:
         """Give back a leader key this replica won but cannot serve under (another replica may do

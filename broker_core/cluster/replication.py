@@ -527,6 +527,11 @@ class Follower:
         alive, unfenced and still holds its lease (fetch checks both)."""
         return time.monotonic() - self.answered_at < FETCH_WAIT_MS / 1000 + 0.25
 
+    def reaches_leader(self, silent_s: float) -> bool:
+        """Whether the leader has answered a fetch since following began, the last one less than
+        `silent_s` ago."""
+        return self.answered_at >= self.started_at and time.monotonic() - self.answered_at < silent_s
+
     def leader_silent_s(self) -> float:
         """Seconds since the leader last answered a fetch (since following began, if it never did)."""
         return time.monotonic() - max(self.answered_at, self.started_at)

@@ -31,6 +31,7 @@ from txmq.broker.protocol.method_table import STREAM_STREAM, STREAM_UNARY, UNARY
 from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
 from txmq.broker.protocol.native_methods import NATIVE_METHODS
 from txmq.broker.protocol import rocketmq_v2_pb2
+from txmq.broker.protocol.refusing import refusing, unprocessed
 from txmq.broker.protocol.rocketmq_methods import ROCKETMQ_METHODS, SERVICE_NAME as ROCKETMQ_SERVICE
 
 log = logging.getLogger(__name__)
@@ -186,16 +187,9 @@ def _telemetry_relay_handler(upstream: Callable[[], grpc.Channel | None]) -> grp
 
 
 def _unavailable_handler(method: Method, reason: str) -> grpc.RpcMethodHandler:
-    def refuse(request, context):
-        context.abort(grpc.StatusCode.UNAVAILABLE, reason)
-
-    if method.kind == UNARY_UNARY:
-        return grpc.unary_unary_rpc_method_handler(refuse)
-    if method.kind == UNARY_STREAM:
-        return grpc.unary_stream_rpc_method_handler(refuse)
-    if method.kind == STREAM_STREAM:
-        return grpc.stream_stream_rpc_method_handler(refuse)
-    return grpc.stream_unary_rpc_method_handler(refuse)
+    """A refusal before the call is handled: the client may send it to another replica."""
+    return refusing(method.kind in (STREAM_STREAM, STREAM_UNARY), method.kind in (STREAM_STREAM, UNARY_STREAM),
+                    grpc.StatusCode.UNAVAILABLE, unprocessed(reason))
 
 
 class RoleRouter(grpc.GenericRpcHandler):

@@ -8,7 +8,9 @@ Keys in etcd:
                          group holding its logical offsets from `base` on; `sealing` names the
                          group a move is under way to (no new writes at the source meanwhile).
                          A fifth field is the copy under way of one of its segments into another
-                         group (copier.py): [[group, id, base], [group', id'], rate].
+                         group (copier.py): [[group, id, base], [group', id'], rate]. A sixth
+                         is what the move under way was told of its history, [rate, keep_history],
+                         so a resumer (the target's leader, its mover gone) copies as told.
 - /txmq/groups/<g>/...   the groups themselves (coordination.py): a group routes only while
                          its leader key, which lives on the leader's lease, exists. So a dead
                          group's queues drop out of every route until it elects again.
@@ -68,6 +70,23 @@ class Copy:
 
 
 @dataclass(frozen=True)
+class MoveTerms:
+    """What a move under way was told to do with the queue's history, kept with its sealing mark so
+    the target's leader that resumes it (its mover gone) does the same (moves.py)."""
+
+    rate: int  # the history copy's bytes per second; 0: unlimited
+    keep_history: bool = False
+
+    def to_json(self) -> list:
+        return [self.rate, self.keep_history]
+
+    @classmethod
+    def parse(cls, entry: list) -> "MoveTerms":
+        rate, keep = entry
+        return cls(int(rate), bool(keep))
+
+
+@dataclass(frozen=True)
 class QueueRef:
     """A logical queue: named by where it was created (group, queue_id), which is also its first
     segment; `moves` are the segments it moved to, in order; `sealing` the target of a move under way."""
@@ -77,6 +96,7 @@ class QueueRef:
     moves: tuple[Segment, ...] = ()
     sealing: str = ""
     copying: Copy | None = None
+    terms: MoveTerms | None = None  # with `sealing`: what the move was told; None with no move under way
 
     @property
     def segments(self) -> tuple[Segment, ...]:
@@ -106,17 +126,24 @@ class QueueRef:
         segments.insert(segments.index(copy.source) + 1, copy.target)
         return dataclasses.replace(self, moves=tuple(segments[1:]), copying=None)
 
+    def unsealed(self, **changes) -> "QueueRef":
+        """The queue with its move under way ended (committed or rolled back): no mark, no terms."""
+        return dataclasses.replace(self, sealing="", terms=None, **changes)
+
     def to_json(self) -> list:
         if not self.moves and not self.sealing and self.copying is None:
             return [self.group, self.queue_id]
         out = [self.group, self.queue_id, [[m.group, m.queue_id, m.base] for m in self.moves], self.sealing]
+        if self.terms is not None:
+            return out + [self.copying.to_json() if self.copying is not None else None, self.terms.to_json()]
         return out + [self.copying.to_json()] if self.copying is not None else out
 
     @classmethod
     def parse(cls, entry: list) -> "QueueRef":
         moves = tuple(Segment(str(g), int(q), int(b)) for g, q, b in (entry[2] if len(entry) > 2 else ()))
         copying = Copy.parse(entry[4]) if len(entry) > 4 and entry[4] else None
-        return cls(str(entry[0]), int(entry[1]), moves, str(entry[3]) if len(entry) > 3 else "", copying)
+        terms = MoveTerms.parse(entry[5]) if len(entry) > 5 and entry[5] else None
+        return cls(str(entry[0]), int(entry[1]), moves, str(entry[3]) if len(entry) > 3 else "", copying, terms)
 
 
 @dataclass(frozen=True)
@@ -167,6 +194,15 @@ class TopicLayout:
             if q.sealing and current.group == group:
                 sealing.add(current.queue_id)
         return frozenset(moved), frozenset(sealing)
+
+    def moved_to(self, group: str, queue_id: int) -> str:
+        """The group now taking the writes of the queue whose segment is `group`'s physical queue
+        `queue_id`, when that segment is no longer its current one ("" otherwise)."""
+        for q in self.queues:
+            current = q.current
+            if any((s.group, s.queue_id) == (group, queue_id) for s in q.segments):
+                return current.group if (current.group, current.queue_id) != (group, queue_id) else ""
+        return ""
 
     def base(self, group: str, queue_id: int) -> int | None:
         """The logical offset at which `group`'s physical queue `queue_id` starts (its offset 0);
@@ -296,6 +332,10 @@ class RouteSnapshot:
 CreateShare = Callable[[GroupRoute, str, int, str], None]
 
 
+# how old a cached layout may be before a sealed queue's move is looked up afresh in etcd
+MOVED_RECHECK_S = 0.05
+
+
 class RouteView:
     """A broker's cached view of the registry: read at most every `max_age_s`, so QueryRoute
     costs no etcd round trip per call and learns of a new leader within that time."""
@@ -379,6 +419,18 @@ class RouteView:
             if share:
                 out[name] = (share, layout.message_type)
         return out
+
+    def moved_to(self, topic: str, queue_id: int, *, sealed: bool = False) -> str:
+        """The group this group's physical queue `queue_id` of `topic` moved on to ("" if it did not).
+        `sealed`: the store holds the queue sealed, so a move may have ended since the cached read:
+        read afresh once that is MOVED_RECHECK_S old (a stale reader then learns of it at once)."""
+        snap = self.snapshot()
+        layout = snap.topics.get(topic)
+        to = "" if layout is None else layout.moved_to(self.group, queue_id)
+        if not to and sealed and self.clock() - snap.taken > MOVED_RECHECK_S:
+            layout = self.snapshot(fresh=True).topics.get(topic)
+            to = "" if layout is None else layout.moved_to(self.group, queue_id)
+        return to
 
     def sealed(self, topics: dict[str, TopicLayout] | None = None) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
         """(moved, sealing) queues of this group, as (topic, queue id): see TopicLayout.sealed."""

@@ -29,6 +29,9 @@ PULL_SCHEMA = pa.schema([
     pa.field("transactionId", pa.string()),
 ])
 
+# a records pull (PullRequest.records): each message's CommitLog record as stored, for a history copy
+RECORDS_SCHEMA = pa.schema([pa.field("queueOffset", pa.int64()), pa.field("record", pa.binary())])
+
 # Send-batch columns and the Arrow types each accepts (first one is canonical).
 SEND_COLUMNS: dict[str, tuple[pa.DataType, ...]] = {
     "body": (pa.binary(), pa.large_binary()),

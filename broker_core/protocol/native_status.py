@@ -2,7 +2,7 @@
 
 The code comes from `status.code_for` (so native and RocketMQ answers agree);
 the native Status also names the error class and carries the fields some
-errors need (`DataDeleted.min_offset`, `TransactionAlreadyEnded.state`), so the
+errors need (`DataDeleted.min_offset`, `TransactionAlreadyEnded.state`, `QueueMoved.moved_to`), so the
 client re-raises the exact class, not only one that shares its code.
 """
 
@@ -28,6 +28,8 @@ def status_for(exc: BaseException) -> native_pb2.Status:
         result.min_offset = exc.min_offset
     if isinstance(exc, errors.TransactionAlreadyEnded):
         result.state = exc.state
+    if isinstance(exc, errors.QueueMoved):
+        result.moved_to = exc.moved_to
     return result
 
 
@@ -40,6 +42,8 @@ def error_from(status: native_pb2.Status) -> Exception:
             return cls(status.message, min_offset=status.min_offset)
         if cls is errors.TransactionAlreadyEnded or issubclass(cls, errors.TransactionAlreadyEnded):
             return cls(status.message, state=status.state)
+        if issubclass(cls, errors.QueueMoved):
+            return cls(status.message, moved_to=status.moved_to)
         try:
             return cls(status.message)
         except TypeError:

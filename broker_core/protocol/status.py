@@ -59,6 +59,8 @@ ERROR_CODES: tuple[tuple[type[Exception], int], ...] = (
     (e.TransactionError, Code.PRECONDITION_FAILED),
     (e.Unauthorized, Code.UNAUTHORIZED),
     (e.Forbidden, Code.FORBIDDEN),
+    # QueueSealed/QueueMoved inherit it: the official clients refresh routes on a timer only (every 30 s), never
+    # on a code, and on this one their producer retries the next queue after a back-off without isolating the broker
     (e.TooManyRequests, Code.TOO_MANY_REQUESTS),
     (e.ReplicationTimeout, Code.SLAVE_PERSISTENCE_TIMEOUT),
     (e.RequestTimeout, Code.REQUEST_TIMEOUT),

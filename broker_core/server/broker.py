@@ -20,6 +20,7 @@ registered method handlers, so the C core matches a call's method path.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -450,6 +451,9 @@ def run_broker(argv: list[str] | None = None) -> int:
     args = build_arg_parser().parse_args(argv)
     logging.basicConfig(level=logging.getLevelNamesMapping().get(str(args.log_level).upper(), logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # a process killed by a signal (SIGBUS from a map, SIGSEGV in an extension) says where, in its log
+    # (the process's own stderr: a caller in the same process may have replaced sys.stderr)
+    faulthandler.enable(file=sys.__stderr__)
     try:
         config = config_from_args(args)
         announced_host(config.listen_host_port[0], config.advertised_host)  # a wildcard listen needs one

@@ -30,7 +30,7 @@ from google.protobuf.message import DecodeError
 
 from txmq.broker import errors
 from txmq.broker.protocol import native_pb2 as pb
-from txmq.broker.protocol.native_arrow import PULL_SCHEMA
+from txmq.broker.protocol.native_arrow import PULL_SCHEMA, RECORDS_SCHEMA
 from txmq.broker.protocol.native_status import status_for
 from txmq.broker.server.auth import ANONYMOUS, Authenticator, Identity
 from txmq.broker.server.native_service import NativeService
@@ -142,7 +142,8 @@ class TxmqFlightServer(flight.FlightServerBase):
             pushed = self.service.subscribe_stream(self._identity(context), request.subscribe, context.is_cancelled)
             return flight.GeneratorStream(PULL_SCHEMA, _with_metadata(pushed))
         batches = self.service.pull_stream(self._identity(context), request)
-        return flight.GeneratorStream(PULL_SCHEMA, _read_ahead(_with_metadata(batches), self._read_ahead))
+        schema = RECORDS_SCHEMA if request.records else PULL_SCHEMA
+        return flight.GeneratorStream(schema, _read_ahead(_with_metadata(batches), self._read_ahead))
 
     @_guarded
     def get_flight_info(self, context, descriptor):

@@ -27,6 +27,7 @@ from txmq.broker.errors import (
     IllegalMessageTag,
     IllegalPropertyKey,
     MessageBodyEmpty,
+    QueueMoved,
     QueueSealed,
 )
 from txmq.broker.protocol import native_pb2
@@ -49,10 +50,12 @@ class QueueSelector:
     """Chooses a queue per message: by sharding key when given, else round-robin per topic; never
     a queue a move to another group sealed here (`sealed(topic)`: their ids)."""
 
-    def __init__(self, sealed: Callable[[str], frozenset[int]] = lambda topic: frozenset()) -> None:
+    def __init__(self, sealed: Callable[[str], frozenset[int]] = lambda topic: frozenset(),
+                 moved_to: Callable[[str, int], str] = lambda topic, queue_id: "") -> None:
         self._counters: dict[str, itertools.count] = {}
         self._lock = threading.Lock()
         self._sealed = sealed
+        self._moved_to = moved_to  # the group a sealed queue moved on to ("" while its move is under way)
 
     def _writable(self, topic: str, queue_count: int) -> list[int] | None:
         """The queue ids that take writes when some are sealed (None: all of 0..count-1)."""
@@ -82,7 +85,11 @@ class QueueSelector:
         if not 0 <= queue_id < queue_count:
             raise BadRequest(f"topic {topic!r} has no queue {queue_id} on this group (0..{queue_count - 1})")
         if queue_id in self._sealed(topic):
-            raise QueueSealed(f"queue {queue_id} of topic {topic!r} moved to another group: refresh the routes")
+            to = self._moved_to(topic, queue_id)
+            if to:
+                raise QueueMoved(f"queue {queue_id} of topic {topic!r} moved to group {to}: refresh the routes",
+                                 moved_to=to)
+            raise QueueSealed(f"queue {queue_id} of topic {topic!r} is moving to another group: refresh the routes")
         return queue_id
 
     def select_round_robin(self, topic: str, queue_count: int, n: int) -> list[int]:

@@ -25,7 +25,7 @@ from typing import Sequence
 
 import pyarrow as pa
 
-from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
+from txmq.broker.protocol.native_arrow import PULL_SCHEMA, RECORDS_SCHEMA, STRING_MAP, UTC_MICROS
 from txmq.broker.store.property_names import SYSTEM_PROPERTIES
 from txmq.broker.store.pull_decode import decode_pull_batch, empty_pull_batch
 from txmq.broker.protocol import native_pb2 as pb
@@ -124,6 +124,21 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
     else:
         batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
+
+
+def records_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int) -> PullBatch:
+    """Up to `count` records of a queue from `start`, undecoded, as one RECORDS_SCHEMA batch."""
+    read = read_queue_bytes(store, topic, queue_id, start, count, max_bytes=max_bytes)
+    data = read.data
+    records = [data[at:at + size].tobytes() for at, size in zip(read.record_at.tolist(), read.sizes.tolist())]
+    return PullBatch(records_arrays(range(start, start + len(records)), records), read.next_offset,
+                     read.min_offset, read.max_offset)
+
+
+def records_arrays(offsets, records) -> pa.RecordBatch:
+    """A RECORDS_SCHEMA batch (an empty one for a records pull of an empty range)."""
+    return pa.RecordBatch.from_arrays([pa.array(offsets, pa.int64()), pa.array(records, pa.binary())],
+                                      schema=RECORDS_SCHEMA)
 
 
 def read_plan(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int,

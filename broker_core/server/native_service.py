@@ -35,7 +35,8 @@ from txmq.broker.server.membership import MemberInfo
 from txmq.broker.server.peers import peer_address
 from txmq.broker.server.native_ingest import MessageIdGenerator, PlainRows, QueueSelector, decode_rows
 from txmq.broker.store.pull_decode import empty_pull_batch
-from txmq.broker.server.native_pull import PullBatch, plan_message, pull_batch, read_plan
+from txmq.broker.server.native_pull import (PullBatch, plan_message, pull_batch, read_plan, records_arrays,
+                                            records_batch)
 from txmq.broker.protocol.native_status import ok_status, status_for
 from txmq.broker.server.offset_waiters import OffsetWaiters
 from txmq.broker.store.property_names import user_properties
@@ -169,7 +170,7 @@ class NativeService:
         self.core = core
         self.store = core.store
         self.engine = core.engine
-        self.selector = QueueSelector(self.store.sealed_queue_ids)
+        self.selector = QueueSelector(self.store.sealed_queue_ids, self._moved_to)
         self.ids = MessageIdGenerator()
         self.waiters = OffsetWaiters(self.store)
         self.metrics = metrics if metrics is not None else core.rpc_metrics
@@ -379,10 +380,28 @@ class NativeService:
         return pb.ResumeTransactionResponse(status=ok_status())
 
     # ---- offsets -----------------------------------------------------------
+    def _moved_to(self, topic: str, queue_id: int) -> str:
+        return "" if self.core.routes is None else self.core.routes.moved_to(topic, queue_id, sealed=True)
+
+    def _refuse_moved(self, current: Iterable[tuple[str, Iterable[int]]]) -> None:
+        """QueueMoved for the first of these queues (a caller's routes place them here as current)
+        that a move took to another group: its end grows there now, so the caller's routes are stale."""
+        routes = self.core.routes
+        sealed = self.store.sealed_queues()
+        if routes is None or not sealed:
+            return
+        for topic, queue_ids in current:
+            for q in queue_ids:
+                to = routes.moved_to(topic, q, sealed=True) if (topic, q) in sealed else ""
+                if to:
+                    raise errors.QueueMoved(f"queue {q} of topic {topic!r} on group {routes.group} moved to group "
+                                            f"{to}: refresh the routes", moved_to=to)
+
     def SnapshotOffsets(self, request: pb.OffsetsRequest, context) -> pb.OffsetsResponse:
         if not request.topics:
             raise errors.BadRequest("give at least one topic")
         self._require_subscribe(context, request.topics)
+        self._refuse_moved((c.topic, c.queue_ids) for c in request.current)
         return pb.OffsetsResponse(status=ok_status(), topics=_offsets_to_pb(self._cut(list(request.topics))))
 
     def MinOffsets(self, request: pb.OffsetsRequest, context) -> pb.OffsetsResponse:
@@ -444,6 +463,7 @@ class NativeService:
             raise errors.IllegalPollingTime(f"timeout_ms must be within 0..{MAX_WAIT_MS}, got {request.timeout_ms}")
         self._require_subscribe(context, topics)
         known = _offsets_from_pb(request.known)
+        self._refuse_moved((c.topic, c.queue_ids) for c in request.current)
         deadline = time.monotonic() + request.timeout_ms / 1000.0
         moved, cut = self.waiters.wait(lambda: self._cut(topics), known, deadline, context.is_active)
         return pb.WaitForOffsetsResponse(status=ok_status(), topics=_offsets_to_pb(cut), moved=moved)
@@ -482,9 +502,11 @@ class NativeService:
         if request.max_batches < 0:
             raise errors.BadRequest(f"max_batches must not be negative, got {request.max_batches}")
         message_filter = MessageFilter.parse(request.tags, request.sql)
-        plans = request.read_plans and self.core.config.local_reads
+        if request.records and not message_filter.matches_all:
+            raise errors.BadRequest("a records pull takes no filter (it copies a queue's records as stored)")
+        plans = request.read_plans and self.core.config.local_reads and not request.records
         return self._pull_batches(topic, queue_id, start, end, request.max_bytes or DEFAULT_PULL_BYTES,
-                                  request.max_batches, message_filter, plans)
+                                  request.max_batches, message_filter, plans, request.records)
 
     def subscribe_stream(self, identity, request: pb.SubscribeRequest,
                          is_cancelled: Callable[[], bool]) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
@@ -544,10 +566,12 @@ class NativeService:
                 return
 
     def _pull_batches(self, topic: str, queue_id: int, start: int, end: int, max_bytes: int, max_batches: int,
-                      message_filter: MessageFilter, plans: bool) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
+                      message_filter: MessageFilter, plans: bool,
+                      records: bool = False) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
         if start == end:
-            yield empty_pull_batch(), pb.PullProgress(next_offset=end, min_offset=self.store.min_offset(topic, queue_id),
-                                                      max_offset=self.store.max_offset(topic, queue_id))
+            empty = records_arrays((), ()) if records else empty_pull_batch()
+            yield empty, pb.PullProgress(next_offset=end, min_offset=self.store.min_offset(topic, queue_id),
+                                         max_offset=self.store.max_offset(topic, queue_id))
             return
         pos, sent = start, 0
         while pos < end and (max_batches == 0 or sent < max_batches):
@@ -561,8 +585,10 @@ class NativeService:
                                            max_offset=plan.max_offset, plan=plan_message(plan))
                 self.metrics.observe("pull_plan", len(plan.phys), time.perf_counter() - started)
             else:
-                read: PullBatch = pull_batch(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
-                                             message_filter=message_filter)
+                read: PullBatch = (records_batch(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes)
+                                   if records else
+                                   pull_batch(self.store, topic, queue_id, pos, end - pos, max_bytes=max_bytes,
+                                              message_filter=message_filter))
                 batch = read.batch
                 progress = pb.PullProgress(next_offset=read.next_offset, min_offset=read.min_offset,
                                            max_offset=read.max_offset)

@@ -18,10 +18,13 @@ with '#', so the two spaces never collide).
 
 from __future__ import annotations
 
+import errno
+import logging
 import mmap
 import os
 import struct
 import threading
+import time
 from itertools import repeat
 from pathlib import Path
 from typing import Sequence
@@ -30,6 +33,7 @@ import numpy as np
 
 from txmq.broker.store.checksum import crc32
 from txmq.broker.store.mapped_file import file_name
+from txmq.broker.store.preallocate import back_mapped
 
 HEADER = struct.Struct(">qqqqii")
 SLOT = struct.Struct(">i")
@@ -39,8 +43,11 @@ ENTRY_SIZE = ENTRY.size  # 20
 INT32_MAX = (1 << 31) - 1
 ENTRY_DTYPE = np.dtype([("hash", ">i4"), ("phys", ">i8"), ("diff", ">i4"), ("prev", ">i4")])
 VECTOR_MIN = 16  # below this many items numpy's fixed cost exceeds a plain loop's
+RESERVE_AHEAD_BYTES = 1 << 20  # entry blocks allocated ahead of the writes (50k entries)
 PENDING_MAX = 8192  # index items an IndexService holds before writing them (see IndexService)
 
+
+log = logging.getLogger(__name__)
 
 KEY_HASH_MASK = 0x7FFFFFFF
 
@@ -71,15 +78,16 @@ class IndexFile:
     def __init__(self, path: Path, slots: int, capacity: int) -> None:
         self.path = Path(path)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        created = False
         try:
             st = os.fstat(fd).st_size
             if st >= HEADER_SIZE:
-                head = os.pread(fd, HEADER_SIZE, 0)
-                slots = HEADER.unpack(head)[4] or slots
+                header = HEADER.unpack(os.pread(fd, HEADER_SIZE, 0))
+                slots = header[4] or slots
                 capacity = (st - HEADER_SIZE - slots * SLOT.size) // ENTRY_SIZE
             else:
                 os.ftruncate(fd, HEADER_SIZE + slots * SLOT.size + capacity * ENTRY_SIZE)
-            self.mm = mmap.mmap(fd, 0)
+                header, created = (0, 0, 0, 0, slots, 0), True
         except BaseException:
             os.close(fd)
             raise
@@ -87,17 +95,40 @@ class IndexFile:
         self.slots = slots
         self.capacity = capacity
         self.entries_at = HEADER_SIZE + slots * SLOT.size
-        (self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, _, self.count) = HEADER.unpack_from(self.mm, 0)
+        (self.begin_ts, self.end_ts, self.begin_phys, self.end_phys, _, self.count) = header
         if self.count == 0:
             self.begin_ts = self.end_ts = self.begin_phys = self.end_phys = 0
         self.count = max(0, min(self.count, capacity))
         self.closed = False
+        self.backed: int | None = 0  # file bytes whose blocks are allocated; None: not allocating here
+        try:
+            # Before the map touches any page: on tmpfs even reading an unallocated page through a
+            # map allocates it, and a full disk makes that a SIGBUS. The header and slot table are
+            # written anywhere, any time: all their blocks now.
+            self._back(0)
+            self.mm = mmap.mmap(fd, 0)
+        except BaseException:
+            os.close(fd)
+            self.closed = True
+            if created:  # a full disk: leave no file behind that would be taken as the next one
+                self.path.unlink(missing_ok=True)
+            raise
 
     @property
     def full(self) -> bool:
         return self.count >= self.capacity
 
+    def _back(self, entries: int) -> None:
+        """Allocate the blocks `entries` more entries will be written to (back_mapped: a full disk
+        is an OSError here, not a SIGBUS in the map write)."""
+        end = self.entries_at + (self.count + entries) * ENTRY_SIZE
+        if self.backed is None or end <= self.backed:
+            return
+        to = min(self.entries_at + self.capacity * ENTRY_SIZE, end + RESERVE_AHEAD_BYTES)
+        self.backed = to if back_mapped(self.fd, self.backed, to - self.backed) else None
+
     def put(self, hash_value: int, phys: int, timestamp_ms: int) -> None:
+        self._back(1)
         mm = self.mm
         n = self.count + 1
         if self.count == 0:
@@ -123,6 +154,7 @@ class IndexFile:
             return 0
         if len(items) > room:
             items = items[:room]
+        self._back(len(items))
         if n == 0:
             self.begin_ts, self.begin_phys = items[0][2], items[0][1]
         end_ts, end_phys = self._put_loop(items)
@@ -173,6 +205,7 @@ class IndexFile:
         if len(hashes) > room:
             hashes, phys, times = hashes[:room], phys[:room], times[:room]
         k = len(hashes)
+        self._back(k)
         if self.count == 0:
             self.begin_ts, self.begin_phys = int(times[0]), int(phys[0])
         slot_of = hashes % self.slots
@@ -273,6 +306,7 @@ class IndexService:
         self._pending_phys: list[int] = []
         self._pending_times: list[int] = []
         self._unsynced: set[IndexFile] = set()  # files written since the last flush
+        self._full_said = -1e9  # when a full disk was last logged
 
     def _active(self) -> IndexFile:
         if not self._files or self._files[-1][1].full:
@@ -325,11 +359,24 @@ class IndexService:
         phys = np.array(self._pending_phys, dtype=np.int64)
         times = np.array(self._pending_times, dtype=np.int64)
         self._pending_hashes, self._pending_phys, self._pending_times = [], [], []
-        while len(hashes):
-            active = self._active()
-            done = active.put_arrays(hashes, phys, times)
-            self._unsynced.add(active)
-            hashes, phys, times = hashes[done:], phys[done:], times[done:]
+        try:
+            while len(hashes):
+                active = self._active()
+                done = active.put_arrays(hashes, phys, times)
+                self._unsynced.add(active)
+                hashes, phys, times = hashes[done:], phys[done:], times[done:]
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            # A full disk: the items stay pending (lookups read them there) until space frees;
+            # the messages themselves are in the CommitLog, which refuses writes on its own.
+            self._pending_hashes, self._pending_phys, self._pending_times = \
+                hashes.tolist(), phys.tolist(), times.tolist()
+            now = time.monotonic()
+            if now - self._full_said >= 10:
+                self._full_said = now
+                log.error("index %s: %s; %d items held in memory until space frees", self.directory, exc,
+                          len(hashes))
 
     def write_pending(self) -> None:
         """Write what appends handed over so far (lookups, flush, retention and close do)."""
@@ -344,6 +391,13 @@ class IndexService:
         end_ms = (1 << 62) if end_ms is None else end_ms
         seen: set[int] = set()
         out: list[int] = []
+        with self._lock:  # items a full disk keeps pending: newer than every file's
+            pending = [p for hh, p, t in zip(self._pending_hashes, self._pending_phys, self._pending_times)
+                       if hh & KEY_HASH_MASK == h and begin_ms <= t <= end_ms]
+        for phys in reversed(pending):
+            if phys not in seen:
+                seen.add(phys)
+                out.append(phys)
         for _, f in reversed(self._files):
             for phys in f.lookup(h, begin_ms, end_ms, limit * 4):
                 if phys not in seen:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
+import os
 import sys
 
 FALLOC_FL_KEEP_SIZE = 0x01
@@ -47,11 +48,34 @@ def reserve(fd: int, offset: int, length: int) -> bool:
     without fallocate): the caller stops trying for that file. A full disk is
     not an error here either: the write that follows reports it.
     """
-    if _fallocate is None or length <= 0:
-        return False
-    if _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+    return length > 0 and _allocate(fd, offset, length) == 0
+
+
+def _allocate(fd: int, offset: int, length: int) -> int:
+    """fallocate with KEEP_SIZE, retried on EINTR: 0, or the errno it failed with (ENOSYS where
+    there is no fallocate)."""
+    if _fallocate is None:
+        return errno.ENOSYS
+    while _fallocate(fd, FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        err = ctypes.get_errno()
+        if err != errno.EINTR:
+            return err
+    return 0
+
+
+def back_mapped(fd: int, offset: int, length: int) -> bool:
+    """Allocate the disk blocks of bytes [offset, offset+length) of a file written through a
+    memory map, before the map writes there.
+
+    A store through a map into a page the file system cannot allocate (a full disk) is not an
+    error the writer sees: the kernel kills the process with SIGBUS. So map writers allocate
+    first: a full disk raises OSError(ENOSPC) here, where it can be handled. Returns False when
+    allocating is not possible here (not Linux, a file system without fallocate): the caller
+    then writes through the map as before.
+    """
+    if length <= 0:
         return True
-    err = ctypes.get_errno()
-    if err == errno.EINTR:
-        return reserve(fd, offset, length)
-    return False
+    err = _allocate(fd, offset, length)
+    if err in (errno.ENOSPC, errno.EDQUOT):
+        raise OSError(err, f"{os.strerror(err)}: cannot allocate {length} bytes of a mapped file")
+    return err == 0

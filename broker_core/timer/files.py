@@ -20,6 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
+from txmq.broker.store.preallocate import back_mapped
+
 LOG_DTYPE = np.dtype([("deliver_ms", "<i8"), ("phys", "<i8"), ("prev", "<i8"), ("size", "<i4"),
                       ("delivered", "<i4")])
 WHEEL_DTYPE = np.dtype([("second", "<i8"), ("head", "<i8"), ("count", "<i8")])
@@ -33,14 +35,8 @@ class _Mapped:
         self.path = Path(path)
         self.dtype = dtype
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            size = os.fstat(fd).st_size
-            records = max(size // dtype.itemsize, initial)
-            if records * dtype.itemsize != size:
-                os.ftruncate(fd, records * dtype.itemsize)  # sparse: untouched pages take no disk
-        finally:
-            os.close(fd)
+        size = self.path.stat().st_size if self.path.exists() else 0
+        self._size_to(max(size // dtype.itemsize, initial))
         self.array = np.memmap(self.path, dtype=dtype, mode="r+")
 
     @property
@@ -51,20 +47,30 @@ class _Mapped:
         if count <= len(self.array):
             return
         records = max(count, 2 * len(self.array))
+        self._size_to(records)  # a full disk raises here and the old map stays as it was
         self.array.flush()
-        del self.array
-        os.truncate(self.path, records * self.dtype.itemsize)
         self.array = np.memmap(self.path, dtype=self.dtype, mode="r+")
 
     def flush(self) -> None:
         self.array.flush()
 
     def clear(self, records: int) -> None:
-        """Empty the file (all zeros, sparse) at `records` records."""
+        """Empty the file (all zeros) at `records` records."""
         del self.array
         os.truncate(self.path, 0)
-        os.truncate(self.path, records * self.dtype.itemsize)
+        self._size_to(records)
         self.array = np.memmap(self.path, dtype=self.dtype, mode="r+")
+
+    def _size_to(self, records: int) -> None:
+        """Give the file `records` records, their disk blocks allocated before any map writes them
+        (back_mapped: a full disk is an OSError here, not a SIGBUS later)."""
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size != records * self.dtype.itemsize:
+                os.ftruncate(fd, records * self.dtype.itemsize)
+            back_mapped(fd, 0, records * self.dtype.itemsize)
+        finally:
+            os.close(fd)
 
 
 class TimerLog(_Mapped):

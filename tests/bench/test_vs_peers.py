@@ -109,3 +109,17 @@ def test_a_peer_whose_start_fails_leaves_no_temporary_dir():
     except peers_jvm.PeerUnavailable:
         pass
     assert not broken.dir.exists()
+
+
+def test_kafka_brokers_of_a_three_replica_cluster_replicate_every_topic_and_need_two_in_sync(tmp_path):
+    brk = peers_jvm.kafka_broker_config(3, 9094, 1, 9093, tmp_path / "b", replicas=3, min_insync=2)
+    assert brk["default.replication.factor"] == brk["transaction.state.log.replication.factor"] == "3"
+    assert brk["min.insync.replicas"] == brk["transaction.state.log.min.isr"] == "2"
+    assert brk["log.flush.interval.messages"] == str(2**63 - 1)  # replicated, still no fsync per write
+
+
+def test_replication_cost_spread_is_the_median_with_its_range():
+    from bench import replication_cost
+
+    assert replication_cost.spread([0.5, 0.7, 0.6]) == {"median": 0.6, "min": 0.5, "max": 0.7,
+                                                        "runs": [0.5, 0.7, 0.6]}

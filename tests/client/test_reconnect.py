@@ -55,3 +55,30 @@ def test_checkback_session_registers_again_after_a_broker_restart(tmp_path):
                     time.sleep(0.05)  # the stream notices the broker went away
                 broker.restart()
                 assert session.wait_registered(15)
+
+
+def test_a_write_a_replica_between_roles_refused_unread_goes_to_the_next_endpoint_once(tmp_path):
+    # A replica in an election (or one its leader does not answer) refuses calls before reading them:
+    # even a write that is not idempotent may then go to another replica, and it is stored once.
+    from concurrent import futures
+
+    import grpc
+
+    from txmq.broker.client.types import Message
+    from txmq.broker.cluster.roles import RoleRouter
+
+    router = RoleRouter(lambda endpoint: grpc.insecure_channel(endpoint))
+    router.unavailable("group g: replica r1 is taking over as leader")
+    refuser = grpc.server(futures.ThreadPoolExecutor(2), handlers=[router])
+    port = refuser.add_insecure_port("127.0.0.1:0")
+    refuser.start()
+    try:
+        with BrokerProcess(tmp_path / "data", flush="async") as broker:
+            with NativeClient(broker.endpoint) as admin:
+                admin.create_topic("t", 1)
+            with NativeClient(f"127.0.0.1:{port};{broker.endpoint}", timeout_s=10) as client:
+                client.send([Message("t", b"once")])
+                bodies = [b for part in client.read_queue("t", 0, 0, 1) for b in part.batch.column("body").to_pylist()]
+            assert bodies == [b"once"]
+    finally:
+        refuser.stop(None)

@@ -76,7 +76,7 @@ def test_end_of_unknown_transaction_raises_unknown_transaction(client, unique):
 
 
 def test_bad_resolution_is_refused_client_side(client):
-    with pytest.raises(errors.BadRequest, match="COMMIT or ROLLBACK"):
+    with pytest.raises(errors.BadRequest, match="COMMIT, ROLLBACK or IN_PROGRESS, not .MAYBE."):
         client.end_transaction("x", "MAYBE")
 
 

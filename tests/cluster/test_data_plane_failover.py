@@ -36,12 +36,17 @@ def _election_watch(group, old_epoch: int) -> tuple[dict, threading.Thread]:
     return seen, thread
 
 
-def test_a_transactional_put_reaches_the_new_leader_within_seconds_of_its_election_after_a_kill(group_factory):
+def _group_leader_first(group_factory):
+    """A 3-replica sync group in sync, and its endpoints with the leader first (the client's control
+    channel and Flight connection are on the leader when it goes)."""
     group = group_factory(args=["--replication", "sync"])
     leader = group.wait_leader()
     group.wait_in_sync(3)
-    # the leader first: the client's control channel and Flight connection are on it when it dies
-    endpoints = ";".join([leader.endpoint] + [r.endpoint for r in group.replicas if r.endpoint != leader.endpoint])
+    return group, leader, ";".join([leader.endpoint] + [r.endpoint for r in group.replicas if r.endpoint != leader.endpoint])
+
+
+def test_a_transactional_put_reaches_the_new_leader_within_seconds_of_its_election_after_a_kill(group_factory):
+    group, leader, endpoints = _group_leader_first(group_factory)
     with NativeClient(endpoints, timeout_s=30) as client:
         client.create_topic(TOPIC, 2)
         client.send_arrow(_rows(10, "warm"), topic=TOPIC)  # the data plane is connected to the leader
@@ -64,10 +69,7 @@ def test_a_transactional_put_reaches_the_new_leader_within_seconds_of_its_electi
 
 
 def test_a_plain_send_stream_reaches_the_new_leader_after_a_kill(group_factory):
-    group = group_factory(args=["--replication", "sync"])
-    leader = group.wait_leader()
-    group.wait_in_sync(3)
-    endpoints = ";".join([leader.endpoint] + [r.endpoint for r in group.replicas if r.endpoint != leader.endpoint])
+    group, leader, endpoints = _group_leader_first(group_factory)
     with NativeClient(endpoints, timeout_s=60) as client:  # an election on a loaded host can outlast 30 s
         client.create_topic(TOPIC, 2)
         client.send_arrow(_rows(10, "warm"), topic=TOPIC)
@@ -79,10 +81,7 @@ def test_a_plain_send_stream_reaches_the_new_leader_after_a_kill(group_factory):
 def test_a_put_stream_open_to_a_leader_gone_silent_is_given_up_when_a_new_leader_serves(group_factory):
     """A paused leader keeps its TCP connections: without the control channel's word the stream
     would wait for its deadline (here 30 s x 20)."""
-    group = group_factory(args=["--replication", "sync"])
-    leader = group.wait_leader()
-    group.wait_in_sync(3)
-    endpoints = ";".join([leader.endpoint] + [r.endpoint for r in group.replicas if r.endpoint != leader.endpoint])
+    group, leader, endpoints = _group_leader_first(group_factory)
     with NativeClient(endpoints, timeout_s=30) as client:
         client.create_topic(TOPIC, 2)
         client.send_arrow(_rows(10, "warm"), topic=TOPIC)

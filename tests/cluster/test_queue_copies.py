@@ -12,6 +12,7 @@ from collections import Counter
 
 import pytest
 
+from tests.cluster.test_queue_moves import two_groups  # noqa: F401 - the fixture: two groups of one replica
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
@@ -60,20 +61,6 @@ def wait_copied(client: ClusterClient, topic: str, queue: tuple[str, int], timeo
             return q, copy
         assert time.monotonic() < deadline, f"the history of {queue} was not copied within {timeout_s:g}s"
         time.sleep(0.3)
-
-
-@pytest.fixture
-def two_groups(tmp_path):
-    etcd = EtcdProcess(tmp_path / "etcd").start()
-    groups = []
-    try:
-        for name in ("a", "b"):
-            groups.append(LocalGroup(tmp_path, etcd, name, replicas=1, args=["--replication", "async", *FAST]).start())
-        yield groups
-    finally:
-        for g in groups:
-            g.stop()
-        etcd.kill()
 
 
 def test_a_moved_queues_history_is_copied_record_by_record_with_its_offsets_keys_and_message_ids(two_groups):
@@ -238,3 +225,90 @@ def test_a_copy_resumes_after_kill_9_of_the_target_leader_mid_copy_with_no_recor
         b.stop()
         a.stop()
         etcd.kill()
+
+
+def test_a_move_resumed_by_the_targets_leader_after_its_mover_was_killed_copies_at_the_movers_rate(tmp_path):
+    """The mover (a broker of a third group) is killed -9 while the move waits for a pending
+    transaction; once it commits, b's leader finishes the move and copies the history at the rate
+    the mover was given, not the default."""
+    import threading
+
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    a, b, m = (LocalGroup(tmp_path, etcd, n, replicas=1, args=["--replication", "async", *FAST]).start()
+               for n in ("a", "b", "m"))
+    try:
+        with ClusterClient(a.endpoints) as client:
+            client.create_topic("told", 3)
+            moving = queue_on(client, "told", "a")
+        fill(a, "told", 50)
+        with NativeClient(a.endpoints) as on_a:  # halves on a's queue keep the move waiting
+            held = on_a.prepare("", [Message("told", b"held")], producer_group="movers")
+        rate = 123_456
+
+        def move() -> None:
+            try:
+                with NativeClient(m.endpoints) as admin:
+                    admin.move_queues(topic="told", queue=f"{moving[0]}:{moving[1]}", to="b", rate=rate, wait_s=40)
+            except Exception:  # its broker is killed under it
+                pass
+
+        threading.Thread(target=move, daemon=True).start()
+        key = f"{moving[0]}:{moving[1]}"
+        deadline = time.monotonic() + 10
+        while not any(q["queue"] == key for q in cluster_status([("127.0.0.1", etcd.client_port)])["moving"]):
+            assert time.monotonic() < deadline, "the move never marked the queue"
+            time.sleep(0.1)
+        for p in m.replicas:
+            p.kill()
+        with NativeClient(a.endpoints) as on_a:
+            on_a.end_transaction(held.transaction_id, "COMMIT")
+        with ClusterClient(a.endpoints) as client:
+            wait_copied(client, "told", moving, timeout_s=30)
+        copies = [c for c in cluster_status([("127.0.0.1", etcd.client_port)])["copies"] if c["queue"] == key]
+        assert copies and copies[0]["state"] == "done" and copies[0]["rate_limit"] == rate, copies
+    finally:
+        for g in (m, b, a):
+            g.stop()
+        etcd.kill()
+
+
+def records_of(client: NativeClient, topic: str, queue_id: int, end: int) -> list:
+    from txmq.broker.store.record import decode_record
+    out, pos = [], 0
+    while pos < end:
+        r = client.pull_arrow(topic, queue_id, pos, end, records=True)
+        out += [decode_record(raw) for raw in r.batch.column("record").to_pylist()]
+        pos = r.next_offset
+    return out
+
+
+def test_a_copied_record_keeps_every_property_and_header_field_a_reader_sees_of_its_source(two_groups):
+    """FIFO message groups, born host and time, flag, transaction markers of a committed
+    transaction and arbitrary user properties: the copy's record holds them as its source does;
+    only its store fields (offsets, store time and host) and the COMMIT's pointer to its half differ."""
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as client:
+        client.create_topic("full", 2)
+        moving = queue_on(client, "full", "a")
+    with NativeClient(a.endpoints) as c:
+        c.send([Message("full", f"fifo-{i}".encode(), tag="t", keys=[f"k{i}", "x"], sharding_key=f"g{i % 2}",
+                        properties={"n": str(i), "ünï": "välue with spaces", "e": ""},
+                        message_id=f"full-{i}") for i in range(20)], topic="full")
+        tx = c.prepare("", [Message("full", b"in-tx", sharding_key="gt", properties={"p": "1"})],
+                       producer_group="copiers")
+        c.end_transaction(tx.transaction_id, "COMMIT")
+        source = records_of(c, "full", moving[1], 21)
+    with NativeClient(b.endpoints) as admin:
+        admin.move_queues(topic="full", queue=f"{moving[0]}:{moving[1]}", to="b", rate=0)
+    with ClusterClient(a.endpoints) as client:
+        _, copy = wait_copied(client, "full", moving, timeout_s=20)
+    with NativeClient(b.endpoints) as c:
+        copied = records_of(c, "full", copy.queue_id, 21)
+
+    def seen(r):
+        return (r.queue_offset, r.body, r.properties, r.flag, r.sys_flag & 0xC, r.born_timestamp, r.born_host,
+                r.reconsume_times)
+
+    assert [seen(r) for r in copied] == [seen(r) for r in source]
+    assert source[-1].properties.get("__SHARDINGKEY") == "gt" and source[-1].prepared_transaction_offset > 0
+    assert all(r.prepared_transaction_offset == 0 for r in copied), "a copy points at no half of its own log"

@@ -321,3 +321,53 @@ def test_a_timer_message_scheduled_before_a_move_is_delivered_once_into_the_queu
     assert rows[1]["tag"] == "t" and dict(props).get("p") == "v", rows[1]
     with NativeClient(a.endpoints) as on_a:  # nothing past the seal on the old group
         assert on_a.describe_topic("timed").queues[moving[1]].max_offset == base
+
+
+def test_a_reader_with_stale_routes_learns_of_a_move_from_the_old_groups_answer_not_its_route_refresh(two_groups):
+    """The old group refuses the end of a queue that moved away (QueueMoved, naming the new group):
+    the reader refreshes its routes at once and reads the new segment, long before its timer would."""
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as admin:
+        admin.create_topic("stale", 4)
+        moving = queue_on(admin, "stale", "a")
+    with ClusterClient(a.endpoints, route_ttl_s=60.0) as reader:
+        assert reader.snapshot_offsets(["stale"])["stale"][moving] == 0  # the routes are cached from here on
+        with NativeClient(b.endpoints) as mover:
+            base = mover.move_queues(topic="stale", queue=f"{moving[0]}:{moving[1]}", to="b")["moves"][0]["base"]
+        deadline = time.monotonic() + 10
+        while True:  # a broker's own view of the layout may lag the move by its refresh (not the reader's)
+            with ClusterClient(a.endpoints) as fresh:
+                now = next(q.current for q in fresh.queues("stale") if q.key == moving)
+            if now.group == "b" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert now.group == "b"
+        landed = 0
+        with NativeClient(b.endpoints) as writer:  # sharding keys spread over b's queues: 6 on the moved one
+            for i in range(300):
+                sent = writer.send([Message("stale", f"after-{i}".encode(), sharding_key=f"k{i}")], topic="stale")
+                landed += sum(s.count for s in sent.slices if s.queue_id == now.queue_id)
+                if landed == 6:
+                    break
+        end = base + 6
+        started = time.monotonic()
+        seen = reader.snapshot_offsets(["stale"])["stale"][moving]
+        elapsed = time.monotonic() - started
+        bodies = [body for r in reader.read_queue("stale", moving, base, seen) for body in r.batch.column("body").to_pylist()]
+    assert seen == end, "the stale reader did not see the moved queue's new messages"
+    assert len(bodies) == 6 and all(body.startswith(b"after-") for body in bodies)
+    assert elapsed < 1.5, f"the reader took {elapsed:.2f} s to learn of the move (its routes refresh in 60 s)"
+
+
+def test_the_old_groups_answer_for_a_moved_queue_names_its_new_group(two_groups):
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as admin:
+        admin.create_topic("named", 4)
+        moving = queue_on(admin, "named", "a")
+    with NativeClient(b.endpoints) as mover:
+        mover.move_queues(topic="named", queue=f"{moving[0]}:{moving[1]}", to="b")
+    with NativeClient(a.endpoints) as old:
+        with pytest.raises(errors.QueueMoved) as refused:
+            old.snapshot_offsets(["named"], current={"named": [moving[1]]})
+        assert refused.value.moved_to == "b" and "moved to group b" in str(refused.value)
+        assert moving[1] in old.snapshot_offsets(["named"])["named"], "a plain snapshot still answers the history's end"

@@ -83,12 +83,13 @@ def test_a_nacked_message_comes_back_before_its_group_s_later_messages(endpoint,
 
 
 def test_a_group_s_later_messages_wait_for_the_retry_while_other_groups_proceed(endpoint, admin):
+    # a 10 s nack: on a loaded host (CI at load 7) b's last receives came after a 5 s one
     # two queues, no empty one: the client's receives (one queue at a time, round robin) reach b's
     # queue again well within the nack
     topic, group = fifo_setup(admin, queues=2)
     a, b = groups_on_distinct_queues(2, queues=2)
     got = run_client(endpoint, "fifo-simple", "--topic", topic, "--group", group, "--message-groups", f"{a},{b}",
-                     "--count", "6", "--split", "2", "--fail", f"{a}-0", "--nack-s", "5", "--expect", "12")
+                     "--count", "6", "--split", "2", "--fail", f"{a}-0", "--nack-s", "10", "--expect", "12")
     assert "fatal" not in got and got["errors"] == [], got
     retry_at = next(r["at"] for r in got["received"] if r["body"] == f"{a}-0" and r["attempt"] == 2)
     # a-2.. were sent while a-0 was nacked: none of them comes before the retry

@@ -5,6 +5,8 @@ Each test failed on the code the issue was filed against (main at 0699f1d). Item
 
 from __future__ import annotations
 
+import json
+import subprocess
 import time
 
 import pytest
@@ -110,6 +112,55 @@ def test_a_one_replica_group_with_the_defaults_acknowledges_writes(lab):
         "out['s'] = time.monotonic() - t"))
     assert out.get("ok"), out
     assert _bodies(group) == ["solo"]
+
+
+def test_a_write_sent_first_to_a_follower_its_leader_cannot_answer_is_acknowledged_by_another_replica_at_once(
+        lab, tmp_path):
+    # The follower would pass the write to its leader, which stores it, and the answer would vanish:
+    # the client would wait until keepalive closed the connection and get an error, unsure whether
+    # the write was stored. A follower its leader has not answered for a second refuses client
+    # calls unread instead, and the client sends the write to the next replica.
+    group = _group(lab)
+    assert group.wait_in_sync(3)
+    leader, _ = group.wait_leader()
+    cut, other = [r for r in group.replicas if r is not leader]
+    endpoints = ";".join(Group.endpoint(r) for r in (cut, leader, other))
+    go = tmp_path / "go"
+    code = (
+        "import json, pathlib, sys, time\n"
+        "from txmq.broker import errors\n"
+        "from txmq.broker.client.native_client import NativeClient\n"
+        "from txmq.broker.client.types import Message\n"
+        f"c = NativeClient({endpoints!r}, timeout_s=10)\n"
+        "c.list_topics()\n"  # connected through `cut` before the fault
+        "print('ready', flush=True)\n"
+        f"while not pathlib.Path({str(go)!r}).exists():\n    time.sleep(0.01)\n"
+        "out, t = {}, time.monotonic()\n"
+        f"try:\n    c.send([Message({TOPIC!r}, b'via-cut')]); out['ok'] = True\n"
+        "except errors.TxmqError as exc:\n    out['error'] = repr(exc)\n"
+        "out['s'], out['target'] = time.monotonic() - t, c.target\n"
+        "print(json.dumps(out), flush=True)\n")
+    proc = group.ctl.popen([campaign.python(), "-c", code], env=campaign.base_env(), stdout=subprocess.PIPE)
+    lines: list[bytes] = []
+
+    def next_line(prefix: bytes) -> bytes:  # the client's stderr comes on the same pipe
+        while line := proc.stdout.readline():
+            lines.append(line)
+            if line.startswith(prefix):
+                return line
+        raise AssertionError(b"".join(lines).decode(errors="replace")[-2000:])
+
+    try:
+        next_line(b"ready")
+        faults.partition(lab, [leader], [cut], one_way=True)  # the leader's packets to `cut` vanish
+        time.sleep(1.3)  # past a second of silence, before keepalive closes `cut`'s connection (1.5-2.5 s)
+        go.touch()
+        out = json.loads(next_line(b"{"))
+    finally:
+        proc.kill()
+    assert out.get("ok") and out["s"] < 1 and out["target"] != Group.endpoint(cut), out
+    faults.heal(lab)
+    assert _bodies(group) == ["via-cut"]
 
 
 @pytest.mark.lab  # ~1 min: run by `make lab`

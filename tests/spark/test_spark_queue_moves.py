@@ -9,6 +9,7 @@ from collections import Counter
 
 import pytest
 
+from tests.spark.support import topic_bodies
 from txmq.broker import errors
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
@@ -81,3 +82,63 @@ def test_a_streaming_query_reads_across_a_queue_move_and_restarts_from_its_check
     offsets = sorted(r[2] for r in rows if (r[0], r[1]) == moving)
     assert offsets == list(range(offsets[0], offsets[0] + len(offsets))), "the moved queue skipped offsets"
     assert offsets[0] < base < offsets[-1], "the moved queue was not read on both sides of the move"
+
+
+@pytest.mark.slow  # ~1 min: two groups, a txmq -> txmq query running while one group is drained
+def test_a_streaming_sink_keeps_committing_exactly_once_while_one_of_its_groups_is_drained(spark, group_factory,
+                                                                                           tmp_path):
+    """The sink reads the groups a batch spans when the batch runs, not when the query started:
+    after `txmq group drain`, its batches commit on the group the queues moved to."""
+    fast = ["--replication", "async", "--transaction-timeout", "2s", "--check-interval", "1s"]
+    a, b = (group_factory(name, replicas=1, args=fast) for name in ("da", "db"))
+    endpoints = f"{a.endpoints};{b.endpoints}"
+    acked: list[bytes] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        with ClusterClient(endpoints) as client:
+            i = 0
+            while not stop.is_set():
+                try:
+                    client.send([Message("dsrc", f"d-{i}".encode())], topic="dsrc")
+                    acked.append(f"d-{i}".encode())
+                except errors.TxmqError:
+                    time.sleep(0.05)
+                i += 1
+                time.sleep(0.02)
+
+    with ClusterClient(endpoints) as client:
+        client.create_topic("dsrc", 4)
+        client.create_topic("ddst", 4)
+        assert {q.group for q in client.queues("ddst")} == {"da", "db"}
+    producer = threading.Thread(target=produce, daemon=True)
+    producer.start()
+    query = (spark.readStream.format("txmq").options(broker=endpoints, topic="dsrc", startingOffsets="earliest",
+                                                     pollIntervalMs="50").load().select("body")
+             .writeStream.format("txmq").options(broker=endpoints, topic="ddst")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start())
+    try:
+        deadline = time.monotonic() + 300  # Spark's start: minutes on a loaded host
+        while not [p for p in query.recentProgress if p["numInputRows"]]:  # the drain comes mid-query
+            assert query.exception() is None and time.monotonic() < deadline, f"no batch: {query.exception()}"
+            time.sleep(0.5)
+        with NativeClient(b.endpoints) as admin:
+            result = admin.move_queues(drain="da", wait_s=60)
+        assert {m["state"] for m in result["moves"]} == {"done"} and len(result["moves"]) == 4
+        time.sleep(5)
+        stop.set()
+        producer.join(30)
+        with ClusterClient(endpoints) as client:
+            assert {q.current.group for q in client.queues("ddst")} == {"db"}
+            deadline = time.monotonic() + 90
+            while not set(acked) <= set(written := topic_bodies(client, "ddst")):
+                assert query.exception() is None, f"the query failed: {query.exception()}"
+                assert time.monotonic() < deadline, f"{len(set(acked) - set(written))} messages never written"
+                time.sleep(0.5)
+        assert query.isActive and query.exception() is None, "the query stopped"
+    finally:
+        stop.set()
+        query.stop()
+    counts = Counter(written)
+    assert not [x for x, n in counts.items() if n > 1], "a message was written twice"
+    assert set(written) == set(acked)
