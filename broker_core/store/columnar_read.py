@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
+import pyarrow as pa
 
 from txmq.broker.errors import DataDeleted, IllegalOffset, MessageNotFound, StoreError
-from txmq.broker.store.commit_ref import SLOT_MAGIC, is_slot, resolve_many
+from txmq.broker.store.commit_ref import SLOT_MAGIC, SLOT_SIZE, final_records, is_slot, resolve_many
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.consume_queue import ENTRY_DTYPE, ENTRY_SIZE
 from txmq.broker.store.dispatch import Dispatcher
@@ -348,7 +349,46 @@ def _same_kind(slots: np.ndarray) -> int:
 def _resolved(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray, slots: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray, int]:
     """The records of a read some of whose entries are slots, back to back: each slot's record
-    made by commit_ref.resolve, each other record read as it is."""
+    made by commit_ref.final_records in one compiled pass (else commit_ref.resolve_many), each
+    other record copied as it is."""
+    record_at = np.zeros(len(phys), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=record_at[1:])
+    out = np.frombuffer(pa.allocate_buffer(max(int(sizes.sum()), 1)), dtype=np.uint8)  # the pool's pages
+    slot_phys = phys[slots]
+    found = _bytes_at(store, topic, queue_id, slot_phys, np.full(len(slot_phys), SLOT_SIZE, dtype=np.int64))
+    try:
+        done = found is not None and final_records(
+            found[0], found[1], slot_phys, sizes[slots], store.commitlog.read,
+            lambda p, n: _bytes_at(store, topic, queue_id, p, n), out, record_at[slots])
+        if not done:
+            return _resolved_one_by_one(store, topic, queue_id, phys, sizes, slots)
+    except (MessageNotFound, StoreError) as exc:
+        raise StoreError(f"queue {topic}:{queue_id}: a slot does not match the CommitLog: {exc}") from exc
+    if not slots.all():
+        records = ~slots
+        got = _bytes_at(store, topic, queue_id, phys[records], sizes[records])
+        if got is None:
+            return _resolved_one_by_one(store, topic, queue_id, phys, sizes, slots)
+        data, at = got
+        for o, a, n in zip(record_at[records].tolist(), at.tolist(), sizes[records].tolist()):  # rare: a read across kinds
+            out[o:o + n] = data[a:a + n]
+    return out, record_at, len(phys)
+
+
+def _bytes_at(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(bytes, each one's position in them) of the log's [phys[i], phys[i] + sizes[i]), from the maps
+    or read by spans; None when they do not all fit one read."""
+    got = gather_records(store, topic, queue_id, phys, sizes)
+    if got is None:
+        got = read_spans(store, topic, queue_id, phys, sizes)
+    data, at, count = got
+    return (data, at) if count == len(phys) else None
+
+
+def _resolved_one_by_one(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray, slots: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray, int]:
+    """_resolved by commit_ref.resolve_many, a record at a time (what final_records leaves to it)."""
     try:
         resolved = iter(resolve_many(store.commitlog.read, phys[slots].tolist()))
     except (MessageNotFound, StoreError) as exc:

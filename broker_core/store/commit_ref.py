@@ -32,6 +32,7 @@ entry held (size included), so pulls' byte budgets and every reader's `size` are
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -285,6 +286,91 @@ def resolve_many(read: Callable[[int, int], bytes], slot_addresses: Sequence[int
     return out
 
 
+@functools.cache
+def _compiled():
+    """The compiled loop's module (commit_ref_numba), imported on the first read of slots so
+    processes that never read one never load it (compiled once, cached on disk)."""
+    from txmq.broker.store import commit_ref_numba
+
+    return commit_ref_numba
+
+
+def load_compiled_finals() -> bool:
+    """Load final_records' compiled loop now (numba's import and its cached machine code), off the
+    first pull of messages committed by reference; a broker calls it once at start."""
+    k = _compiled()
+    i64, u8 = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+    k.write_finals(u8, i64, i64, i64, u8, i64, i64, i64, i64, i64, u8, i64, i64, i64, np.zeros((0, 8), np.uint8),
+                   i64, i64, i64, np.frombuffer(CRC_PREFIX, dtype=np.uint8), np.zeros((0, 1), np.uint8), i64,
+                   np.int64(0), np.int64(0), k.CRC32_TABLES)
+    return True
+
+
+def final_records(slot_data: np.ndarray, slot_at: np.ndarray, addresses: np.ndarray, sizes: np.ndarray,
+                  read: Callable[[int, int], bytes],
+                  halves_of: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray] | None],
+                  out: np.ndarray, out_at: np.ndarray) -> bool:
+    """resolve_many for a pull's slots, column-wise: the record slot i (at physical offset
+    addresses[i], its bytes at slot_data[slot_at[i]:], its queue entry's size sizes[i]) stands for
+    is written at out[out_at[i]:], by one compiled pass over the halves (commit_ref_numba); each
+    commit record's header is read once with `read`, the halves with `halves_of(physical offsets,
+    sizes)` -> (bytes, each half's position in them) or None. False when the pass leaves the
+    read to resolve_many (an IPv6 host, a slot or half that does not match: resolve_many names
+    it), and then `out` holds nothing meant."""
+    n = len(addresses)
+    if n == 0:
+        return True
+    rows = slot_data[slot_at[:, None] + np.arange(SLOT_SIZE)].reshape(-1).view(SLOT_DTYPE)
+    if not (bool((rows["magic"] == SLOT_MAGIC).all()) and bool((rows["size"] == SLOT_SIZE).all())
+            and bool((rows["final_size"] == sizes).all())):
+        return False
+    back = rows["back"].astype(np.int64)
+    starts, first, commit_of = np.unique(addresses - back, return_index=True, return_inverse=True)
+    names: dict[str, int] = {}
+    table, topic_base, topic_count, stamps, hosts, flags, masks = [], [], [], [], [], [], []
+    at = 0
+    for start, i in zip(starts.tolist(), first.tolist()):
+        commit, drop, topics = _commit_header(read, int(addresses[i]), start, int(back[i]))
+        if len(commit.store_host_raw) != 8:
+            return False
+        raws = [t.encode() for t in topics]
+        topic_base.append(len(table))
+        topic_count.append(len(raws))
+        table.extend(raws)
+        stamps.append(commit.store_timestamp)
+        hosts.append(commit.store_host_raw)
+        flags.append(commit.sys_flag)
+        masks.append(sum(1 << names.setdefault(d, len(names)) for d in drop))
+    if len(names) > 62:
+        return False
+    topic_index = rows["topic_index"].astype(np.int64)
+    if not bool((topic_index < np.asarray(topic_count, dtype=np.int64)[commit_of]).all()):
+        return False
+    lens = np.fromiter((len(r) for r in table), dtype=np.int64, count=len(table))
+    table_at = np.zeros(len(table), dtype=np.int64)
+    np.cumsum(lens[:-1], out=table_at[1:])
+    topic_id = np.asarray(topic_base, dtype=np.int64)[commit_of] + topic_index
+    half_phys, half_size = rows["half_phys"].astype(np.int64), rows["half_size"].astype(np.int64)
+    halves = halves_of(half_phys, half_size)
+    if halves is None:
+        return False
+    name_raws = [d.encode() for d in names]
+    name_table = np.zeros((len(names), max([1, *map(len, name_raws)])), dtype=np.uint8)
+    for k, raw in enumerate(name_raws):
+        name_table[k, :len(raw)] = np.frombuffer(raw, dtype=np.uint8)
+    k = _compiled()
+    status, _ = k.write_finals(
+        halves[0], halves[1].astype(np.int64, copy=False), half_phys, half_size, out, out_at.astype(np.int64, copy=False),
+        rows["final_size"].astype(np.int64), rows["queue_id"].astype(np.int64), rows["queue_offset"].astype(np.int64),
+        addresses.astype(np.int64, copy=False), np.frombuffer(b"".join(table) or b"\0", dtype=np.uint8),
+        table_at[topic_id], lens[topic_id], np.asarray(stamps, dtype=np.int64),
+        np.frombuffer(b"".join(hosts), dtype=np.uint8).reshape(-1, 8), np.asarray(flags, dtype=np.int64),
+        np.asarray(masks, dtype=np.int64), commit_of.astype(np.int64), np.frombuffer(CRC_PREFIX, dtype=np.uint8),
+        name_table, np.fromiter(map(len, name_raws), dtype=np.int64, count=len(name_raws)),
+        np.int64(~_NOT_INHERITED), np.int64(SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_BITS), k.CRC32_TABLES)
+    return status == k.OK
+
+
 class _SpanReader:
     """`read(offset, size)` answered from the last span read when it holds those bytes."""
 
@@ -361,5 +447,5 @@ def _without(props: bytes, name: bytes) -> bytes:
 
 __all__ = ["COMMIT_REF_TOPIC", "CommitHeader", "SLOT_DTYPE", "SLOT_HAS_KEYS", "SLOT_HAS_UNIQ_KEY", "SLOT_MAGIC",
            "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "SlotEntries", "body_head", "decode_body", "encode_body",
-           "encode_rows", "final_record", "final_size", "is_slot", "read_slot", "resolve", "resolve_many",
+           "encode_rows", "final_record", "final_records", "final_size", "is_slot", "load_compiled_finals", "read_slot", "resolve", "resolve_many",
            "slot_entries", "slot_rows", "slots_of"]
