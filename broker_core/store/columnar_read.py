@@ -378,12 +378,22 @@ def _resolved(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndar
 def _bytes_at(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray
               ) -> tuple[np.ndarray, np.ndarray] | None:
     """(bytes, each one's position in them) of the log's [phys[i], phys[i] + sizes[i]), from the maps
-    or read by spans; None when they do not all fit one read."""
+    or read by spans; None when they do not all fit one read. `phys` need not be in order (the halves
+    of transactions committed in another order than prepared): both reads walk them in log order."""
+    order = None
+    if len(phys) > 1 and not bool((phys[1:] >= phys[:-1]).all()):
+        order = np.argsort(phys, kind="stable")
+        phys, sizes = phys[order], sizes[order]
     got = gather_records(store, topic, queue_id, phys, sizes)
     if got is None:
         got = read_spans(store, topic, queue_id, phys, sizes)
     data, at, count = got
-    return (data, at) if count == len(phys) else None
+    if count != len(phys):
+        return None
+    if order is not None:
+        at, unsorted = np.empty_like(at), at
+        at[order] = unsorted
+    return data, at
 
 
 def _resolved_one_by_one(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray, slots: np.ndarray

@@ -300,6 +300,7 @@ def load_compiled_finals() -> bool:
     first pull of messages committed by reference; a broker calls it once at start."""
     k = _compiled()
     i64, u8 = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint8)
+    k.slot_columns(u8, i64, np.zeros((7, 0), dtype=np.int64))
     k.write_finals(u8, i64, i64, i64, u8, i64, i64, i64, i64, i64, u8, i64, i64, i64, np.zeros((0, 8), np.uint8),
                    i64, i64, i64, np.frombuffer(CRC_PREFIX, dtype=np.uint8), np.zeros((0, 1), np.uint8), i64,
                    np.int64(0), np.int64(0), k.CRC32_TABLES)
@@ -320,15 +321,16 @@ def final_records(slot_data: np.ndarray, slot_at: np.ndarray, addresses: np.ndar
     n = len(addresses)
     if n == 0:
         return True
-    rows = slot_data[slot_at[:, None] + np.arange(SLOT_SIZE)].reshape(-1).view(SLOT_DTYPE)
-    if not (bool((rows["magic"] == SLOT_MAGIC).all()) and bool((rows["size"] == SLOT_SIZE).all())
-            and bool((rows["final_size"] == sizes).all())):
+    k = _compiled()
+    columns = np.empty((7, n), dtype=np.int64)
+    if not k.slot_columns(slot_data, slot_at.astype(np.int64, copy=False), columns):
         return False
-    back = rows["back"].astype(np.int64)
+    half_phys, half_size, final_size, queue_id, topic_index, back, queue_offset = columns
+    if not bool((final_size == sizes).all()):
+        return False
     starts, first, commit_of = np.unique(addresses - back, return_index=True, return_inverse=True)
     names: dict[str, int] = {}
     table, topic_base, topic_count, stamps, hosts, flags, masks = [], [], [], [], [], [], []
-    at = 0
     for start, i in zip(starts.tolist(), first.tolist()):
         commit, drop, topics = _commit_header(read, int(addresses[i]), start, int(back[i]))
         if len(commit.store_host_raw) != 8:
@@ -343,25 +345,22 @@ def final_records(slot_data: np.ndarray, slot_at: np.ndarray, addresses: np.ndar
         masks.append(sum(1 << names.setdefault(d, len(names)) for d in drop))
     if len(names) > 62:
         return False
-    topic_index = rows["topic_index"].astype(np.int64)
     if not bool((topic_index < np.asarray(topic_count, dtype=np.int64)[commit_of]).all()):
         return False
     lens = np.fromiter((len(r) for r in table), dtype=np.int64, count=len(table))
     table_at = np.zeros(len(table), dtype=np.int64)
     np.cumsum(lens[:-1], out=table_at[1:])
     topic_id = np.asarray(topic_base, dtype=np.int64)[commit_of] + topic_index
-    half_phys, half_size = rows["half_phys"].astype(np.int64), rows["half_size"].astype(np.int64)
     halves = halves_of(half_phys, half_size)
     if halves is None:
         return False
     name_raws = [d.encode() for d in names]
     name_table = np.zeros((len(names), max([1, *map(len, name_raws)])), dtype=np.uint8)
-    for k, raw in enumerate(name_raws):
-        name_table[k, :len(raw)] = np.frombuffer(raw, dtype=np.uint8)
-    k = _compiled()
+    for j, raw in enumerate(name_raws):
+        name_table[j, :len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     status, _ = k.write_finals(
         halves[0], halves[1].astype(np.int64, copy=False), half_phys, half_size, out, out_at.astype(np.int64, copy=False),
-        rows["final_size"].astype(np.int64), rows["queue_id"].astype(np.int64), rows["queue_offset"].astype(np.int64),
+        final_size, queue_id, queue_offset,
         addresses.astype(np.int64, copy=False), np.frombuffer(b"".join(table) or b"\0", dtype=np.uint8),
         table_at[topic_id], lens[topic_id], np.asarray(stamps, dtype=np.int64),
         np.frombuffer(b"".join(hosts), dtype=np.uint8).reshape(-1, 8), np.asarray(flags, dtype=np.int64),

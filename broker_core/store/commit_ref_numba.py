@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from txmq.broker.store.commit_ref import SLOT_DTYPE, SLOT_MAGIC, SLOT_SIZE
 from txmq.broker.store.compiled_primitives import CRC32_TABLES, crc32_update, memcpy
 from txmq.broker.store.record_copy_numba import _find_properties, _i32, _i64, _u32
 from txmq.broker.store.record_layout import (
@@ -36,6 +37,11 @@ from txmq.broker.store.record_layout import (
     SYSFLAG_AT,
 )
 
+# where slot_columns reads each field (commit_ref.SLOT_DTYPE owns the layout)
+_HALF_PHYS, _HALF_SIZE, _FINAL_SIZE, _QUEUE_ID, _TOPIC_INDEX, _BACK, _QUEUE_OFFSET = (
+    SLOT_DTYPE.fields[name][1] for name in ("half_phys", "half_size", "final_size", "queue_id", "topic_index", "back",
+                                            "queue_offset"))
+
 OK = 0
 FALLBACK = 1  # the Python twin decides: an IPv6 host, or a half or size that does not match
 
@@ -52,6 +58,24 @@ def _put32(out, at, v):
 def _put64(out, at, v):
     for j in range(8):
         out[at + j] = (v >> (56 - 8 * j)) & 0xFF
+
+
+@njit(cache=True, nogil=True)
+def slot_columns(data, slot_at, columns):
+    """columns[:, i] = slot i's HALFPHYS, HALFSIZE, FINALSIZE, QUEUEID, TOPICINDEX, BACK, QUEUEOFFSET
+    (the slot at data[slot_at[i]:]); False when one is not a slot."""
+    for i in range(slot_at.shape[0]):
+        s = slot_at[i]
+        if s < 0 or s + SLOT_SIZE > data.shape[0] or _u32(data, s) != SLOT_SIZE or _u32(data, s + 4) != SLOT_MAGIC:
+            return False
+        columns[0, i] = _i64(data, s + _HALF_PHYS)
+        columns[1, i] = _i32(data, s + _HALF_SIZE)
+        columns[2, i] = _i32(data, s + _FINAL_SIZE)
+        columns[3, i] = _i32(data, s + _QUEUE_ID)
+        columns[4, i] = (np.int64(data[s + _TOPIC_INDEX]) << 8) | np.int64(data[s + _TOPIC_INDEX + 1])
+        columns[5, i] = _u32(data, s + _BACK)
+        columns[6, i] = _i64(data, s + _QUEUE_OFFSET)
+    return True
 
 
 @njit(cache=True, nogil=True)
@@ -97,20 +121,23 @@ def write_finals(halves, half_at, half_phys, half_size, out, out_at, final_size,
             if halves[crc_name_at + j] != crc_prefix[j]:
                 return FALLBACK, i
         c = commit_of[i]
-        mask = drop_mask[c]
-        dropped = 0
-        if mask:
+        tlen = topic_len[i]
+        # the slot's final size says how many property bytes the record drops: most drop none
+        dropped = HEADER_V4_SIZE + body_len + 3 + tlen + (crc_name_at - props_at) + tail_len - final_size[i]
+        for k in range(names.shape[0]):
+            found[k, 0] = -1
+        if dropped:
+            mask = drop_mask[c]
             _find_properties(halves, props_at, crc_name_at, names, name_len, found)
             for k in range(names.shape[0]):
                 if (mask >> k) & 1 and found[k, 0] >= 0:
-                    dropped += found[k, 1] - found[k, 0]
+                    dropped -= found[k, 1] - found[k, 0]
                 else:
                     found[k, 0] = -1
-        kept = crc_name_at - props_at - dropped
-        tlen = topic_len[i]
-        total = HEADER_V4_SIZE + body_len + 3 + tlen + kept + tail_len
-        if total != final_size[i]:
-            return FALLBACK, i
+            if dropped:
+                return FALLBACK, i
+        kept = final_size[i] - (HEADER_V4_SIZE + body_len + 3 + tlen + tail_len)
+        total = final_size[i]
         o = out_at[i]
         if o < 0 or o + total > out.shape[0]:
             return FALLBACK, i
@@ -162,4 +189,4 @@ def write_finals(halves, half_at, half_phys, half_size, out, out_at, final_size,
     return OK, 0
 
 
-__all__ = ["CRC32_TABLES", "FALLBACK", "OK", "write_finals"]
+__all__ = ["CRC32_TABLES", "FALLBACK", "OK", "slot_columns", "write_finals"]
