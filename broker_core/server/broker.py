@@ -45,6 +45,7 @@ from txmq.broker.server.metrics_http import MetricsServer, start_metrics_server
 from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.server.short_calls import short_call_pool
 from txmq.broker.store.record_block import load_compiled
+from txmq.broker.store.commit_ref import load_compiled_finals
 from txmq.broker.store.record_copy import load_compiled_scan
 
 if TYPE_CHECKING:  # the store loads when a BrokerCore is made
@@ -55,11 +56,13 @@ log = logging.getLogger("txmq.broker")
 
 def _load_lazy_code() -> None:
     """Load, off the first large COMMIT's path, what Python loads on first use: the compiled record
-    encoder and source scan (numba) and pyarrow.compute (the columnar reads' take; it imports pandas)."""
+    encoder, source scan and final-record writer (numba; the last for the first pull of messages
+    committed by reference) and pyarrow.compute (the columnar reads' take; it imports pandas)."""
     import pyarrow.compute  # noqa: F401
 
     load_compiled()
     load_compiled_scan()
+    load_compiled_finals()
 
 
 def store_config(config: BrokerConfig, *, replica: bool = False):
