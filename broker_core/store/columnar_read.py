@@ -360,10 +360,10 @@ def _resolved(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndar
         done = found is not None and final_records(
             found[0], found[1], slot_phys, sizes[slots], store.commitlog.read,
             lambda p, n: _bytes_at(store, topic, queue_id, p, n), out, record_at[slots])
-        if not done:
-            return _resolved_one_by_one(store, topic, queue_id, phys, sizes, slots)
     except (MessageNotFound, StoreError) as exc:
         raise StoreError(f"queue {topic}:{queue_id}: a slot does not match the CommitLog: {exc}") from exc
+    if not done:
+        return _resolved_one_by_one(store, topic, queue_id, phys, sizes, slots)
     if not slots.all():
         records = ~slots
         got = _bytes_at(store, topic, queue_id, phys[records], sizes[records])
