@@ -70,7 +70,6 @@ class TransactionalBatch:
         self.checkpoint = CheckpointDir(checkpoint_location, helper="TransactionalBatch",
                                         filesystem=checkpoint_filesystem)
         self.nonce = txn.run_nonce()
-        self._participants: tuple[str, ...] | None = None
         self._checkback_wanted = checkback
         self._client: ConnectorClient | None = None
         self._session: CheckbackHandle | None = None
@@ -122,8 +121,8 @@ class TransactionalBatch:
     def _manifest_name(batch_id: int) -> str:
         return f"txmq-foreach-batch/{batch_id}.json"
 
-    def _write_manifest(self, batch_id: int, tx: str, senders: list[str]) -> None:
-        manifest = {"transaction_id": tx, "senders": senders, "participants": list(self.participants)}
+    def _write_manifest(self, batch_id: int, tx: str, senders: list[str], participants: tuple[str, ...]) -> None:
+        manifest = {"transaction_id": tx, "senders": senders, "participants": list(participants)}
         self.checkpoint.write(self._manifest_name(batch_id), json.dumps(manifest).encode())
 
     def _read_manifest(self, batch_id: int) -> dict | None:
@@ -146,23 +145,27 @@ class TransactionalBatch:
                                     producer_group=self.producer_group, participants=participants)
         return True
 
-    @property
-    def participants(self) -> tuple[str, ...]:
-        """The broker groups this helper's batch transactions span (sink.batch_participants),
-        fixed at its first batch; each manifest records them for later runs."""
-        if self._participants is None:
-            self._participants = batch_participants(self.client, self.options.topic)
-        return self._participants
+    def _participants(self) -> tuple[str, ...]:
+        """The broker groups this batch's transaction spans (sink.batch_participants), read afresh
+        per batch as the sink's tasks do: a group added, or one drained, since the last batch changes
+        them. Each manifest records them, so a later run settles the batch where it was written."""
+        if self.options.topic is not None:
+            self.client.routes([self.options.topic], refresh=True)
+        return batch_participants(self.client, self.options.topic)
 
     # --- the batch -------------------------------------------------------------------
 
-    def _recover(self, batch_id: int) -> str | None:
-        """Settle what a dead run left for this batch. Returns a fresh tx id, or None if the batch is done."""
+    def _recover(self, batch_id: int, participants: tuple[str, ...]) -> str | None:
+        """Settle what a dead run left for this batch (its manifest names the groups it was written
+        on; without one, the batch's groups now). Returns a fresh tx id, or None if the batch is done."""
+        manifest = self._read_manifest(batch_id)
         gen = 0
         while True:
             tx = txn.transaction_id(self.sink_id, batch_id, gen)
+            written = manifest is not None and manifest["transaction_id"] == tx and "participants" in manifest
+            used = tuple(manifest["participants"]) if written else participants
             try:
-                state = txn.state_name(self.client.get_transaction(tx, participants=self.participants).state)
+                state = txn.state_name(self.client.get_transaction(tx, participants=used).state)
             except UnknownTransaction:
                 return tx
             if state == txn.COMMITTED:
@@ -173,15 +176,15 @@ class TransactionalBatch:
                 if state == txn.PENDING:
                     try:
                         self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group,
-                                                    participants=self.participants)
+                                                    participants=used)
                     except TransactionConflict:
                         continue  # it just committed (a check-back): look again
             gen += 1
 
-    def _send(self, batch_df, tx: str) -> list[tuple[str, int, bool]]:
+    def _send(self, batch_df, tx: str, participants: tuple[str, ...]) -> list[tuple[str, int, bool]]:
         conn, topic, group, rows_per_rpc = (self.options.connection, self.options.topic, self.producer_group,
                                             self.options.max_batch_rows)
-        nonce, participants = self.nonce, self.participants
+        nonce = self.nonce
 
         def send_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
@@ -201,25 +204,26 @@ class TransactionalBatch:
         with self._lock:
             self._in_progress = batch_id
         try:
-            tx = self._recover(batch_id)
+            participants = self._participants()  # fixed for the batch: every task and the commit name them
+            tx = self._recover(batch_id, participants)
             if tx is None:
                 log.info("txmq foreachBatch: batch %s already committed by an earlier run", batch_id)
                 return
-            sent = self._send(batch_df, tx)
+            sent = self._send(batch_df, tx, participants)
             senders = sorted({s for s, rows, _ in sent if rows > 0})
-            self._write_manifest(batch_id, tx, senders)
+            self._write_manifest(batch_id, tx, senders, participants)
             crash_point("fb.after_halves", batch_id)
             try:
                 self.local_transaction(batch_df, batch_id)
             except BaseException:
                 if senders:
                     self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group,
-                                                participants=self.participants)
+                                                participants=participants)
                 raise
             crash_point("fb.after_local_transaction", batch_id)
             if senders:
                 self.client.end_transaction(tx, "COMMIT", include_senders=senders,
-                                            producer_group=self.producer_group, participants=self.participants)
+                                            producer_group=self.producer_group, participants=participants)
             crash_point("fb.after_broker_commit", batch_id)
         finally:
             with self._lock:
