@@ -424,8 +424,9 @@ class ClusterClient:
     def read_queue(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> Iterator:
         """Queue (group, queue id) of `topic`, range [start, end), as the group's `read_queue` streams
         it; a moved queue's range is read from each segment's group in turn, in its own offsets. A
-        range past what the cached routes place (a move since they were read) is read again with
-        fresh routes from where it stopped."""
+        range past what the cached routes place (a move since they were read), or on a group that
+        does not answer (a drained group stopped since), is read again with fresh routes from where
+        it stopped."""
         pos, refreshed = start, False
         while True:
             q = self._queue(topic, queue, refresh=refreshed)
@@ -445,6 +446,10 @@ class ClusterClient:
                 if refreshed:
                     raise
                 refreshed = True  # the end lies on a group the cached routes did not know of yet
+            except errors.BrokerUnavailable:
+                if refreshed:
+                    raise
+                refreshed = True  # its history may have been copied off a group stopped since the routes were read
 
     def pull_arrow(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> PullResult:
         for refresh in (False, True):
@@ -458,8 +463,8 @@ class ClusterClient:
                 segment, lo, hi = pieces[0]
                 return seg.shifted(self.group(segment.group).pull_arrow(topic, segment.queue_id, lo, hi, **kwargs),
                                    segment, queue[1])
-            except errors.IllegalOffset:
-                if refresh:
+            except (errors.IllegalOffset, errors.BrokerUnavailable):
+                if refresh:  # fresh routes: a move since, or a history copied off a group stopped since
                     raise
         raise AssertionError("unreachable")
 

@@ -71,3 +71,18 @@ def test_a_transaction_committed_on_a_drained_group_is_found_while_that_group_ru
         assert fresh.transaction_group("on-a-0") == "b"
         assert fresh.get_transaction("on-a-0").state == "COMMITTED"
 
+
+
+def test_a_reader_with_routes_from_before_the_drain_reads_the_history_copied_off_the_stopped_group(drained):
+    a, b, drain = drained
+    with ClusterClient(b.endpoints, route_ttl_s=600) as reader:  # its routes stay as they were
+        reader.send([Message("t", b"warm-up")], topic="t")
+        on_a = [q.key for q in reader.queues("t") if q.group == "a"]
+        for i in range(10):
+            reader.group("a").send([Message("t", f"on-a-{i}".encode())], topic="t")
+        ends = {q: reader.group("a").snapshot_offsets(["t"])["t"].get(q[1], 0) for q in on_a}
+        drain().stop()
+        assert not next(q for q in reader.queues("t") if q.group == "a").moves, "its routes are from before the drain"
+        bodies = [body for q in on_a for r in reader.read_queue("t", q, 0, ends[q])
+                  for body in r.batch.column("body").to_pylist()]
+    assert sorted(b for b in bodies if b.startswith(b"on-a-")) == sorted(f"on-a-{i}".encode() for i in range(10))
