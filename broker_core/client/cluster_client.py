@@ -120,15 +120,16 @@ class ClusterClient:
                 self.faults.forgive(group)  # a new leader: the old one's penalty is not its own
             retired = group in routes.retired
             known, was_retired = self._endpoints.get(group, ((), False))
-            if endpoints and (set(endpoints) != set(known) or retired != was_retired):
+            replicas = tuple(endpoints) or known  # a drained group seen first once stopped keeps its last replicas
+            if replicas and (set(replicas) != set(known) or retired != was_retired):
                 # a new client when the group's replicas changed or it was drained; the old one finishes its calls
-                self._endpoints[group] = (tuple(endpoints), retired)
+                self._endpoints[group] = (replicas, retired)
                 old_client = self._clients.get(group)
                 if old_client is not None:
                     self._retired.append(old_client)  # closed with this client: a call may still use it
                 kwargs = {**self.client_kwargs, "retry_unavailable_s": RETIRED_GROUP_UNREACHABLE_S} if retired \
                     else self.client_kwargs
-                self._clients[group] = NativeClient(";".join(endpoints), **kwargs)
+                self._clients[group] = NativeClient(";".join(replicas), **kwargs)
 
     def group(self, name: str) -> NativeClient:
         """The client of group `name` (the bootstrap broker's for an unnamed single group)."""
