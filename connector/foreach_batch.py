@@ -26,12 +26,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from txmq.broker.errors import TransactionConflict, UnknownTransaction
+from txmq.broker.errors import QueueSealed, TransactionConflict, UnknownTransaction
 
 from txmq.broker.client.types import CheckRequest
 
@@ -46,7 +47,9 @@ from .source import executor_client
 
 log = logging.getLogger("txmq.spark.foreach_batch")
 
-_SENT_SCHEMA = "sender string, rows long, committed boolean"
+_SENT_SCHEMA = "sender string, rows long, committed boolean, moved boolean"
+# how often a batch whose tasks met a queue sealed by a move is sent again on the groups it moved to
+MOVED_BATCH_RETRIES = 20
 
 
 class TransactionalBatch:
@@ -181,7 +184,7 @@ class TransactionalBatch:
                         continue  # it just committed (a check-back): look again
             gen += 1
 
-    def _send(self, batch_df, tx: str, participants: tuple[str, ...]) -> list[tuple[str, int, bool]]:
+    def _send(self, batch_df, tx: str, participants: tuple[str, ...]) -> list[tuple[str, int, bool, bool]]:
         conn, topic, group, rows_per_rpc = (self.options.connection, self.options.topic, self.producer_group,
                                             self.options.max_batch_rows)
         nonce = self.nonce
@@ -191,12 +194,37 @@ class TransactionalBatch:
 
             tc = TaskContext.get()
             sender = txn.sender_name(tc.partitionId(), tc.attemptNumber(), nonce)
-            rows, committed = send_halves(executor_client(conn), batches, transaction_id=tx, sender=sender,
-                                          topic=topic, producer_group=group, max_batch_rows=rows_per_rpc,
-                                          participants=participants)
-            yield pa.RecordBatch.from_pylist([{"sender": sender, "rows": rows, "committed": committed}])
+            try:
+                rows, committed = send_halves(executor_client(conn), batches, transaction_id=tx, sender=sender,
+                                              topic=topic, producer_group=group, max_batch_rows=rows_per_rpc,
+                                              participants=participants)
+            except QueueSealed:  # a move sealed the queue it wrote to: the driver sends the batch again
+                rows, committed, moved = 0, False, True
+            else:
+                moved = False
+            yield pa.RecordBatch.from_pylist([{"sender": sender, "rows": rows, "committed": committed,
+                                               "moved": moved}])
 
-        return [(r.sender, r.rows, r.committed) for r in batch_df.mapInArrow(send_partition, _SENT_SCHEMA).collect()]
+        return [(r.sender, r.rows, r.committed, r.moved)
+                for r in batch_df.mapInArrow(send_partition, _SENT_SCHEMA).collect()]
+
+    def _send_batch(self, batch_df, batch_id: int) -> tuple[str, list[str], tuple[str, ...]] | None:
+        """The batch's halves sent on the groups taking the topic's writes now: (transaction id,
+        senders with rows, groups), or None if an earlier run committed it. A queue move during
+        the send seals a queue a task wrote to; that generation is rolled back whole and the batch
+        sent again on the groups the queues moved to (the sink fails its query there instead)."""
+        for attempt in range(1, MOVED_BATCH_RETRIES + 1):
+            participants = self._participants()  # fixed for the attempt: every task and the commit name them
+            tx = self._recover(batch_id, participants)
+            if tx is None:
+                return None
+            sent = self._send(batch_df, tx, participants)
+            if not any(moved for *_, moved in sent):
+                return tx, sorted({s for s, rows, _, _ in sent if rows > 0}), participants
+            log.info("txmq foreachBatch: batch %s met a queue moving (attempt %s); sending it again", batch_id, attempt)
+            self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group, participants=participants)
+            time.sleep(min(0.2 * attempt, 2.0))  # the move finishes within seconds
+        raise QueueSealed(f"txmq foreachBatch: batch {batch_id} met a moving queue {MOVED_BATCH_RETRIES} times")
 
     def __call__(self, batch_df, batch_id: int) -> None:
         validate_sink_schema(batch_df.schema, default_topic=self.options.topic)
@@ -204,13 +232,11 @@ class TransactionalBatch:
         with self._lock:
             self._in_progress = batch_id
         try:
-            participants = self._participants()  # fixed for the batch: every task and the commit name them
-            tx = self._recover(batch_id, participants)
-            if tx is None:
+            done = self._send_batch(batch_df, batch_id)
+            if done is None:
                 log.info("txmq foreachBatch: batch %s already committed by an earlier run", batch_id)
                 return
-            sent = self._send(batch_df, tx, participants)
-            senders = sorted({s for s, rows, _ in sent if rows > 0})
+            tx, senders, participants = done
             self._write_manifest(batch_id, tx, senders, participants)
             crash_point("fb.after_halves", batch_id)
             try:
