@@ -10,6 +10,7 @@ Outside a cluster the broker answers one group, "", and this is a plain NativeCl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -529,7 +530,8 @@ class ClusterClient:
                     continue
                 except errors.BrokerUnavailable:
                     if group in routes.retired:
-                        self.routes(refresh=True)  # a drained group that stopped: the next lookup skips it
+                        with contextlib.suppress(errors.BrokerUnavailable):
+                            self.routes(refresh=True)  # a drained group that stopped: the next lookup skips it
                     continue
                 self._pin(transaction_id, group)
                 return result
