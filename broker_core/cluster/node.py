@@ -117,7 +117,7 @@ class ReplicaNode:
             self.membership = EtcdMembership(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s))
             self.routes = RouteView(RouteRegistry(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)),
                                     self.group, self._create_share)
-            self.moves = QueueMover(self.routes, self._call_leader)
+            self.moves = QueueMover(self.routes, self._call_leader, resume_after_s=cfg.move_resume_after_s)
             self.moves.copier = self.copier = HistoryCopier(self.routes, self._open_group)
         except BaseException:
             self.store.close()
