@@ -5,18 +5,15 @@ later takes rows, and the query goes on once a group is drained and stopped for 
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from collections import Counter
 
 import pytest
 
 from tests.spark.crash_driver import sqlite_local_transaction
-from tests.spark.support import topic_bodies
-from txmq.broker import errors
+from tests.spark.support import start_sending, topic_bodies
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
-from txmq.broker.client.types import Message
 from txmq.spark import TransactionalBatch
 
 pytestmark = pytest.mark.spark
@@ -53,27 +50,13 @@ def test_foreach_batch_writes_to_a_group_added_mid_query_and_goes_on_once_the_fi
         spark, group_factory, tmp_path):
     a = group_factory("fa", replicas=1, args=FAST)
     acked: list[bytes] = []
-    stop = threading.Event()
-
-    def produce() -> None:
-        with ClusterClient(a.endpoints) as client:  # its only bootstrap broker stops: it asks the others it knows
-            i = 0
-            while not stop.is_set():
-                try:
-                    client.send([Message("fsrc", f"f-{i}".encode())], topic="fsrc")
-                    acked.append(f"f-{i}".encode())
-                except errors.TxmqError:
-                    time.sleep(0.05)
-                i += 1
-                time.sleep(0.02)
-
     with ClusterClient(a.endpoints) as client:
         client.create_topic("fsrc", 2)
         client.create_topic("fdst", 2)
     db = str(tmp_path / "db.sqlite")
     local, check = sqlite_local_transaction(db)
-    producer = threading.Thread(target=produce, daemon=True)
-    producer.start()
+    # its only bootstrap broker is stopped later: it asks the others it knows
+    stop_sending = start_sending(a.endpoints, "fsrc", "f", acked)
     helper = TransactionalBatch(broker=a.endpoints, topic="fdst", checkpoint_location=str(tmp_path / "cp"),
                                 local_transaction=local, check=check)
     query = (spark.readStream.format("txmq").options(broker=a.endpoints, topic="fsrc", startingOffsets="earliest",
@@ -96,15 +79,14 @@ def test_foreach_batch_writes_to_a_group_added_mid_query_and_goes_on_once_the_fi
         wait_for(f"a batch after the stop (batch {stopped_at} was the last before; batch durations, ms: "
                  f"{[p['durationMs'].get('triggerExecution') for p in query.recentProgress]})",
                  lambda: max(committed_batches(db)) >= stopped_at + 2, query, 60)
-        stop.set()
-        producer.join(30)
+        stop_sending()
         with ClusterClient(b.endpoints) as client:
             assert {q.current.group for q in client.queues("fdst")} == {"fb"}
             wait_for("every acknowledged message", lambda: set(acked) <= set(db_rows(db)), query, 90)
             written = topic_bodies(client, "fdst")
         assert query.isActive and query.exception() is None, "the query stopped"
     finally:
-        stop.set()
+        stop_sending()
         query.stop()
         helper.close()
     rows = db_rows(db)
