@@ -24,7 +24,8 @@ copied afterwards (step 4), or with `keep_history` read where it lies:
 The source's leader may die at any point: a new leader seals the queue at its promotion (the mark
 is in etcd), its log holds every acknowledged write, so the seal call is repeated on it and
 returns the same E. A mover that dies leaves the mark; the target group's leader finishes the
-move after the broker's --move-resume-after, 10 s by default (each step is idempotent; the commit is a compare-and-swap).
+move after the broker's --move-resume-after (each step is idempotent; the commit is a
+compare-and-swap).
 """
 
 from __future__ import annotations

@@ -402,10 +402,11 @@ class ReplicaNode:
             if self.router.role != "follower":
                 self.router.forward_to(leader.endpoint)
         elif self.router.role == "follower":  # its calls in flight to the leader end with the channel
+            silent = follower.leader_silent_s()
             self.router.unavailable(f"group {self.group}: replica {self.me} cannot reach the leader "
-                                    f"{leader.endpoint} now (no answer for {follower.leader_silent_s():.1f}s)")
+                                    f"{leader.endpoint} now (no answer for {silent:.1f}s)")
             log.warning("group %s: %s stops forwarding client calls: the leader %s has not answered it for %.1fs",
-                        self.group, self.me, leader.endpoint, follower.leader_silent_s())
+                        self.group, self.me, leader.endpoint, silent)
 
     def _stop_following(self) -> None:
         if self.follower is not None:
