@@ -26,12 +26,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from typing import Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from txmq.broker.errors import TransactionConflict, UnknownTransaction
+from txmq.broker.errors import QueueSealed, TransactionConflict, UnknownTransaction
 
 from txmq.broker.client.types import CheckRequest
 
@@ -46,7 +47,9 @@ from .source import executor_client
 
 log = logging.getLogger("txmq.spark.foreach_batch")
 
-_SENT_SCHEMA = "sender string, rows long, committed boolean"
+_SENT_SCHEMA = "sender string, rows long, committed boolean, moved boolean"
+# how often a batch whose tasks met a queue sealed by a move is sent again on the groups it moved to
+MOVED_BATCH_RETRIES = 20
 
 
 class TransactionalBatch:
@@ -70,7 +73,6 @@ class TransactionalBatch:
         self.checkpoint = CheckpointDir(checkpoint_location, helper="TransactionalBatch",
                                         filesystem=checkpoint_filesystem)
         self.nonce = txn.run_nonce()
-        self._participants: tuple[str, ...] | None = None
         self._checkback_wanted = checkback
         self._client: ConnectorClient | None = None
         self._session: CheckbackHandle | None = None
@@ -122,8 +124,8 @@ class TransactionalBatch:
     def _manifest_name(batch_id: int) -> str:
         return f"txmq-foreach-batch/{batch_id}.json"
 
-    def _write_manifest(self, batch_id: int, tx: str, senders: list[str]) -> None:
-        manifest = {"transaction_id": tx, "senders": senders, "participants": list(self.participants)}
+    def _write_manifest(self, batch_id: int, tx: str, senders: list[str], participants: tuple[str, ...]) -> None:
+        manifest = {"transaction_id": tx, "senders": senders, "participants": list(participants)}
         self.checkpoint.write(self._manifest_name(batch_id), json.dumps(manifest).encode())
 
     def _read_manifest(self, batch_id: int) -> dict | None:
@@ -146,23 +148,27 @@ class TransactionalBatch:
                                     producer_group=self.producer_group, participants=participants)
         return True
 
-    @property
-    def participants(self) -> tuple[str, ...]:
-        """The broker groups this helper's batch transactions span (sink.batch_participants),
-        fixed at its first batch; each manifest records them for later runs."""
-        if self._participants is None:
-            self._participants = batch_participants(self.client, self.options.topic)
-        return self._participants
+    def _participants(self) -> tuple[str, ...]:
+        """The broker groups this batch's transaction spans (sink.batch_participants), read afresh
+        per batch as the sink's tasks do: a group added, or one drained, since the last batch changes
+        them. Each manifest records them, so a later run settles the batch where it was written."""
+        if self.options.topic is not None:
+            self.client.routes([self.options.topic], refresh=True)
+        return batch_participants(self.client, self.options.topic)
 
     # --- the batch -------------------------------------------------------------------
 
-    def _recover(self, batch_id: int) -> str | None:
-        """Settle what a dead run left for this batch. Returns a fresh tx id, or None if the batch is done."""
+    def _recover(self, batch_id: int, participants: tuple[str, ...]) -> str | None:
+        """Settle what a dead run left for this batch (its manifest names the groups it was written
+        on; without one, the batch's groups now). Returns a fresh tx id, or None if the batch is done."""
+        manifest = self._read_manifest(batch_id)
         gen = 0
         while True:
             tx = txn.transaction_id(self.sink_id, batch_id, gen)
+            written = manifest is not None and manifest["transaction_id"] == tx and "participants" in manifest
+            used = tuple(manifest["participants"]) if written else participants
             try:
-                state = txn.state_name(self.client.get_transaction(tx, participants=self.participants).state)
+                state = txn.state_name(self.client.get_transaction(tx, participants=used).state)
             except UnknownTransaction:
                 return tx
             if state == txn.COMMITTED:
@@ -173,27 +179,52 @@ class TransactionalBatch:
                 if state == txn.PENDING:
                     try:
                         self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group,
-                                                    participants=self.participants)
+                                                    participants=used)
                     except TransactionConflict:
                         continue  # it just committed (a check-back): look again
             gen += 1
 
-    def _send(self, batch_df, tx: str) -> list[tuple[str, int, bool]]:
+    def _send(self, batch_df, tx: str, participants: tuple[str, ...]) -> list[tuple[str, int, bool, bool]]:
         conn, topic, group, rows_per_rpc = (self.options.connection, self.options.topic, self.producer_group,
                                             self.options.max_batch_rows)
-        nonce, participants = self.nonce, self.participants
+        nonce = self.nonce
 
         def send_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
 
             tc = TaskContext.get()
             sender = txn.sender_name(tc.partitionId(), tc.attemptNumber(), nonce)
-            rows, committed = send_halves(executor_client(conn), batches, transaction_id=tx, sender=sender,
-                                          topic=topic, producer_group=group, max_batch_rows=rows_per_rpc,
-                                          participants=participants)
-            yield pa.RecordBatch.from_pylist([{"sender": sender, "rows": rows, "committed": committed}])
+            try:
+                rows, committed = send_halves(executor_client(conn), batches, transaction_id=tx, sender=sender,
+                                              topic=topic, producer_group=group, max_batch_rows=rows_per_rpc,
+                                              participants=participants)
+            except QueueSealed:  # a move sealed the queue it wrote to: the driver sends the batch again
+                rows, committed, moved = 0, False, True
+            else:
+                moved = False
+            yield pa.RecordBatch.from_pylist([{"sender": sender, "rows": rows, "committed": committed,
+                                               "moved": moved}])
 
-        return [(r.sender, r.rows, r.committed) for r in batch_df.mapInArrow(send_partition, _SENT_SCHEMA).collect()]
+        return [(r.sender, r.rows, r.committed, r.moved)
+                for r in batch_df.mapInArrow(send_partition, _SENT_SCHEMA).collect()]
+
+    def _send_batch(self, batch_df, batch_id: int) -> tuple[str, list[str], tuple[str, ...]] | None:
+        """The batch's halves sent on the groups taking the topic's writes now: (transaction id,
+        senders with rows, groups), or None if an earlier run committed it. A queue move during
+        the send seals a queue a task wrote to; that generation is rolled back whole and the batch
+        sent again on the groups the queues moved to (the sink fails its query there instead)."""
+        for attempt in range(1, MOVED_BATCH_RETRIES + 1):
+            participants = self._participants()  # fixed for the attempt: every task and the commit name them
+            tx = self._recover(batch_id, participants)
+            if tx is None:
+                return None
+            sent = self._send(batch_df, tx, participants)
+            if not any(moved for *_, moved in sent):
+                return tx, sorted({s for s, rows, _, _ in sent if rows > 0}), participants
+            log.info("txmq foreachBatch: batch %s met a queue moving (attempt %s); sending it again", batch_id, attempt)
+            self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group, participants=participants)
+            time.sleep(min(0.2 * attempt, 2.0))  # the move finishes within seconds
+        raise QueueSealed(f"txmq foreachBatch: batch {batch_id} met a moving queue {MOVED_BATCH_RETRIES} times")
 
     def __call__(self, batch_df, batch_id: int) -> None:
         validate_sink_schema(batch_df.schema, default_topic=self.options.topic)
@@ -201,25 +232,24 @@ class TransactionalBatch:
         with self._lock:
             self._in_progress = batch_id
         try:
-            tx = self._recover(batch_id)
-            if tx is None:
+            done = self._send_batch(batch_df, batch_id)
+            if done is None:
                 log.info("txmq foreachBatch: batch %s already committed by an earlier run", batch_id)
                 return
-            sent = self._send(batch_df, tx)
-            senders = sorted({s for s, rows, _ in sent if rows > 0})
-            self._write_manifest(batch_id, tx, senders)
+            tx, senders, participants = done
+            self._write_manifest(batch_id, tx, senders, participants)
             crash_point("fb.after_halves", batch_id)
             try:
                 self.local_transaction(batch_df, batch_id)
             except BaseException:
                 if senders:
                     self.client.end_transaction(tx, "ROLLBACK", producer_group=self.producer_group,
-                                                participants=self.participants)
+                                                participants=participants)
                 raise
             crash_point("fb.after_local_transaction", batch_id)
             if senders:
                 self.client.end_transaction(tx, "COMMIT", include_senders=senders,
-                                            producer_group=self.producer_group, participants=self.participants)
+                                            producer_group=self.producer_group, participants=participants)
             crash_point("fb.after_broker_commit", batch_id)
         finally:
             with self._lock:

@@ -497,7 +497,9 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
         log(f"lab: group up, leader {group.wait_leader()[0].name}; etcd {group.etcd}; replicas {group.endpoints}")
         group.create_topic(topic)
         query_start_s = 600.0 if query else 0.0  # Spark took 3.5-6 min to start at a load average of 30 on 2 cores
-        duration = budget + query_start_s  # a bound only: the writers stop at the stop file
+        # a bound only: the writers stop at the stop file, and the faults may begin up to 90 s after the
+        # writers start (waiting for their first acks) and then run for up to `budget`
+        duration = 2 * budget + query_start_s
         procs = []
         query_proc = None
         if query:  # on a host of its own; it reads `topic` from the start while the writers write it

@@ -13,6 +13,7 @@ import shutil
 import signal
 import time
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 from lab.hosts import Host, Lab, LabError, _ip
 
@@ -71,8 +72,17 @@ def link_up(host: Host) -> None:
 
 
 def pause(host: Host) -> None:
-    """SIGSTOP every process on the host (a GC pause, a stalled VM)."""
+    """SIGSTOP every process on the host (a GC pause, a stalled VM); returns once each is stopped
+    (a signal is delivered when its process is next scheduled, which on a loaded host takes a while)."""
     host.kill_all(signal.SIGSTOP)
+    wait_until(lambda: all(_state(pid) in ("T", "t", None) for pid in host.pids()), 5, 0.01)
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None  # gone meanwhile
 
 
 def resume(host: Host) -> None:

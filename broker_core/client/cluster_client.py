@@ -10,6 +10,7 @@ Outside a cluster the broker answers one group, "", and this is a plain NativeCl
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 # How long a group's client retries replicas it cannot reach before the call fails and the
 # group is avoided: above a group's failover time (docs/benchmarks.md, "Broker groups").
 GROUP_UNREACHABLE_S = 5.0
+# The same for a drained (retired) group: it takes no new transaction and no queue, so a lookup
+# that asks it (what it decided before its drain) must not wait long once it is stopped for good.
+RETIRED_GROUP_UNREACHABLE_S = 0.5
 
 # how often a snapshot refused by a group a queue moved away from is asked again with fresh routes
 MOVED_RETRIES = 8
@@ -58,7 +62,7 @@ class ClusterClient:
         self._lock = threading.RLock()
         self._clients: dict[str, NativeClient] = {}
         self._retired: list[NativeClient] = []
-        self._endpoints: dict[str, tuple[str, ...]] = {}
+        self._endpoints: dict[str, tuple[tuple[str, ...], bool]] = {}  # group -> (replicas, retired) of its client
         self._routes: Routes | None = None
         self._routes_at = 0.0
         self._turn: dict[str, itertools.count] = {}
@@ -85,7 +89,17 @@ class ClusterClient:
             return routes
 
     def _ask(self, topics: Sequence[str]) -> Routes:
-        """Ask the bootstrap broker, then any known replica: one live broker is enough."""
+        """Ask the bootstrap broker, then any known replica: one live broker is enough. Bootstrap
+        brokers that all belong to drained groups are asked last (the list only seeds the routes,
+        as Kafka's bootstrap servers do): a drained group is stopped for good sooner or later."""
+        drained = {e for replicas, retired in self._endpoints.values() if retired for e in replicas}
+        if drained and set(self.bootstrap) <= drained:
+            for client in [self._clients[g] for g, (_, retired) in sorted(self._endpoints.items())
+                           if not retired and g in self._clients]:
+                try:
+                    return client.routes(topics)
+                except errors.BrokerUnavailable:
+                    continue
         try:
             return self._boot.routes(topics)
         except errors.BrokerUnavailable as first:
@@ -105,13 +119,18 @@ class ClusterClient:
         for group, endpoints in routes.groups.items():
             if old is not None and old.leaders.get(group) != routes.leaders.get(group):
                 self.faults.forgive(group)  # a new leader: the old one's penalty is not its own
-            if endpoints and set(endpoints) != set(self._endpoints.get(group, ())):
-                # a new client when the group's replicas changed; the old one finishes its calls
-                self._endpoints[group] = tuple(endpoints)
+            retired = group in routes.retired
+            known, was_retired = self._endpoints.get(group, ((), False))
+            replicas = tuple(endpoints) or known  # a drained group seen first once stopped keeps its last replicas
+            if replicas and (set(replicas) != set(known) or retired != was_retired):
+                # a new client when the group's replicas changed or it was drained; the old one finishes its calls
+                self._endpoints[group] = (replicas, retired)
                 old_client = self._clients.get(group)
                 if old_client is not None:
                     self._retired.append(old_client)  # closed with this client: a call may still use it
-                self._clients[group] = NativeClient(";".join(endpoints), **self.client_kwargs)
+                kwargs = {**self.client_kwargs, "retry_unavailable_s": RETIRED_GROUP_UNREACHABLE_S} if retired \
+                    else self.client_kwargs
+                self._clients[group] = NativeClient(";".join(replicas), **kwargs)
 
     def group(self, name: str) -> NativeClient:
         """The client of group `name` (the bootstrap broker's for an unnamed single group)."""
@@ -407,8 +426,9 @@ class ClusterClient:
     def read_queue(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> Iterator:
         """Queue (group, queue id) of `topic`, range [start, end), as the group's `read_queue` streams
         it; a moved queue's range is read from each segment's group in turn, in its own offsets. A
-        range past what the cached routes place (a move since they were read) is read again with
-        fresh routes from where it stopped."""
+        range past what the cached routes place (a move since they were read), or on a group that
+        does not answer (a drained group stopped since), is read again with fresh routes from where
+        it stopped."""
         pos, refreshed = start, False
         while True:
             q = self._queue(topic, queue, refresh=refreshed)
@@ -428,6 +448,10 @@ class ClusterClient:
                 if refreshed:
                     raise
                 refreshed = True  # the end lies on a group the cached routes did not know of yet
+            except errors.BrokerUnavailable:
+                if refreshed:
+                    raise
+                refreshed = True  # its history may have been copied off a group stopped since the routes were read
 
     def pull_arrow(self, topic: str, queue: tuple[str, int], start: int, end: int, **kwargs: Any) -> PullResult:
         for refresh in (False, True):
@@ -441,8 +465,8 @@ class ClusterClient:
                 segment, lo, hi = pieces[0]
                 return seg.shifted(self.group(segment.group).pull_arrow(topic, segment.queue_id, lo, hi, **kwargs),
                                    segment, queue[1])
-            except errors.IllegalOffset:
-                if refresh:
+            except (errors.IllegalOffset, errors.BrokerUnavailable):
+                if refresh:  # fresh routes: a move since, or a history copied off a group stopped since
                     raise
         raise AssertionError("unreachable")
 
@@ -496,16 +520,33 @@ class ClusterClient:
         try:
             return call(self.group(first))
         except errors.UnknownTransaction:
-            for group in sorted(self.routes().groups):
+            routes = self.routes()
+            for group in self._lookup_order(routes):
                 if group == first:
                     continue
                 try:
                     result = call(self.group(group))
-                except (errors.UnknownTransaction, errors.BrokerUnavailable):
+                except errors.UnknownTransaction:
+                    continue
+                except errors.BrokerUnavailable:
+                    if group in routes.retired:
+                        with contextlib.suppress(errors.BrokerUnavailable):
+                            self.routes(refresh=True)  # a drained group that stopped: the next lookup skips it
                     continue
                 self._pin(transaction_id, group)
                 return result
             raise
+
+    @staticmethod
+    def _lookup_order(routes: Routes) -> list[str]:
+        """Where a transaction its own group does not know may be: every group transactions hash
+        over (one added since it began moved the hash, not the transaction), then each drained group
+        that still has a leader (what it decided before its drain is readable only while it runs).
+        A drained group with no leader is not asked (it was stopped for good), and one is asked
+        with a short bound (RETIRED_GROUP_UNREACHABLE_S), as its leader may have stopped since the
+        routes were read: waiting GROUP_UNREACHABLE_S per lookup would stall every unknown id's caller."""
+        hashed = sorted(g for g in routes.groups if g not in routes.retired)
+        return hashed + sorted(g for g in routes.retired if routes.leaders.get(g) and g in routes.groups)
 
     def prepare_stream(self, transaction_id: str, batches: Iterable[pa.RecordBatch | pa.Table], *,
                        topic: str | None = None, producer_group: str, sender: str,

@@ -24,7 +24,8 @@ copied afterwards (step 4), or with `keep_history` read where it lies:
 The source's leader may die at any point: a new leader seals the queue at its promotion (the mark
 is in etcd), its log holds every acknowledged write, so the seal call is repeated on it and
 returns the same E. A mover that dies leaves the mark; the target group's leader finishes the
-move after RESUME_AFTER_S (each step is idempotent; the commit is a compare-and-swap).
+move after the broker's --move-resume-after (each step is idempotent; the commit is a
+compare-and-swap).
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from .routes import RETIRED_ROOT, TOPICS_ROOT, Copy, MoveTerms, QueueRef, RouteV
 
 log = logging.getLogger(__name__)
 
-RESUME_AFTER_S = 10.0  # a queue left sealing this long by a mover that went away is finished by the target
 SEAL_RETRY_S = 30.0  # beyond the halves' wait: how long the source group may take to have a leader again
 DEFAULT_WAIT_S = 30.0
 DEFAULT_COPY_WAIT_S = 600.0  # how long a MoveQueues call waits for the history copies it started
@@ -70,8 +70,11 @@ class QueueMover:
     """Runs moves from one broker (any broker of the cluster may run one); keeps the recent ones
     for `txmq cluster status` and the metrics."""
 
-    def __init__(self, view: RouteView, call_leader: CallLeader, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, view: RouteView, call_leader: CallLeader, *, clock: Callable[[], float] = time.time,
+                 resume_after_s: float) -> None:
+        assert resume_after_s > 0, resume_after_s
         self.view = view
+        self.resume_after_s = resume_after_s
         self.registry = view.registry
         self.call_leader = call_leader
         self.clock = clock
@@ -430,7 +433,7 @@ class QueueMover:
 
     def resume_stuck(self, group: str) -> None:
         """On `group`'s leader, each second: finish moves to it that have been sealing for
-        RESUME_AFTER_S without their mover finishing them (in a thread: a seal may wait)."""
+        resume_after_s without their mover finishing them (in a thread: a seal may wait)."""
         now = time.monotonic()
         seen = {}
         for name, layout in self.view.topics().items():
@@ -438,7 +441,7 @@ class QueueMover:
                 if q.sealing == group:
                     key = (name, *q.key)
                     seen[key] = self._seen_sealing.get(key, now)
-                    if now - seen[key] >= RESUME_AFTER_S and key not in self._running:
+                    if now - seen[key] >= self.resume_after_s and key not in self._running:
                         seen[key] = now
                         threading.Thread(target=self._resume, args=(name, q.key, group), daemon=True,
                                          name=f"txmq-move-resume-{name}").start()

@@ -117,7 +117,7 @@ class ReplicaNode:
             self.membership = EtcdMembership(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s))
             self.routes = RouteView(RouteRegistry(EtcdGroup(cfg.etcd_endpoints, self.group, cfg.lease_ttl_s)),
                                     self.group, self._create_share)
-            self.moves = QueueMover(self.routes, self._call_leader)
+            self.moves = QueueMover(self.routes, self._call_leader, resume_after_s=cfg.move_resume_after_s)
             self.moves.copier = self.copier = HistoryCopier(self.routes, self._open_group)
         except BaseException:
             self.store.close()
@@ -402,10 +402,11 @@ class ReplicaNode:
             if self.router.role != "follower":
                 self.router.forward_to(leader.endpoint)
         elif self.router.role == "follower":  # its calls in flight to the leader end with the channel
+            silent = follower.leader_silent_s()
             self.router.unavailable(f"group {self.group}: replica {self.me} cannot reach the leader "
-                                    f"{leader.endpoint} now (no answer for {follower.leader_silent_s():.1f}s)")
+                                    f"{leader.endpoint} now (no answer for {silent:.1f}s)")
             log.warning("group %s: %s stops forwarding client calls: the leader %s has not answered it for %.1fs",
-                        self.group, self.me, leader.endpoint, follower.leader_silent_s())
+                        self.group, self.me, leader.endpoint, silent)
 
     def _stop_following(self) -> None:
         if self.follower is not None:

@@ -407,6 +407,8 @@ def build_arg_parser() -> argparse.ArgumentParser:
                    help="followers that must hold a write under sync replication "
                         "(default: 1 in a group of two or more replicas, 0 in a group of one)")
     p.add_argument("--lease-ttl", help="the leader's etcd lease (default 2s): a dead leader's group waits this long")
+    p.add_argument("--move-resume-after", help="a queue move whose mover went away is finished by the target "
+                                                "group's leader after this long (default 10s)")
     p.add_argument("--replica-lag-max", help="a follower behind for this long leaves the in-sync set (default 2s)")
     p.add_argument("--timer-max-delay", help="latest delivery time a timer message may ask for, from now "
                                               "(default 24h, the RocketMQ proxy's; later ones get ILLEGAL_DELIVERY_TIME)")
@@ -438,6 +440,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         overrides["in_progress_max_age_s"] = parse_duration(args.in_progress_max_age)
     if args.lease_ttl is not None:
         overrides["lease_ttl_s"] = parse_duration(args.lease_ttl)
+    if args.move_resume_after is not None:
+        overrides["move_resume_after_s"] = parse_duration(args.move_resume_after)
     if args.replica_lag_max is not None:
         overrides["replica_lag_max_s"] = parse_duration(args.replica_lag_max)
     if args.timer_max_delay is not None:

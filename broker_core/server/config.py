@@ -113,6 +113,7 @@ class BrokerConfig:
     lease_ttl_s: float = 2.0  # the leader's etcd lease: how long a dead leader keeps the group waiting
     replica_lag_max_s: float = 2.0  # a follower not caught up for this long leaves the in-sync set
     replication_timeout_s: float = 5.0  # longest a sync write waits for its followers
+    move_resume_after_s: float = 10.0  # a queue left sealing this long by a mover that went away is finished by its target
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

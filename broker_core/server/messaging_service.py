@@ -147,18 +147,22 @@ def _endpoints_of(host_port: str) -> pb.Endpoints:
     return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
 
 
-def rotated(endpoints: pb.Endpoints, k: int) -> pb.Endpoints:
-    """`endpoints` with its addresses rotated by `k`. A group's queues name the replicas the client
-    dialled, each queue starting at another one: an official client keeps one channel per
-    distinct list and gRPC's pick_first sticks to its first reachable address, so with one list
-    for all it would keep every send (and its Telemetry stream) on a replica gone silent until
-    TCP gave up; with rotated lists its retry, which takes the next queue, goes through another
-    replica (which forwards to the leader), and it holds a Telemetry stream through each."""
+def spread(endpoints: pb.Endpoints, k: int) -> pb.Endpoints:
+    """Queue `k`'s list of a group's replicas, so that an official client's queues go through
+    different replicas. A client keeps a channel per list and gRPC's pick_first sticks to the
+    first address that answers; the Python client (5.1.2) keys its channels by the list's
+    addresses sorted as "host:port" strings, so lists that only differ in order are one channel,
+    pinned to the lowest address, and a replica alive but cut from its leader stops its every send.
+    So queue k lists the addresses in that sorted order from the (k mod n-1)-th on: the lists
+    differ as sets, each begins at another replica for either kind of client, and each keeps at
+    least one more address to fall back on (a group of two has one list)."""
     n = len(endpoints.addresses)
-    if n < 2 or k % n == 0:
+    if n < 3:
         return endpoints
+    ordered = sorted(endpoints.addresses, key=lambda a: f"{a.host}:{a.port}")
     out = pb.Endpoints(scheme=endpoints.scheme)
-    out.addresses.extend(list(endpoints.addresses[k % n:]) + list(endpoints.addresses[:k % n]))
+    out.addresses.extend(ordered[k % (n - 1):])
+    assert len(out.addresses) >= 2, "every queue keeps an address to fall back on"
     return out
 
 
@@ -195,11 +199,11 @@ class MessagingService:
     def _queues(self, topic_res: pb.Resource, count: int, endpoints: pb.Endpoints, *,
                 accepted: tuple[int, ...] = ()) -> list[pb.MessageQueue]:
         # a group's replicas are one RocketMQ broker, named for the group; each queue lists them
-        # from another one (rotated)
+        # from another one (spread)
         name = self.config.group or self.config.broker_name
         topic = pb.Resource(name=topic_res.name, resource_namespace=topic_res.resource_namespace)
         return [pb.MessageQueue(topic=topic, id=i, permission=pb.READ_WRITE,
-                                broker=pb.Broker(name=name, id=0, endpoints=rotated(endpoints, i)),
+                                broker=pb.Broker(name=name, id=0, endpoints=spread(endpoints, i)),
                                 accept_message_types=accepted) for i in range(count)]
 
     def _cluster_brokers(self, topic: str, requested: pb.Endpoints | None) -> list[tuple[pb.Broker, dict[int, bool]]]:
@@ -231,7 +235,7 @@ class MessagingService:
             accepted = (TopicType.parse(mtype) if mtype else TopicType.MIXED).accepted
             res = pb.Resource(name=req.topic.name, resource_namespace=req.topic.resource_namespace)
             queues = [pb.MessageQueue(topic=res, id=q, permission=pb.READ_WRITE if writable else pb.READ,
-                                      broker=pb.Broker(name=broker.name, id=0, endpoints=rotated(broker.endpoints, k)),
+                                      broker=pb.Broker(name=broker.name, id=0, endpoints=spread(broker.endpoints, k)),
                                       accept_message_types=accepted)
                       for broker, ids in cluster for k, (q, writable) in enumerate(sorted(ids.items()))]
             return pb.QueryRouteResponse(status=st.ok(), message_queues=queues)

@@ -109,7 +109,6 @@ class IndexFile:
             self.mm = mmap.mmap(fd, 0)
         except BaseException:
             os.close(fd)
-            self.closed = True
             if created:  # a full disk: leave no file behind that would be taken as the next one
                 self.path.unlink(missing_ok=True)
             raise

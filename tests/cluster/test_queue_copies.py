@@ -22,7 +22,7 @@ from txmq.broker.cluster.local_group import LocalGroup
 
 pytestmark = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed (make etcd)")
 
-FAST = ["--transaction-timeout", "2s", "--check-interval", "1s"]
+FAST = ["--transaction-timeout", "2s", "--check-interval", "1s", "--move-resume-after", "2s"]
 ROW_FIELDS = ("queueOffset", "messageId", "tag", "keys", "body", "properties")
 
 

@@ -159,6 +159,7 @@ def test_wiping_a_disk_needs_its_processes_stopped_and_empties_it(lab):
     (a.disk / "data").mkdir()
     (a.disk / "data" / "log").write_bytes(b"x")
     a.popen(["sleep", "100"])
+    assert faults.wait_until(lambda: a.pids(), 5)
     with pytest.raises(hosts.LabError):
         faults.wipe_disk(a)
     faults.kill9(a)

@@ -163,6 +163,45 @@ def test_a_write_sent_first_to_a_follower_its_leader_cannot_answer_is_acknowledg
     assert _bodies(group) == ["via-cut"]
 
 
+def test_the_official_python_client_keeps_sending_while_its_lowest_address_cannot_reach_the_leader(lab, tmp_path):
+    # The Python client keys its channels by the sorted address set of a queue's route and
+    # pick_first connects to the lowest: with every queue listing every replica it sent through that
+    # one replica only, and stopped for as long as that replica could not reach its leader.
+    if not campaign.OFFICIAL_PYTHON.exists():
+        pytest.skip("the official Python client's environment is missing (make interop-venv)")
+    group = _group(lab)
+    assert group.wait_in_sync(3)
+    leader, _ = group.wait_leader()
+    lowest = min(group.replicas, key=Group.endpoint)  # the client sorts "host:port" strings
+    history, stop = tmp_path / "official.jsonl", tmp_path / "stop"
+    proc = lab.host("c1").popen(
+        [str(campaign.OFFICIAL_PYTHON), "-m", "lab.workloads", "official", "--endpoints", group.endpoints,
+         "--topic", TOPIC, "--history", str(history), "--process", "official", "--duration", "90",
+         "--stop-file", str(stop), "--timeout", "5"], env=campaign.base_env())
+
+    def acked() -> list[float]:
+        if not history.exists():
+            return []
+        ops = [json.loads(line) for line in history.read_text().splitlines() if line.strip()]
+        return [op["time"] for op in ops if op["f"] == "send" and op["type"] == "ok"]
+
+    try:
+        assert faults.wait_until(lambda: len(acked()) > 10, 60), "the official client acknowledged nothing"
+        start = time.time()
+        cut_off = [r for r in group.replicas if r is not leader] if lowest is leader else [lowest]
+        faults.partition(lab, [leader], cut_off, one_way=True)  # `lowest` hears no leader
+        time.sleep(8)
+        faults.heal(lab)
+        end = time.time()
+        time.sleep(1)
+    finally:
+        stop.touch()
+        proc.wait(30)
+    during = [start] + [t for t in acked() if start <= t <= end] + [end]
+    longest = max(b - a for a, b in zip(during, during[1:]))
+    assert longest < 5, f"no send acknowledged for {longest:.1f}s of the 8 s partition"
+
+
 @pytest.mark.lab  # ~1 min: run by `make lab`
 def test_a_replacement_replica_joins_after_retention_deleted_the_start_of_the_log(lab):
     group = _group(lab, args=["--segment-bytes", str(64 << 10), "--retention", "2s"])

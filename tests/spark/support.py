@@ -31,3 +31,39 @@ def topic_bodies(client, topic: str) -> list[bytes]:
             out.extend(r.batch.column("body").to_pylist())
     return out
 
+
+
+def start_sending(endpoints: str, topic: str, prefix: str, acked: list[bytes], *, first: int = 0):
+    """Plain sends of numbered bodies (`prefix`-i) to `topic` through a ClusterClient, in a thread,
+    every acknowledged body appended to `acked`, until the returned function is called (which waits
+    for the thread; calling it again does nothing)."""
+    import threading
+    import time
+
+    from txmq.broker import errors
+    from txmq.broker.client.cluster_client import ClusterClient
+    from txmq.broker.client.types import Message
+
+    stop = threading.Event()
+
+    def produce() -> None:
+        with ClusterClient(endpoints) as client:
+            i = first
+            while not stop.is_set():
+                body = f"{prefix}-{i}".encode()
+                try:
+                    client.send([Message(topic, body)], topic=topic)
+                    acked.append(body)
+                except errors.TxmqError:
+                    time.sleep(0.05)
+                i += 1
+                time.sleep(0.02)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+
+    def stop_sending() -> None:
+        stop.set()
+        thread.join(30)
+
+    return stop_sending

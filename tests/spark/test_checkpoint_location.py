@@ -58,8 +58,7 @@ def test_the_foreach_batch_manifest_is_written_to_and_read_from_s3(s3):
     helper = TransactionalBatch(broker="127.0.0.1:1", checkpoint_location=location, checkback=False,
                                 local_transaction=lambda df, b: None, check=lambda b: True,
                                 checkpoint_filesystem=s3.filesystem())
-    helper._participants = ("",)  # no broker here: the groups a batch spans, as a lone broker's
-    helper._write_manifest(4, "tx-4", ["p0.a0.n"])
+    helper._write_manifest(4, "tx-4", ["p0.a0.n"], ("",))  # no broker here: a lone broker's one group
     stored = s3.filesystem().open_input_stream(f"{s3.bucket}/chk/fb/txmq-foreach-batch/4.json").read()
     assert json.loads(stored) == {"transaction_id": "tx-4", "senders": ["p0.a0.n"], "participants": [""]}
     assert helper._read_manifest(4)["senders"] == ["p0.a0.n"]
