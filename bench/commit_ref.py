@@ -75,8 +75,8 @@ def read_all(store: MessageStore, topic: str) -> tuple[float, float]:
     for q in range(QUEUES):
         offset = 0
         while offset < store.max_offset(topic, q):
-            read = read_queue_bytes(store, topic, q, offset, 1 << 20, max_bytes=4 << 20)
-            decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, q)
+            read = read_queue_bytes(store, topic, q, offset, 1 << 20, max_bytes=4 << 20, one_kind=True, in_place=True)
+            decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, q, read.refs)
             offset = read.next_offset
     return time.perf_counter() - t0, time.process_time() - c0
 

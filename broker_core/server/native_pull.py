@@ -116,13 +116,14 @@ def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_
         read = store.read_queue(topic, queue_id, start, count, max_bytes=max_bytes,
                                 tag_filter=message_filter if filtered else None)
         return PullBatch(build_pull_batch(read.messages), read.next_offset, read.min_offset, read.max_offset)
-    read = read_queue_bytes(store, topic, queue_id, start, count, max_bytes=max_bytes, one_kind=True)
+    read = read_queue_bytes(store, topic, queue_id, start, count, max_bytes=max_bytes, one_kind=True,
+                            in_place=not filtered)
     if filtered:
         store.filter_bits.register(topic, message_filter)
         bits = store.filter_bits.may_pass(topic, queue_id, start, len(read.phys), message_filter)
         batch = filtered_pull_batch(read, topic, queue_id, message_filter, bits)
     else:
-        batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id)
+        batch = decode_pull_batch(read.data, read.record_at, read.phys, read.sizes, topic, queue_id, read.refs)
     return PullBatch(batch, read.next_offset, read.min_offset, read.max_offset)
 
 

@@ -29,7 +29,15 @@ import numpy as np
 import pyarrow as pa
 
 from txmq.broker.errors import DataDeleted, IllegalOffset, MessageNotFound, StoreError
-from txmq.broker.store.commit_ref import SLOT_MAGIC, SLOT_SIZE, final_records, is_slot, resolve_many
+from txmq.broker.store.commit_ref import (
+    SLOT_MAGIC,
+    SLOT_SIZE,
+    SlotView,
+    final_records,
+    is_slot,
+    resolve_many,
+    slot_view,
+)
 from txmq.broker.store.commitlog import CommitLog
 from txmq.broker.store.consume_queue import ENTRY_DTYPE, ENTRY_SIZE
 from txmq.broker.store.dispatch import Dispatcher
@@ -152,19 +160,24 @@ class RecordBytes:
     next_offset: int
     min_offset: int
     max_offset: int
+    # set only for a read asked `in_place` whose entries are all slots: then data and record_at hold the
+    # halves (record i's half at data[record_at[i]:]) and `refs` the columns that override their fields
+    refs: SlotView | None = None
 
 
 # --- the read ----------------------------------------------------------------------------
 
 
 def read_queue_bytes(store, topic: str, queue_id: int, offset: int, max_count: int, *,
-                     max_bytes: int | None = None, one_kind: bool = False) -> "RecordBytes":
+                     max_bytes: int | None = None, one_kind: bool = False, in_place: bool = False) -> "RecordBytes":
     """The records of a queue from `offset`, undecoded, with `MessageStore.read_queue`'s bounds and
     errors (IllegalOffset, DataDeleted) and its `max_bytes` rule: records are returned while
     their sizes add up to at most max_bytes, but always at least one. `one_kind`: stop before the
     first entry of the other kind than the first (records, or slots of messages committed by
     reference), as plan_queue_read does: a pull's batches then end at the same offsets whether
-    the broker or a client on its host builds them."""
+    the broker or a client on its host builds them. `in_place` (a pull's decode, which takes
+    `refs`: pull_decode.decode_pull_batch): a read of slots only returns the halves as they lie and
+    the slots' columns (RecordBytes.refs) instead of the records they stand for."""
     cq, lo, hi = _bounded_queue(store, topic, queue_id, offset)
     if cq is None or max_count <= 0 or offset >= hi:
         e64 = np.zeros(0, dtype=np.int64)
@@ -174,6 +187,12 @@ def read_queue_bytes(store, topic: str, queue_id: int, offset: int, max_count: i
     if one_kind:
         kind = _same_kind(slots)
         phys, sizes, slots = phys[:kind], sizes[:kind], slots[:kind]
+    if in_place and len(slots) and slots.all():  # a pull decodes the halves as they lie
+        view = _slot_view(store, topic, queue_id, phys, sizes)
+        if view is not None:
+            view.finals = lambda: _resolved(store, topic, queue_id, phys, sizes, slots)[:2]
+            return RecordBytes(view.halves, view.half_at, phys, sizes, offset + len(phys), cq.min_offset,
+                               cq.max_offset, view)
     if slots.any():  # messages committed by reference: their records are made from their halves
         data, record_at, read_count = _resolved(store, topic, queue_id, phys, sizes, slots)
         return RecordBytes(data, record_at, phys, sizes, offset + len(phys), cq.min_offset, cq.max_offset)
@@ -354,15 +373,8 @@ def _resolved(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndar
     record_at = np.zeros(len(phys), dtype=np.int64)
     np.cumsum(sizes[:-1], out=record_at[1:])
     out = np.frombuffer(pa.allocate_buffer(max(int(sizes.sum()), 1)), dtype=np.uint8)  # the pool's pages
-    slot_phys = phys[slots]
-    found = _bytes_at(store, topic, queue_id, slot_phys, np.full(len(slot_phys), SLOT_SIZE, dtype=np.int64))
-    try:
-        done = found is not None and final_records(
-            found[0], found[1], slot_phys, sizes[slots], store.commitlog.read,
-            lambda p, n: _bytes_at(store, topic, queue_id, p, n), out, record_at[slots])
-    except (MessageNotFound, StoreError) as exc:
-        raise StoreError(f"queue {topic}:{queue_id}: a slot does not match the CommitLog: {exc}") from exc
-    if not done:
+    view = _slot_view(store, topic, queue_id, phys[slots], sizes[slots])
+    if view is None or not final_records(view, out, record_at[slots]):
         return _resolved_one_by_one(store, topic, queue_id, phys, sizes, slots)
     if not slots.all():
         records = ~slots
@@ -373,6 +385,19 @@ def _resolved(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndar
         for o, a, n in zip(record_at[records].tolist(), at.tolist(), sizes[records].tolist()):  # rare: a read across kinds
             out[o:o + n] = data[a:a + n]
     return out, record_at, len(phys)
+
+
+def _slot_view(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray) -> SlotView | None:
+    """commit_ref.slot_view of the slots at `phys` (their entries' `sizes`), read from the maps or by
+    spans; None when the compiled readers leave them to resolve_many."""
+    found = _bytes_at(store, topic, queue_id, phys, np.full(len(phys), SLOT_SIZE, dtype=np.int64))
+    if found is None:
+        return None
+    try:
+        return slot_view(found[0], found[1], phys, sizes, store.commitlog.read,
+                         lambda p, n: _bytes_at(store, topic, queue_id, p, n))
+    except (MessageNotFound, StoreError) as exc:
+        raise StoreError(f"queue {topic}:{queue_id}: a slot does not match the CommitLog: {exc}") from exc
 
 
 def _bytes_at(store, topic: str, queue_id: int, phys: np.ndarray, sizes: np.ndarray

@@ -307,64 +307,100 @@ def load_compiled_finals() -> bool:
     return True
 
 
-def final_records(slot_data: np.ndarray, slot_at: np.ndarray, addresses: np.ndarray, sizes: np.ndarray,
-                  read: Callable[[int, int], bytes],
-                  halves_of: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray] | None],
-                  out: np.ndarray, out_at: np.ndarray) -> bool:
-    """resolve_many for a pull's slots, column-wise: the record slot i (at physical offset
-    addresses[i], its bytes at slot_data[slot_at[i]:], its queue entry's size sizes[i]) stands for
-    is written at out[out_at[i]:], by one compiled pass over the halves (commit_ref_numba); each
-    commit record's header is read once with `read`, the halves with `halves_of(physical offsets,
-    sizes)` -> (bytes, each half's position in them) or None. False when the pass leaves the
-    read to resolve_many (an IPv6 host, a slot or half that does not match: resolve_many names
-    it), and then `out` holds nothing meant."""
+@dataclass
+class SlotView:
+    """A pull's slots with what their records take from elsewhere, column-wise: the halves' bytes
+    (slot i's half at halves[half_at[i]:]) and the columns that override a half's fields in the
+    record slot i stands for. A pull decodes the halves in place with these (no final record is
+    written: pull_decode_kernel), everything else writes the records (`final_records`)."""
+
+    halves: np.ndarray  # uint8
+    half_at: np.ndarray  # int64, slot i's half in `halves`
+    half_phys: np.ndarray
+    half_size: np.ndarray
+    final_size: np.ndarray
+    queue_id: np.ndarray
+    queue_offset: np.ndarray
+    address: np.ndarray  # each slot's physical offset: its record's and its offset message id's
+    topic_id: np.ndarray  # into `topics`
+    topics: list[bytes]  # the topics the slots name, as every commit record's table lists them
+    commit_of: np.ndarray  # slot i's commit record, into the per-commit columns below
+    store_ts: np.ndarray  # per commit record: the finals' store time
+    store_hosts: list[bytes]  # per commit record: the finals' store host (raw, 8 or 20 bytes)
+    sys_flags: np.ndarray  # per commit record: its flag, whose transaction and group bits the finals take
+    drop_names: list[str]  # every property name a commit record of the view drops
+    drop_mask: np.ndarray  # per commit record: bit k set when its finals drop drop_names[k]
+    finals: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None  # the records themselves, when a
+    # reader of the view cannot use it (set by the store's read: columnar_read)
+
+
+def slot_view(slot_data: np.ndarray, slot_at: np.ndarray, addresses: np.ndarray, sizes: np.ndarray,
+              read: Callable[[int, int], bytes],
+              halves_of: Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray] | None]) -> SlotView | None:
+    """The view of a pull's slots (slot i at physical offset addresses[i], its bytes at
+    slot_data[slot_at[i]:], its queue entry's size sizes[i]): the slots' columns by one compiled
+    pass, each commit record's header read once with `read`, the halves with `halves_of(physical
+    offsets, sizes)` -> (bytes, each half's position in them) or None. None when the compiled
+    readers leave the slots to resolve_many (a slot or commit record that does not match, more
+    than 62 dropped names: resolve_many names the problem)."""
     n = len(addresses)
-    if n == 0:
-        return True
     k = _compiled()
     columns = np.empty((7, n), dtype=np.int64)
     if not k.slot_columns(slot_data, slot_at.astype(np.int64, copy=False), columns):
-        return False
+        return None
     half_phys, half_size, final_size, queue_id, topic_index, back, queue_offset = columns
     if not bool((final_size == sizes).all()):
-        return False
+        return None
     starts, first, commit_of = np.unique(addresses - back, return_index=True, return_inverse=True)
     names: dict[str, int] = {}
     table, topic_base, topic_count, stamps, hosts, flags, masks = [], [], [], [], [], [], []
     for start, i in zip(starts.tolist(), first.tolist()):
         commit, drop, topics = _commit_header(read, int(addresses[i]), start, int(back[i]))
-        if len(commit.store_host_raw) != 8:
-            return False
-        raws = [t.encode() for t in topics]
         topic_base.append(len(table))
-        topic_count.append(len(raws))
-        table.extend(raws)
+        topic_count.append(len(topics))
+        table.extend(t.encode() for t in topics)
         stamps.append(commit.store_timestamp)
         hosts.append(commit.store_host_raw)
         flags.append(commit.sys_flag)
         masks.append(sum(1 << names.setdefault(d, len(names)) for d in drop))
     if len(names) > 62:
-        return False
+        return None
+    commit_of = commit_of.astype(np.int64).reshape(-1)
     if not bool((topic_index < np.asarray(topic_count, dtype=np.int64)[commit_of]).all()):
-        return False
-    lens = np.fromiter((len(r) for r in table), dtype=np.int64, count=len(table))
-    table_at = np.zeros(len(table), dtype=np.int64)
-    np.cumsum(lens[:-1], out=table_at[1:])
-    topic_id = np.asarray(topic_base, dtype=np.int64)[commit_of] + topic_index
+        return None
     halves = halves_of(half_phys, half_size)
     if halves is None:
+        return None
+    return SlotView(halves[0], halves[1].astype(np.int64, copy=False), half_phys, half_size, final_size, queue_id,
+                    queue_offset, addresses.astype(np.int64, copy=False),
+                    np.asarray(topic_base, dtype=np.int64)[commit_of] + topic_index, table, commit_of,
+                    np.asarray(stamps, dtype=np.int64), hosts, np.asarray(flags, dtype=np.int64), list(names),
+                    np.asarray(masks, dtype=np.int64))
+
+
+def final_records(view: SlotView, out: np.ndarray, out_at: np.ndarray) -> bool:
+    """resolve_many for a pull's slots, column-wise: the record slot i of `view` stands for is
+    written at out[out_at[i]:] by one compiled pass over the halves (commit_ref_numba). False when
+    the pass leaves the read to resolve_many (an IPv6 store host, a half that does not match its
+    slot: resolve_many names it), and then `out` holds nothing meant."""
+    if len(view.address) == 0:
+        return True
+    if any(len(h) != 8 for h in view.store_hosts):
         return False
-    name_raws = [d.encode() for d in names]
-    name_table = np.zeros((len(names), max([1, *map(len, name_raws)])), dtype=np.uint8)
+    k = _compiled()
+    lens = np.fromiter((len(r) for r in view.topics), dtype=np.int64, count=len(view.topics))
+    table_at = np.zeros(len(view.topics), dtype=np.int64)
+    np.cumsum(lens[:-1], out=table_at[1:])
+    name_raws = [d.encode() for d in view.drop_names]
+    name_table = np.zeros((len(name_raws), max([1, *map(len, name_raws)])), dtype=np.uint8)
     for j, raw in enumerate(name_raws):
         name_table[j, :len(raw)] = np.frombuffer(raw, dtype=np.uint8)
     status, _ = k.write_finals(
-        halves[0], halves[1].astype(np.int64, copy=False), half_phys, half_size, out, out_at.astype(np.int64, copy=False),
-        final_size, queue_id, queue_offset,
-        addresses.astype(np.int64, copy=False), np.frombuffer(b"".join(table) or b"\0", dtype=np.uint8),
-        table_at[topic_id], lens[topic_id], np.asarray(stamps, dtype=np.int64),
-        np.frombuffer(b"".join(hosts), dtype=np.uint8).reshape(-1, 8), np.asarray(flags, dtype=np.int64),
-        np.asarray(masks, dtype=np.int64), commit_of.astype(np.int64), np.frombuffer(CRC_PREFIX, dtype=np.uint8),
+        view.halves, view.half_at, view.half_phys, view.half_size, out, out_at.astype(np.int64, copy=False),
+        view.final_size, view.queue_id, view.queue_offset, view.address,
+        np.frombuffer(b"".join(view.topics) or b"\0", dtype=np.uint8), table_at[view.topic_id], lens[view.topic_id],
+        view.store_ts, np.frombuffer(b"".join(view.store_hosts), dtype=np.uint8).reshape(-1, 8), view.sys_flags,
+        view.drop_mask, view.commit_of, np.frombuffer(CRC_PREFIX, dtype=np.uint8),
         name_table, np.fromiter(map(len, name_raws), dtype=np.int64, count=len(name_raws)),
         np.int64(~_NOT_INHERITED), np.int64(SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_BITS), k.CRC32_TABLES)
     return status == k.OK
@@ -445,6 +481,6 @@ def _without(props: bytes, name: bytes) -> bytes:
 
 
 __all__ = ["COMMIT_REF_TOPIC", "CommitHeader", "SLOT_DTYPE", "SLOT_HAS_KEYS", "SLOT_HAS_UNIQ_KEY", "SLOT_MAGIC",
-           "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "SlotEntries", "body_head", "decode_body", "encode_body",
+           "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "SlotEntries", "SlotView", "body_head", "decode_body", "encode_body",
            "encode_rows", "final_record", "final_records", "final_size", "is_slot", "load_compiled_finals", "read_slot", "resolve", "resolve_many",
-           "slot_entries", "slot_rows", "slots_of"]
+           "slot_entries", "slot_rows", "slot_view", "slots_of"]

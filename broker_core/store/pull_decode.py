@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from txmq.broker.protocol.native_arrow import PULL_SCHEMA, STRING_MAP, UTC_MICROS
+from txmq.broker.store.commit_ref import SlotView
 from txmq.broker.store.pull_decode_kernel import pull_batch_compiled
 from txmq.broker.store.pull_decode_properties import PropertyPairs, split_properties
 from txmq.broker.store.record_columns import RecordColumns, decode_columns
@@ -23,13 +24,19 @@ from txmq.broker.store.message import PROP_KEYS, PROP_TAGS, PROP_TRANSACTION_ID,
 
 
 def decode_pull_batch(data: np.ndarray, at: np.ndarray, phys: np.ndarray, sizes: np.ndarray, topic: str,
-                      queue_id: int) -> pa.RecordBatch:
+                      queue_id: int, refs: SlotView | None = None) -> pa.RecordBatch:
     """The PULL_SCHEMA batch of a queue's records at `at` in `data` (CommitLog bytes; `phys`
     and `sizes` from their queue entries): compiled when it can (pull_decode_kernel.py), else
-    decoded column by column here. Raises StoreError when a record disagrees with its entry."""
-    batch = pull_batch_compiled(data, at, phys, sizes, topic)
+    decoded column by column here. Raises StoreError when a record disagrees with its entry.
+    `refs` (a read `in_place`, columnar_read.RecordBytes.refs): `data` and `at` hold the halves of
+    messages committed by reference, decoded in place; when the compiled pass cannot, the records
+    they stand for are written (refs.finals) and decoded."""
+    batch = pull_batch_compiled(data, at, phys, sizes, topic, refs)
     if batch is not None:
         return batch
+    if refs is not None:
+        data, at = refs.finals()
+        return decode_pull_batch(data, at, phys, sizes, topic, queue_id)
     return build_pull_batch_columnar(decode_columns(data, at, phys, sizes, topic, queue_id), topic)
 
 

@@ -17,6 +17,7 @@ from numba import njit
 
 from txmq.broker.store.pull_decode_kernel import (
     _FALLBACK,
+    _SPECIAL,
     _MORE,
     _OK,
     KEYS,
@@ -28,15 +29,12 @@ from txmq.broker.store.pull_decode_kernel import (
 )
 from txmq.broker.store.property_names import SYSTEM_PROPERTIES
 from txmq.broker.store.message import (
-    PROP_KEYS,
-    PROP_TAGS,
-    PROP_TRANSACTION_ID,
-    PROP_UNIQ_KEY,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
 )
 from txmq.broker.store.compiled_primitives import load_u64, prefetch, trailing_zeros
 from txmq.broker.store.compiled_primitives import memcpy as _memcpy
+from txmq.broker.store.record_copy_numba import _find_properties
 from txmq.broker.store.record_layout import (
     BORN_TS_AT,
     BODY_LEN_AT,
@@ -128,7 +126,6 @@ def _name_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nd
     """The system property names as a hash table: their bytes back to back, ordered by bucket,
     so a name is compared only with the one or two names of its bucket: (bytes, start of each
     name and one past the last, first name of each bucket, one past its last, each name's kind)."""
-    special = {PROP_TAGS: TAG, PROP_KEYS: KEYS, PROP_UNIQ_KEY: UNIQ_KEY, PROP_TRANSACTION_ID: TRANSACTION_ID}
     encoded = [np.frombuffer(n.encode(), dtype=np.uint8) for n in SYSTEM_PROPERTIES]
     buckets = [int(_name_hash(b, 0, len(b))) for b in encoded]
     order = sorted(range(len(encoded)), key=lambda i: (buckets[i], encoded[i].tobytes()))
@@ -141,7 +138,7 @@ def _name_table() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nd
         if last[h] == first[h]:
             first[h] = rank
         last[h] = rank + 1
-    kinds = np.array([special.get(encoded[i].tobytes().decode(), SYSTEM) for i in order], dtype=np.int64)
+    kinds = np.array([_SPECIAL.get(encoded[i].tobytes().decode(), SYSTEM) for i in order], dtype=np.int64)
     padding = np.zeros(8, dtype=np.uint8)  # _same_bytes reads up to 7 bytes past a name
     return np.concatenate([*(encoded[i] for i in order), padding]), starts, first, last, kinds
 
@@ -213,13 +210,21 @@ def _prefetch_record(src, a, size, size_of_data):
 
 @njit(cache=True, nogil=True)
 def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_name, crc_tail,
-         magic, born_v6, store_v6, body_offsets, bodies, tokens, pairs):
+         magic, born_v6, store_v6, body_offsets, bodies, tokens, pairs,
+         in_place, final_size, final_host_len, drop_names, drop_len, drop_mask):
     """One pass over the records: header checks, fixed fields, each body copied into `bodies`
     (Arrow offsets into `body_offsets`: the records are read front to back once), and where
     the other columns' values are: KEYS tokens into `tokens` (start, length) and user
     properties into `pairs` (name start, length, value start, length). When those run out of
     rows the status is _MORE: the caller calls again with larger ones (growing them in here
-    would cost reference counting on every pair)."""
+    would cost reference counting on every pair).
+
+    `in_place`: the records are the halves of messages committed by reference (`phys` and
+    `sizes` the halves'), decoded as the records their slots stand for: the topic is not
+    checked (a half lies in the half topic) but each slot's final_size[i] is, against the half's
+    size with `topic`, a store host of final_host_len[i] bytes and less the properties
+    drop_names[k] whose bit k is set in drop_mask[i] (as commit_ref.final_record cuts them);
+    the caller overrides the fields the slot gives (queue, store time and host)."""
     n = len(at)
     o = 0
     src = data.ctypes.data
@@ -246,6 +251,7 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
     seen_at = np.zeros(_SEEN, dtype=np.int64)
     seen_len = np.full(_SEEN, -1, dtype=np.int64)
     seen_kind = np.zeros(_SEEN, dtype=np.int64)
+    found = np.empty((drop_names.shape[0], 2), dtype=np.int64)
     status = _OK
     for i in range(n):
         if i + _AHEAD < n:
@@ -282,10 +288,10 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
         o += blen
         topic_len = np.int64(data[tail])
         props_at = tail + 3 + topic_len
-        if props_at > end or topic_len != len(topic):
+        if props_at > end or (not in_place and topic_len != len(topic)):
             status = _FALLBACK
             break
-        for j in range(topic_len):
+        for j in range(0 if in_place else topic_len):
             if data[tail + 1 + j] != topic[j]:
                 status = _FALLBACK
                 break
@@ -301,6 +307,17 @@ def scan(data, at, phys, sizes, topic, names, name_at, first, last, kinds, crc_n
                 break
         if status != _OK:
             break
+        if in_place:  # the bytes the final record drops: most drop none (its size says)
+            dropped = (size - store_extra + final_host_len[i] - HOST_V4_SIZE - topic_len + len(topic)
+                       - final_size[i])
+            if dropped:
+                _find_properties(data, props_at, crc_at, drop_names, drop_len, found)
+                for k in range(drop_names.shape[0]):
+                    if (drop_mask[i] >> k) & 1 and found[k, 0] >= 0:
+                        dropped -= found[k, 1] - found[k, 0]
+            if dropped:
+                status = _FALLBACK
+                break
         stop = crc_at - 1  # the property text ends with the \x02 before the CRC property
         if stop <= props_at:
             continue
@@ -388,9 +405,11 @@ def gather(data, starts, lengths, offsets, values):
 
 
 @njit(cache=True, nogil=True)
-def message_ids(data, uniq_at, uniq_len, host_at, host_len, phys, hex_digits, offsets, values):
-    """Each record's UNIQ_KEY where it is set and not empty, else its offset message id:
-    the store host's bytes, then the physical offset's 8 big-endian bytes, in uppercase hex."""
+def message_ids(data, uniq_at, uniq_len, hosts, host_at, host_len, phys, hex_digits, offsets, values):
+    """Each record's UNIQ_KEY where it is set and not empty (in `data`), else its offset message
+    id: the store host's bytes (in `hosts`: the records' own bytes, or the commit records' hosts
+    of messages committed by reference), then the physical offset's 8 big-endian bytes, in
+    uppercase hex."""
     n = len(uniq_at)
     o = 0
     for i in range(n):
@@ -402,7 +421,7 @@ def message_ids(data, uniq_at, uniq_len, host_at, host_len, phys, hex_digits, of
             continue
         h = host_at[i]
         for j in range(host_len[i]):
-            b = data[h + j]
+            b = hosts[h + j]
             values[o] = hex_digits[b >> 4]
             values[o + 1] = hex_digits[b & 15]
             o += 2
@@ -420,12 +439,18 @@ _CRC_NAME = np.frombuffer(CRC_PREFIX, dtype=np.uint8).copy()
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8).copy()
 
 
-def scan_records(data, at, phys, sizes, topic, body_offsets, bodies, tokens, pairs):
-    """`scan` with the tables and record-layout constants it reads."""
+_NO_INT64S = np.zeros(0, dtype=np.int64)
+_NO_NAMES = np.zeros((0, 1), dtype=np.uint8)
+
+
+def scan_records(data, at, phys, sizes, topic, body_offsets, bodies, tokens, pairs, in_place=None):
+    """`scan` with the tables and record-layout constants it reads; `in_place` (final sizes, store
+    host lengths, drop name table, name lengths, drop masks) for halves of messages committed by reference."""
+    refs = (False, _NO_INT64S, _NO_INT64S, _NO_NAMES, _NO_INT64S, _NO_INT64S) if in_place is None else (True, *in_place)
     return scan(data, at, phys, sizes, topic, *_NAMES, _CRC_NAME, CRC_TAIL_LEN, MAGIC_CODE,
-                SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, body_offsets, bodies, tokens, pairs)
+                SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, body_offsets, bodies, tokens, pairs, *refs)
 
 
-def message_ids_of(data, uniq_at, uniq_len, host_at, host_len, phys, offsets, values):
+def message_ids_of(data, uniq_at, uniq_len, hosts, host_at, host_len, phys, offsets, values):
     """`message_ids` with its hex digits."""
-    message_ids(data, uniq_at, uniq_len, host_at, host_len, phys, _HEX_DIGITS, offsets, values)
+    message_ids(data, uniq_at, uniq_len, hosts, host_at, host_len, phys, _HEX_DIGITS, offsets, values)

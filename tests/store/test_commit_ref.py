@@ -441,3 +441,74 @@ def test_a_pulls_records_written_in_one_compiled_pass_are_the_ones_resolve_makes
             store.close()
     v4_only = store_host[0] != "::1" and all(m.born_host[0] != "::1" for t in transactions for m in t)
     assert not (v4_only and fallbacks)
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(transactions=st.lists(_transaction(), min_size=1, max_size=4), order=st.randoms(use_true_random=False),
+       store_host=st.sampled_from([("127.0.0.1", 10911), ("::1", 10911)]),
+       first=st.integers(0, 3), segment_bytes=st.sampled_from([4096, 1 << 20]))
+def test_a_pull_that_decodes_the_halves_in_place_gives_the_batch_of_the_records_their_slots_stand_for(
+        transactions, order, store_host, first, segment_bytes) -> None:
+    """A pull's read `in_place` (the halves as they lie, the slots' columns overriding: queue id and
+    offset, store time and host, the slot's address in the offset message id) decodes to the very
+    batch the final records decode to, across segments, transactions committed in another order
+    than prepared, IPv4 and IPv6 hosts; no pull of them writes a final record."""
+    import tempfile
+
+    from txmq.broker.store import columnar_read
+    from txmq.broker.store.pull_decode import decode_pull_batch
+    from txmq.broker.store.pull_decode_kernel import pull_batch_compiled
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = MessageStore(StoreConfig(data_dir=Path(tmp), flush_mode="async", store_host=store_host,
+                                         commitlog_segment_bytes=segment_bytes))
+        try:
+            for topic in (TOPIC, "parcels"):
+                store.topics.create(topic, queue_count=2)
+            engine = TransactionEngine(store, TransactionConfig(), clock=_Clock())
+            for k, messages in enumerate(transactions):
+                engine.prepare(messages, transaction_id=f"t{k}", producer_group="g")
+            ids = [f"t{k}" for k in range(len(transactions))]
+            order.shuffle(ids)
+            for tx in ids:
+                engine.end(tx, Resolution.COMMIT)
+            for topic in (TOPIC, "parcels"):
+                for q in (0, 1):
+                    start = min(first, store.max_offset(topic, q))
+                    if start == store.max_offset(topic, q):
+                        continue
+                    read = columnar_read.read_queue_bytes(store, topic, q, start, 100, one_kind=True, in_place=True)
+                    assert read.refs is not None
+                    in_place = pull_batch_compiled(read.data, read.record_at, read.phys, read.sizes, topic, read.refs)
+                    finals = columnar_read.read_queue_bytes(store, topic, q, start, 100, one_kind=True)
+                    assert finals.refs is None
+                    assert in_place is not None
+                    assert in_place.equals(decode_pull_batch(finals.data, finals.record_at, finals.phys, finals.sizes,
+                                                             topic, q))
+            engine.close()
+        finally:
+            store.close()
+
+
+def test_a_pull_in_place_whose_entry_disagrees_with_its_half_raises_as_the_records_read_does(tmp_path: Path) -> None:
+    """A queue entry whose size is not its half's less what the record drops is not decoded in
+    place: the pull takes the final records, and their decode names the mismatch."""
+    from tests.store._helpers import crash
+    from txmq.broker.store import columnar_read
+    from txmq.broker.store.pull_decode import decode_pull_batch
+    from txmq.broker.store.pull_decode_kernel import pull_batch_compiled
+
+    store, _ = _prepared_with_commit_record(tmp_path / "data")
+    crash(store)  # recovery dispatches the commit record into its slots' queue entries
+    store = MessageStore(StoreConfig(data_dir=tmp_path / "data", flush_mode="async"))
+    try:
+        read = columnar_read.read_queue_bytes(store, TOPIC, 0, 0, 100, one_kind=True, in_place=True)
+        assert read.refs is not None
+        sizes = read.sizes.copy()
+        sizes[-1] += 1
+        assert pull_batch_compiled(read.data, read.record_at, read.phys, sizes, TOPIC, read.refs) is None
+        with pytest.raises(StoreError):
+            decode_pull_batch(read.data, read.record_at, read.phys, sizes, TOPIC, 0, read.refs)
+    finally:
+        store.close()
