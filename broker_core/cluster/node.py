@@ -25,7 +25,8 @@ import grpc
 from txmq.broker import __version__, versions
 from txmq.broker.server.auth import Authenticator, authorization_header, format_date_time
 from txmq.broker.server.addresses import announced_host
-from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config
+from txmq.broker.server.broker import (Broker, BrokerCore, bind, make_grpc_server, start_loading_serving_code,
+                                       store_config)
 from txmq.broker.errors import BrokerUnavailable, NotLeader
 from txmq.broker.protocol import keepalive
 from txmq.broker.server.config import BrokerConfig
@@ -124,6 +125,7 @@ class ReplicaNode:
             raise
         self._thread = threading.Thread(target=self._run, name="txmq-replica", daemon=True)
         self._thread.start()
+        start_loading_serving_code()  # a warm standby: what its first minute as leader would load
         return host, self.port
 
     def lowest_needed_offset(self) -> int | None:
@@ -543,9 +545,13 @@ class ReplicaNode:
         try:
             # Serve only once the in-sync followers hold this log's whole tail (which may hold
             # writes of the last epoch nobody confirmed): readers must never see what a later
-            # failover could lose.
+            # failover could lose. With none in sync there is none to wait for: only this replica
+            # may lead next, and under sync its tail stays unpublished until a follower holds it.
             deadline = time.monotonic() + cfg.replica_lag_max_s
-            while not lead.wait_confirmed(end, max(0.0, min(deadline - time.monotonic(), self.etcd.ttl / 4))):
+            while not lead.wait_confirmed(end, max(0.0, min(deadline - time.monotonic(), self.etcd.ttl / 4))
+                                          if lead.in_sync else 0.0):
+                if not lead.in_sync:
+                    break
                 if time.monotonic() >= deadline:
                     behind = {f for f in lead.in_sync if lead.followers[f].offset < end}
                     members = {f: i for f, i in lead.ids.items() if f not in behind}
@@ -560,12 +566,14 @@ class ReplicaNode:
             store.write_lock.replication = lead
             with self._lease_renewed_meanwhile():  # the core rebuilds the transaction table: long after a busy epoch
                 core = BrokerCore(cfg, store=store)
+            t_core = time.monotonic()
             core.replication_status = self.status
             core.routes = self.routes
             core.moves = self.moves
             core.timer.moved = self.moves  # timer messages due to queues moved away go where they live now
             self.routes.refresh()  # queues sealed by moves refuse writes from the first one on
             store.seal_queues(*self.routes.sealed())
+            t_routes = time.monotonic()
             core.membership = self.membership
             broker = Broker(cfg, core)
             handlers = broker.service_handlers()
@@ -582,8 +590,9 @@ class ReplicaNode:
         now = time.monotonic()
         log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over: %.2fs to stop following and "
                     "open the store as leader, %.2fs until the in-sync followers held its log, %.2fs to start "
-                    "serving)", self.group, self.me, record.epoch, end, now - t0, t_store - t0,
-                    t_confirmed - t_store, now - t_confirmed)
+                    "serving: %.2fs core, %.2fs routes, %.2fs services)", self.group, self.me, record.epoch, end,
+                    now - t0, t_store - t0, t_confirmed - t_store, now - t_confirmed, t_core - t_confirmed,
+                    t_routes - t_core, now - t_routes)
 
     def _give_up_taking_over(self, record: LeaderRecord, reason: str) -> None:
         """Give back a leader key this replica won but cannot serve under (another replica may do

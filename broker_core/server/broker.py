@@ -53,13 +53,25 @@ if TYPE_CHECKING:  # the store loads when a BrokerCore is made
 
 log = logging.getLogger("txmq.broker")
 
-def _load_lazy_code() -> None:
-    """Load, off the first large COMMIT's path, what Python loads on first use: the compiled record
-    encoder and source scan (numba) and pyarrow.compute (the columnar reads' take; it imports pandas)."""
+def load_serving_code() -> None:
+    """Load, off the serving path, what Python loads on first use: the modules a leader's services
+    import, the compiled record encoder and source scan (numba) and pyarrow.compute (the columnar
+    reads' take; it imports pandas). A broker runs it as it starts, a replica while it follows: a
+    replica that loaded them only once it led took seconds more to serve its first writes."""
     import pyarrow.compute  # noqa: F401
+
+    import txmq.broker.server.flight_service  # noqa: F401
+    import txmq.broker.server.pop  # noqa: F401
+    import txmq.broker.cluster.cross_tx  # noqa: F401
 
     load_compiled()
     load_compiled_scan()
+
+
+def start_loading_serving_code() -> threading.Thread:
+    loader = threading.Thread(target=load_serving_code, name="txmq-load-compiled", daemon=True)
+    loader.start()
+    return loader
 
 
 def store_config(config: BrokerConfig, *, replica: bool = False):
@@ -172,7 +184,7 @@ class BrokerCore:
         self.pop.start()
         self.timer.start()
         # code a first large COMMIT would load on its path loads in the background instead
-        threading.Thread(target=_load_lazy_code, name="txmq-load-compiled", daemon=True).start()
+        start_loading_serving_code()
 
     def close(self) -> None:
         """Stop background work, then close the store (flush, checkpoint, remove the abort marker)."""
