@@ -49,6 +49,8 @@ from txmq.broker.store.record_copy import load_compiled_scan
 
 if TYPE_CHECKING:  # the store loads when a BrokerCore is made
     from txmq.broker.store.message_store import MessageStore
+    from txmq.broker.transaction.config import TransactionConfig
+    from txmq.broker.transaction.recovery import RecoveredTable
     from txmq.broker.store.metadata import TopicConfig
 
 log = logging.getLogger("txmq.broker")
@@ -72,6 +74,19 @@ def start_loading_serving_code() -> threading.Thread:
     loader = threading.Thread(target=load_serving_code, name="txmq-load-compiled", daemon=True)
     loader.start()
     return loader
+
+
+def transaction_config(config: BrokerConfig) -> TransactionConfig:
+    """The transaction engine's settings a broker's config implies."""
+    from txmq.broker.transaction.config import TransactionConfig
+
+    return TransactionConfig(
+        transaction_timeout_s=config.transaction_timeout_s,
+        check_interval_s=config.check_interval_s,
+        max_checks=config.max_checks,
+        in_progress_max_age_s=config.in_progress_max_age_s,
+        timer_max_delay_s=config.timer_max_delay_s,
+    )
 
 
 def store_config(config: BrokerConfig, *, replica: bool = False):
@@ -98,10 +113,11 @@ def store_config(config: BrokerConfig, *, replica: bool = False):
 class BrokerCore:
     """Everything a service needs, with no gRPC in it."""
 
-    def __init__(self, config: BrokerConfig, *, clock=time.time, store: MessageStore | None = None) -> None:
-        """`store`: an open store to serve (a replica promoted to leader); else one is opened."""
+    def __init__(self, config: BrokerConfig, *, clock=time.time, store: MessageStore | None = None,
+                 warm_table: RecoveredTable | None = None) -> None:
+        """`store`: an open store to serve (a replica promoted to leader); else one is opened.
+        `warm_table`: the transaction table that replica kept while it followed (standby.py)."""
         from txmq.broker.store.message_store import MessageStore
-        from txmq.broker.transaction.config import TransactionConfig
         from txmq.broker.transaction.engine import TransactionEngine
         from txmq.broker.transaction.checkback import CheckbackService
         from txmq.broker.server.pop import PopService
@@ -113,14 +129,8 @@ class BrokerCore:
         self.clock = clock
         self.store = store if store is not None else MessageStore(store_config(config))
         try:
-            self.tx_config = TransactionConfig(
-                transaction_timeout_s=config.transaction_timeout_s,
-                check_interval_s=config.check_interval_s,
-                max_checks=config.max_checks,
-                in_progress_max_age_s=config.in_progress_max_age_s,
-                timer_max_delay_s=config.timer_max_delay_s,
-            )
-            self.engine = TransactionEngine(self.store, self.tx_config, clock=clock)
+            self.tx_config = transaction_config(config)
+            self.engine = TransactionEngine(self.store, self.tx_config, clock=clock, warm=warm_table)
             self.router = CheckbackRouter()
             self.checkback = CheckbackService(self.engine, self.router, self.tx_config)
             self.metrics = ServerMetrics()

@@ -19,11 +19,12 @@ import logging
 import os
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial, reduce
 from operator import or_
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -180,6 +181,7 @@ class MessageStore:
         self.dispatcher = Dispatcher(root / "consumequeue", config.consume_queue_entries_per_file, self.index)
         self.split_groups = SplitGroupWriter(self.commitlog, self.dispatcher, self.write_lock)
         self._replay_lock = threading.Lock()  # a replica's dispatch of replicated bytes, and its cuts
+        self.log_cuts: list[int] = []  # a replica's: each offset its log was cut back to, in order
         self.checkpoint = StoreCheckpoint(root / "checkpoint")
         self.abort_marker = AbortMarker(root / "abort")
         crashed = self.abort_marker.crashed()
@@ -490,6 +492,7 @@ class MessageStore:
             replay.cut_at(offset)
             self.dispatcher.dispatched_through = min(self.dispatcher.dispatched_through, offset)
             self._write_checkpoint()
+            self.log_cuts.append(offset)
             return offset
 
     def restart_log_at(self, offset: int) -> None:
@@ -505,6 +508,14 @@ class MessageStore:
             self.index.delete_below(offset)
             replay.cut_at(offset)
             self._write_checkpoint()
+            self.log_cuts.append(0)  # everything before `offset` went too
+
+    @contextmanager
+    def replica_reading(self) -> Iterator[None]:
+        """Held by a replica's own reader of its log (the standby transaction table): no cut runs
+        meanwhile, so what it reads is not cut from under it."""
+        with self._replay_lock:
+            yield
 
     def lead(self) -> int:
         """A replica becomes its group's leader: what it holds past its last complete group (a
