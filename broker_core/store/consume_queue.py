@@ -152,12 +152,9 @@ class ConsumeQueue:
     def write(self, queue_offset: int, data: bytes) -> None:
         """Write packed entries starting at queue_offset (not yet visible: see publish)."""
         with self._tail_lock:
+            if self.starts_later(queue_offset):  # a replica that started at its leader's log start
+                self._begin_at(queue_offset)
             start, tail = self._tail
-            if queue_offset > self.written_offset == self.max_offset == self.min_offset and not self._files:
-                # an empty queue whose first entry comes later than 0: its log begins at a segment
-                # retention kept (a replica that started at its leader's log start), so it does too
-                self.min_offset = self.max_offset = self.written_offset = queue_offset
-                self._tail = start, tail = (queue_offset, bytearray())
             if queue_offset == self.written_offset == start + len(tail) // ENTRY_SIZE:
                 tail += data  # in order: stays in memory until the spill
                 self.written_offset = queue_offset + len(data) // ENTRY_SIZE
@@ -167,6 +164,24 @@ class ConsumeQueue:
             self._spill()  # recovery rewriting entries: straight to the file
             self._write_file(queue_offset, data)
             self._tail = (self.written_offset, bytearray())
+
+    def begin_at(self, queue_offset: int) -> None:
+        """Make this empty queue's first entry `queue_offset` (> its end): its entries begin where
+        retention kept another log's (a history copy of a segment whose start retention deleted)."""
+        with self._tail_lock:
+            assert self.starts_later(queue_offset), \
+                f"queue {self.topic}:{self.queue_id} holds entries to {self.written_offset}; it cannot begin at {queue_offset}"
+            self._begin_at(queue_offset)
+
+    def starts_later(self, queue_offset: int) -> bool:
+        """Whether this queue holds nothing and `queue_offset` lies past its end."""
+        return queue_offset > self.written_offset == self.max_offset == self.min_offset and not self._files
+
+    def _begin_at(self, queue_offset: int) -> None:
+        # an empty queue whose first entry comes later than its end: its log begins at a segment
+        # retention kept, so it does too
+        self.min_offset = self.max_offset = self.written_offset = queue_offset
+        self._tail = (queue_offset, bytearray())
 
     def _spill(self) -> None:
         """Write the in-memory tail to the file (the caller holds the tail lock)."""

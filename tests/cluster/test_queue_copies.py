@@ -312,3 +312,47 @@ def test_a_copied_record_keeps_every_property_and_header_field_a_reader_sees_of_
     assert [seen(r) for r in copied] == [seen(r) for r in source]
     assert source[-1].properties.get("__SHARDINGKEY") == "gt" and source[-1].prepared_transaction_offset > 0
     assert all(r.prepared_transaction_offset == 0 for r in copied), "a copy points at no half of its own log"
+
+
+def test_a_segment_whose_start_retention_deleted_is_copied_from_its_first_retained_offset(tmp_path):
+    """Retention on the source group (64 KiB segments, 2 s) deletes the start of the queue's log
+    before the move; the copy begins at the queue's first retained offset: each retained message
+    on the target at its own offset, nothing below it, nothing extra."""
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    a = LocalGroup(tmp_path, etcd, "a", replicas=1, args=["--replication", "async", *FAST,
+                                                          "--segment-bytes", str(64 << 10), "--retention", "2s"])
+    b = LocalGroup(tmp_path, etcd, "b", replicas=1, args=["--replication", "async", *FAST])
+    try:
+        a.start()
+        b.start()
+        with ClusterClient(a.endpoints) as client:
+            client.create_topic("cut", 2)
+            moving = queue_on(client, "cut", "a")
+        fill(a, "cut", 600, body_bytes=400)  # about four segments
+        with NativeClient(a.endpoints) as on_a:
+            deadline = time.monotonic() + 30
+            while (low := on_a.min_offsets(["cut"])["cut"].get(moving[1], 0)) == 0:
+                assert time.monotonic() < deadline, "retention deleted nothing of the source's queue"
+                time.sleep(0.3)
+            time.sleep(3)  # every segment but the one being written is past retention now
+            low = on_a.min_offsets(["cut"])["cut"][moving[1]]
+            retained = rows_of(on_a, "cut", moving[1], low, 600)
+        assert 0 < low < 600 and len(retained) == 600 - low
+        with NativeClient(b.endpoints) as admin:
+            result = admin.move_queues(topic="cut", queue=f"{moving[0]}:{moving[1]}", to="b", rate=0,
+                                         copy_wait_s=30)
+        assert [m["state"] for m in result["moves"]] == ["done"] and result["moves"][0]["base"] == 600
+        with ClusterClient(a.endpoints) as client:
+            _, copy = wait_copied(client, "cut", moving, timeout_s=30)
+            with NativeClient(b.endpoints) as on_b:
+                assert on_b.min_offsets(["cut"])["cut"][copy.queue_id] == low
+                assert on_b.snapshot_offsets(["cut"])["cut"][copy.queue_id] == 600
+                assert rows_of(on_b, "cut", copy.queue_id, low, 600) == retained
+            assert client.min_offsets(["cut"])["cut"][moving] == low
+            logical = [(row["queueOffset"], row["body"]) for r in client.read_queue("cut", moving, low, 600)
+                       for row in r.batch.to_pylist()]
+        assert logical == [(off, body) for off, _, _, _, body, _ in retained]
+    finally:
+        a.stop()
+        b.stop()
+        etcd.kill()
