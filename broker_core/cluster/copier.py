@@ -198,6 +198,9 @@ class HistoryCopier:
             pos = store.max_offset(topic, dst.queue_id)  # what a copier before this one wrote (acknowledged)
             if pos == 0:  # nothing copied yet: what a consumer could still read of the source, from its start
                 pos = client.min_offsets([topic]).get(topic, {}).get(src.queue_id, 0)
+                if pos and pos >= progress.total:  # no record left to carry the target queue's start
+                    raise StoreError(f"copy of {topic} {progress.queue}: retention deleted the whole segment on "
+                                     f"{src.group}; nothing is left to copy")
             progress.copied = pos
             self._publish(progress)
             while pos < progress.total:
