@@ -129,6 +129,8 @@ class ConsumeQueue:
         self._tail: tuple[int, bytearray] = (self.written_offset, bytearray())  # entries not yet in the file
         self._tail_lock = threading.Lock()  # the writer's appends vs the flusher's spill
         self.history = PublishHistory()
+        if files:  # a queue begun past its first file's start (begin_at) left that file's head unwritten
+            self.min_offset = self._first_written(self.min_offset, self.max_offset)
 
     # --- files -------------------------------------------------------------------
 
@@ -255,6 +257,21 @@ class ConsumeQueue:
             return None
         raw = f.read(queue_offset * ENTRY_SIZE - f.start, ENTRY_SIZE)
         return ENTRY.unpack(raw) if len(raw) == ENTRY_SIZE else None
+
+    def _first_written(self, lo: int, hi: int) -> int:
+        """Smallest queue offset in [lo, hi) holding an entry (hi if none): the entries before a queue's
+        beginning read as zeros, and a written entry's size is never 0."""
+        first = self.entry(lo) if lo < hi else None
+        if first is not None and first[1] > 0:  # the common case: the queue begins where its file does
+            return lo
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and e[1] > 0:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def _first_at_or_after_phys(self, lo: int, hi: int, phys: int) -> int:
         """Smallest queue offset in [lo, hi) whose entry's physical offset >= phys (hi if none)."""

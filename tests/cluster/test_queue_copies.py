@@ -353,6 +353,13 @@ def test_a_segment_whose_start_retention_deleted_is_copied_from_its_first_retain
             logical = [(row["queueOffset"], row["body"]) for r in client.read_queue("cut", moving, low, 600)
                        for row in r.batch.to_pylist()]
         assert logical == [(off, body) for off, _, _, _, body, _ in retained]
+        time.sleep(2)  # its queue files flushed
+        b.replicas[0].kill()  # the copy's queue begins at `low` after a restart too (its files, then recovery)
+        b.replicas[0].start()
+        b.wait_leader()
+        with NativeClient(b.endpoints) as on_b:
+            assert on_b.min_offsets(["cut"])["cut"][copy.queue_id] == low
+            assert rows_of(on_b, "cut", copy.queue_id, low, 600) == retained
     finally:
         a.stop()
         b.stop()
