@@ -388,7 +388,8 @@ class MessageStore:
     def append_copy(self, messages: Sequence[Message], expected_offset: int) -> Sequence[AppendResult]:
         """Append copies of another group's history to one queue (cluster/copier.py) only if the
         queue's written end is `expected_offset`, so they keep their offsets and a batch repeated
-        after a crash is refused (CopyOutOfStep) instead of written twice. Returns once acknowledged."""
+        after a crash is refused (CopyOutOfStep) instead of written twice; an empty queue begins
+        at `expected_offset` (a segment retention cut). Returns once acknowledged."""
         if not messages:
             return []
         key = (messages[0].topic, messages[0].queue_id)
@@ -401,7 +402,11 @@ class MessageStore:
     def _append_copy_locked(self, batch: BatchColumns, key: tuple[str, int], expected: int) -> AppendResults:
         cq = self.dispatcher.queue(*key)
         written = cq.written_offset if cq is not None else 0
-        if written != expected:
+        if written < expected and (cq is None or cq.starts_later(expected)):
+            # retention deleted the start of the copied segment on its group: the copy begins at
+            # its first retained offset, each record at its own offset
+            self.dispatcher.queue_or_create(*key).begin_at(expected)
+        elif written != expected:
             raise CopyOutOfStep(f"queue {key[0]}:{key[1]} is written to {written}, the copy expected {expected}",
                                 written=written)
         return self._append_locked(batch, WritePlan.RECORDS)
