@@ -24,7 +24,9 @@ Run as `python -m lab.workloads MODE --endpoints "a:p;b:p;c:p" --topic T --histo
   a query that dies (a broker call failed during a fault) is recorded (`query-restart`) and started
   again from its checkpoint, as an operator would. Once `--query-stop-file` exists it takes a
   consistent cut of the input, runs until its progress reaches it (`query-stop`: the cut and whether
-  it caught up), stops, and reads the whole output topic (`query-read`).
+  it caught up), stops, and reads the whole output topic (`query-read`). With `--cluster` the
+  endpoints are a cluster's groups: the cut and the final read go through a ClusterClient over them
+  all, queues named "group:id" as `cluster-drain` names them.
 
 Each stops when `--duration` has passed or the `--stop-file` exists, whichever comes first.
 """
@@ -363,7 +365,6 @@ def run_query(args: argparse.Namespace) -> None:
     """The Spark txmq -> txmq query of the module doc."""
     from pyspark.sql import SparkSession
 
-    from txmq.broker.client.native_client import NativeClient
     from txmq.spark import SinkCheckback
 
     checkpoint = str(Path(args.checkpoint).resolve())
@@ -415,8 +416,7 @@ def run_query(args: argparse.Namespace) -> None:
                 time.sleep(1)
                 query = start()
             time.sleep(0.5)
-        with NativeClient(args.endpoints, timeout_s=args.timeout) as client:
-            cut = _retry(lambda: client.snapshot_offsets([args.topic])[args.topic], 60)
+        cut = _retry(lambda: _query_cut(args, args.topic), 60)
         target = sum(cut.values())
         deadline = time.monotonic() + args.catch_up_s
         caught_up = False
@@ -433,13 +433,41 @@ def run_query(args: argparse.Namespace) -> None:
         query.stop()
         h.record("query-stop", "ok", caught_up=caught_up, restarts=restarts,
                  cut={f"{args.topic}/{q}": end for q, end in sorted(cut.items())})
-        with NativeClient(args.endpoints, timeout_s=args.timeout) as client:
-            out_cut = _retry(lambda: client.snapshot_offsets([args.out_topic])[args.out_topic], 60)
-            msgs = []
-            for q, end in sorted(out_cut.items()):
-                msgs.extend(_read_range(client, args.out_topic, q, 0, end))
-        h.record("query-read", "ok", msgs=msgs)
+        h.record("query-read", "ok", msgs=_retry(lambda: _query_output(args), 60))
     spark.stop()
+
+
+def _query_cut(args: argparse.Namespace, topic: str) -> dict[str, int]:
+    """The end of each queue of `topic` ("group:id" over a cluster, with `--cluster`) in a consistent cut."""
+    if args.cluster:  # every group's queues, each moved queue under the name it was created with
+        from txmq.broker.client.cluster_client import ClusterClient
+
+        with ClusterClient(args.endpoints, timeout_s=args.timeout) as client:
+            return {f"{g}:{q}": end for (g, q), end in client.consistent_cut([topic], {})[topic].items()}
+    from txmq.broker.client.native_client import NativeClient
+
+    with NativeClient(args.endpoints, timeout_s=args.timeout) as client:
+        return {str(q): end for q, end in client.snapshot_offsets([topic])[topic].items()}
+
+
+def _query_output(args: argparse.Namespace) -> list:
+    """The whole output topic, read to a consistent cut (over every group with `--cluster`)."""
+    if args.cluster:
+        from txmq.broker.client.cluster_client import ClusterClient
+
+        with ClusterClient(args.endpoints, timeout_s=args.timeout) as client:
+            msgs = []
+            for (g, q), end in sorted(client.consistent_cut([args.out_topic], {})[args.out_topic].items()):
+                for result in client.read_queue(args.out_topic, (g, q), 0, end):
+                    batch = result.batch
+                    msgs.extend([f"{args.out_topic}/{g}:{q}", int(o), b.decode()] for o, b in
+                                zip(batch.column("queueOffset").to_pylist(), batch.column("body").to_pylist()))
+            return msgs
+    from txmq.broker.client.native_client import NativeClient
+
+    with NativeClient(args.endpoints, timeout_s=args.timeout) as client:
+        out_cut = client.snapshot_offsets([args.out_topic])[args.out_topic]
+        return [m for q, end in sorted(out_cut.items()) for m in _read_range(client, args.out_topic, q, 0, end)]
 
 
 def _offset_total(offset: Any) -> int:
@@ -503,6 +531,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--checkpoint", help="query: its checkpoint directory")
     p.add_argument("--query-stop-file", help="query: once it exists, catch up with the input and stop")
     p.add_argument("--catch-up-s", type=float, default=120.0, help="query: how long it may take to catch up")
+    p.add_argument("--cluster", action="store_true",
+                   help="query: the endpoints are a cluster's groups; its cut and final read cover them all")
     p.add_argument("--interval-ms", type=int, default=0, help="cluster-tx: pause between two transactions")
     p.add_argument("--idle-s", type=float, default=10.0, help="official-read: stop after this long without a message")
     args = p.parse_args(argv)

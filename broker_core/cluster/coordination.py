@@ -363,6 +363,7 @@ def cluster_status(endpoints: list[tuple[str, int]], group: str | None = None) -
                 "version": info.get("version"), "replication_wire": info.get("replication_wire", 1 if info else None),
                 "store_format": info.get("store_format", 1 if info else None),
                 **({"may_not_lead": info["may_not_lead"]} if info.get("may_not_lead") else {}),
+                **({"last_take_over": info["last_take_over"]} if info.get("last_take_over") else {}),
             })
         elections = [json.loads(value) for _, value, _ in g.range_prefix(g.prefix + "elections/")]
         out["groups"][name] = {"leader": leader.endpoint if leader else None, "epoch": epoch,

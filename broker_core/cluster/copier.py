@@ -192,12 +192,17 @@ class HistoryCopier:
         assert copy is not None
         src, dst = copy.source, copy.target
         bucket = TokenBucket(copy.rate)
-        pos = store.max_offset(topic, dst.queue_id)  # what a copier before this one wrote (acknowledged)
-        progress.copied = pos
-        self._publish(progress)
         batch_bytes = max(4096, min(BATCH_BYTES, copy.rate // 4)) if copy.rate else BATCH_BYTES
         published = 0.0
         with self.open_group(src.group) as client:
+            pos = store.max_offset(topic, dst.queue_id)  # what a copier before this one wrote (acknowledged)
+            if pos == 0:  # nothing copied yet: what a consumer could still read of the source, from its start
+                pos = client.min_offsets([topic]).get(topic, {}).get(src.queue_id, 0)
+                if pos and pos >= progress.total:  # no record left to carry the target queue's start
+                    raise StoreError(f"copy of {topic} {progress.queue}: retention deleted the whole segment on "
+                                     f"{src.group}; nothing is left to copy")
+            progress.copied = pos
+            self._publish(progress)
             while pos < progress.total:
                 if not still_leads():
                     raise NotLeader(f"group {self.view.group}: this broker no longer leads; its next leader copies")

@@ -25,13 +25,15 @@ import grpc
 from txmq.broker import __version__, versions
 from txmq.broker.server.auth import Authenticator, authorization_header, format_date_time
 from txmq.broker.server.addresses import announced_host
-from txmq.broker.server.broker import Broker, BrokerCore, bind, make_grpc_server, store_config
+from txmq.broker.server.broker import (Broker, BrokerCore, bind, make_grpc_server, start_loading_serving_code,
+                                       store_config, transaction_config)
 from txmq.broker.errors import BrokerUnavailable, NotLeader
 from txmq.broker.protocol import keepalive
 from txmq.broker.server.config import BrokerConfig
 from txmq.broker.server.topic_types import TopicType
 from txmq.broker.store.durable import write_bytes_atomically
 from txmq.broker.store.message_store import MessageStore
+from txmq.broker.transaction.standby import StandbyTable
 
 from .coordination import Coordination, CoordinationUnavailable, EtcdGroup, LeaderRecord
 from .epochs import LeaderEpochs
@@ -59,6 +61,7 @@ VOUCH_EVERY_S = 1.0
 # from etcd: it abdicates to them instead of holding a lease under which it can acknowledge nothing.
 CUT_OFF_S = 1.5
 REPORT_SILENT_S = 1.0  # also how long a follower forwards client calls to a leader that does not answer it
+STANDBY_EVERY_S = 0.5  # how often a follower replays what it replicated into its standby transaction table
 REPORT_GRACE_S = 1.0  # how much longer such a follower stays in the set, for its report to reach etcd
 IDENTITY_FILE = "replica.json"
 EPOCH_FILE = "leader-epochs.json"
@@ -90,6 +93,7 @@ class ReplicaNode:
         self.refused: str | None = None  # why this replica may not lead now (logged once)
         self.replica_id = ""  # the id of the data directory (replica.json): a wiped one gets a new one
         self.etcd_ok = False
+        self.last_take_over: dict | None = None  # this replica's last promotion: its phases and replay
 
     # --- start and stop -------------------------------------------------------------
 
@@ -99,6 +103,7 @@ class ReplicaNode:
         self.epochs = LeaderEpochs(self.data_dir / EPOCH_FILE)
         self.store = MessageStore(store_config(cfg, replica=True))
         self.store.retain(self)
+        self.standby: StandbyTable | None = StandbyTable(self.store, transaction_config(cfg))
         try:
             self.auth = Authenticator.from_file(cfg.auth_file) if cfg.auth_file else Authenticator.disabled()
             if self.auth.enabled and self.auth.replica_account() is None:
@@ -124,6 +129,10 @@ class ReplicaNode:
             raise
         self._thread = threading.Thread(target=self._run, name="txmq-replica", daemon=True)
         self._thread.start()
+        # a warm standby: the transaction table and the code its first minute as leader would need
+        self._standby_thread = threading.Thread(target=self._keep_standby, name="txmq-standby", daemon=True)
+        self._standby_thread.start()
+        start_loading_serving_code()
         return host, self.port
 
     def lowest_needed_offset(self) -> int | None:
@@ -200,6 +209,7 @@ class ReplicaNode:
                     pass
             else:
                 self._stop_following()
+                self._take_standby()  # its last advance ends before the store closes
                 if self.store is not None:
                     self.store.close()
         finally:
@@ -224,6 +234,20 @@ class ReplicaNode:
             except Exception:
                 log.exception("group %s: replica step failed", self.group)
             self._stop.wait(TICK_S)
+
+    def _keep_standby(self) -> None:
+        while not self._stop.wait(STANDBY_EVERY_S):
+            standby = self.standby
+            if standby is None or self.lead is not None:
+                continue
+            try:
+                standby.advance()
+            except Exception:
+                log.exception("group %s: the standby transaction table could not advance", self.group)
+
+    def _take_standby(self):
+        standby, self.standby = self.standby, None
+        return standby.take() if standby is not None else None
 
     def _tick(self) -> None:
         now = time.monotonic()
@@ -526,11 +550,13 @@ class ReplicaNode:
                 leading = True
                 end = store.lead()
                 self.epochs.begin(record.epoch, end)
+                warm = self._take_standby()  # after lead(): its cut of an unfinished tail voids what it covers
             t_store = time.monotonic()
         except BaseException:
             if leading:  # in no state to follow: reopened as a replica's, as after a step-down
                 store.close()
                 self.store = MessageStore(store_config(cfg, replica=True))
+                self.standby = StandbyTable(self.store, transaction_config(cfg))
             self._give_up_taking_over(record, "it could not take over its store and etcd's in-sync set")
             raise
         self.vouched = isr.vouched
@@ -543,9 +569,13 @@ class ReplicaNode:
         try:
             # Serve only once the in-sync followers hold this log's whole tail (which may hold
             # writes of the last epoch nobody confirmed): readers must never see what a later
-            # failover could lose.
+            # failover could lose. With none in sync there is none to wait for: only this replica
+            # may lead next, and under sync its tail stays unpublished until a follower holds it.
             deadline = time.monotonic() + cfg.replica_lag_max_s
-            while not lead.wait_confirmed(end, max(0.0, min(deadline - time.monotonic(), self.etcd.ttl / 4))):
+            while not lead.wait_confirmed(end, max(0.0, min(deadline - time.monotonic(), self.etcd.ttl / 4))
+                                          if lead.in_sync else 0.0):
+                if not lead.in_sync:
+                    break
                 if time.monotonic() >= deadline:
                     behind = {f for f in lead.in_sync if lead.followers[f].offset < end}
                     members = {f: i for f, i in lead.ids.items() if f not in behind}
@@ -559,13 +589,15 @@ class ReplicaNode:
             t_confirmed = time.monotonic()
             store.write_lock.replication = lead
             with self._lease_renewed_meanwhile():  # the core rebuilds the transaction table: long after a busy epoch
-                core = BrokerCore(cfg, store=store)
+                core = BrokerCore(cfg, store=store, warm_table=warm)
+            t_core = time.monotonic()
             core.replication_status = self.status
             core.routes = self.routes
             core.moves = self.moves
             core.timer.moved = self.moves  # timer messages due to queues moved away go where they live now
             self.routes.refresh()  # queues sealed by moves refuse writes from the first one on
             store.seal_queues(*self.routes.sealed())
+            t_routes = time.monotonic()
             core.membership = self.membership
             broker = Broker(cfg, core)
             handlers = broker.service_handlers()
@@ -580,10 +612,19 @@ class ReplicaNode:
         self.router.serve(handlers, itself=self.me)  # relayed Telemetry streams go on here
         self.elections_won += 1
         now = time.monotonic()
+        replayed = core.engine.recovery_stats
+        self.last_take_over = {
+            "epoch": record.epoch, "seconds": round(now - t0, 3), "store_s": round(t_store - t0, 3),
+            "confirmed_s": round(t_confirmed - t_store, 3), "core_s": round(t_core - t_confirmed, 3),
+            "serving_s": round(now - t_core, 3), "standby_table": warm is not None,
+            "halves_replayed": replayed["halves_replayed"], "ops_replayed": replayed["ops_replayed"]}
         log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over: %.2fs to stop following and "
                     "open the store as leader, %.2fs until the in-sync followers held its log, %.2fs to start "
-                    "serving)", self.group, self.me, record.epoch, end, now - t0, t_store - t0,
-                    t_confirmed - t_store, now - t_confirmed)
+                    "serving: %.2fs core (%s, %d halves and %d ops replayed), %.2fs routes, %.2fs services)",
+                    self.group, self.me, record.epoch, end, now - t0, t_store - t0, t_confirmed - t_store,
+                    now - t_confirmed, t_core - t_confirmed,
+                    "its standby table" if warm is not None else "from its snapshots", replayed["halves_replayed"],
+                    replayed["ops_replayed"], t_routes - t_core, now - t_routes)
 
     def _give_up_taking_over(self, record: LeaderRecord, reason: str) -> None:
         """Give back a leader key this replica won but cannot serve under (another replica may do
@@ -646,6 +687,7 @@ class ReplicaNode:
         self.demotions += 1
         if reopen:
             self.store = MessageStore(store_config(self.config, replica=True))
+            self.standby = StandbyTable(self.store, transaction_config(self.config))
 
     # --- status -----------------------------------------------------------------------------
 
@@ -677,4 +719,6 @@ class ReplicaNode:
                         truncated_bytes=f.truncated_bytes, error=f.error)
         if self.refused is not None and self.lead is None:
             info["may_not_lead"] = self.refused
+        if self.last_take_over is not None:
+            info["last_take_over"] = self.last_take_over
         return info

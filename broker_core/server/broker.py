@@ -50,19 +50,46 @@ from txmq.broker.store.record_copy import load_compiled_scan
 
 if TYPE_CHECKING:  # the store loads when a BrokerCore is made
     from txmq.broker.store.message_store import MessageStore
+    from txmq.broker.transaction.config import TransactionConfig
+    from txmq.broker.transaction.recovery import RecoveredTable
     from txmq.broker.store.metadata import TopicConfig
 
 log = logging.getLogger("txmq.broker")
 
-def _load_lazy_code() -> None:
-    """Load, off the first large COMMIT's path, what Python loads on first use: the compiled record
-    encoder, source scan and final-record writer (numba; the last for the first pull of messages
-    committed by reference) and pyarrow.compute (the columnar reads' take; it imports pandas)."""
+def load_serving_code() -> None:
+    """Load, off the serving path, what Python loads on first use: the modules a leader's services
+    import, the compiled record encoder, source scan and final-record writer (numba; the last for
+    the first pull of messages committed by reference) and pyarrow.compute (the columnar reads'
+    take; it imports pandas). A broker runs it as it starts, a replica while it follows: a replica
+    that loaded them only once it led took seconds more to serve its first writes."""
     import pyarrow.compute  # noqa: F401
+
+    import txmq.broker.server.flight_service  # noqa: F401
+    import txmq.broker.server.pop  # noqa: F401
+    import txmq.broker.cluster.cross_tx  # noqa: F401
 
     load_compiled()
     load_compiled_scan()
     load_compiled_finals()
+
+
+def start_loading_serving_code() -> threading.Thread:
+    loader = threading.Thread(target=load_serving_code, name="txmq-load-compiled", daemon=True)
+    loader.start()
+    return loader
+
+
+def transaction_config(config: BrokerConfig) -> TransactionConfig:
+    """The transaction engine's settings a broker's config implies."""
+    from txmq.broker.transaction.config import TransactionConfig
+
+    return TransactionConfig(
+        transaction_timeout_s=config.transaction_timeout_s,
+        check_interval_s=config.check_interval_s,
+        max_checks=config.max_checks,
+        in_progress_max_age_s=config.in_progress_max_age_s,
+        timer_max_delay_s=config.timer_max_delay_s,
+    )
 
 
 def store_config(config: BrokerConfig, *, replica: bool = False):
@@ -89,10 +116,11 @@ def store_config(config: BrokerConfig, *, replica: bool = False):
 class BrokerCore:
     """Everything a service needs, with no gRPC in it."""
 
-    def __init__(self, config: BrokerConfig, *, clock=time.time, store: MessageStore | None = None) -> None:
-        """`store`: an open store to serve (a replica promoted to leader); else one is opened."""
+    def __init__(self, config: BrokerConfig, *, clock=time.time, store: MessageStore | None = None,
+                 warm_table: RecoveredTable | None = None) -> None:
+        """`store`: an open store to serve (a replica promoted to leader); else one is opened.
+        `warm_table`: the transaction table that replica kept while it followed (standby.py)."""
         from txmq.broker.store.message_store import MessageStore
-        from txmq.broker.transaction.config import TransactionConfig
         from txmq.broker.transaction.engine import TransactionEngine
         from txmq.broker.transaction.checkback import CheckbackService
         from txmq.broker.server.pop import PopService
@@ -104,14 +132,8 @@ class BrokerCore:
         self.clock = clock
         self.store = store if store is not None else MessageStore(store_config(config))
         try:
-            self.tx_config = TransactionConfig(
-                transaction_timeout_s=config.transaction_timeout_s,
-                check_interval_s=config.check_interval_s,
-                max_checks=config.max_checks,
-                in_progress_max_age_s=config.in_progress_max_age_s,
-                timer_max_delay_s=config.timer_max_delay_s,
-            )
-            self.engine = TransactionEngine(self.store, self.tx_config, clock=clock)
+            self.tx_config = transaction_config(config)
+            self.engine = TransactionEngine(self.store, self.tx_config, clock=clock, warm=warm_table)
             self.router = CheckbackRouter()
             self.checkback = CheckbackService(self.engine, self.router, self.tx_config)
             self.metrics = ServerMetrics()
@@ -175,7 +197,7 @@ class BrokerCore:
         self.pop.start()
         self.timer.start()
         # code a first large COMMIT would load on its path loads in the background instead
-        threading.Thread(target=_load_lazy_code, name="txmq-load-compiled", daemon=True).start()
+        start_loading_serving_code()
 
     def close(self) -> None:
         """Stop background work, then close the store (flush, checkpoint, remove the abort marker)."""

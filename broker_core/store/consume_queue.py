@@ -129,6 +129,8 @@ class ConsumeQueue:
         self._tail: tuple[int, bytearray] = (self.written_offset, bytearray())  # entries not yet in the file
         self._tail_lock = threading.Lock()  # the writer's appends vs the flusher's spill
         self.history = PublishHistory()
+        if files:  # a queue begun past its first file's start (begin_at) left that file's head unwritten
+            self.min_offset = self._first_written(self.min_offset, self.max_offset)
 
     # --- files -------------------------------------------------------------------
 
@@ -152,12 +154,9 @@ class ConsumeQueue:
     def write(self, queue_offset: int, data: bytes) -> None:
         """Write packed entries starting at queue_offset (not yet visible: see publish)."""
         with self._tail_lock:
+            if self.starts_later(queue_offset):  # a replica that started at its leader's log start
+                self._begin_at(queue_offset)
             start, tail = self._tail
-            if queue_offset > self.written_offset == self.max_offset == self.min_offset and not self._files:
-                # an empty queue whose first entry comes later than 0: its log begins at a segment
-                # retention kept (a replica that started at its leader's log start), so it does too
-                self.min_offset = self.max_offset = self.written_offset = queue_offset
-                self._tail = start, tail = (queue_offset, bytearray())
             if queue_offset == self.written_offset == start + len(tail) // ENTRY_SIZE:
                 tail += data  # in order: stays in memory until the spill
                 self.written_offset = queue_offset + len(data) // ENTRY_SIZE
@@ -167,6 +166,24 @@ class ConsumeQueue:
             self._spill()  # recovery rewriting entries: straight to the file
             self._write_file(queue_offset, data)
             self._tail = (self.written_offset, bytearray())
+
+    def begin_at(self, queue_offset: int) -> None:
+        """Make this empty queue's first entry `queue_offset` (> its end): its entries begin where
+        retention kept another log's (a history copy of a segment whose start retention deleted)."""
+        with self._tail_lock:
+            assert self.starts_later(queue_offset), \
+                f"queue {self.topic}:{self.queue_id} holds entries to {self.written_offset}; it cannot begin at {queue_offset}"
+            self._begin_at(queue_offset)
+
+    def starts_later(self, queue_offset: int) -> bool:
+        """Whether this queue holds nothing and `queue_offset` lies past its end."""
+        return queue_offset > self.written_offset == self.max_offset == self.min_offset and not self._files
+
+    def _begin_at(self, queue_offset: int) -> None:
+        # an empty queue whose first entry comes later than its end: its log begins at a segment
+        # retention kept, so it does too
+        self.min_offset = self.max_offset = self.written_offset = queue_offset
+        self._tail = (queue_offset, bytearray())
 
     def _spill(self) -> None:
         """Write the in-memory tail to the file (the caller holds the tail lock)."""
@@ -240,6 +257,21 @@ class ConsumeQueue:
             return None
         raw = f.read(queue_offset * ENTRY_SIZE - f.start, ENTRY_SIZE)
         return ENTRY.unpack(raw) if len(raw) == ENTRY_SIZE else None
+
+    def _first_written(self, lo: int, hi: int) -> int:
+        """Smallest queue offset in [lo, hi) holding an entry (hi if none): the entries before a queue's
+        beginning read as zeros, and a written entry's size is never 0."""
+        first = self.entry(lo) if lo < hi else None
+        if first is not None and first[1] > 0:  # the common case: the queue begins where its file does
+            return lo
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and e[1] > 0:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def _first_at_or_after_phys(self, lo: int, hi: int, phys: int) -> int:
         """Smallest queue offset in [lo, hi) whose entry's physical offset >= phys (hi if none)."""

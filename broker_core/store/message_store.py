@@ -19,11 +19,12 @@ import logging
 import os
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial, reduce
 from operator import or_
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -187,6 +188,7 @@ class MessageStore:
         self.dispatcher = Dispatcher(root / "consumequeue", config.consume_queue_entries_per_file, self.index)
         self.split_groups = SplitGroupWriter(self.commitlog, self.dispatcher, self.write_lock)
         self._replay_lock = threading.Lock()  # a replica's dispatch of replicated bytes, and its cuts
+        self.log_cuts: list[int] = []  # a replica's: each offset its log was cut back to, in order
         self.checkpoint = StoreCheckpoint(root / "checkpoint")
         self.abort_marker = AbortMarker(root / "abort")
         crashed = self.abort_marker.crashed()
@@ -473,7 +475,8 @@ class MessageStore:
     def append_copy(self, messages: Sequence[Message], expected_offset: int) -> Sequence[AppendResult]:
         """Append copies of another group's history to one queue (cluster/copier.py) only if the
         queue's written end is `expected_offset`, so they keep their offsets and a batch repeated
-        after a crash is refused (CopyOutOfStep) instead of written twice. Returns once acknowledged."""
+        after a crash is refused (CopyOutOfStep) instead of written twice; an empty queue begins
+        at `expected_offset` (a segment retention cut). Returns once acknowledged."""
         if not messages:
             return []
         key = (messages[0].topic, messages[0].queue_id)
@@ -486,7 +489,11 @@ class MessageStore:
     def _append_copy_locked(self, batch: BatchColumns, key: tuple[str, int], expected: int) -> AppendResults:
         cq = self.dispatcher.queue(*key)
         written = cq.written_offset if cq is not None else 0
-        if written != expected:
+        if written < expected and (cq is None or cq.starts_later(expected)):
+            # retention deleted the start of the copied segment on its group: the copy begins at
+            # its first retained offset, each record at its own offset
+            self.dispatcher.queue_or_create(*key).begin_at(expected)
+        elif written != expected:
             raise CopyOutOfStep(f"queue {key[0]}:{key[1]} is written to {written}, the copy expected {expected}",
                                 written=written)
         return self._append_locked(batch, WritePlan.RECORDS)
@@ -575,6 +582,7 @@ class MessageStore:
             replay.cut_at(offset)
             self.dispatcher.dispatched_through = min(self.dispatcher.dispatched_through, offset)
             self._write_checkpoint()
+            self.log_cuts.append(offset)
             return offset
 
     def restart_log_at(self, offset: int) -> None:
@@ -590,6 +598,14 @@ class MessageStore:
             self.index.delete_below(offset)
             replay.cut_at(offset)
             self._write_checkpoint()
+            self.log_cuts.append(0)  # everything before `offset` went too
+
+    @contextmanager
+    def replica_reading(self) -> Iterator[None]:
+        """Held by a replica's own reader of its log (the standby transaction table): no cut runs
+        meanwhile, so what it reads is not cut from under it."""
+        with self._replay_lock:
+            yield
 
     def lead(self) -> int:
         """A replica becomes its group's leader: what it holds past its last complete group (a

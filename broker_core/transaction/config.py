@@ -45,6 +45,10 @@ class TransactionConfig:
     # horizon (the broker's --timer-max-delay), checked at prepare so a COMMIT never schedules past it.
     timer_max_delay_s: float = DEFAULT_MAX_DELAY_S
 
+    def state_dir_of(self, data_dir: Path) -> Path:
+        """Where a store's table snapshots live: state_dir, or its data directory's `transaction`."""
+        return Path(self.state_dir or Path(data_dir) / "transaction")
+
     def __post_init__(self) -> None:
         if self.transaction_timeout_s < 0 or self.check_interval_s <= 0:
             raise ValueError("transaction_timeout_s must be >= 0 and check_interval_s > 0")

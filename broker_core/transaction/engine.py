@@ -79,7 +79,7 @@ from .half import (
 from .metrics import TransactionMetrics
 from .op import OpKind, OpRecord, build_op
 from .pending_index import PendingIndex, walk
-from .recovery import recover_table
+from .recovery import RecoveredTable, forget_resolved_before, recover_table, replay_tail
 from .snapshot import TableSnapshot, encode_tx, load_snapshots, write_snapshot
 from .state import (
     EndResult,
@@ -105,7 +105,8 @@ SCHEDULED = Reroute(marker=PROP_TIMER_DELIVER_MS, topic=TIMER_TOPIC, queue_id=0)
 
 class TransactionEngine:
     def __init__(self, store: EngineStore, config: TransactionConfig | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, warm: RecoveredTable | None = None) -> None:
+        """`warm`: the table a follower kept while it replicated (standby.py), taken over as it leads."""
         self.store = store
         self.config = config or TransactionConfig()
         self.clock = clock
@@ -127,10 +128,10 @@ class TransactionEngine:
         self._unacked: dict[str, int] = {}
         self._acked_through = 0  # every write ending at or before this offset is acknowledged
         self.authority: DecisionAuthority | None = None
-        self.state_dir = Path(self.config.state_dir or Path(store.config.data_dir) / "transaction")
+        self.state_dir = self.config.state_dir_of(store.config.data_dir)
         self.recovery_stats: dict = {}
         self._pending = PendingIndex()  # the console's counts, kept as transactions change (pending_index.py)
-        self._recover()
+        self._recover(warm)
         self.cross_commits = CrossCommitWatch(store.written_offsets())
         if store.page_cache is not None:
             store.page_cache.protect(self.lowest_pending_half)
@@ -814,14 +815,13 @@ class TransactionEngine:
             if self._unacked:
                 self._unacked = {k: end for k, end in self._unacked.items() if end > self._acked_through}
         horizon = snap.written_ms - int(self.config.resolved_retention_s * 1000)
-        old_decisions = [k for k, d in snap.decisions.items() if d.at_ms < horizon]
+        stale, old_decisions = forget_resolved_before(snap.finals, snap.decisions, horizon)
         if old_decisions:
             with self._table_lock:
                 for k in old_decisions:
                     snap.decisions.pop(k, None)
                     if k in self._decisions and self._decisions[k].at_ms < horizon:
                         del self._decisions[k]
-        stale = [k for k, f in snap.finals.items() if f.resolved_ms < horizon]
         if not stale:
             return
         with self._table_lock:
@@ -831,11 +831,17 @@ class TransactionEngine:
                 if final is not None and final.resolved_ms < horizon:
                     del self._finals[k]
 
-    def _recover(self) -> None:
+    def _recover(self, warm: RecoveredTable | None) -> None:
         started = time.monotonic()
-        rebuilt = recover_table(self.store, load_snapshots(self.state_dir),
-                                default_immunity_s=self.config.transaction_timeout_s,
-                                max_immunity_s=self.config.max_immunity_s)
+        if warm is not None:  # a follower's standby table: only what it had not replayed yet
+            rebuilt = warm
+            rebuilt.halves_replayed = rebuilt.ops_replayed = 0  # this recovery's, not the follower's
+            replay_tail(rebuilt, self.store, default_immunity_s=self.config.transaction_timeout_s,
+                        max_immunity_s=self.config.max_immunity_s)
+        else:
+            rebuilt = recover_table(self.store, load_snapshots(self.state_dir),
+                                    default_immunity_s=self.config.transaction_timeout_s,
+                                    max_immunity_s=self.config.max_immunity_s)
         self._table, self._finals, self._decisions = rebuilt.table, rebuilt.finals, rebuilt.decisions
         self._pending.rebuild(self._table)
         interval_ms = int(self.config.check_interval_s * 1000)

@@ -12,8 +12,9 @@ Cost: the tail since the snapshot, plus the table itself.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, ContextManager, Iterator
 
 from txmq.broker.errors import BadRequest, DataDeleted
 from txmq.broker.store.message import HALF_TOPIC, OP_HALF_TOPIC, PROP_TRANSACTION_ID, StoredMessage
@@ -37,10 +38,20 @@ class RecoveredTable:
     halves_replayed: int = 0
     ops_replayed: int = 0
     from_snapshot: bool = False
+    half_offset: int = 0  # the half queue's offset replayed through (exclusive)
+    op_offset: int = 0  # the op queue's, likewise
+    replayed_end: int = 0  # the log offset past the last record replayed (a cut below it voids the table)
 
 
 def recover_table(store: EngineStore, snapshots: list[TableSnapshot], *, default_immunity_s: float,
                   max_immunity_s: float) -> RecoveredTable:
+    out = start_table(store, snapshots)
+    replay_tail(out, store, default_immunity_s=default_immunity_s, max_immunity_s=max_immunity_s)
+    return out
+
+
+def start_table(store: EngineStore, snapshots: list[TableSnapshot]) -> RecoveredTable:
+    """The newest snapshot the store's queues cover, or an empty table at their start."""
     half_end = store.max_offset(HALF_TOPIC, 0)
     op_end = store.max_offset(OP_HALF_TOPIC, 0)
     usable = next((s for s in snapshots if s.half_offset <= half_end and s.op_offset <= op_end), None)
@@ -50,26 +61,50 @@ def recover_table(store: EngineStore, snapshots: list[TableSnapshot], *, default
         out.table = {tx.transaction_id: tx for tx in usable.transactions}
         out.finals = dict(usable.finals)
         out.decisions = dict(usable.decisions)
-        half_from, op_from = usable.half_offset, usable.op_offset
+        out.half_offset, out.op_offset = usable.half_offset, usable.op_offset
     else:
         if snapshots:
             log.warning("transaction snapshots are ahead of the store (async tail lost): full replay")
-        half_from, op_from = store.min_offset(HALF_TOPIC, 0), store.min_offset(OP_HALF_TOPIC, 0)
-    known: dict[str, set[int]] = {}  # per transaction touched by the replay: its halves' offsets
-    for half in _scan(store, HALF_TOPIC, half_from, half_end):
-        out.halves_replayed += 1
-        _apply_half(out, known, half, default_immunity_s, max_immunity_s)
-    for stored in _scan(store, OP_HALF_TOPIC, op_from, op_end):
-        out.ops_replayed += 1
-        _apply_op(out, stored)
+        out.half_offset, out.op_offset = store.min_offset(HALF_TOPIC, 0), store.min_offset(OP_HALF_TOPIC, 0)
     return out
 
 
-def _scan(store: EngineStore, topic: str, start: int, end: int) -> Iterator[StoredMessage]:
+def replay_tail(out: RecoveredTable, store: EngineStore, *, default_immunity_s: float, max_immunity_s: float,
+                batch_lock: Callable[[], ContextManager[object]] | None = None, batch: int = _BATCH) -> None:
+    """Replay the halves, then the ops, past `out`'s offsets to the queues' ends now, advancing
+    them. `batch_lock`: held around each read of `batch` records (a follower's, against a cut of
+    its log while it reads)."""
+    half_end = store.max_offset(HALF_TOPIC, 0)
+    op_end = store.max_offset(OP_HALF_TOPIC, 0)
+    known: dict[str, set[int]] = {}  # per transaction touched by the replay: its halves' offsets
+    for half in _scan(store, HALF_TOPIC, out.half_offset, half_end, batch_lock, batch):
+        out.halves_replayed += 1
+        out.replayed_end = max(out.replayed_end, half.physical_offset + half.size)
+        _apply_half(out, known, half, default_immunity_s, max_immunity_s)
+    out.half_offset = max(out.half_offset, half_end)
+    for stored in _scan(store, OP_HALF_TOPIC, out.op_offset, op_end, batch_lock, batch):
+        out.ops_replayed += 1
+        out.replayed_end = max(out.replayed_end, stored.physical_offset + stored.size)
+        _apply_op(out, stored)
+    out.op_offset = max(out.op_offset, op_end)
+
+
+def forget_resolved_before(finals: dict[str, FinalRecord], decisions: dict[str, Decision],
+                           horizon_ms: int) -> tuple[list[str], list[str]]:
+    """The finals and decisions resolved before `horizon_ms` (--resolved-retention ago): a table
+    keeps them no longer."""
+    return ([k for k, f in finals.items() if f.resolved_ms < horizon_ms],
+            [k for k, d in decisions.items() if d.at_ms < horizon_ms])
+
+
+def _scan(store: EngineStore, topic: str, start: int, end: int,
+          batch_lock: Callable[[], ContextManager[object]] | None = None, batch: int = _BATCH
+          ) -> Iterator[StoredMessage]:
     offset = start
     while offset < end:
         try:
-            read = store.read_queue(topic, 0, offset, min(_BATCH, end - offset))
+            with batch_lock() if batch_lock is not None else nullcontext():
+                read = store.read_queue(topic, 0, offset, min(batch, end - offset))
         except DataDeleted as gone:
             offset = gone.min_offset
             continue

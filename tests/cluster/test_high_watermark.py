@@ -37,3 +37,29 @@ def test_a_write_left_unacknowledged_as_the_in_sync_set_shrank_below_min_insync_
         while read_bodies(direct, TOPIC) != Counter({b"acknowledged": 1, b"never acknowledged": 1}):
             assert time.monotonic() < deadline, read_bodies(direct, TOPIC)
             time.sleep(0.5)
+
+
+def test_a_new_leader_with_no_follower_in_sync_serves_without_waiting_for_one(group_factory):
+    group = group_factory(replicas=3, args=["--replication", "sync", "--replica-lag-max", "6s"])
+    with NativeClient(group.endpoints, timeout_s=30) as client:
+        client.send([Message(TOPIC, b"held by two")])
+    old = group.wait_leader()
+    absent, heir = [r for r in group.replicas if r.endpoint != old.endpoint]
+    absent.kill()
+    deadline = time.monotonic() + 20  # the dead follower leaves the in-sync set after --replica-lag-max
+    while len(group.view.in_sync().members) > 2:
+        assert time.monotonic() < deadline, "the dead follower stayed in the in-sync set"
+        time.sleep(0.1)
+    group.replica(old.endpoint).kill()
+    killed = time.monotonic()
+    with NativeClient(heir.endpoint, timeout_s=5, retry_unavailable_s=0) as direct:
+        while True:
+            try:
+                seen = read_bodies(direct, TOPIC)
+                break
+            except errors.BrokerUnavailable:
+                time.sleep(0.05)
+    # the old leader's lease (2 s), then a take-over whose in-sync set is the heir alone: nobody
+    # to wait for, so not the 6 s of --replica-lag-max
+    assert time.monotonic() - killed < 5.0, f"served {time.monotonic() - killed:.1f}s after the kill"
+    assert seen == Counter({b"held by two": 1})

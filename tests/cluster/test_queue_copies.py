@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from tests.cluster.test_queue_moves import two_groups  # noqa: F401 - the fixture: two groups of one replica
+from tests.interop.conftest import official_client_available, run_client
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
@@ -312,3 +313,101 @@ def test_a_copied_record_keeps_every_property_and_header_field_a_reader_sees_of_
     assert [seen(r) for r in copied] == [seen(r) for r in source]
     assert source[-1].properties.get("__SHARDINGKEY") == "gt" and source[-1].prepared_transaction_offset > 0
     assert all(r.prepared_transaction_offset == 0 for r in copied), "a copy points at no half of its own log"
+
+
+def test_a_segment_whose_start_retention_deleted_is_copied_from_its_first_retained_offset(tmp_path):
+    """Retention on the source group (64 KiB segments, 2 s) deletes the start of the queue's log
+    before the move; the copy begins at the queue's first retained offset: each retained message
+    on the target at its own offset, nothing below it, nothing extra."""
+    etcd = EtcdProcess(tmp_path / "etcd").start()
+    a = LocalGroup(tmp_path, etcd, "a", replicas=1, args=["--replication", "async", *FAST,
+                                                          "--segment-bytes", str(64 << 10), "--retention", "2s"])
+    b = LocalGroup(tmp_path, etcd, "b", replicas=1, args=["--replication", "async", *FAST])
+    try:
+        a.start()
+        b.start()
+        with ClusterClient(a.endpoints) as client:
+            client.create_topic("cut", 2)
+            moving = queue_on(client, "cut", "a")
+        fill(a, "cut", 600, body_bytes=400)  # about four segments
+        with NativeClient(a.endpoints) as on_a:
+            deadline = time.monotonic() + 30
+            while (low := on_a.min_offsets(["cut"])["cut"].get(moving[1], 0)) == 0:
+                assert time.monotonic() < deadline, "retention deleted nothing of the source's queue"
+                time.sleep(0.3)
+            time.sleep(3)  # every segment but the one being written is past retention now
+            low = on_a.min_offsets(["cut"])["cut"][moving[1]]
+            retained = rows_of(on_a, "cut", moving[1], low, 600)
+        assert 0 < low < 600 and len(retained) == 600 - low
+        with NativeClient(b.endpoints) as admin:
+            result = admin.move_queues(topic="cut", queue=f"{moving[0]}:{moving[1]}", to="b", rate=0,
+                                         copy_wait_s=30)
+        assert [m["state"] for m in result["moves"]] == ["done"] and result["moves"][0]["base"] == 600
+        with ClusterClient(a.endpoints) as client:
+            _, copy = wait_copied(client, "cut", moving, timeout_s=30)
+            with NativeClient(b.endpoints) as on_b:
+                assert on_b.min_offsets(["cut"])["cut"][copy.queue_id] == low
+                assert on_b.snapshot_offsets(["cut"])["cut"][copy.queue_id] == 600
+                assert rows_of(on_b, "cut", copy.queue_id, low, 600) == retained
+            assert client.min_offsets(["cut"])["cut"][moving] == low
+            logical = [(row["queueOffset"], row["body"]) for r in client.read_queue("cut", moving, low, 600)
+                       for row in r.batch.to_pylist()]
+        assert logical == [(off, body) for off, _, _, _, body, _ in retained]
+        time.sleep(2)  # its queue files flushed
+        b.replicas[0].kill()  # the copy's queue begins at `low` after a restart too (its files, then recovery)
+        b.replicas[0].start()
+        b.wait_leader()
+        with NativeClient(b.endpoints) as on_b:
+            assert on_b.min_offsets(["cut"])["cut"][copy.queue_id] == low
+            assert rows_of(on_b, "cut", copy.queue_id, low, 600) == retained
+    finally:
+        a.stop()
+        b.stop()
+        etcd.kill()
+
+
+@pytest.mark.interop
+@pytest.mark.skipif(not official_client_available(), reason="the official client's venv is missing (make interop-venv)")
+def test_moved_messages_read_back_through_the_official_client_as_they_did_before_the_move(two_groups):
+    """FIFO, DELAY, transactional and plain messages with tags, keys and user properties, sent by the
+    official client and the native one: an official SimpleConsumer sees each message, field by field
+    (message id, tag, keys, properties, message group and type, born host and time, delivery time),
+    the same once its queue moved and its history was copied as before."""
+    a, b = two_groups
+    with ClusterClient(a.endpoints) as client:
+        client.create_topic("fields", 1)  # the cluster's only queue of the topic: every message moves
+        moving = queue_on(client, "fields", "a")
+    sends = [("--message-group", "g1", "--prefix", "fifo"), ("--delay-s", "1", "--prefix", "delay"),
+             ("--tag", "tg", "--numbered", "--prefix", "plain")]
+    for args in sends:
+        sent = run_client(a.leader_replica().endpoint, "produce", "--topic", "fields", "--count", "3", *args)
+        assert len(sent["sent"]) == 3, sent["errors"]
+    committed = run_client(a.leader_replica().endpoint, "transaction", "--topic", "fields", "--mode", "commit",
+                           "--count", "2", "--prefix", "tx")
+    assert len(committed["ended"]) == 2, committed["errors"]
+    with NativeClient(a.endpoints) as c:
+        c.send([Message("fields", f"native-{i}".encode(), tag="n", keys=[f"k{i}", "x"], sharding_key=f"s{i % 2}",
+                        properties={"ünï": "välue with spaces", "e": ""}, message_id=f"native-id-{i}")
+                for i in range(3)], topic="fields")
+        deadline = time.monotonic() + 30  # the DELAY messages are due within 2 s
+        while c.snapshot_offsets(["fields"])["fields"][moving[1]] < 14:
+            assert time.monotonic() < deadline, "the DELAY messages were not delivered"
+            time.sleep(0.3)
+
+    def seen(endpoint: str, group: str) -> dict:
+        got = run_client(endpoint, "simple", "--topic", "fields", "--group", group, "--expect", "14", timeout=120)
+        views = {m["body"]: {k: v for k, v in m.items() if k not in ("receipt_handle", "attempt", "acked")}
+                 for m in got["received"]}
+        assert len(views) == 14, (sorted(views), got["errors"][:3])
+        return views
+
+    before = seen(a.leader_replica().endpoint, "before")
+    with NativeClient(b.endpoints) as admin:
+        admin.move_queues(topic="fields", queue=f"{moving[0]}:{moving[1]}", to="b", rate=0, copy_wait_s=30)
+    with ClusterClient(a.endpoints) as client:
+        wait_copied(client, "fields", moving, timeout_s=30)
+    after = seen(b.leader_replica().endpoint, "after")
+    assert before["fifo-0"]["message_group"] == "g1" and before["delay-0"]["delivery_timestamp"]
+    assert before["native-0"]["message_group"] == "s0" and before["tx-0"]["message_type"] == after["tx-0"]["message_type"]
+    for body in sorted(before):
+        assert after[body] == before[body], body

@@ -70,3 +70,18 @@ def test_queue_files_below_the_log_minimum_are_deleted_and_state_survives_restar
     assert store.min_offset("T", 0) == low
     tail = store.read_queue("T", 0, low, 100).messages
     assert tail and tail[-1].body == b"%04d" % 79 * 250
+
+
+def test_a_copy_queue_begun_at_a_retained_offset_keeps_its_beginning_across_a_restart(open_store) -> None:
+    """A history copy of a segment whose start retention deleted begins its (empty) queue at the
+    source's first retained offset (append_copy); closed and opened again, the queue still begins
+    there: its first file's unwritten head is not read as entries."""
+    store = open_store()
+    store.append_copy([msg(body=b"%02d" % i) for i in range(7, 10)], 7)
+    assert (store.min_offset("T", 0), store.max_offset("T", 0)) == (7, 10)
+    store.close()
+    again = open_store()
+    assert (again.min_offset("T", 0), again.max_offset("T", 0)) == (7, 10)
+    assert [m.body for m in again.read_queue("T", 0, 7, 10).messages] == [b"07", b"08", b"09"]
+    with pytest.raises(DataDeleted):
+        again.read_queue("T", 0, 0, 3)
