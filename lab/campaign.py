@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PORT = 8081
 ETCD_PORT = 2379
 OFFICIAL_PYTHON = ROOT / ".venv-rocketmq" / "bin" / "python"
+OFFICIAL_REQUEST_TIMEOUT_S = 3  # the official Python client's own default (ClientConfiguration.request_timeout)
 READY = re.compile(r"txmq (?:broker|replica) ready on (\S+):(\d+)")
 
 
@@ -526,7 +527,8 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
                 procs.append(host.popen(
                     [str(OFFICIAL_PYTHON), "-m", "lab.workloads", mode, "--endpoints", group.endpoints, "--topic",
                      topic, "--history", str(hist / f"{mode}.jsonl"), "--process", mode, "--duration",
-                     str(duration), "--stop-file", str(stop_file), "--timeout", "5"], env=base_env()))
+                     str(duration), "--stop-file", str(stop_file), "--timeout", str(OFFICIAL_REQUEST_TIMEOUT_S)],
+                    env=base_env()))
         # Each writer's first acknowledged write before the first fault: on a loaded machine a client can
         # take many seconds to start, and a fault's time to the first ack would count that start.
         writers_hist = [hist / f"w{i + 1}.jsonl" for i in range(writers)] + (

@@ -177,7 +177,7 @@ def test_the_official_python_client_keeps_sending_while_its_lowest_address_canno
     proc = lab.host("c1").popen(
         [str(campaign.OFFICIAL_PYTHON), "-m", "lab.workloads", "official", "--endpoints", group.endpoints,
          "--topic", TOPIC, "--history", str(history), "--process", "official", "--duration", "90",
-         "--stop-file", str(stop), "--timeout", "5"], env=campaign.base_env())
+         "--stop-file", str(stop), "--timeout", str(campaign.OFFICIAL_REQUEST_TIMEOUT_S)], env=campaign.base_env())
 
     def acked() -> list[float]:
         if not history.exists():
