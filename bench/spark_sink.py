@@ -40,10 +40,9 @@ def plain_send(df, endpoint: str, topic: str, rows_per_rpc: int) -> int:
     def send(batches):
         import pyarrow as pa
 
-        from txmq.spark.options import Connection
-        from txmq.spark.source import executor_client
+        from txmq.broker.client.native_client import NativeClient
 
-        client = executor_client(Connection(endpoint))
+        client = NativeClient(endpoint)  # the one broker: its stream, as each sink task's halves
         n = 0
 
         def chunks():
@@ -54,7 +53,8 @@ def plain_send(df, endpoint: str, topic: str, rows_per_rpc: int) -> int:
                     n += chunk.num_rows
                     yield chunk
 
-        client.send_stream(chunks(), topic=topic)  # one Flight stream per task, as the sink's halves
+        with client:
+            client.send_stream(chunks(), topic=topic)  # one Flight stream per task, as the sink's halves
         yield pa.RecordBatch.from_pydict({"n": [n]})
 
     return df.mapInArrow(send, "n long").groupBy().sum("n").collect()[0][0]
