@@ -613,18 +613,18 @@ class ReplicaNode:
         self.elections_won += 1
         now = time.monotonic()
         replayed = core.engine.recovery_stats
-        self.last_take_over = {
+        took = self.last_take_over = {
             "epoch": record.epoch, "seconds": round(now - t0, 3), "store_s": round(t_store - t0, 3),
             "confirmed_s": round(t_confirmed - t_store, 3), "core_s": round(t_core - t_confirmed, 3),
             "serving_s": round(now - t_core, 3), "standby_table": warm is not None,
             "halves_replayed": replayed["halves_replayed"], "ops_replayed": replayed["ops_replayed"]}
         log.warning("group %s: %s leads epoch %d from offset %d (%.2fs to take over: %.2fs to stop following and "
-                    "open the store as leader, %.2fs until the in-sync followers held its log, %.2fs to start "
-                    "serving: %.2fs core (%s, %d halves and %d ops replayed), %.2fs routes, %.2fs services)",
-                    self.group, self.me, record.epoch, end, now - t0, t_store - t0, t_confirmed - t_store,
-                    now - t_confirmed, t_core - t_confirmed,
-                    "its standby table" if warm is not None else "from its snapshots", replayed["halves_replayed"],
-                    replayed["ops_replayed"], t_routes - t_core, now - t_routes)
+                    "open the store as leader, %.2fs until the in-sync followers held its log, %.2fs to rebuild "
+                    "its transaction table (%s, %d halves and %d ops replayed), %.2fs to start serving: %.2fs "
+                    "routes, %.2fs services)", self.group, self.me, record.epoch, end, took["seconds"],
+                    took["store_s"], took["confirmed_s"], took["core_s"],
+                    "its standby table" if warm is not None else "from its snapshots", took["halves_replayed"],
+                    took["ops_replayed"], took["serving_s"], t_routes - t_core, now - t_routes)
 
     def _give_up_taking_over(self, record: LeaderRecord, reason: str) -> None:
         """Give back a leader key this replica won but cannot serve under (another replica may do

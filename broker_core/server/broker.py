@@ -60,8 +60,8 @@ def load_serving_code() -> None:
     """Load, off the serving path, what Python loads on first use: the modules a leader's services
     import, the compiled record encoder, source scan and final-record writer (numba; the last for
     the first pull of messages committed by reference) and pyarrow.compute (the columnar reads'
-    take; it imports pandas). A broker runs it as it starts, a replica while it follows: a replica
-    that loaded them only once it led took seconds more to serve its first writes."""
+    take; it imports pandas). A broker runs it as it starts, a replica while it follows, so a new
+    leader's first writes do not wait on them."""
     import pyarrow.compute  # noqa: F401
 
     import txmq.broker.server.flight_service  # noqa: F401
@@ -73,10 +73,8 @@ def load_serving_code() -> None:
     load_compiled_finals()
 
 
-def start_loading_serving_code() -> threading.Thread:
-    loader = threading.Thread(target=load_serving_code, name="txmq-load-compiled", daemon=True)
-    loader.start()
-    return loader
+def start_loading_serving_code() -> None:
+    threading.Thread(target=load_serving_code, name="txmq-load-compiled", daemon=True).start()
 
 
 def transaction_config(config: BrokerConfig) -> TransactionConfig:

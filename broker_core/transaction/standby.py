@@ -1,10 +1,9 @@
 """A follower's standby transaction table.
 
-A replica that takes over rebuilt its transaction table from its newest snapshot, which a
-follower never writes: the replay ran over every half and op since the replica last led, and
-the group served nothing meanwhile (0.7-1.5 s after a few thousand transactions, growing with
-the log). A follower keeps the table instead, replaying what it replicates as it goes, so a
-take-over replays only what arrived since the last advance.
+A follower writes no table snapshots, so a replica that takes over would replay every half and
+op since it last led while the group serves nothing. A follower keeps the table instead,
+replaying what it replicates as it goes, so a take-over replays only what arrived since the last
+advance.
 
 The table holds only what the follower's log holds: a cut of the log below a record the table
 replayed (a divergent tail cut when it follows a new leader, or a restart at the leader's log

@@ -6,6 +6,8 @@ its commit record's header must be, byte for byte, the copy the store wrote for 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -398,25 +400,12 @@ def _transaction(draw) -> list[Message]:
     return out
 
 
-@settings(max_examples=20, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(transactions=st.lists(_transaction(), min_size=1, max_size=4), order=st.randoms(use_true_random=False),
-       store_host=st.sampled_from([("127.0.0.1", 10911), ("::1", 10911)]),
-       first=st.integers(0, 3), segment_bytes=st.sampled_from([4096, 1 << 20]))
-def test_a_pulls_records_written_in_one_compiled_pass_are_the_ones_resolve_makes_one_at_a_time(
-        monkeypatch, transactions, order, store_host, first, segment_bytes) -> None:
-    """read_queue_bytes of queues published by reference (commit_ref.final_records, compiled) gives,
-    byte for byte, what resolve_many makes a slot at a time (the twin the copy's oracle tests check),
-    across segments, transactions committed in another order than prepared, IPv4 and IPv6 hosts;
-    with IPv4 hosts only, no record falls back to the twin."""
+@contextmanager
+def _committed_in_shuffled_order(transactions, order, store_host, segment_bytes) -> Iterator[MessageStore]:
+    """A store on `segment_bytes` segments whose `transactions` (on two topics of two queues) were
+    prepared in turn and committed in `order`'s shuffle."""
     import tempfile
 
-    from txmq.broker.store import columnar_read
-    from txmq.broker.store.commit_ref import resolve_many
-
-    fallbacks = []
-    one_by_one = columnar_read._resolved_one_by_one
-    monkeypatch.setattr(columnar_read, "_resolved_one_by_one", lambda *a: fallbacks.append(1) or one_by_one(*a))
     with tempfile.TemporaryDirectory() as tmp:
         store = MessageStore(StoreConfig(data_dir=Path(tmp), flush_mode="async", store_host=store_host,
                                          commitlog_segment_bytes=segment_bytes))
@@ -430,15 +419,36 @@ def test_a_pulls_records_written_in_one_compiled_pass_are_the_ones_resolve_makes
             order.shuffle(ids)
             for tx in ids:
                 engine.end(tx, Resolution.COMMIT)
-            for topic in (TOPIC, "parcels"):
-                for q in (0, 1):
-                    start = min(first, store.max_offset(topic, q))
-                    read = columnar_read.read_queue_bytes(store, topic, q, start, 100)
-                    got = [bytes(read.data[at:at + n]) for at, n in zip(read.record_at.tolist(), read.sizes.tolist())]
-                    assert got == resolve_many(store.commitlog.read, read.phys.tolist())
+            yield store
             engine.close()
         finally:
             store.close()
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(transactions=st.lists(_transaction(), min_size=1, max_size=4), order=st.randoms(use_true_random=False),
+       store_host=st.sampled_from([("127.0.0.1", 10911), ("::1", 10911)]),
+       first=st.integers(0, 3), segment_bytes=st.sampled_from([4096, 1 << 20]))
+def test_a_pulls_records_written_in_one_compiled_pass_are_the_ones_resolve_makes_one_at_a_time(
+        monkeypatch, transactions, order, store_host, first, segment_bytes) -> None:
+    """read_queue_bytes of queues published by reference (commit_ref.final_records, compiled) gives,
+    byte for byte, what resolve_many makes a slot at a time (the twin the copy's oracle tests check),
+    across segments, transactions committed in another order than prepared, IPv4 and IPv6 hosts;
+    with IPv4 hosts only, no record falls back to the twin."""
+    from txmq.broker.store import columnar_read
+    from txmq.broker.store.commit_ref import resolve_many
+
+    fallbacks = []
+    one_by_one = columnar_read._resolved_one_by_one
+    monkeypatch.setattr(columnar_read, "_resolved_one_by_one", lambda *a: fallbacks.append(1) or one_by_one(*a))
+    with _committed_in_shuffled_order(transactions, order, store_host, segment_bytes) as store:
+        for topic in (TOPIC, "parcels"):
+            for q in (0, 1):
+                start = min(first, store.max_offset(topic, q))
+                read = columnar_read.read_queue_bytes(store, topic, q, start, 100)
+                got = [bytes(read.data[at:at + n]) for at, n in zip(read.record_at.tolist(), read.sizes.tolist())]
+                assert got == resolve_many(store.commitlog.read, read.phys.tolist())
     v4_only = store_host[0] != "::1" and all(m.born_host[0] != "::1" for t in transactions for m in t)
     assert not (v4_only and fallbacks)
 
@@ -454,41 +464,24 @@ def test_a_pull_that_decodes_the_halves_in_place_gives_the_batch_of_the_records_
     offset, store time and host, the slot's address in the offset message id) decodes to the very
     batch the final records decode to, across segments, transactions committed in another order
     than prepared, IPv4 and IPv6 hosts; no pull of them writes a final record."""
-    import tempfile
-
     from txmq.broker.store import columnar_read
     from txmq.broker.store.pull_decode import decode_pull_batch
     from txmq.broker.store.pull_decode_kernel import pull_batch_compiled
 
-    with tempfile.TemporaryDirectory() as tmp:
-        store = MessageStore(StoreConfig(data_dir=Path(tmp), flush_mode="async", store_host=store_host,
-                                         commitlog_segment_bytes=segment_bytes))
-        try:
-            for topic in (TOPIC, "parcels"):
-                store.topics.create(topic, queue_count=2)
-            engine = TransactionEngine(store, TransactionConfig(), clock=_Clock())
-            for k, messages in enumerate(transactions):
-                engine.prepare(messages, transaction_id=f"t{k}", producer_group="g")
-            ids = [f"t{k}" for k in range(len(transactions))]
-            order.shuffle(ids)
-            for tx in ids:
-                engine.end(tx, Resolution.COMMIT)
-            for topic in (TOPIC, "parcels"):
-                for q in (0, 1):
-                    start = min(first, store.max_offset(topic, q))
-                    if start == store.max_offset(topic, q):
-                        continue
-                    read = columnar_read.read_queue_bytes(store, topic, q, start, 100, one_kind=True, in_place=True)
-                    assert read.refs is not None
-                    in_place = pull_batch_compiled(read.data, read.record_at, read.phys, read.sizes, topic, read.refs)
-                    finals = columnar_read.read_queue_bytes(store, topic, q, start, 100, one_kind=True)
-                    assert finals.refs is None
-                    assert in_place is not None
-                    assert in_place.equals(decode_pull_batch(finals.data, finals.record_at, finals.phys, finals.sizes,
-                                                             topic, q))
-            engine.close()
-        finally:
-            store.close()
+    with _committed_in_shuffled_order(transactions, order, store_host, segment_bytes) as store:
+        for topic in (TOPIC, "parcels"):
+            for q in (0, 1):
+                start = min(first, store.max_offset(topic, q))
+                if start == store.max_offset(topic, q):
+                    continue
+                read = columnar_read.read_queue_bytes(store, topic, q, start, 100, one_kind=True, in_place=True)
+                assert read.refs is not None
+                in_place = pull_batch_compiled(read.data, read.record_at, read.phys, read.sizes, topic, read.refs)
+                finals = columnar_read.read_queue_bytes(store, topic, q, start, 100, one_kind=True)
+                assert finals.refs is None
+                assert in_place is not None
+                assert in_place.equals(decode_pull_batch(finals.data, finals.record_at, finals.phys, finals.sizes,
+                                                         topic, q))
 
 
 def test_a_pull_in_place_whose_entry_disagrees_with_its_half_raises_as_the_records_read_does(tmp_path: Path) -> None:
