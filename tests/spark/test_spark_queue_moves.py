@@ -247,6 +247,7 @@ def test_a_streaming_sink_commits_a_batch_exactly_once_and_goes_on_when_a_queue_
         with NativeClient(c.endpoints) as admin:
             result = admin.move_queues(topic="mdst", queue=f"{moving[0]}:{moving[1]}", to="mc", wait_s=60)
         assert [m["state"] for m in result["moves"]] == ["done"]
+        time.sleep(2)  # the brokers' cached routes (up to 0.5 s old) show the move to the tasks that start next
         release.touch()
         wait_written(120)
         decision = json.loads((tmp_path / "cp" / "txmq-sink" / "decision.json").read_bytes())
