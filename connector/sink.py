@@ -59,7 +59,7 @@ from txmq.broker.client.types import CheckRequest
 
 from . import transactions as txn
 from .client_seam import CheckbackHandle, ConnectorClient, TransactionClient
-from .checkpoint_fs import CheckpointDir
+from .checkpoint_fs import CheckpointDir, is_local
 from .faults import crash_point, pause_point
 from .options import InvalidOption, SinkOptions
 from .schema import sink_arrow_batch, validate_sink_schema
@@ -364,8 +364,9 @@ class TxmqStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
             elif len(parts) > 1:
                 self.abort(messages, batchId)
                 raise TransactionConflict(f"txmq sink: {what}: its tasks wrote while the topic's groups changed, "
-                                          "and without a 'checkpointLocation' option the sink cannot record a "
-                                          "decision over its parts; rolled back, replayed on restart")
+                                          "and without a 'checkpointLocation' on this host's file system (or a "
+                                          "mount) the sink cannot record a decision over its parts; rolled back, "
+                                          "replayed on restart")
             for i, part in enumerate(parts):
                 if i:
                     crash_point("sink.between_parts", batchId)
@@ -412,9 +413,11 @@ class TxmqStreamWriter(_WriterBase, DataSourceStreamArrowWriter):
 
     def _decisions(self, msgs: Sequence[TxmqCommitMessage]) -> BatchDecisions | None:
         """Where the batch's decision is recorded: None for a single broker or rows naming their topics
-        (one transaction, decided by its own COMMIT) and for a sink without a checkpoint location option."""
+        (one transaction, decided by its own COMMIT), and for a sink without a checkpoint location option
+        on this host's file system: the commit runs in a Python worker without the session's
+        `spark.hadoop.*` settings, so it cannot reach an s3a:// or hdfs:// checkpoint."""
         location = self.options.checkpoint_location
-        if location is None or not any(m.participants for m in msgs):
+        if location is None or not is_local(location) or not any(m.participants for m in msgs):
             return None
         return BatchDecisions(CheckpointDir(location, helper="sink"))
 

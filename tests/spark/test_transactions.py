@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from txmq.broker.errors import QueueSealed, UnknownTransaction
+from txmq.broker.errors import QueueSealed, TransactionConflict, UnknownTransaction
 from txmq.spark import sink
 from txmq.spark import transactions as txn
-from txmq.spark.checkpoint_fs import CheckpointDir
+from txmq.spark.checkpoint_fs import CheckpointDir, is_local
 from txmq.spark.options import SinkOptions
 from txmq.spark.sink import (
     BatchDecisions,
@@ -225,3 +225,21 @@ def test_a_task_whose_queue_a_move_sealed_sends_all_its_rows_again_to_the_groups
     assert (message.participants, message.rows, message.sender) == (("b", "c"), 5, "p0.a0.n.m1")
     assert message.transaction_id == txn.transaction_id(writer.sink_id, 3, 0, ("b", "c"))
     assert message.abandoned == ((txn.transaction_id(writer.sink_id, 3, 0, AB), AB),)
+
+
+def test_a_batch_in_two_parts_with_its_checkpoint_on_s3_is_rolled_back_and_fails_as_without_a_decision(tmp_path):
+    """The commit's Python worker has no `spark.hadoop.fs.s3a.*`: it records no decision there, and
+    a batch its tasks wrote with two group lists fails (the restart replays it) instead."""
+    client = Cluster({}, tmp_path / "unused")
+    writer = stream_writer(tmp_path / "cp", client)
+    writer.options = SinkOptions.parse({"broker": "h:1", "topic": "t", "checkpointLocation": "s3a://bucket/cp"})
+    msgs = [part_message(writer, "p0", 5, AB), part_message(writer, "p1", 4, ABC)]
+    with pytest.raises(TransactionConflict, match="checkpointLocation"):
+        writer.commit(msgs, 3)
+    assert sorted(e[1] for e in client.ended) == ["ROLLBACK", "ROLLBACK"]
+
+
+@pytest.mark.parametrize("location, local", [("/tmp/cp", True), ("cp", True), ("file:///tmp/cp", True),
+                                             ("s3a://bucket/cp", False), ("hdfs://nn:8020/cp", False)])
+def test_a_checkpoint_location_is_local_only_on_this_hosts_file_system(location, local):
+    assert is_local(location) is local
