@@ -15,6 +15,8 @@ and settings go into the result.
    against Spark's Kafka source with kafka.isolation.level=read_committed.
 2. spark_write: Spark writes N/2 rows: the txmq exactly-once sink against
    Spark's Kafka sink (idempotent producer, acks=all: at-least-once).
+   Every run's seconds, load average and CPU seconds per process (Spark's
+   JVM, its Python workers, the txmq broker, Kafka) go to spark.write_runs.
    Both Spark runs need Spark's Kafka connector of the same version as pyspark
    (spark.jars.packages); where Maven Central has none for the installed
    pyspark, both sides run on SPARK_FOR_KAFKA's pyspark in .venv-spark42.
@@ -30,7 +32,8 @@ and settings go into the result.
    txmq through the official client (PushConsumer).
 Each pair takes turns, best of --repeat rounds. Ratios are txmq / peer
 (throughput) or peer / txmq (latency), so > 1 means txmq is ahead.
-Prints one JSON line and writes bench/results/vs_peers.json.
+Prints one JSON line and writes bench/results/vs_peers.json (a run of some
+parts, --only: vs_peers-<parts>.json, so the full run's file stays).
 """
 
 from __future__ import annotations
