@@ -84,7 +84,7 @@ screenshots: venv etcd chromium
 TEST_WORKERS ?= 2
 
 test: venv interop-venv etcd faketime chromium
-	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+	$(VPY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25 $(PYTEST_ARGS)
 
 test-slow: venv interop-venv
 	$(VPY) -m pytest -m slow $(PYTEST_ARGS)

@@ -115,6 +115,12 @@ class CheckpointDir:
         os.replace(tmp, path)
 
 
+def is_local(location: str) -> bool:
+    """Whether `location` is a path on this host's file system (plain, or file:)."""
+    return _URI.match(without_file_scheme(location)) is None and not re.match(r"^[A-Za-z][A-Za-z0-9+.\-]+:",
+                                                                            without_file_scheme(location))
+
+
 def _resolve(location: str, *, helper: str, filesystem: pafs.FileSystem | None) -> tuple[pafs.FileSystem, str]:
     path = without_file_scheme(location)
     match = _URI.match(path)

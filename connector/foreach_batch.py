@@ -212,7 +212,7 @@ class TransactionalBatch:
         """The batch's halves sent on the groups taking the topic's writes now: (transaction id,
         senders with rows, groups), or None if an earlier run committed it. A queue move during
         the send seals a queue a task wrote to; that generation is rolled back whole and the batch
-        sent again on the groups the queues moved to (the sink fails its query there instead)."""
+        sent again on the groups the queues moved to (the sink's tasks send their own rows again instead)."""
         for attempt in range(1, MOVED_BATCH_RETRIES + 1):
             participants = self._participants()  # fixed for the attempt: every task and the commit name them
             tx = self._recover(batch_id, participants)

@@ -331,6 +331,7 @@ class SinkOptions:
     sink_id: str | None
     producer_group: str | None
     max_batch_rows: int = 4096
+    checkpoint_location: str | None = None  # where a streaming sink records a batch committed in parts
 
     @staticmethod
     def parse(options: Mapping[str, str]) -> "SinkOptions":
@@ -345,7 +346,8 @@ class SinkOptions:
         if sink_id is None and _get(opts, "checkpointLocation") is not None:
             sink_id = sink_id_for_checkpoint(_get(opts, "checkpointLocation") or "")
         rows = parse_positive_int("maxBatchRows", _get(opts, "maxBatchRows")) or 4096
-        return SinkOptions(conn, _get(opts, "topic"), sink_id, _get(opts, "producerGroup"), rows)
+        return SinkOptions(conn, _get(opts, "topic"), sink_id, _get(opts, "producerGroup"), rows,
+                           _get(opts, "checkpointLocation"))
 
 
 def sink_id_for_checkpoint(location: str) -> str:

@@ -84,3 +84,17 @@ def group_factory(tmp_path, etcd, request):
     yield make
     for g in made:
         g.stop()
+
+
+def _heaviest_files() -> dict[str, int]:
+    lines = (ROOT / "tests" / "heaviest_files.txt").read_text().splitlines()
+    names = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    return {name: rank for rank, name in enumerate(names)}
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Longest files first: xdist's loadfile hands out files in collection order (make test turns
+    off its own reorder by test count), so a long file left for last would hold the run alone."""
+    heaviest = _heaviest_files()
+    last = len(heaviest)
+    items.sort(key=lambda item: heaviest.get(item.nodeid.split("::", 1)[0], last))  # stable: files stay whole

@@ -27,9 +27,11 @@ def spark_broker(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def spark_env() -> dict[str, str]:
-    """The environment Spark (and a driver subprocess) needs: our Python, pyspark_txmq importable."""
+def spark_env(tmp_path_factory) -> dict[str, str]:
+    """The environment Spark (and a driver subprocess) needs: our Python, pyspark_txmq importable,
+    and where a test arms the connector's pause points (its workers inherit it from the JVM)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("TXMQ_SPARK_PAUSE_DIR", str(tmp_path_factory.mktemp("pause-points")))
     expose_autoregister_module()
     return dict(os.environ)
 

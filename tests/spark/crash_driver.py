@@ -2,7 +2,7 @@
 
     python -m tests.spark.crash_driver --mode sink|foreach --broker H:P --src T --dst T
                                        --checkpoint DIR [--db sqlite.db] [--max-per-trigger N]
-                                       [--s3-endpoint URL --s3a-jars DIR]
+                                       [--repartition N] [--s3-endpoint URL --s3a-jars DIR]
 
 Reads every message of `src` (Trigger.AvailableNow, a few rows per batch) and
 writes the bodies to `dst`, either through the txmq sink (`sink`) or through the
@@ -60,6 +60,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--db")
     p.add_argument("--max-per-trigger", type=int, default=10)
+    p.add_argument("--repartition", type=int, help="write through N tasks per batch (a shuffle before the sink)")
     p.add_argument("--s3-endpoint")
     p.add_argument("--s3a-jars")
     args = p.parse_args(argv)
@@ -82,6 +83,8 @@ def main(argv: list[str]) -> int:
     df = (spark.readStream.format("txmq").option("broker", args.broker).option("topic", args.src)
           .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(args.max_per_trigger))
           .load().select("body"))
+    if args.repartition:
+        df = df.repartition(args.repartition)
     writer = df.writeStream.option("checkpointLocation", args.checkpoint).trigger(availableNow=True)
     if args.mode == "sink":
         from txmq.spark import SinkCheckback

@@ -8,6 +8,7 @@ the foreachBatch helper, in the SQLite table) exactly once.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -22,6 +23,10 @@ from pathlib import Path
 import pytest
 
 from tests.spark.support import send_plain, send_transaction, topic_bodies
+from txmq.broker.client.cluster_client import ClusterClient
+from txmq.broker.client.native_client import NativeClient
+from txmq.broker.client.types import Message
+from txmq.spark import faults
 
 pytestmark = pytest.mark.spark
 
@@ -165,3 +170,56 @@ def test_sink_survives_thirty_random_driver_kills(spark_env, spark_broker, clien
 def test_foreach_batch_helper_survives_thirty_random_driver_kills(spark_env, spark_broker, client, tmp_path):
     rng = random.Random(int(os.environ.get("TXMQ_TORTURE_SEED", "7")))
     foreach_scenario(spark_env, spark_broker, client, tmp_path, foreach_schedule(rng, 30), rows=160)
+
+
+@pytest.mark.slow  # ~2-3 min per point: three groups, two driver starts, a queue moved between two tasks
+@pytest.mark.parametrize("point", ["sink.after_decision", "sink.between_parts"])
+def test_sink_batch_committed_in_two_parts_is_exactly_once_when_the_driver_dies_before_or_between_them(
+        spark_env, group_factory, tmp_path, point):
+    """A queue moves between two tasks of batch 0, so it commits in two parts; the driver is killed
+    after recording the batch's decision, or with its first part committed: the restart finishes the
+    batch with the dead run's senders and writes nothing twice."""
+    slow_checks = ["--replication", "async", "--transaction-timeout", "60s", "--check-interval", "30s"]
+    a, b = (group_factory(name, replicas=1, args=slow_checks) for name in ("ka", "kb"))
+    endpoints = f"{a.endpoints};{b.endpoints}"
+    with ClusterClient(endpoints) as cluster:
+        cluster.create_topic("ksrc", 4)
+        cluster.create_topic("kdst", 4)
+        assert {q.group for q in cluster.queues("kdst")} == {"ka", "kb"}
+        moving = next(q.key for q in cluster.queues("kdst") if q.group == "ka")
+        expected = [b"row-%04d" % i for i in range(40)]
+        cluster.send([Message("ksrc", x) for x in expected], topic="ksrc")
+    c = group_factory("kc", replicas=1, args=slow_checks)
+    pauses = tmp_path / "pauses"
+    pauses.mkdir()
+    (pauses / "sink.before_halves").touch()  # the batch's first two tasks wait before their halves
+    env = {**spark_env, faults.ENV_PAUSE_DIR: str(pauses), "TXMQ_SPARK_CRASH_AT": f"{point}:0"}
+    args = ["--mode", "sink", "--broker", endpoints, "--src", "ksrc", "--dst", "kdst",
+            "--checkpoint", str(tmp_path / "ckpt"), "--max-per-trigger", "1000", "--repartition", "4"]
+    log = tmp_path / "driver.log"
+    with open(log, "a") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "tests.spark.crash_driver", *args], cwd=ROOT, env=env,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 240
+        while len(list(pauses.glob("sink.before_halves.p*"))) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, f"no task held:\n{log_tail(log)}"
+            time.sleep(0.2)
+        with NativeClient(c.endpoints) as admin:
+            result = admin.move_queues(topic="kdst", queue=f"{moving[0]}:{moving[1]}", to="kc", wait_s=60)
+        assert [m["state"] for m in result["moves"]] == ["done"]
+        time.sleep(2)  # the brokers' cached routes (up to 0.5 s old) show the move to the tasks that start next
+        (pauses / "sink.before_halves.release").touch()
+        assert proc.wait(240) == -signal.SIGKILL, f"the driver was to die at {point}:\n{log_tail(log)}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    decision = json.loads((tmp_path / "ckpt" / "txmq-sink" / "decision.json").read_bytes())
+    assert decision["batch"] == 0 and len(decision["parts"]) == 2, decision
+    (pauses / "sink.before_halves").unlink()
+    rc = run_driver({**spark_env, faults.ENV_PAUSE_DIR: str(pauses)}, log, *args)
+    assert rc == 0, f"the restart exited {rc}:\n{log_tail(log)}"
+    with ClusterClient(f"{endpoints};{c.endpoints}") as cluster:
+        got = Counter(topic_bodies(cluster, "kdst"))
+    assert sorted(got.elements()) == sorted(expected), "lost or duplicated rows"

@@ -3,9 +3,12 @@ queues"): its checkpoint stays valid, each acknowledged message is read once, in
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,7 @@ from txmq.broker import errors
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
+from txmq.spark import faults
 
 pytestmark = pytest.mark.spark
 
@@ -188,3 +192,75 @@ def test_a_streaming_sink_keeps_committing_exactly_once_after_one_of_its_groups_
     counts = Counter(written)
     assert not [x for x, n in counts.items() if n > 1], "a message was written twice"
     assert set(written) == set(acked)
+
+
+
+@pytest.mark.slow  # ~1-2 min: three groups, a txmq -> txmq query whose batch's tasks straddle a queue move
+def test_a_streaming_sink_commits_a_batch_exactly_once_and_goes_on_when_a_queue_moves_between_two_of_its_tasks(
+        spark, group_factory, tmp_path):
+    """The batch's first two tasks read the sink topic's groups before one of its queues moves to a
+    third group, the other two after: the batch commits in two parts under one decision, and the
+    query goes on."""
+    fast = ["--replication", "async", "--transaction-timeout", "2s", "--check-interval", "1s"]
+    a, b = (group_factory(name, replicas=1, args=fast) for name in ("ma", "mb"))
+    endpoints = f"{a.endpoints};{b.endpoints}"
+    with ClusterClient(endpoints) as client:
+        client.create_topic("msrc", 4)
+        client.create_topic("mdst", 4)
+        assert {q.group for q in client.queues("mdst")} == {"ma", "mb"}
+        moving = next(q.key for q in client.queues("mdst") if q.group == "ma")
+    c = group_factory("mc", replicas=1, args=fast)  # takes writes of mdst once the queue moves there
+    pauses = Path(os.environ[faults.ENV_PAUSE_DIR])
+    point = pauses / "sink.before_halves"
+    release = pauses / "sink.before_halves.release"
+    query = (spark.readStream.format("txmq").options(broker=endpoints, topic="msrc", startingOffsets="earliest",
+                                                     pollIntervalMs="50").load()
+             .select("body").repartition(4)  # four tasks on two cores: two run first, two after them
+             .writeStream.format("txmq").options(broker=endpoints, topic="mdst")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="200 milliseconds").start())
+    sent: list[bytes] = []
+
+    def send(prefix: str, n: int) -> None:
+        bodies = [f"{prefix}-{i}".encode() for i in range(n)]
+        with ClusterClient(endpoints) as client:
+            client.send([Message("msrc", x) for x in bodies], topic="msrc")
+        sent.extend(bodies)
+
+    def wait_written(timeout_s: float) -> list[bytes]:
+        deadline = time.monotonic() + timeout_s
+        with ClusterClient(f"{endpoints};{c.endpoints}") as client:
+            while not set(sent) <= set(written := topic_bodies(client, "mdst")):
+                assert query.exception() is None, f"the query failed: {query.exception()}"
+                assert time.monotonic() < deadline, f"{len(set(sent) - set(written))} messages never written"
+                time.sleep(0.5)
+        return written
+
+    try:
+        send("warm", 8)
+        wait_written(300)  # Spark's start: minutes on a loaded host
+        point.touch()  # the next batch's first tasks wait, having read the groups, before their halves
+        send("hold", 16)
+        deadline = time.monotonic() + 120
+        while len(held := list(pauses.glob("sink.before_halves.p*"))) < 2:
+            assert query.exception() is None and time.monotonic() < deadline, f"no task held: {query.exception()}"
+            time.sleep(0.2)
+        with NativeClient(c.endpoints) as admin:
+            result = admin.move_queues(topic="mdst", queue=f"{moving[0]}:{moving[1]}", to="mc", wait_s=60)
+        assert [m["state"] for m in result["moves"]] == ["done"]
+        time.sleep(2)  # the brokers' cached routes (up to 0.5 s old) show the move to the tasks that start next
+        release.touch()
+        wait_written(120)
+        decision = json.loads((tmp_path / "cp" / "txmq-sink" / "decision.json").read_bytes())
+        send("after", 8)  # the query goes on
+        written = wait_written(120)
+        assert query.isActive and query.exception() is None, "the query stopped"
+    finally:
+        release.touch()
+        query.stop()
+        for f in [point, release, *pauses.glob("sink.before_halves.p*")]:
+            f.unlink(missing_ok=True)
+    assert len(held) == 2
+    assert sorted(tuple(p["participants"]) for p in decision["parts"]) == [("ma", "mb"), ("ma", "mb", "mc")]
+    counts = Counter(written)
+    assert not [x for x, n in counts.items() if n > 1], "a message was written twice"
+    assert set(written) == set(sent)
