@@ -67,8 +67,14 @@ def spark_cpu_meters(spark, broker_pid: int | None = None) -> dict[str, Callable
     """CPU seconds so far of the local Spark JVM, of its Python workers (every process under it,
     with the workers they reaped) and of the broker, as meters to read before and after a query."""
     jvm = spark.sparkContext._gateway.proc.pid
-    meters = {"jvm": lambda: process_cpu_s(jvm),
-              "python_workers": lambda: sum(process_cpu_s(p, reaped_children=True) for p in descendants(jvm))}
+
+    def python_workers() -> float:
+        # the workers and daemons that exited count too (in their reaper's children time): a live
+        # process's own sum alone falls when one of them exits between two readings
+        below = sum(process_cpu_s(p, reaped_children=True) for p in descendants(jvm))
+        return below + process_cpu_s(jvm, reaped_children=True) - process_cpu_s(jvm)
+
+    meters = {"jvm": lambda: process_cpu_s(jvm), "python_workers": python_workers}
     if broker_pid is not None:
         meters["broker"] = lambda: process_cpu_s(broker_pid)
     return meters

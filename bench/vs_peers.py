@@ -15,6 +15,8 @@ and settings go into the result.
    against Spark's Kafka source with kafka.isolation.level=read_committed.
 2. spark_write: Spark writes N/2 rows: the txmq exactly-once sink against
    Spark's Kafka sink (idempotent producer, acks=all: at-least-once).
+   Every run's seconds, load average and CPU seconds per process (Spark's
+   JVM, its Python workers, the txmq broker, Kafka) go to spark.write_runs.
    Both Spark runs need Spark's Kafka connector of the same version as pyspark
    (spark.jars.packages); where Maven Central has none for the installed
    pyspark, both sides run on SPARK_FOR_KAFKA's pyspark in .venv-spark42.
@@ -30,7 +32,8 @@ and settings go into the result.
    txmq through the official client (PushConsumer).
 Each pair takes turns, best of --repeat rounds. Ratios are txmq / peer
 (throughput) or peer / txmq (latency), so > 1 means txmq is ahead.
-Prints one JSON line and writes bench/results/vs_peers.json.
+Prints one JSON line and writes bench/results/vs_peers.json (a run of some
+parts, --only: vs_peers-<parts>.json, so the full run's file stays).
 """
 
 from __future__ import annotations
@@ -314,11 +317,13 @@ def spark_python() -> tuple[str, str]:
     return str(SPARK_VENV_PYTHON), SPARK_FOR_KAFKA
 
 
-def run_spark_part(endpoint: str, bootstrap: str, read_rows: int, write_rows: int, repeat: int) -> dict:
+def run_spark_part(endpoint: str, bootstrap: str, read_rows: int, write_rows: int, repeat: int,
+                   pids: dict[str, list[int]]) -> dict:
+    """`pids`: the broker's and Kafka's processes, whose CPU each write is charged with."""
     python, version = spark_python()
     cmd = [python, str(Path(__file__).resolve()), "--spark-part", json.dumps(
         {"endpoint": endpoint, "bootstrap": bootstrap, "read_rows": read_rows, "write_rows": write_rows,
-         "repeat": repeat})]
+         "repeat": repeat, "pids": pids})]
     env = dict(os.environ, PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env)
     sys.stderr.write(done.stderr[-4000:])
@@ -346,7 +351,7 @@ def spark_part(spec: dict) -> dict:
     if read_rows:
         out.update(spark_read(spark, client, endpoint, bootstrap, read_rows, repeat))
     if write_rows:
-        out.update(spark_write(spark, client, endpoint, bootstrap, write_rows, repeat))
+        out.update(spark_write(spark, client, endpoint, bootstrap, write_rows, repeat, spec.get("pids", {})))
     client.close()
     spark.stop()
     return out
@@ -389,8 +394,19 @@ def spark_read(spark, client, endpoint: str, bootstrap: str, read_rows: int, rep
     return out
 
 
-def spark_write(spark, client, endpoint: str, bootstrap: str, write_rows: int, repeat: int) -> dict:
-    from spark_sink import broker_commit_seconds, interleaved_best_rates, rows_df
+def tree_cpu_s(pids: list[int]) -> float:
+    """CPU seconds so far of `pids` and every process below them (/proc)."""
+    from spark_common import descendants, process_cpu_s
+
+    return sum(process_cpu_s(p) for root in pids for p in [root, *descendants(root)])
+
+
+def spark_write(spark, client, endpoint: str, bootstrap: str, write_rows: int, repeat: int,
+                pids: dict[str, list[int]]) -> dict:
+    """Each side's best write (rows/s, the ratio's figure), and every run's seconds and CPU seconds
+    per process (Spark's JVM, its Python workers, the broker, Kafka) with the load average at its end."""
+    from spark_common import spark_cpu_meters
+    from spark_sink import broker_commit_seconds, rows_df
 
     out: dict = {}
     wtopic = topic_on_both(client, bootstrap, "write")
@@ -406,15 +422,30 @@ def spark_write(spark, client, endpoint: str, bootstrap: str, write_rows: int, r
         (df.selectExpr("body AS value").write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
          .option("topic", wtopic).option("kafka.enable.idempotence", "true").option("kafka.acks", "all").save())
 
-    rates, returned = interleaved_best_rates({"txmq": txmq_write, "kafka": kafka_write}, write_rows, repeat)
+    meters = spark_cpu_meters(spark)
+    for name, roots in pids.items():
+        meters[name] = lambda roots=roots: tree_cpu_s(roots)
+    runs: dict[str, list[dict]] = {"txmq": [], "kafka": []}
+    for _ in range(repeat):  # the sides take turns (spark_sink.interleaved_best_rates: load comes and goes)
+        for name, write in (("txmq", txmq_write), ("kafka", kafka_write)):
+            before = {m: read() for m, read in meters.items()}
+            t0 = time.perf_counter()
+            returned = write()
+            run = {"s": round(time.perf_counter() - t0, 3),
+                   "cpu_s": {m: round(read() - before[m], 2) for m, read in meters.items()},
+                   "load_avg": round(os.getloadavg()[0], 2)}
+            if name == "txmq":
+                run["commit_s"] = round(returned, 3)
+            runs[name].append(run)
+    best = {name: min(rs, key=lambda r: r["s"]) for name, rs in runs.items()}
     # where the txmq write's time goes: the broker's COMMIT against the rest (the executors' halves, Spark)
-    out["write_seconds"] = {"txmq": round(write_rows / rates["txmq"], 2),
-                            "kafka": round(write_rows / rates["kafka"], 2),
-                            "txmq_commit": round(returned["txmq"], 2)}
+    out["write_seconds"] = {"txmq": round(best["txmq"]["s"], 2), "kafka": round(best["kafka"]["s"], 2),
+                            "txmq_commit": round(best["txmq"]["commit_s"], 2)}
+    out["write_runs"] = runs
     committed = sum(client.snapshot_offsets([wtopic])[wtopic].values())
     assert committed == write_rows * repeat, f"the txmq sink committed {committed} rows"
     out["write_rows"] = write_rows
-    out["write_rows_per_s"] = {k: round(v) for k, v in rates.items()}
+    out["write_rows_per_s"] = {name: round(write_rows / run["s"]) for name, run in best.items()}
     return out
 
 
@@ -580,8 +611,9 @@ def main() -> None:
                     if parts & {"spark", "spark_read", "spark_write"}:
                         read_rows = rows if parts & {"spark", "spark_read"} else 0
                         write_rows = rows // 2 if parts & {"spark", "spark_write"} else 0
+                        pids = {"broker": [broker.proc.pid], "kafka": [p.pid for p in kafka.procs]}
                         result["spark"] = run_spark_part(broker.endpoint, kafka.bootstrap, read_rows, write_rows,
-                                                         args.repeat)
+                                                         args.repeat, pids)
             except PeerUnavailable as exc:
                 result["errors"]["kafka"] = str(exc)
         if "rocketmq" in parts:
@@ -597,7 +629,8 @@ def main() -> None:
     result["ratios"] = compute_ratios(result)
     result["goals"] = goals(result)
     result["target"] = {name: g["goal"] for name, g in result["goals"].items()}  # the report's target column
-    emit("vs_peers", result)
+    # a run of some parts (--only) has a file of its own: it does not replace the full run's figures
+    emit("vs_peers" if parts == set(PARTS) else "vs_peers-" + "-".join(sorted(parts)), result)
 
 
 if __name__ == "__main__":

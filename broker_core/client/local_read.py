@@ -43,7 +43,6 @@ import pyarrow as pa
 
 from txmq.broker.errors import StoreError
 from txmq.broker.protocol import native_pb2 as pb
-from txmq.broker.store.pull_decode import decode_pull_batch
 
 MAPS_KEPT = 8  # segment maps kept per client (address space only: the pages are the page cache's)
 
@@ -74,6 +73,8 @@ class LocalSegments:
             raise LocalReadUnavailable(f"the read plan places a record before segment {seg.path}")
         data = self._mapped(seg, end)[:end]  # nothing past the planned records is read (see _map_checked)
         try:
+            from txmq.broker.store.pull_decode import decode_pull_batch  # local reads only: a writer never loads it
+
             return decode_pull_batch(data, at, phys, sizes, topic, queue_id)
         except StoreError as exc:
             raise LocalReadUnavailable(f"segment {seg.path} does not hold the planned records: {exc}") from None

@@ -33,7 +33,6 @@ from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.subscription import Subscription
 from txmq.broker.client.types import PushedBatch
-from txmq.broker.store.sql92 import SqlFilter
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +70,8 @@ class PullConsumer:
         if not topics:
             raise ValueError("a PullConsumer needs at least one topic")
         if sql:
+            from txmq.broker.store.sql92 import SqlFilter  # only a filtering consumer needs the SQL92 compiler
+
             # Checked before any read too, so a bad expression fails now, not at the first message.
             SqlFilter.compile(sql)
         if allocation is not None and allocation not in STRATEGIES:

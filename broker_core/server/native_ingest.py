@@ -11,7 +11,6 @@ batch as a whole before writing anything.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from dataclasses import dataclass
 import time
@@ -19,7 +18,9 @@ import uuid
 import zlib
 from typing import Callable, Iterable, Sequence
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from txmq.broker.errors import (
     BadRequest,
@@ -52,7 +53,7 @@ class QueueSelector:
 
     def __init__(self, sealed: Callable[[str], frozenset[int]] = lambda topic: frozenset(),
                  moved_to: Callable[[str, int], str] = lambda topic, queue_id: "") -> None:
-        self._counters: dict[str, itertools.count] = {}
+        self._next: dict[str, int] = {}  # per topic: the round-robin position of its next message
         self._lock = threading.Lock()
         self._sealed = sealed
         self._moved_to = moved_to  # the group a sealed queue moved on to ("" while its move is under way)
@@ -77,7 +78,7 @@ class QueueSelector:
             # crc32 is stable across processes (Python's hash() is salted).
             k = zlib.crc32(sharding_key.encode()) % n
         else:
-            k = next(self._counter(topic)) % n
+            k = self._take(topic, 1) % n
         return k if ids is None else ids[k]
 
     def check(self, topic: str, queue_count: int, queue_id: int) -> int:
@@ -93,21 +94,23 @@ class QueueSelector:
         return queue_id
 
     def select_round_robin(self, topic: str, queue_count: int, n: int) -> list[int]:
-        """Queues for `n` messages without sharding keys: what `n` calls of `select` would give."""
+        """Queues for `n` messages without sharding keys: what `n` calls of `select` would give,
+        taken as one run of the topic's positions (no Python step per message)."""
         if queue_count <= 0:
             raise BadRequest(f"topic {topic!r} has no writable queues")
         ids = self._writable(topic, queue_count)
-        counter = self._counter(topic)
+        start = self._take(topic, n)
+        positions = np.arange(start, start + n, dtype=np.int64)
         if ids is None:
-            return [next(counter) % queue_count for _ in range(n)]
-        return [ids[next(counter) % len(ids)] for _ in range(n)]
+            return (positions % queue_count).tolist()
+        return np.asarray(ids, dtype=np.int64)[positions % len(ids)].tolist()
 
-    def _counter(self, topic: str) -> "itertools.count[int]":
-        counter = self._counters.get(topic)
-        if counter is None:
-            with self._lock:
-                counter = self._counters.setdefault(topic, itertools.count())
-        return counter
+    def _take(self, topic: str, n: int) -> int:
+        """The first of `n` consecutive round-robin positions of `topic`, reserved for the caller."""
+        with self._lock:
+            start = self._next.get(topic, 0)
+            self._next[topic] = start + n
+        return start
 
 
 class MessageIdGenerator:
@@ -190,9 +193,13 @@ class PlainRows:
     Spark sink's and most producers' rows, which need no Message object per row."""
 
     topics: list[str]
-    bodies: list[bytes]
+    body_column: pa.BinaryArray  # non-null, non-empty (checked)
     queue_ids: list[int]
     born_ms: int
+
+    @property
+    def bodies(self) -> list[bytes]:
+        return self.body_column.to_pylist()
 
     def messages(self) -> list[Message]:
         return [Message(topic=t, body=b, queue_id=q, properties={}, born_timestamp=self.born_ms)
@@ -203,13 +210,15 @@ def _plain_rows(table: pa.Table, default_topic: str | None, born_ms: int, queue_
                 selector: QueueSelector) -> PlainRows:
     """The rows of a table with only topic/body columns, checked ("has a topic, has a body": there
     are no properties to check) and given queues, one selector call per topic."""
-    bodies = table.column("body").to_pylist()
+    column = table.column("body").combine_chunks()
+    if not pa.types.is_binary(column.type):
+        column = column.cast(pa.binary())
     if "topic" in table.column_names:
         topics = [topic or default_topic for topic in table.column("topic").to_pylist()]
     else:
-        topics = [default_topic] * len(bodies)
-    if not (all(bodies) and all(topics)):
-        for row, (topic, body) in enumerate(zip(topics, bodies)):
+        topics = [default_topic] * len(column)
+    if column.null_count or not all(topics) or (len(column) and pc.min(pc.binary_length(column)).as_py() == 0):
+        for row, (topic, body) in enumerate(zip(topics, column.to_pylist())):
             _build_message(topic, body, None, None, None, None, None, born_ms, row)  # raises the typed error
     first = topics[0]
     if topics.count(first) == len(topics):
@@ -222,7 +231,7 @@ def _plain_rows(table: pa.Table, default_topic: str | None, born_ms: int, queue_
         for topic, rows in rows_of.items():
             for row, queue_id in zip(rows, selector.select_round_robin(topic, queue_count(topic), len(rows))):
                 queue_ids[row] = queue_id
-    return PlainRows(topics, bodies, queue_ids, born_ms)
+    return PlainRows(topics, column, queue_ids, born_ms)
 
 
 def decode_rows(default_topic: str, table: pa.Table | None, specs: Sequence[native_pb2.MessageSpec],

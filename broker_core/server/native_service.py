@@ -312,7 +312,7 @@ class NativeService:
             # ids only when asked for: like a plain send's rows, halves nobody names need none (their
             # finals then carry the broker's offset ids), and a half without one costs a third less
             message_ids = self.ids.next_ids(len(topics)) if return_message_ids else None
-            result = self.engine.prepare_bodies(topics, rows.bodies, rows.queue_ids, message_ids,
+            result = self.engine.prepare_bodies(topics, rows.body_column, rows.queue_ids, message_ids,
                                                 born_timestamp=rows.born_ms,
                                                 transaction_id=transaction_id or None,
                                                 producer_group=producer_group, sender=sender, cross=cross)

@@ -3,13 +3,26 @@
 The facade is `MessageStore` (see docs/ARCHITECTURE.md for the contract).
 """
 
-from txmq.broker.store.config import StoreConfig
-from txmq.broker.store.consume_queue import QueueEntry
-from txmq.broker.store.dispatch import DispatchEntry
-from txmq.broker.store.message import AppendResult, Message, StoredMessage
-from txmq.broker.store.message_store import MessageStore, QueueRead
-from txmq.broker.store.metadata import ConsumerOffsets, TopicConfig, TopicRegistry
-from txmq.broker.store.tag_filter import TagFilter
+import importlib
+
+# the module of each name, imported on first use: a client importing one store module (a message
+# constant, the pull decoder) does not load the engine (MessageStore, numba's kernels, pandas)
+_HOMES = {
+    "StoreConfig": "config", "QueueEntry": "consume_queue", "DispatchEntry": "dispatch",
+    "AppendResult": "message", "Message": "message", "StoredMessage": "message",
+    "MessageStore": "message_store", "QueueRead": "message_store", "ConsumerOffsets": "metadata",
+    "TopicConfig": "metadata", "TopicRegistry": "metadata", "TagFilter": "tag_filter",
+}
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AppendResult", "ConsumerOffsets", "DispatchEntry", "Message", "MessageStore", "QueueEntry", "QueueRead",

@@ -335,7 +335,7 @@ class MessageStore:
         return self._write(self._checked_columns(batch, allow_system=False), WritePlan.RECORDS)
 
     def append_group_encoded(self, batch: BatchColumns, *, durable: bool = True) -> Sequence[AppendResult]:
-        """append_group for a batch its caller encoded itself (BatchColumns.of_columns: the
+        """append_group for a batch its caller encoded itself (BatchColumns.of_block: the
         transaction engine's halves of topic-and-body messages, encoded from one property
         template). The caller vouches for the property names and values; the store checks what
         it must never write: bodies that are not bytes, empty or too large, properties over the

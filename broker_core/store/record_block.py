@@ -63,6 +63,8 @@ def load_compiled() -> bool:
                         nothing, crcs, crcs.copy(), kernel.CRC32_TABLES, kernel.X2N_TABLE)
     kernel.finish_records(out, np.zeros((0, HEADER_V4_SIZE), dtype=np.uint8), nothing, crcs, crcs,
                           kernel.CRC32_TABLES)
+    kernel.crc32_each(np.frombuffer(pa.allocate_buffer(0), dtype=np.uint8), nothing, nothing, crcs,
+                      kernel.CRC32_TABLES)  # a read-only body buffer, as Arrow's are
     return True
 
 
@@ -94,6 +96,29 @@ class RecordBlock:
     @property
     def count(self) -> int:
         return len(self.body_at)
+
+    @staticmethod
+    def of_new_records(bodies: pa.BinaryArray, properties: Sequence[bytes], which: np.ndarray, *, born_ts: int,
+                       born_host: bytes) -> "RecordBlock":
+        """Records written for the first time (a transaction's halves): record i's body is bodies[i]
+        (read in place), its property string (through the CRC property's name) properties[which[i]];
+        no flag, born at `born_ts` on `born_host` (encoded IPv4); BODYCRC taken by the compiled loop."""
+        n = len(bodies)
+        assert len(which) == n and len(born_host) == HOST_V4_SIZE, (len(which), n, born_host)
+        values, offsets = values_and_offsets(bodies)
+        starts, lengths = offsets[:-1], np.diff(offsets)
+        props_len = np.fromiter(map(len, properties), dtype=np.int64, count=len(properties))
+        props_at = np.cumsum(props_len) - props_len
+        body_crc = np.empty(n, dtype=np.uint32)
+        kernel = _compiled()
+        kernel.crc32_each(values, starts, lengths, body_crc, kernel.CRC32_TABLES)
+        return RecordBlock(
+            buffers=[values, np.frombuffer(b"".join(properties), dtype=np.uint8)],
+            body_buf=np.zeros(n, dtype=np.int32), body_at=starts, body_len=lengths,
+            props_buf=np.ones(n, dtype=np.int32), props_at=props_at[which], props_len=props_len[which],
+            body_crc=body_crc, flag=np.zeros(n, dtype=np.int32), born_ts=np.full(n, born_ts, dtype=np.int64),
+            born_host=np.tile(np.frombuffer(born_host, dtype=np.uint8), (n, 1)),
+            reconsume=np.zeros(n, dtype=np.int32), prepared=np.zeros(n, dtype=np.int64))
 
     @staticmethod
     def concat(blocks: Sequence["RecordBlock"]) -> "RecordBlock":

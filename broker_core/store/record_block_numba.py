@@ -22,6 +22,13 @@ _DIGITS = CRC_SUFFIX_LEN - 1  # the record CRC's decimal digits, then "\x02"
 
 
 @njit(cache=True, nogil=True)
+def crc32_each(data, starts, lengths, out, crc_tables):
+    """out[i] = zlib.crc32(data[starts[i]:starts[i] + lengths[i]]): the BODYCRC of new records' bodies."""
+    for i in range(starts.shape[0]):
+        out[i] = crc32_update(np.uint32(0), data, starts[i], starts[i] + lengths[i], crc_tables)
+
+
+@njit(cache=True, nogil=True)
 def fill_records(out, heads, head_len, body_addr, body_len, props_addr, props_len, tail_crc, tail_shift,
                  crc_tables, x2n):
     """Write everything of the records back to back into `out` but their headers and CRC digits

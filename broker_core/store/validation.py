@@ -75,20 +75,28 @@ def check_encoded_columns(batch: BatchColumns, *, max_body_bytes: int, max_prope
     """The store's own limits for a batch its caller encoded (MessageStore.append_group_encoded):
     bodies are non-empty bytes within max_body_bytes, each property string within
     max_properties_bytes, topics valid names (system topics allowed), queue ids in range.
-    Fills `body_lens`. Raises the same typed errors as check_columns."""
+    Fills `body_lens` of list columns (a RecordBlock has its own). Raises the same typed errors as
+    check_columns."""
     for topic in set(batch.topics):
         check_topic_name(topic, allow_system=True)
-    bodies = batch.bodies
-    if set(map(type, bodies)) != {bytes}:
-        raise BadRequest("message bodies must be bytes")
-    lens = batch.body_lens = list(map(len, bodies))
-    if min(lens) <= 0:
-        raise MessageBodyEmpty(f"message body of topic {batch.topics[lens.index(min(lens))]!r} is empty")
-    if max(lens) > max_body_bytes:
-        raise MessageBodyTooLarge(f"message body is {max(lens)} bytes, the maximum is {max_body_bytes}")
+    if batch.block is not None:  # a block's bodies are bytes by construction (RecordBlock)
+        lens = batch.block.body_len
+        shortest, longest_body = int(lens.min()), int(lens.max())
+        longest_props = int(batch.block.props_len.max())
+    else:
+        bodies = batch.bodies
+        if set(map(type, bodies)) != {bytes}:
+            raise BadRequest("message bodies must be bytes")
+        lens = batch.body_lens = list(map(len, bodies))
+        shortest, longest_body = min(lens), max(lens)
+        longest_props = max(map(len, batch.props_crc))
+    if shortest <= 0:
+        raise MessageBodyEmpty(f"message body of topic {batch.topics[list(lens).index(shortest)]!r} is empty")
+    if longest_body > max_body_bytes:
+        raise MessageBodyTooLarge(f"message body is {longest_body} bytes, the maximum is {max_body_bytes}")
     if min(batch.queue_ids) < 0 or max(batch.queue_ids) > MAX_QUEUE_ID:
         raise IllegalQueue(f"a queue id is out of range 0..{MAX_QUEUE_ID}")
-    longest = max(map(len, batch.props_crc)) - len(_CRC_NAME_RAW)
+    longest = longest_props - len(_CRC_NAME_RAW)
     if longest > max_properties_bytes:
         raise MessagePropertiesTooLarge(
             f"properties are {longest} bytes encoded, the maximum is {max_properties_bytes}")

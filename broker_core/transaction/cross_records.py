@@ -16,7 +16,6 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from txmq.broker.store.filter_read import records_with_property
 from txmq.broker.store.message import PROP_TRANSACTION_ID
 
 from .decision import PROP_PARTICIPANTS
@@ -58,6 +57,8 @@ class CrossCommitWatch:
 def cross_group_records(store, windows: Iterable[tuple[str, int, int, int]],
                         watch: CrossCommitWatch | None = None) -> list[CrossRecord]:
     """The first record of each cross-group transaction in each window (topic, queue id, start, end)."""
+    from txmq.broker.store.filter_read import records_with_property  # the broker's: clients import CrossRecord only
+
     out: list[CrossRecord] = []
     for topic, queue_id, start, end in windows:
         if watch is not None and not watch.may_hold(topic, queue_id, start):

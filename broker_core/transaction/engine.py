@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from txmq.broker.errors import (
     BadRequest,
@@ -157,12 +158,13 @@ class TransactionEngine:
         return self._prepare(append_halves, [m.topic for m in messages], [m.queue_id for m in messages],
                              immunity_s, transaction_id, producer_group, sender, cross)
 
-    def prepare_bodies(self, topics: Sequence[str], bodies: Sequence[bytes], queue_ids: Sequence[int],
+    def prepare_bodies(self, topics: Sequence[str], bodies: pa.BinaryArray | Sequence[bytes], queue_ids: Sequence[int],
                        unique_keys: Sequence[str] | None, *, born_timestamp: int, transaction_id: str | None = None,
                        producer_group: str = "", sender: str = "",
                        cross: Mapping[str, str] | None = None) -> PrepareResult:
         """prepare() for messages that are a topic, a body, a queue and a message id (or no id:
-        `unique_keys` None), nothing else (the Spark sink's rows), given as columns.
+        `unique_keys` None), nothing else (the Spark sink's rows), given as columns (the bodies
+        as an Arrow column are written from it in place).
 
         The same halves as prepare() would store for Message(topic, body, queue_id,
         {UNIQ_KEY: id} or {}, born_timestamp=born_timestamp), encoded from one property

@@ -20,6 +20,9 @@ from __future__ import annotations
 import re
 from typing import Mapping, Sequence
 
+import numpy as np
+import pyarrow as pa
+
 from txmq.broker.errors import (
     BadRequest,
     IllegalDeliveryTime,
@@ -27,6 +30,7 @@ from txmq.broker.errors import (
     InvalidTransactionId,
 )
 from txmq.broker.store.batch import BatchColumns
+from txmq.broker.store.record_block import RecordBlock
 from txmq.broker.store.message import (
     HALF_TOPIC,
     PROP_CHECK_IMMUNITY_SECONDS,
@@ -155,17 +159,24 @@ def build_halves(messages: Sequence[Message], *, transaction_id: str, producer_g
     return halves
 
 
-def build_half_columns(topics: Sequence[str], bodies: Sequence[bytes], queue_ids: Sequence[int],
+def build_half_columns(topics: Sequence[str], bodies: pa.BinaryArray | Sequence[bytes], queue_ids: Sequence[int],
                        unique_keys: Sequence[str] | None, *, born_timestamp: int, transaction_id: str,
                        producer_group: str, sender: str, prepared_ms: int,
                        extra: Mapping[str, str] | None = None) -> BatchColumns:
     """build_halves for messages that are a topic, a body, a queue and a UNIQ_KEY (None: no
     UNIQ_KEY, as a plain send's row over the native service has none), as an encoded batch (for
-    MessageStore.append_group_encoded): the same records, with each half's property string made
-    from one %-template instead of a property dict per half."""
+    MessageStore.append_group_encoded): the same records, as a RecordBlock over the bodies
+    (an Arrow column is read in place), each half's property string made from one %-template
+    instead of a property dict per half."""
     for what, value in (("producer group", producer_group), ("sender", sender)):
         if "\x01" in value or "\x02" in value:
             raise BadRequest(f"{what} {value[:100]!r} contains a property separator (\\x01 or \\x02)")
+    if not isinstance(bodies, pa.Array):
+        if set(map(type, bodies)) != {bytes}:
+            raise BadRequest("message bodies must be bytes")
+        bodies = pa.array(bodies, type=pa.binary())
+    n = len(topics)
+    assert len(bodies) == n == len(queue_ids), (len(bodies), n, len(queue_ids))
     fixed = {PROP_TRANSACTION_ID: transaction_id, PROP_TRAN_MSG: "true", PROP_PRODUCER_GROUP: producer_group}
     if sender:
         fixed[PROP_TX_SENDER] = sender
@@ -179,32 +190,33 @@ def build_half_columns(topics: Sequence[str], bodies: Sequence[bytes], queue_ids
     crc_name = PROP_CRC32 + "\x01"
     if unique_keys is None:
         # a half's properties then depend on its (topic, queue) alone: one string per distinct pair
-        props_crc = _props_per_queue(template + crc_name, topics, queue_ids)
+        props, which = _props_per_queue(template + crc_name, topics, queue_ids)
     else:
-        props_crc = list(map(str.encode, map((template + crc_name).__mod__, zip(*columns))))
+        props = list(map(str.encode, map((template + crc_name).__mod__, zip(*columns))))
+        which = np.arange(n, dtype=np.int64)
     # the first half of a call carries the prepare time (recovery meets it first: one group)
-    props_crc[0] = ((template % tuple(c[0] for c in columns))
-                    + f"{PROP_PREPARED_MS}\x01{prepared_ms}\x02{crc_name}").encode()
-    n = len(topics)
-    half_flag = _with_tx_type(0, SYSFLAG_TRANSACTION_PREPARED)
-    return BatchColumns.of_columns(
-        topics=[HALF_TOPIC] * n, bodies=list(bodies), queue_ids=[0] * n, flags=[0] * n, sys_flags=[half_flag] * n,
-        born_timestamps=[born_timestamp] * n, born_raws=[_DEFAULT_BORN_HOST_RAW] * n, reconsume_times=[0] * n,
-        prepared_offsets=[0] * n, body_lens=[], body_crcs=None, props_crc=props_crc, tags=[None] * n,
-        uniq_keys=list(unique_keys) if unique_keys is not None else [None] * n, keys=[None] * n)
+    props.append(((template % tuple(c[0] for c in columns))
+                  + f"{PROP_PREPARED_MS}\x01{prepared_ms}\x02{crc_name}").encode())
+    which[0] = len(props) - 1
+    block = RecordBlock.of_new_records(bodies, props, which, born_ts=born_timestamp, born_host=_DEFAULT_BORN_HOST_RAW)
+    return BatchColumns.of_block(block, topics=[HALF_TOPIC] * n, queue_ids=[0] * n,
+                                 sys_flags=[_with_tx_type(0, SYSFLAG_TRANSACTION_PREPARED)] * n, tags=[None] * n,
+                                 uniq_keys=list(unique_keys) if unique_keys is not None else [None] * n,
+                                 keys=[None] * n)
 
 
-def _props_per_queue(template: str, topics: Sequence[str], queue_ids: Sequence[int]) -> list[bytes]:
-    """template % (topic, queue id) encoded, per half, made once per distinct (topic, queue): a
-    Spark task's rows go to one topic's few queues."""
+def _props_per_queue(template: str, topics: Sequence[str], queue_ids: Sequence[int]) -> tuple[list[bytes], np.ndarray]:
+    """template % (topic, queue id) encoded, once per distinct (topic, queue) (a Spark task's rows
+    go to one topic's few queues), and which of them each half takes."""
     n = len(topics)
     if n and topics.count(topics[0]) == n:
         topic = topics[0]
-        made = {q: (template % (topic, q)).encode() for q in set(queue_ids)}
-        return list(map(made.__getitem__, queue_ids))
+        distinct, which = np.unique(np.asarray(queue_ids, dtype=np.int64), return_inverse=True)
+        return [(template % (topic, q)).encode() for q in distinct.tolist()], which.astype(np.int64).reshape(-1)
     pairs = list(zip(topics, queue_ids))
-    made = {pair: (template % pair).encode() for pair in set(pairs)}
-    return list(map(made.__getitem__, pairs))
+    index: dict[tuple[str, int], int] = {}
+    which = np.fromiter((index.setdefault(pair, len(index)) for pair in pairs), dtype=np.int64, count=n)
+    return [(template % pair).encode() for pair in index], which
 
 
 def half_ref_from_stored(stored: StoredMessage) -> HalfRef:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from txmq.broker.errors import BadRequest, IllegalTopic, MessageBodyEmpty, MessageBodyTooLarge
@@ -28,14 +29,14 @@ def records(store: MessageStore, topic: str, queue_id: int) -> list[dict]:
             for m in store.read_queue(topic, queue_id, 0, 100).messages]
 
 
-def prepared_and_committed(tmp_path: Path, name: str, *, columns: bool,
-                           ids: list[str] | None = IDS) -> tuple[list[dict], list[dict]]:
+def prepared_and_committed(tmp_path: Path, name: str, *, columns: bool, ids: list[str] | None = IDS,
+                           bodies=BODIES) -> tuple[list[dict], list[dict]]:
     store = MessageStore(StoreConfig(tmp_path / name, flush_mode="async"))
     try:
         engine = TransactionEngine(store, TransactionConfig(), clock=FakeClock())
         for sender in ("s1", "s2"):
             if columns:
-                engine.prepare_bodies(TOPICS, BODIES, QUEUES, ids, born_timestamp=BORN, transaction_id="t",
+                engine.prepare_bodies(TOPICS, bodies, QUEUES, ids, born_timestamp=BORN, transaction_id="t",
                                       producer_group="g", sender=sender)
             else:
                 props = [{PROP_UNIQ_KEY: i} for i in ids] if ids is not None else [{} for _ in TOPICS]
@@ -58,6 +59,16 @@ def test_prepare_bodies_stores_the_halves_and_finals_of_prepare(tmp_path, ids):
     assert halves == ref_halves
     assert finals == ref_finals
     assert all((PROP_UNIQ_KEY in r["properties"]) == (ids is not None) for r in halves + finals)
+
+
+def test_prepare_bodies_reads_an_arrow_body_column_in_place(tmp_path):
+    # a column that starts inside its buffers (a slice of what a Flight stream delivered)
+    column = pa.array([b"zz", *BODIES, b"zzz"], type=pa.binary()).slice(1, len(BODIES))
+    halves, finals = prepared_and_committed(tmp_path, "arrow", columns=True, bodies=column)
+    ref_halves, ref_finals = prepared_and_committed(tmp_path, "messages", columns=False)
+    assert [r["body"] for r in halves[:4]] == BODIES
+    assert halves == ref_halves
+    assert finals == ref_finals
 
 
 @pytest.fixture
