@@ -3,7 +3,7 @@
 The facade is `MessageStore` (see docs/ARCHITECTURE.md for the contract).
 """
 
-import importlib
+from txmq.broker.lazy_names import lazy_names
 
 # the module of each name, imported on first use: a client importing one store module (a message
 # constant, the pull decoder) does not load the engine (MessageStore, numba's kernels, pandas)
@@ -15,13 +15,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, globals(), _HOMES)
 
 
 __all__ = [

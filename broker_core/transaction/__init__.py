@@ -1,6 +1,6 @@
 """The transaction engine: half/op messages, EndTransaction, check-back, consistent cut."""
 
-import importlib
+from txmq.broker.lazy_names import lazy_names
 
 # the module of each name, imported on first use: a client importing one transaction module (the
 # cross-group records it reads) does not load the engine and the store behind it
@@ -12,13 +12,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str):
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, globals(), _HOMES)
 
 
 __all__ = [
