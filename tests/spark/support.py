@@ -67,3 +67,19 @@ def start_sending(endpoints: str, topic: str, prefix: str, acked: list[bytes], *
         thread.join(30)
 
     return stop_sending
+
+
+def two_groups_with_a_queue_to_move(group_factory, names: tuple[str, str], args: list[str], src: str,
+                                    dst: str) -> tuple[str, tuple[str, int]]:
+    """Two one-replica groups `names` holding topics `src` and `dst` of 4 queues each (spread over both):
+    the groups' endpoints, and the key of one of `dst`'s queues on the first group (the one to move)."""
+    from txmq.broker.client.cluster_client import ClusterClient
+
+    first, second = (group_factory(name, replicas=1, args=args) for name in names)
+    endpoints = f"{first.endpoints};{second.endpoints}"
+    with ClusterClient(endpoints) as client:
+        client.create_topic(src, 4)
+        client.create_topic(dst, 4)
+        assert {q.group for q in client.queues(dst)} == set(names)
+        moving = next(q.key for q in client.queues(dst) if q.group == names[0])
+    return endpoints, moving

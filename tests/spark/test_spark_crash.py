@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.support import send_plain, send_transaction, topic_bodies
+from tests.spark.support import send_plain, send_transaction, topic_bodies, two_groups_with_a_queue_to_move
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
@@ -180,13 +180,8 @@ def test_sink_batch_committed_in_two_parts_is_exactly_once_when_the_driver_dies_
     after recording the batch's decision, or with its first part committed: the restart finishes the
     batch with the dead run's senders and writes nothing twice."""
     slow_checks = ["--replication", "async", "--transaction-timeout", "60s", "--check-interval", "30s"]
-    a, b = (group_factory(name, replicas=1, args=slow_checks) for name in ("ka", "kb"))
-    endpoints = f"{a.endpoints};{b.endpoints}"
+    endpoints, moving = two_groups_with_a_queue_to_move(group_factory, ("ka", "kb"), slow_checks, "ksrc", "kdst")
     with ClusterClient(endpoints) as cluster:
-        cluster.create_topic("ksrc", 4)
-        cluster.create_topic("kdst", 4)
-        assert {q.group for q in cluster.queues("kdst")} == {"ka", "kb"}
-        moving = next(q.key for q in cluster.queues("kdst") if q.group == "ka")
         expected = [b"row-%04d" % i for i in range(40)]
         cluster.send([Message("ksrc", x) for x in expected], topic="ksrc")
     c = group_factory("kc", replicas=1, args=slow_checks)

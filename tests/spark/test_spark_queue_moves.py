@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.spark.support import start_sending, topic_bodies
+from tests.spark.support import start_sending, topic_bodies, two_groups_with_a_queue_to_move
 from txmq.broker import errors
 from txmq.broker.client.cluster_client import ClusterClient
 from txmq.broker.client.native_client import NativeClient
@@ -202,13 +202,7 @@ def test_a_streaming_sink_commits_a_batch_exactly_once_and_goes_on_when_a_queue_
     third group, the other two after: the batch commits in two parts under one decision, and the
     query goes on."""
     fast = ["--replication", "async", "--transaction-timeout", "2s", "--check-interval", "1s"]
-    a, b = (group_factory(name, replicas=1, args=fast) for name in ("ma", "mb"))
-    endpoints = f"{a.endpoints};{b.endpoints}"
-    with ClusterClient(endpoints) as client:
-        client.create_topic("msrc", 4)
-        client.create_topic("mdst", 4)
-        assert {q.group for q in client.queues("mdst")} == {"ma", "mb"}
-        moving = next(q.key for q in client.queues("mdst") if q.group == "ma")
+    endpoints, moving = two_groups_with_a_queue_to_move(group_factory, ("ma", "mb"), fast, "msrc", "mdst")
     c = group_factory("mc", replicas=1, args=fast)  # takes writes of mdst once the queue moves there
     pauses = Path(os.environ[faults.ENV_PAUSE_DIR])
     point = pauses / "sink.before_halves"
