@@ -487,8 +487,8 @@ def run(run_dir: Path, fault_names: list[str], *, rounds: int = 2, hold_s: float
     if official is None:  # the official client's own venv (make interop-venv), when there is one
         official = OFFICIAL_PYTHON.exists()
     query_stop = run_dir / "query-stop"
-    # a fault's heal waits for a leader and for the in-sync set to recover: 23-61 s a fault in all at a
-    # load average of 20 (8 s hold, 6 s recover), so each fault is given 30 s beyond its hold and recovery
+    # a fault's heal waits for a leader and for the in-sync set to recover, which on a loaded host takes
+    # far beyond the hold and recovery themselves (docs/lab.md, the seventh pass)
     budget = 60 + rounds * len(fault_names) * (hold_s + recover_s + 30) + 60
     with Lab("camp", workdir=run_dir / "hosts") as lab:
         # the query's micro-batches may outlast --max-checks x --check-interval: its SinkCheckback answers
