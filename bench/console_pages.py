@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import http.cookiejar
-import json
 import os
 import shutil
 import statistics
@@ -28,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.results_io import emit  # noqa: E402
 from tests.console.conftest import Console  # noqa: E402  (the test harness starts `txmq console`)
 from txmq.broker.client import Message, NativeClient  # noqa: E402
 from txmq.broker.embedded import EmbeddedBroker  # noqa: E402
@@ -142,10 +142,7 @@ def main() -> None:
                 console.stop()
         finally:
             broker.kill()  # a clean stop would snapshot 100k transactions first: not what is measured
-    print(json.dumps(result))
-    out = ROOT / "bench" / "results" / "console_pages.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    emit("console_pages", result)
 
 
 if __name__ == "__main__":

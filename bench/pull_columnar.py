@@ -16,7 +16,6 @@ Prints one JSON line, writes bench/results/pull_columnar.json.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -27,6 +26,7 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.results_io import emit  # noqa: E402
 from size_args import parse_size_args  # noqa: E402
 from txmq.broker.server.native_pull import build_pull_batch, pull_batch  # noqa: E402
 from txmq.broker.store import Message, MessageStore, StoreConfig  # noqa: E402
@@ -118,11 +118,7 @@ def main() -> None:
         "ratios": {"columnar_vs_object": round(rates["columnar"] / rates["object"], 2),
                    "columnar_vs_ipc_read_limit": round(rates["columnar"] / rates["ipc_read_limit"], 3)},
     }
-    line = json.dumps(result)
-    out = ROOT / "bench" / "results" / "pull_columnar.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(line + "\n")
-    print(line)
+    emit("pull_columnar", result)
 
 
 if __name__ == "__main__":

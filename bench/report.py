@@ -426,7 +426,8 @@ def header(summary: dict) -> list[str]:
         *([f"**Peers unavailable**: {', '.join(f'{k} ({v})' for k, v in peers.items() if v != 'ok')}.", ""]
           if any(v != "ok" for v in peers.values()) else []),
         "Every figure is the median of the runs with [min–max]; a ratio is the median of the per-run ratios. "
-        "Raw runs: `bench/results/summary.json`; each script's last run: `bench/results/<name>.json`.",
+        "Raw runs: `bench/results/summary.json`; each script's last run, stamped with the commit it measured, "
+        "the host's load and the peers' versions: `bench/results/<name>.json`.",
         "",
     ]
 

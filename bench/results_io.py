@@ -51,11 +51,17 @@ def peer_versions() -> dict[str, str]:
     return versions
 
 
+# The fields emit() stamps on every result: what was measured and where, not figures to aggregate.
+STAMP_FIELDS = ("commit", "measured_at", "host", "peer_versions")
+
+
 def provenance() -> dict:
-    return {"commit": commit(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "host": {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()],
-                     "python": platform.python_version()},
-            "peer_versions": peer_versions()}
+    stamp = {"commit": commit(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+             "host": {"cpus": os.cpu_count(), "load_avg": [round(x, 2) for x in os.getloadavg()],
+                      "python": platform.python_version()},
+             "peer_versions": peer_versions()}
+    assert tuple(stamp) == STAMP_FIELDS
+    return stamp
 
 
 def emit(name: str, result: dict, *, sort_keys: bool = False) -> str:

@@ -14,7 +14,6 @@ call rate. Writes bench/results/rocketmq_send.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import uuid
@@ -25,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.grpc_server_models import drive, start_server  # noqa: E402
 from bench.load import closed_loop  # noqa: E402
+from bench.results_io import emit  # noqa: E402
 from tests.server.wire import Wire  # noqa: E402
 from tests.support.broker_process import BrokerProcess  # noqa: E402
 from txmq.broker.protocol import rocketmq_v2_pb2 as pb  # noqa: E402
@@ -76,11 +76,7 @@ def main() -> None:
         "transaction_vs_bare_grpc_1": round(result["transaction_1"]["ops_per_s"] /
                                             result["bare_grpc_1"]["calls_per_s"], 3),
     }
-    line = json.dumps(result)
-    out = ROOT / "bench" / "results" / "rocketmq_send.json"
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(line + "\n")
-    print(line)
+    emit("rocketmq_send", result)
 
 
 if __name__ == "__main__":

@@ -121,14 +121,15 @@ NOT_BENCHMARKS = {"run_all", "report", "peers", "profile_hot_paths", "spark_comm
 def discovered_benchmarks() -> list[Benchmark]:
     """Benchmark scripts added to bench/ after this list was written: run at --quick size, twice.
 
-    A script counts when it has a `__main__` block and writes bench/results/<name>.json."""
+    A script counts when it has a `__main__` block and reports through bench/results_io.emit (which
+    writes bench/results/<name>.json); the scripts that only print a table are left to be run by hand."""
     known = {b.name for b in BENCHMARKS} | NOT_BENCHMARKS
     found = []
     for path in sorted(BENCH.glob("*.py")):
         if path.stem in known or path.stem.startswith("_"):
             continue
         text = path.read_text(errors="replace")
-        if "__main__" not in text or "results" not in text:
+        if "__main__" not in text or not reports_through_emit(text):
             continue
         try:
             doc = (ast.get_docstring(ast.parse(text)) or "").splitlines()
@@ -137,6 +138,13 @@ def discovered_benchmarks() -> list[Benchmark]:
         found.append(Benchmark(path.stem, full_args=QUICK, full_runs=2, timeout_s=600,
                                what=(doc[0].rstrip(".") if doc else "(found in bench/)")))
     return found
+
+
+def reports_through_emit(source: str) -> bool:
+    """The script's source calls bench/results_io.emit (directly or as spark_common re-exports it)."""
+    tree = ast.parse(source)
+    return any(isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "emit"
+               for node in ast.walk(tree))
 
 
 def all_benchmarks() -> list[Benchmark]:
@@ -226,10 +234,13 @@ def flatten(value, prefix: str = "") -> dict[str, float]:
 
 
 def aggregate(results: list[dict]) -> dict[str, dict]:
-    """Per figure: median, min, max over the runs that reported it."""
+    """Per figure: median, min, max over the runs that reported it (results_io's stamp is no figure)."""
+    from bench.results_io import STAMP_FIELDS
+
     per_key: dict[str, list[float]] = {}
     for result in results:
-        for key, value in flatten(result).items():
+        figures = {k: v for k, v in result.items() if k not in STAMP_FIELDS}
+        for key, value in flatten(figures).items():
             per_key.setdefault(key, []).append(value)
     return {key: {"median": statistics.median(v), "min": min(v), "max": max(v), "n": len(v)}
             for key, v in sorted(per_key.items())}

@@ -39,7 +39,6 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 from bench.results_io import emit  # noqa: E402
-RESULTS = ROOT / "bench" / "results" / "scaling.json"
 BODY = b"x" * 1024
 BATCH_SIZES = (1, 10, 100, 1000)
 PRODUCER_COUNTS = (1, 2, 4, 8)

@@ -22,7 +22,6 @@ rows/s) and writes bench/results/sql_filter.json.
 
 from __future__ import annotations
 
-import json
 import sys
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.results_io import emit  # noqa: E402
 from size_args import parse_size_args  # noqa: E402
 from txmq.broker.server.native_pull import pull_batch  # noqa: E402
 from txmq.broker.store import Message, MessageStore, StoreConfig  # noqa: E402
@@ -127,11 +127,7 @@ def main() -> None:
                    "filtered_pull_scan_vs_python_filter": round(rates["filtered_pull_scan"] / rates["python_filter"], 1),
                    "bits_vs_scan": round(rates["filtered_pull"] / rates["filtered_pull_scan"], 2)},
     }
-    line = json.dumps(result)
-    out = ROOT / "bench" / "results" / "sql_filter.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(line + "\n")
-    print(line)
+    emit("sql_filter", result)
 
 
 if __name__ == "__main__":

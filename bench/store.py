@@ -23,7 +23,6 @@ Prints one JSON line and writes it to bench/results/store.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -34,12 +33,14 @@ import threading
 import time
 from pathlib import Path
 
-from txmq.broker.store.config import StoreConfig
-from txmq.broker.store.message import Message
-from txmq.broker.store.message_store import MessageStore
-from txmq.broker.store.record import encode_messages_standalone
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.results_io import emit  # noqa: E402
+from txmq.broker.store.config import StoreConfig  # noqa: E402
+from txmq.broker.store.message import Message  # noqa: E402
+from txmq.broker.store.message_store import MessageStore  # noqa: E402
+from txmq.broker.store.record import encode_messages_standalone  # noqa: E402
 BODY = os.urandom(1024)
 TARGET_APPEND_RATIO = 0.4
 
@@ -275,11 +276,7 @@ def main() -> None:
     ratios["append_vs_raw_loop_target"] = TARGET_APPEND_RATIO
     result["ratios"] = ratios
     result["target_met"] = ratios["append_vs_raw_loop"] >= TARGET_APPEND_RATIO
-    line = json.dumps(result)
-    print(line)
-    out = ROOT / "bench" / "results" / "store.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(line + "\n")
+    emit("store", result)
 
 
 if __name__ == "__main__":

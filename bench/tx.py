@@ -26,7 +26,6 @@ Prints one JSON line and writes it to bench/results/tx.json.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -35,10 +34,13 @@ import time
 import uuid
 from pathlib import Path
 
-from txmq.broker.store.config import StoreConfig
-from txmq.broker.store.message import PROP_TAGS, PROP_UNIQ_KEY, Message
-from txmq.broker.store.message_store import MessageStore
-from txmq.broker.transaction import CheckbackService, Resolution, TransactionConfig, TransactionEngine
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.results_io import emit  # noqa: E402
+from txmq.broker.store.config import StoreConfig  # noqa: E402
+from txmq.broker.store.message import PROP_TAGS, PROP_UNIQ_KEY, Message  # noqa: E402
+from txmq.broker.store.message_store import MessageStore  # noqa: E402
+from txmq.broker.transaction import CheckbackService, Resolution, TransactionConfig, TransactionEngine  # noqa: E402
 
 BODY = b"x" * 1024
 TARGET_RATIO_100 = 2.5
@@ -235,11 +237,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    for k, v in figures.items()},
             "ratios": {k: round(v, 3) for k, v in ratios.items()},
             "target_met": cost_100 <= TARGET_RATIO_100}
-    text = json.dumps(line)
-    print(text)
-    out = Path(__file__).resolve().parent / "results" / "tx.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text + "\n")
+    emit("tx", line)
     return 0
 
 

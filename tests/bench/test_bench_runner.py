@@ -29,6 +29,20 @@ def test_aggregate_gives_median_min_max_per_numeric_leaf_and_ignores_booleans():
     assert "ok" not in agg
 
 
+def test_aggregate_leaves_out_the_stamp_results_io_puts_on_every_run():
+    runs = [{"bench": "b", "x": 1.0, "commit": "abc", "host": {"cpus": 2, "load_avg": [1.0, 1.0, 1.0]},
+             "peer_versions": {"kafka": "4.1.0"}}]
+    assert set(run_all.aggregate(runs)) == {"x"}
+
+
+def test_a_script_added_to_bench_counts_as_a_benchmark_only_when_it_reports_through_emit(tmp_path, monkeypatch):
+    (tmp_path / "emits.py").write_text('"""Emits."""\nif __name__ == "__main__":\n    emit("emits", {})\n')
+    (tmp_path / "table.py").write_text('"""A table."""\nresults = {}\n'
+                                       'if __name__ == "__main__":\n    print(results)\n')
+    monkeypatch.setattr(run_all, "BENCH", tmp_path)
+    assert [b.name for b in run_all.discovered_benchmarks()] == ["emits"]
+
+
 def test_run_script_reports_a_failing_benchmark_with_its_error(tmp_path):
     outcome = run_all.run_script([sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"],
                                  30, tmp_path / "log.txt")
