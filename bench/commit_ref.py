@@ -90,7 +90,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="make bench's size: 50,000 rows, 2 trials")
     args = ap.parse_args()
+    if args.quick:
+        args.rows, args.repeat = 50_000, 2
     load_compiled_scan()  # as a broker does at start: no trial pays numba's load
     load_compiled()
     load_compiled_finals()  # and the pulls' kernels: the first trial's first read does not pay their load

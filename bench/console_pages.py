@@ -126,7 +126,10 @@ def main() -> None:
     p.add_argument("--topics", type=int, default=1000)
     p.add_argument("--pending", type=int, default=100_000)
     p.add_argument("--loads", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="make bench's size: 200 topics, 20,000 pending, 3 loads")
     args = p.parse_args()
+    if args.quick:
+        args.topics, args.pending, args.loads = 200, 20_000, 3
     with tempfile.TemporaryDirectory() as tmp:
         broker = EmbeddedBroker(Path(tmp) / "data", flush="async", start_timeout_s=300).start()
         try:

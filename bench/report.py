@@ -184,6 +184,7 @@ def peers_section(r: Results) -> list[str]:
     for name, g in (last.get("goals") or {}).items():
         measured = "—" if g.get("measured") is None else g["measured"]
         out.append(f"| `{name}` | {measured} | ≥ {g.get('goal')} | {'yes' if g.get('met') else '**no**'} |")
+    out.append(replication_goal_row(r))
     peers = last.get("peers", {})
     out += ["", f"Java: {peers.get('java', '?')}; pyspark of the Spark comparisons: "
             f"{(last.get('spark') or {}).get('pyspark', '—')}.", ""]
@@ -197,6 +198,19 @@ def peers_section(r: Results) -> list[str]:
     if last.get("errors"):
         out += ["", "Errors: " + "; ".join(f"{k}: {_cell(v)}" for k, v in last["errors"].items())]
     return out
+
+
+def replication_goal_row(r: Results) -> str:
+    """The goal row of the price of replication (bench/replication_cost.py): a txmq group of three over
+    one broker, against Kafka RF=3 over RF=1, measured in the same run; met when txmq's ratio is at least Kafka's."""
+    runs = r.benches.get("replication_cost", {}).get("runs", [])
+    ratios = (runs[-1].get("ratios") or {}) if runs else {}
+    over = ratios.get("txmq_over_kafka")
+    if over is None:
+        return f"| `replication_txmq_over_kafka` | — ({r.status('replication_cost')}) | ≥ 1.0 | **no** |"
+    txmq, kafka = (ratios.get(k, {}).get("median") for k in ("txmq_group_vs_single", "kafka_rf3_vs_rf1"))
+    return (f"| `replication_txmq_over_kafka` (group / single {txmq}, Kafka RF=3 / RF=1 {kafka}) | {over} "
+            f"| ≥ 1.0 | {'yes' if over >= 1.0 else '**no**'} |")
 
 
 def _cell(text: str) -> str:

@@ -4,6 +4,8 @@ file carries the stamp (the commit, the peers' versions, the host's load)."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 
 import pytest
 
@@ -34,3 +36,12 @@ def test_a_benchmark_builds_no_path_into_bench_results_of_its_own(bench):
     tree = ast.parse(bench.script.read_text())
     own = [s for s in _code_strings(tree) if s == "results" or "results/" in s]
     assert not own, f"bench/{bench.name}.py writes bench/results itself: {own}"
+
+
+@pytest.mark.parametrize("bench", run_all.discovered_benchmarks(), ids=lambda b: b.name)
+def test_a_benchmark_found_in_bench_takes_the_quick_flag_make_bench_gives_it(bench):
+    assert bench.full_args == ("--quick",)
+    result = subprocess.run([sys.executable, str(bench.script), "--help"], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0 and "--quick" in result.stdout, \
+        f"bench/{bench.name}.py has no --quick, which make bench runs it with: {result.stderr[-300:]}"

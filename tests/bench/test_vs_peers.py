@@ -76,8 +76,9 @@ def test_compute_ratios_and_goals_from_a_result():
     assert r["rmq_tx1_p1_vs_rocketmq"] == 1.5 and r["rmq_tx1_p1_p99_vs_rocketmq"] == 2.0
     assert r["e2e_p50_vs_kafka"] == 2.0 and "rmq_send_p1_vs_rocketmq" not in r
     g = vs_peers.goals({"ratios": r})
-    assert g["spark_read_vs_kafka"]["met"] and not g["spark_write_vs_kafka"]["met"]
-    assert g["tx100_vs_kafka"]["met"] and g["rmq_send_p1_vs_rocketmq"]["measured"] is None
+    assert not g["spark_read_vs_kafka"]["met"] and not g["spark_write_vs_kafka"]["met"]  # 1.5 < 2.0, 0.5 < 1.2
+    assert g["tx100_vs_kafka"]["met"] and g["rmq_tx1_p1_vs_rocketmq"]["met"] and g["e2e_p50_vs_kafka"]["met"]
+    assert g["rmq_send_p1_vs_rocketmq"]["measured"] is None and g["rmq_tx1_p8_vs_rocketmq"]["measured"] is None
 
 
 def test_the_runner_knows_vs_peers_and_skips_its_helper_modules():
@@ -123,3 +124,17 @@ def test_replication_cost_spread_is_the_median_with_its_range():
 
     assert replication_cost.spread([0.5, 0.7, 0.6]) == {"median": 0.6, "min": 0.5, "max": 0.7,
                                                         "runs": [0.5, 0.7, 0.6]}
+
+
+def test_the_reports_goal_table_ends_with_the_price_of_replication_against_kafkas():
+    from bench import report
+
+    runs = [{"ratios": {"txmq_group_vs_single": {"median": 0.56}, "kafka_rf3_vs_rf1": {"median": 0.117},
+                        "txmq_over_kafka": 4.786}}]
+    summary = {"benchmarks": {"vs_peers": {"status": "ok", "runs": [{"goals": vs_peers.goals({"ratios": {}})}]},
+                              "replication_cost": {"status": "ok", "runs": runs}}}
+    table = report.peers_section(report.Results(summary))
+    row = next(line for line in table if "replication_txmq_over_kafka" in line)
+    assert "4.786" in row and "0.56" in row and "0.117" in row and row.endswith("| ≥ 1.0 | yes |")
+    missing = report.peers_section(report.Results({"benchmarks": summary["benchmarks"] | {"replication_cost": {}}}))
+    assert any("replication_txmq_over_kafka" in line and "**no**" in line for line in missing)
