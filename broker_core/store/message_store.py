@@ -105,6 +105,9 @@ HOUSEKEEPING_S = 10.0
 # A group of record copies over this many source bytes is built and written in parts of
 # at most this size (a split group, split_group.py).
 COPY_PART_BYTES = 8 << 20
+# A COMMIT of this many slots of one topic takes its queue offsets and runs with array operations,
+# whose set-up costs more than a dictionary update per slot below it (a RocketMQ client's one message).
+ARRAY_OFFSETS_MIN = 256
 
 
 GEOMETRY_FILE = "store_meta.json"
@@ -417,7 +420,7 @@ class MessageStore:
         dest_keys = list(zip(refs.dest_topics, qid_column.tolist()))
         offsets = QueueOffsets(self.dispatcher, None)
         groups = None
-        if len(refs.topics) == 1:  # a Spark micro-batch's one topic: offsets and runs with arrays
+        if len(refs.topics) == 1 and len(copies) >= ARRAY_OFFSETS_MIN:  # a Spark micro-batch's one topic
             slot_array, groups = QueueOffsets(self.dispatcher, refs.topics[0]).assign_array(refs.topics[0], qid_column)
             slot_offsets = slot_array.tolist()
         else:

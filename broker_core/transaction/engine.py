@@ -67,7 +67,7 @@ from .config import TransactionConfig
 from .cross_records import CrossCommitWatch
 from .decision import CrossGroup, Decision, DecisionAuthority, cross_group_of
 from .gate import SharedExclusiveGate
-from .gc_pause import collector_paused
+from .gc_pause import collector_paused_for
 from .half import (
     PROP_PREPARED_MS,
     build_half_columns,
@@ -199,7 +199,7 @@ class TransactionEngine:
                                          f"{','.join(tx.cross.participants)}; these halves name {cross.coordinator} "
                                          f"over {','.join(cross.participants)}")
                     tx.cross = cross
-            with collector_paused():
+            with collector_paused_for(len(topics)):
                 immunity = immunity_ms(immunity_s, self.config.transaction_timeout_s, self.config.max_immunity_s)
                 with self._gate.shared():
                     self._check_not_sealed(topics, queue_ids)
@@ -281,7 +281,7 @@ class TransactionEngine:
         to the table, then acknowledge it: a failed acknowledgement raises with the table already
         matching the log."""
         transaction_id = tx.transaction_id
-        with tx.exclusive(), collector_paused():
+        with tx.exclusive(), collector_paused_for(len(tx.halves)):
             if tx.state.is_final:
                 ended = None
             elif tx.state is TxState.DISCARDED:

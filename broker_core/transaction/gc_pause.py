@@ -19,15 +19,23 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from contextlib import contextmanager
-from typing import Iterator
+from contextlib import contextmanager, nullcontext
+from typing import ContextManager, Iterator
 
 MAX_PAUSE_S = 1.0
+# Below this many messages a call allocates too little for the collector to fire within it, and
+# the pause's own cost (a lock and a re-enable that lets a due collection run) is all it adds.
+PAUSE_MIN_MESSAGES = 256
 
 _lock = threading.Lock()
 _depth = 0
 _was_enabled = False
 _paused_at = 0.0
+
+
+def collector_paused_for(messages: int) -> ContextManager[None]:
+    """collector_paused() for a call of `messages` messages, a no-op for a small one."""
+    return collector_paused() if messages >= PAUSE_MIN_MESSAGES else nullcontext()
 
 
 @contextmanager

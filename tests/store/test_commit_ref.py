@@ -505,3 +505,32 @@ def test_a_pull_in_place_whose_entry_disagrees_with_its_half_raises_as_the_recor
             decode_pull_batch(read.data, read.record_at, read.phys, sizes, TOPIC, 0, read.refs)
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("count", [3, 300])
+def test_a_commits_queue_offsets_are_the_same_assigned_slot_by_slot_or_with_arrays(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, count: int) -> None:
+    """A small COMMIT takes its offsets with a dictionary update per slot, a large one with array
+    operations (message_store.ARRAY_OFFSETS_MIN): both must give each queue the same entries."""
+    from txmq.broker.store import message_store
+
+    def queue_entries(path: Path, array_min: int) -> dict:
+        monkeypatch.setattr(message_store, "ARRAY_OFFSETS_MIN", array_min)
+        store = MessageStore(StoreConfig(data_dir=path, flush_mode="async"))
+        store.topics.create(TOPIC, queue_count=3)
+        engine = TransactionEngine(store, TransactionConfig(), clock=_Clock())
+        try:
+            store.append([Message(topic=TOPIC, body=b"before", queue_id=1)])  # a queue that does not start at 0
+            for t in range(2):
+                engine.prepare([Message(topic=TOPIC, body=b"%d-%d" % (t, i), queue_id=(i * 7) % 3,
+                                        properties={"TAGS": f"t{i % 2}"}) for i in range(count)],
+                               transaction_id=f"t{t}", producer_group="g")
+                engine.end(f"t{t}", Resolution.COMMIT)
+            return {q: [(e.size, e.tag_hash, store.read_at(e.physical_offset, e.size).body)
+                        for e in store.read_queue_entries(TOPIC, q, 0, 3 * count)] for q in range(3)}
+        finally:
+            store.close()
+
+    by_slot, by_arrays = queue_entries(tmp_path / "dict", 10**9), queue_entries(tmp_path / "arrays", 1)
+    assert by_slot == by_arrays
+    assert sum(map(len, by_slot.values())) == 2 * count + 1

@@ -51,3 +51,11 @@ def test_overlapping_sections_do_not_pause_it_longer_than_the_bound(monkeypatch)
         with collector_paused():  # begins after the bound: the collector runs again
             assert gc.isenabled()
     assert gc.isenabled()
+
+
+def test_a_call_of_a_few_messages_leaves_the_collector_on_and_a_large_one_pauses_it():
+    with gc_pause.collector_paused_for(1):
+        assert gc.isenabled()
+    with gc_pause.collector_paused_for(gc_pause.PAUSE_MIN_MESSAGES):
+        assert not gc.isenabled()
+    assert gc.isenabled()
