@@ -144,3 +144,17 @@ def test_a_new_report_keeps_the_notes_below_the_marker_and_replaces_the_table(tm
     text = docs.read_text()
     assert "| old table |" not in text and "a_tx100_msgs_vs_rabbitmq" in text
     assert text.endswith(f"{report.NOTES_MARKER}\n\n### Session notes\n\nhand-written\n")
+
+
+def test_the_comparisons_against_jvm_peers_run_unsampled_and_the_others_sampled(monkeypatch, tmp_path):
+    sampled_with: dict[str, str | None] = {}
+
+    def fake_run_once(state, *, profiler=None, **_):
+        sampled_with[state.bench.name] = profiler
+        state.outcomes.append(run_all.RunOutcome(True, 1.0))
+
+    monkeypatch.setattr(run_all, "run_once", fake_run_once)
+    chosen = [b for b in run_all.BENCHMARKS if b.name in ("tx", "vs_peers", "replication_cost")]
+    run_all.run_plan(chosen, quick=False, max_runs=1, budget_s=None, started=0.0, env={}, log=lambda _: None,
+                     profiler="py-spy", on_progress=lambda _: None)
+    assert sampled_with == {"tx": "py-spy", "vs_peers": None, "replication_cost": None}
