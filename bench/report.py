@@ -457,7 +457,9 @@ def bench_status(r: Results) -> list[str]:
         out.append(f"| `{e.get('script', name)}` | {e.get('what', '')} | `{args}` | {status} | "
                    f"{len(e.get('runs', []))} | {secs} |")
     out += ["", "Runs beyond the first are added, cheapest benchmark first, while the time budget lasts "
-            f"({summary_budget(r)}); the first run of each is also the profiled one. To keep `make bench` under "
+            f"({summary_budget(r)}); the first run of each is also the profiled one, but for the comparisons against "
+            "JVM peers (`vs_peers`, `replication_cost`), which run unsampled: py-spy samples only txmq's Python side. "
+            "To keep `make bench` under "
             "20 minutes on 2 cores (plus `bench/vs_peers.py`'s own share, which runs at full size once), the store, tx, broker and Spark scripts run at their `--quick` sizes; run a "
             "script directly for its full-size figures (e.g. the store's 4 GiB recovery, Spark's 2M rows)."]
     return out
