@@ -185,6 +185,8 @@ def peers_section(r: Results) -> list[str]:
         measured = "—" if g.get("measured") is None else g["measured"]
         out.append(f"| `{name}` | {measured} | ≥ {g.get('goal')} | {'yes' if g.get('met') else '**no**'} |")
     out.append(replication_goal_row(r))
+    out += ["", "Where each missed goal's time goes (per process) and what would close it: "
+            "[docs/benchmarks.md](../docs/benchmarks.md), \"Issue #42's goals on the final code\"."]
     peers = last.get("peers", {})
     out += ["", f"Java: {peers.get('java', '?')}; pyspark of the Spark comparisons: "
             f"{(last.get('spark') or {}).get('pyspark', '—')}.", ""]
