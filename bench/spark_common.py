@@ -34,6 +34,12 @@ def spark_session(conf: dict[str, str] | None = None):
     return spark
 
 
+def settle_page_cache() -> None:
+    """Write back every dirty page before a timed run (untimed): a side that never fsyncs (Kafka)
+    leaves its writes dirty, and the kernel would write them back during the other side's next run."""
+    os.sync()
+
+
 def process_cpu_s(pid: int, *, reaped_children: bool = False) -> float:
     """User + system CPU seconds a process has used so far, with those of the children it has
     reaped if asked (/proc; 0.0 once it is gone)."""

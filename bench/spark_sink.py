@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from size_args import parse_size_args  # noqa: I001
-from spark_common import BrokerProcess, emit, spark_session  # noqa: I001
+from spark_common import BrokerProcess, emit, settle_page_cache, spark_session  # noqa: I001
 
 PARTITIONS = 4
 
@@ -73,6 +73,7 @@ def interleaved_best_rates(runs: dict[str, Callable[[], object]], rows: int, rep
     returned: dict[str, object] = {}
     for _ in range(repeat):
         for name, run in runs.items():
+            settle_page_cache()
             t0 = time.perf_counter()
             result = run()
             seconds = time.perf_counter() - t0

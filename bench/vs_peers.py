@@ -407,7 +407,7 @@ def spark_write(spark, client, endpoint: str, bootstrap: str, write_rows: int, r
                 pids: dict[str, list[int]]) -> dict:
     """Each side's best write (rows/s, the ratio's figure), and every run's seconds and CPU seconds
     per process (Spark's JVM, its Python workers, the broker, Kafka) with the load average at its end."""
-    from spark_common import spark_cpu_meters
+    from spark_common import settle_page_cache, spark_cpu_meters
     from spark_sink import broker_commit_seconds, rows_df
 
     out: dict = {}
@@ -430,6 +430,7 @@ def spark_write(spark, client, endpoint: str, bootstrap: str, write_rows: int, r
     runs: dict[str, list[dict]] = {"txmq": [], "kafka": []}
     for _ in range(repeat):  # the sides take turns (spark_sink.interleaved_best_rates: load comes and goes)
         for name, write in (("txmq", txmq_write), ("kafka", kafka_write)):
+            settle_page_cache()
             before = {m: read() for m, read in meters.items()}
             t0 = time.perf_counter()
             returned = write()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -66,8 +67,15 @@ class ColumnarStore(Protocol):
     filter_bits: "FilterBitmaps"
 
 
+_COLUMNAR: "weakref.WeakKeyDictionary[object, bool]" = weakref.WeakKeyDictionary()
+
+
 def supports_columnar(store) -> bool:
-    return isinstance(store, ColumnarStore)
+    # remembered per store: a protocol's isinstance walks its members each time, and every pull asks
+    known = _COLUMNAR.get(store)
+    if known is None:
+        known = _COLUMNAR[store] = isinstance(store, ColumnarStore)
+    return known
 
 
 def _queue_for(store, topic: str, queue_id: int):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import sys
 from pathlib import Path
 
 from bench import peers_jvm, run_all, vs_peers
@@ -138,3 +139,14 @@ def test_the_reports_goal_table_ends_with_the_price_of_replication_against_kafka
     assert "4.786" in row and "0.56" in row and "0.117" in row and row.endswith("| ≥ 1.0 | yes |")
     missing = report.peers_section(report.Results({"benchmarks": summary["benchmarks"] | {"replication_cost": {}}}))
     assert any("replication_txmq_over_kafka" in line and "**no**" in line for line in missing)
+
+
+def test_each_timed_spark_run_starts_with_no_dirty_pages_left_by_the_side_before(monkeypatch):
+    """Kafka never fsyncs: without a write-back between runs its pages would be written during txmq's run."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import spark_sink
+
+    events = []
+    monkeypatch.setattr(spark_sink, "settle_page_cache", lambda: events.append("settle"))
+    spark_sink.interleaved_best_rates({"a": lambda: events.append("a"), "b": lambda: events.append("b")}, 10, 2)
+    assert events == ["settle", "a", "settle", "b"] * 2
