@@ -417,13 +417,13 @@ class MessageStore:
                                  ops: BatchColumns | None) -> AppendResults:
         now = int(time.time() * 1000)
         qid_column = refs.rows["queue_id"].astype(np.int64)
-        dest_keys = list(zip(refs.dest_topics, qid_column.tolist()))
         offsets = QueueOffsets(self.dispatcher, None)
-        groups = None
+        groups = dest_keys = None
         if len(refs.topics) == 1 and len(copies) >= ARRAY_OFFSETS_MIN:  # a Spark micro-batch's one topic
             slot_array, groups = QueueOffsets(self.dispatcher, refs.topics[0]).assign_array(refs.topics[0], qid_column)
             slot_offsets = slot_array.tolist()
-        else:
+        else:  # (topic, queue) per slot only here: a micro-batch's million would be made for nothing
+            dest_keys = list(zip(refs.dest_topics, qid_column.tolist()))
             _, slot_offsets = offsets.assign(dest_keys, None)
         rows = refs.rows.copy()
         rows["queue_offset"] = slot_offsets
@@ -446,6 +446,7 @@ class MessageStore:
         if groups is not None:
             runs = {(refs.topics[0], qid): run for qid, run in queue_runs_grouped(groups, address, sizes, tags).items()}
         else:
+            assert dest_keys is not None
             starts: dict = {}
             for key, q in zip(dest_keys, slot_offsets):
                 starts.setdefault(key, q)

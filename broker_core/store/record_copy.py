@@ -403,9 +403,13 @@ def reference_slots(store, copies: RecordCopies, *, store_v6: bool = False) -> R
             else [None] * len(copies)
         keys = _decoded([*chain.from_iterable(_found_texts(scan, 2) for scan in scans)]) if found[1].any() \
             else [None] * len(copies)
-        topic_bytes = {t: len(t.encode()) for t in set(dest_topics)}
-        sizes = (HEADER_V4_SIZE + store_extra + block.body_len + 3 + np.array(list(map(topic_bytes.__getitem__,
-                 dest_topics)), dtype=np.int64) + block.props_len + CRC_SUFFIX_LEN)
+        distinct = list(dict.fromkeys(dest_topics))
+        if len(distinct) == 1:  # a Spark micro-batch's one topic: no lookup per row
+            topic_len: int | np.ndarray = len(distinct[0].encode())
+        else:
+            topic_bytes = {t: len(t.encode()) for t in distinct}
+            topic_len = np.array(list(map(topic_bytes.__getitem__, dest_topics)), dtype=np.int64)
+        sizes = HEADER_V4_SIZE + store_extra + block.body_len + 3 + topic_len + block.props_len + CRC_SUFFIX_LEN
         has_uniq, has_keys = found
     else:
         batch = _copied_record_by_record(store, copies)

@@ -411,7 +411,7 @@ class TransactionEngine:
                 with tx.cond:
                     tx.state, tx.checks, tx.last_check_ms, tx.resumed_ms = TxState.PENDING, 0, 0, now
                     self._pending.update(tx.transaction_id, checks=0, state=TxState.PENDING)
-            self.metrics.halves_back_to_pending(_count_topics(tx.halves.real_topics()))
+            self.metrics.halves_back_to_pending(tx.halves.topic_counts())
             self.metrics.count("resumes")
             self._schedule(tx, now + tx.immunity_ms)
         self._acknowledge(end)
@@ -441,7 +441,7 @@ class TransactionEngine:
                 with tx.cond:
                     tx.state = TxState.DISCARDED
                     self._pending.update(tx.transaction_id, state=TxState.DISCARDED)
-            self.metrics.halves_left_pending(_count_topics(tx.halves.real_topics()))
+            self.metrics.halves_left_pending(tx.halves.topic_counts())
             self.metrics.resolved("DISCARD", (now - tx.created_ms) / 1000)
             log.info("transaction %s discarded (%s) after %d checks", transaction_id, reason, tx.checks)
         self._acknowledge(end)
@@ -795,8 +795,7 @@ class TransactionEngine:
             self._unacked[tx.transaction_id] = max(end, self._unacked.get(tx.transaction_id, 0))
             self._table.pop(tx.transaction_id, None)
             self._finals[tx.transaction_id] = FinalRecord(state, now)
-        self.metrics.halves_left_pending(topic_counts if topic_counts is not None
-                                         else _count_topics(tx.halves.real_topics()))
+        self.metrics.halves_left_pending(topic_counts if topic_counts is not None else tx.halves.topic_counts())
 
     def _schedule(self, tx: Transaction, due_ms: int) -> None:
         with self._table_lock:

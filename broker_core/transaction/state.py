@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import threading
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
@@ -197,6 +198,19 @@ class HalfRefs:
 
     def real_topics(self) -> Iterator[str]:
         return chain.from_iterable(c.real_topics for c in self._chunks)
+
+    def topic_counts(self) -> dict[str, int]:
+        """How many halves of each real topic, counted chunk by chunk: a prepare call's halves
+        mostly go to one topic, and a one-topic chunk is counted in C with one comparison per half."""
+        counts: dict[str, int] = {}
+        for chunk in self._chunks:
+            topics = chunk.real_topics
+            if topics and topics.count(topics[0]) == len(topics):
+                counts[topics[0]] = counts.get(topics[0], 0) + len(topics)
+            else:
+                for topic, n in Counter(topics).items():
+                    counts[topic] = counts.get(topic, 0) + n
+        return counts
 
     def senders(self) -> set[str]:
         return {c.sender for c in self._chunks}
