@@ -21,6 +21,9 @@ from txmq.broker.client.types import Message
 from txmq.broker.protocol import coordinator_pb2 as cpb
 from txmq.broker.transaction.decision import coordinator_for
 
+# coordinators and participants killed at each step of a cross-group commit: make test-faults, not the default suite
+pytestmark = pytest.mark.faults
+
 PRODUCER_GROUP = "shop"
 FAST_CHECKS = ["--transaction-timeout", "1s", "--check-interval", "0.5s"]
 

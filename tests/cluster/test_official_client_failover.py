@@ -13,7 +13,8 @@ from tests.cluster.test_replication import read_bodies
 from tests.interop.conftest import official_client_available, run_client
 from txmq.broker.client.native_client import NativeClient
 
-pytestmark = pytest.mark.interop
+# official client processes through leader kills: make test-faults, not the default suite
+pytestmark = [pytest.mark.interop, pytest.mark.faults]
 
 
 @pytest.mark.skipif(not official_client_available(), reason="the official client's venv is missing (make interop-venv)")

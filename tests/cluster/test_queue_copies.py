@@ -21,7 +21,9 @@ from txmq.broker.cluster.coordination import cluster_status
 from txmq.broker.cluster.etcd_process import EtcdProcess
 from txmq.broker.cluster.local_group import LocalGroup
 
-pytestmark = pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed (make etcd)")
+# queue copies through kill -9 of movers and leaders: make test-faults, not the default suite
+pytestmark = [pytest.mark.skipif(shutil.which("etcd") is None, reason="etcd is not installed (make etcd)"),
+              pytest.mark.faults]
 
 FAST = ["--transaction-timeout", "2s", "--check-interval", "1s", "--move-resume-after", "2s"]
 ROW_FIELDS = ("queueOffset", "messageId", "tag", "keys", "body", "properties")

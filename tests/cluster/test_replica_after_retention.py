@@ -14,6 +14,9 @@ from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
 from txmq.broker.cluster.local_group import LocalGroup
 
+# a replica replaced after retention, through failovers: make test-faults, not the default suite
+pytestmark = pytest.mark.faults
+
 TOPIC = "kept"
 SEGMENT = 64 << 10
 TIMER_DELAY_S = 12

@@ -15,6 +15,9 @@ from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
 from txmq.broker.cluster.coordination import InSyncSet, may_lead
 
+# wiped and foreign replicas started first: make test-faults, not the default suite
+pytestmark = pytest.mark.faults
+
 
 def test_a_wiped_replica_started_first_does_not_lead_and_every_acknowledged_write_survives(group_factory):
     group = group_factory(args=["--replication", "sync"])
@@ -55,7 +58,7 @@ def test_a_wiped_replica_started_first_does_not_lead_and_every_acknowledged_writ
         assert read_bodies(client, TOPIC) == Counter({body: 1 for body in acked})
 
 
-@pytest.mark.slow  # ~20-40 s: the wiped-first test above covers invariant 10 in the default suite
+@pytest.mark.slow  # ~20-40 s: the wiped-first test above covers invariant 10 in CI (make test-faults)
 def test_a_leader_with_no_history_of_the_log_never_makes_the_others_cut_it(group_factory):
     group = group_factory(args=["--replication", "sync"])
     with NativeClient(group.endpoints, timeout_s=20) as client:

@@ -17,6 +17,9 @@ from txmq.broker import errors
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
 
+# replica groups through leader kills, pauses and etcd loss: make test-faults, not the default suite
+pytestmark = pytest.mark.faults
+
 TOPIC = "orders"
 
 

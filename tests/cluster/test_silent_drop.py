@@ -15,6 +15,9 @@ from tests.interop.conftest import official_client_available, run_client
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
 
+# failovers after a leader's packets are dropped: make test-faults, not the default suite
+pytestmark = pytest.mark.faults
+
 TOPIC = "orders"
 
 

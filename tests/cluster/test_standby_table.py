@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.cluster.test_replication import TOPIC
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
+
+# a new leader's replay after a leader kill: make test-faults, not the default suite
+pytestmark = pytest.mark.faults
 
 
 def took_over(group, endpoint: str, timeout_s: float = 10.0) -> dict:

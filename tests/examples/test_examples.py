@@ -34,10 +34,12 @@ def test_readme_quickstart_is_two_make_commands_that_exist() -> None:
         assert re.search(rf"^{command.split()[1]}:", makefile, re.M), f"Makefile has no target for {command!r}"
 
 
-def test_ci_runs_exactly_the_readme_test_command() -> None:
+def test_ci_runs_the_readme_test_command_first() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in quickstart_commands()
-    assert re.search(r"^make test$", ci, re.M)
+    assert re.search(r"^make ci$", ci, re.M)
+    recipe = re.search(r"^ci:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)
+    assert recipe and recipe.group(1).lstrip().startswith("$(MAKE) test;"), "make ci starts with make test"
 
 
 def test_demo_ends_with_exactly_once_verified(tmp_path: Path) -> None:

@@ -15,6 +15,9 @@ from lab import campaign, faults
 from lab.campaign import Group
 from lab.hosts import Lab
 
+# replicas, etcd and clients on lab hosts through partitions: make test-faults, not the default suite
+pytestmark = pytest.mark.faults
+
 TOPIC = "items"
 
 

@@ -14,7 +14,8 @@ from txmq.broker import errors
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
 
-pytestmark = pytest.mark.spark
+# Spark pipelines over groups through a leader kill: make test-faults, not the default suite
+pytestmark = [pytest.mark.spark, pytest.mark.faults]
 
 
 def run_until_caught_up(spark, options: dict, src: str, dst: str, checkpoint: str, expected: int,

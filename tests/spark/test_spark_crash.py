@@ -28,7 +28,8 @@ from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
 from txmq.spark import faults
 
-pytestmark = pytest.mark.spark
+# Spark drivers killed -9 at the commit protocol's points: make test-faults, not the default suite
+pytestmark = [pytest.mark.spark, pytest.mark.faults]
 
 ROOT = Path(__file__).resolve().parents[2]
 SINK_POINTS = ["sink.before_halves", "sink.after_halves", "sink.after_broker_commit"]
@@ -146,7 +147,7 @@ def test_sink_survives_driver_kills_at_each_protocol_point(spark_env, spark_brok
                   ["sink.before_halves:0", "sink.after_halves:1", "sink.after_broker_commit:2"], rows=30)
 
 
-@pytest.mark.slow  # ~4 driver starts; run with -m slow (the sink's kill test covers the default suite)
+@pytest.mark.slow  # ~4 driver starts; run with -m slow (the sink's kill test above covers CI)
 def test_foreach_batch_helper_keeps_database_and_topic_one_to_one_through_kills(
         spark_env, spark_broker, client, tmp_path):
     foreach_scenario(spark_env, spark_broker, client, tmp_path,

@@ -30,6 +30,9 @@ from txmq.broker.store.message_store import MessageStore  # noqa: E402
 
 from ._tx_worker import MESSAGES_ENV, PART_BYTES_ENV, PRODUCERS_ENV, TOPICS, read_journal, store_config  # noqa: E402
 
+# transaction workers killed -9 in loops: make test-faults, not the default suite
+pytestmark = pytest.mark.faults
+
 
 def start_worker(data: Path, journal: Path, flush: str, seed: int, drain: bool = False) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "tests.transaction._tx_worker", str(data), str(journal),
@@ -131,7 +134,7 @@ def test_killed_worker_keeps_commits_written_in_parts_whole_and_exactly_once(tmp
     assert summary["visible_tx"] > 0 and summary["transactions"] > 3
 
 
-@pytest.mark.slow  # ~20 s; commits written in parts keep their crash test in the default suite
+@pytest.mark.slow  # ~20 s; commits written in parts keep their crash test in CI (make test-faults)
 def test_killed_worker_keeps_large_commits_whole_and_exactly_once(tmp_path, monkeypatch):
     """COMMITs of thousands of halves, written in 1 MiB parts by two producers at once: each part
     is copied column-wise and encoded by the compiled loop, written on the I/O thread while the next
