@@ -32,7 +32,6 @@ import logging
 import threading
 import time
 import uuid
-from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
@@ -92,6 +91,7 @@ from .state import (
     Transaction,
     TransactionInfo,
     TxState,
+    count_topics,
 )
 from .store_seam import EngineStore
 
@@ -717,7 +717,7 @@ class TransactionEngine:
         n = len(topics)
         # one result per half (the physical offsets may end with the batch's end): a short column would misfile halves
         assert len(queue_offsets) == len(sizes) == n <= len(phys) and len(queue_ids) == n, (n, len(sizes))
-        added = _count_topics(topics)
+        added = count_topics(topics)
         with tx.cond:
             first = not tx.halves
             tx.halves.add(phys[:n], sizes, queue_offsets, topics, queue_ids, sender)
@@ -750,7 +750,7 @@ class TransactionEngine:
         selected = tx.halves if wanted is None else tx.halves.of_senders(wanted)
         finals = _copies_of(selected, None, None, SYSFLAG_TRANSACTION_COMMIT, SCHEDULED)
         if tx.cross is not None:  # real topics: a scheduled copy reaches its topic through the timer later
-            self.cross_commits.committed(_count_topics(finals.topics))
+            self.cross_commits.committed(count_topics(finals.topics))
         op = build_op(OpRecord(tx.transaction_id, OpKind.COMMIT,
                                tuple(sorted(wanted)) if wanted is not None else None, len(tx.halves), now,
                                participants=tx.cross.participants if tx.cross is not None else ()))
@@ -761,7 +761,7 @@ class TransactionEngine:
             if decision is not None:
                 self._record_decision(tx.transaction_id, decision, results.end)
             self._finish(tx, TxState.COMMITTED, now, results.end,
-                         _count_topics(finals.topics) if wanted is None else None)
+                         count_topics(finals.topics) if wanted is None else None)
         count = len(finals)
         self.metrics.resolved("COMMIT", (now - tx.created_ms) / 1000, count)
         return AppendResults(count, lambda: list(results[:count])), results.end  # the finals' results, not the op's
@@ -887,14 +887,6 @@ def _copies_of(halves: HalfRefs, topic: str | None, queue_id: int | None, transa
         # the prepare time is the engine's bookkeeping, not the message's: a final record drops it
         drop_properties=(PROP_PREPARED_MS,) if transaction_type == SYSFLAG_TRANSACTION_COMMIT else (),
         reroute=reroute)
-
-
-def _count_topics(topics: Iterable[str]) -> dict[str, int]:
-    """How many of each topic; counted in C (a COMMIT counts every half's topic), and for a
-    sequence of one topic (a Spark micro-batch's), with one comparison per item."""
-    if isinstance(topics, (list, tuple)) and topics and topics.count(topics[0]) == len(topics):
-        return {topics[0]: len(topics)}
-    return Counter(topics)
 
 
 def _cross_of(messages: Sequence[Message]) -> CrossGroup | None:

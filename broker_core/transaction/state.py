@@ -94,6 +94,14 @@ class _HalfChunk:
                                       self.real_topics, _ints(self.real_queue_ids), repeat(self.sender)))
 
 
+def count_topics(topics: Iterable[str]) -> dict[str, int]:
+    """How many of each topic; counted in C (a COMMIT counts every half's topic), and for a
+    sequence of one topic (a Spark micro-batch's), with one comparison per item."""
+    if isinstance(topics, (list, tuple)) and topics and topics.count(topics[0]) == len(topics):
+        return {topics[0]: len(topics)}
+    return Counter(topics)
+
+
 class HalfRefs:
     """A transaction's halves, in the order they were added, kept as columns: one chunk per
     prepare call, not one HalfRef tuple per half.
@@ -204,12 +212,8 @@ class HalfRefs:
         mostly go to one topic, and a one-topic chunk is counted in C with one comparison per half."""
         counts: dict[str, int] = {}
         for chunk in self._chunks:
-            topics = chunk.real_topics
-            if topics and topics.count(topics[0]) == len(topics):
-                counts[topics[0]] = counts.get(topics[0], 0) + len(topics)
-            else:
-                for topic, n in Counter(topics).items():
-                    counts[topic] = counts.get(topic, 0) + n
+            for topic, n in count_topics(chunk.real_topics).items():
+                counts[topic] = counts.get(topic, 0) + n
         return counts
 
     def senders(self) -> set[str]:

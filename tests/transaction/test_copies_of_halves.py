@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txmq.broker.store.message import SYSFLAG_TRANSACTION_COMMIT
-from txmq.broker.transaction.engine import _copies_of, _count_topics
-from txmq.broker.transaction.state import HalfRef, HalfRefs
+from txmq.broker.transaction.engine import _copies_of
+from txmq.broker.transaction.state import HalfRef, HalfRefs, count_topics
 
 
 @settings(max_examples=200, deadline=None)
@@ -33,7 +33,17 @@ def test_copies_to_one_destination_take_its_topic_and_queue():
 
 
 def test_topics_are_counted_alike_for_one_topic_and_many():
-    assert _count_topics(("t",) * 5) == {"t": 5}
-    assert _count_topics(["t", "u", "t"]) == {"t": 2, "u": 1}
-    assert _count_topics(iter(["t", "t"])) == {"t": 2}
-    assert _count_topics([]) == {}
+    assert count_topics(("t",) * 5) == {"t": 5}
+    assert count_topics(["t", "u", "t"]) == {"t": 2, "u": 1}
+    assert count_topics(iter(["t", "t"])) == {"t": 2}
+    assert count_topics([]) == {}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=8), max_size=6))
+def test_the_pending_halves_are_counted_per_topic_across_their_prepare_calls(calls):
+    halves = HalfRefs()
+    for topics in calls:  # each prepare call adds a chunk
+        n = len(topics)
+        halves.add(list(range(n)), [10] * n, list(range(n)), topics, [0] * n, "s")
+    assert halves.topic_counts() == count_topics([t for topics in calls for t in topics])
