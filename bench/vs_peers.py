@@ -445,6 +445,7 @@ def spark_write(spark, client, endpoint: str, bootstrap: str, write_rows: int, r
     out["write_seconds"] = {"txmq": round(best["txmq"]["s"], 2), "kafka": round(best["kafka"]["s"], 2),
                             "txmq_commit": round(best["txmq"]["commit_s"], 2)}
     out["write_runs"] = runs
+    out["write_round_ratios"] = round_ratios(runs)
     committed = sum(client.snapshot_offsets([wtopic])[wtopic].values())
     assert committed == write_rows * repeat, f"the txmq sink committed {committed} rows"
     out["write_rows"] = write_rows
@@ -538,6 +539,18 @@ def settings(kafka: Kafka | None, rmq: RocketMQ5 | None) -> dict:
     return out
 
 
+def round_ratios(runs: dict[str, list[dict]], peer: str = "kafka") -> dict | None:
+    """The peer's seconds over txmq's, round by round, the first round left out (both sides warm
+    up in it): median, min and max, as the issue asks beside the best of each side. None with fewer
+    than two rounds."""
+    pairs = list(zip(runs.get("txmq", []), runs.get(peer, [])))[1:]
+    if not pairs:
+        return None
+    each = [theirs["s"] / ours["s"] for ours, theirs in pairs]
+    return {"median": round(statistics.median(each), 3), "min": round(min(each), 3), "max": round(max(each), 3),
+            "rounds": len(each)}
+
+
 def compute_ratios(result: dict) -> dict:
     r: dict = {}
     sp = result.get("spark", {})
@@ -545,6 +558,9 @@ def compute_ratios(result: dict) -> dict:
                                      sp.get("read_rows_per_s", {}).get("kafka"))
     r["spark_write_vs_kafka"] = ratio(sp.get("write_rows_per_s", {}).get("txmq"),
                                       sp.get("write_rows_per_s", {}).get("kafka"))
+    rounds = round_ratios(sp.get("write_runs", {}))
+    if rounds is not None:
+        r["spark_write_rounds_median_vs_kafka"] = rounds["median"]
     tx = result.get("tx100", {})
     r["tx100_vs_kafka"] = ratio(tx.get("txmq", {}).get("per_s"), tx.get("kafka", {}).get("per_s"))
     rm = result.get("rocketmq", {})

@@ -150,3 +150,12 @@ def test_each_timed_spark_run_starts_with_no_dirty_pages_left_by_the_side_before
     monkeypatch.setattr(spark_sink, "settle_page_cache", lambda: events.append("settle"))
     spark_sink.interleaved_best_rates({"a": lambda: events.append("a"), "b": lambda: events.append("b")}, 10, 2)
     assert events == ["settle", "a", "settle", "b"] * 2
+
+
+def test_spark_write_rounds_give_a_median_ratio_without_the_warm_up_round():
+    runs = {"txmq": [{"s": 20.0}, {"s": 5.0}, {"s": 10.0}, {"s": 8.0}],
+            "kafka": [{"s": 18.0}, {"s": 7.5}, {"s": 11.0}, {"s": 8.0}]}
+    assert vs_peers.round_ratios(runs) == {"median": 1.1, "min": 1.0, "max": 1.5, "rounds": 3}
+    assert vs_peers.round_ratios({"txmq": [{"s": 5.0}], "kafka": [{"s": 6.0}]}) is None
+    result = {"spark": {"write_rows_per_s": {"txmq": 2, "kafka": 1}, "write_runs": runs}}
+    assert vs_peers.compute_ratios(result)["spark_write_rounds_median_vs_kafka"] == 1.1
