@@ -210,10 +210,9 @@ class HalfRefs:
     def topic_counts(self) -> dict[str, int]:
         """How many halves of each real topic, counted chunk by chunk: a prepare call's halves
         mostly go to one topic, and a one-topic chunk is counted in C with one comparison per half."""
-        counts: dict[str, int] = {}
+        counts: Counter[str] = Counter()
         for chunk in self._chunks:
-            for topic, n in count_topics(chunk.real_topics).items():
-                counts[topic] = counts.get(topic, 0) + n
+            counts.update(count_topics(chunk.real_topics))
         return counts
 
     def senders(self) -> set[str]:
