@@ -65,8 +65,10 @@ from txmq.broker.store.record_columns import gather_binary
 # encoded with.
 _NOT_INHERITED = SYSFLAG_TRANSACTION_MASK | SYSFLAG_GROUP_BITS | SYSFLAG_BORNHOST_V6 \
     | SYSFLAG_STOREHOST_V6
-# Below this many copies, sources are cut record by record (see _copied_record_by_record).
-COLUMNAR_MIN_COPIES = 2048  # fewer copies take the per-record path (see _copied_record_by_record)
+# Below these counts sources are cut record by record (_copied_record_by_record): the compiled
+# scan's fixed set-up costs more than the per-record loop for a few (crossovers: docs/benchmarks.md).
+COLUMNAR_MIN_COPIES = 128  # records copied whole (append_group_copies)
+COLUMNAR_MIN_SLOTS = 32  # slots of a COMMIT by reference (reference_slots), which keep less of each
 SPAN_MAX = 4 << 20  # bytes of neighbouring sources read with one pread
 SPAN_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other records between two
 
@@ -142,16 +144,16 @@ def copy_columns(store, copies: RecordCopies) -> BatchColumns:
     of more than columnar_read.READ_BUFFER_MAX bytes are read in several passes (a
     read returns short at that size).
     """
-    scans = _scans(store, copies)
+    scans = _scans(store, copies, COLUMNAR_MIN_COPIES)
     if scans is None:
         return _copied_record_by_record(store, copies)
     return _scanned_batch(scans, copies)
 
 
-def _scans(store, copies: RecordCopies) -> list["_Scan"] | None:
+def _scans(store, copies: RecordCopies, min_copies: int) -> list["_Scan"] | None:
     """The sources scanned by the compiled pass, one _Scan per read; None when the per-record path
-    must take them (fewer than COLUMNAR_MIN_COPIES, or a source with an IPv6 host: rare)."""
-    if len(copies) < COLUMNAR_MIN_COPIES:
+    must take them (fewer than `min_copies`, or a source with an IPv6 host: rare)."""
+    if len(copies) < min_copies:
         return None
     phys, sizes = copies.physical_offsets, copies.sizes
     spans: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
@@ -328,9 +330,9 @@ def _found_texts(scan: _Scan, k: int) -> list[bytes | None]:
 def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
     """copy_columns record by record: the same columns, cut out of each source's bytes with
     struct and slices. The per-record implementation: the oracle tests compare the compiled
-    scan with, the path of sources with IPv6 hosts, and of fewer than COLUMNAR_MIN_COPIES
-    copies, since it costs nothing per call where the compiled path sets up arrays and a
-    block (a RocketMQ client's one-message transaction)."""
+    scan with, the path of sources with IPv6 hosts, and of fewer than COLUMNAR_MIN_COPIES copies
+    (COLUMNAR_MIN_SLOTS for a COMMIT), since it costs nothing per call where the compiled path
+    sets up arrays and a block (a RocketMQ client's one-message transaction)."""
     flags, sys_flags, born_ts, born_raws, reconsume, body_crcs, bodies, body_lens, props_crc = (
         [], [], [], [], [], [], [], [], [])
     tx_type = copies.transaction_type
@@ -390,7 +392,7 @@ def reference_slots(store, copies: RecordCopies, *, store_v6: bool = False) -> R
     keeping of each copy only its size, queue, tag hash and what replay and the index must know.
     `store_v6`: the broker's store host is IPv6 (a copy's header would be longer by HOST_V6_EXTRA)."""
     store_extra = HOST_V6_EXTRA if store_v6 else 0
-    scans = _scans(store, copies)
+    scans = _scans(store, copies, COLUMNAR_MIN_SLOTS)
     if scans is not None:  # column-wise, from the scan alone: no copy is laid out or filled
         block = RecordBlock.concat([scan.block for scan in scans])
         marked = None

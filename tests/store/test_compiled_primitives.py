@@ -56,6 +56,7 @@ def test_loading_the_encoder_ahead_compiles_the_signature_that_blocks_use(tmp_pa
     """A broker loads the encoder at start: the first COMMIT must find its code ready, not
     compile another variant (numba compiles one per argument types)."""
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 0)
+    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_SLOTS", 0)
     assert record_block.load_compiled()
     store = MessageStore(small_config(tmp_path / "s", commitlog_segment_bytes=4 << 20))
     try:
@@ -74,6 +75,7 @@ def test_loading_the_source_scan_ahead_compiles_the_signature_that_copies_use(tm
     """The same for the scan of a large COMMIT's sources (record_copy_numba), whether the sources
     are read from a segment's map or gathered into a buffer of their own."""
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 0)
+    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_SLOTS", 0)
     assert record_copy.load_compiled_scan()
     store = MessageStore(small_config(tmp_path / "s", commitlog_segment_bytes=64 << 10))
     try:

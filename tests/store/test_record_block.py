@@ -39,6 +39,7 @@ def _two_stores(tmp_path, monkeypatch, segment_bytes: int = 4 << 20) -> tuple[Me
     """Two stores that write the same bytes (a fixed clock), segments far larger than a test's data."""
     monkeypatch.setattr(message_store, "time", SimpleNamespace(time=lambda: NOW_S, monotonic=time.monotonic))
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 0)
+    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_SLOTS", 0)
     return tuple(MessageStore(small_config(tmp_path / name, commitlog_segment_bytes=segment_bytes))
                  for name in ("blocks", "lists"))
 
@@ -143,6 +144,7 @@ def test_a_block_that_crosses_segment_ends_is_written_as_a_block_with_the_record
 
 def test_copies_in_a_store_with_an_ipv6_host_are_written_record_by_record(tmp_path, monkeypatch):
     monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 0)
+    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_SLOTS", 0)
     store = MessageStore(small_config(tmp_path / "s", commitlog_segment_bytes=4 << 20, store_host=("::1", 10911)))
     try:
         placed = [(r.physical_offset, r.size) for r in store.append(

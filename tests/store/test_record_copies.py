@@ -34,7 +34,8 @@ def copy_path(request, monkeypatch):
     (a large COMMIT)."""
     from txmq.broker.store import message_store, record_copy
 
-    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 10**9 if request.param == "record_by_record" else 0)
+    for name in ("COLUMNAR_MIN_COPIES", "COLUMNAR_MIN_SLOTS"):
+        monkeypatch.setattr(record_copy, name, 10**9 if request.param == "record_by_record" else 0)
     if request.param == "columnar_in_parts":
         monkeypatch.setattr(message_store, "COPY_PART_BYTES", 1)
     return request.param

@@ -58,7 +58,8 @@ def committed_records(tmp_path: Path, name: str, *, reference: bool) -> tuple[li
 def copy_path(request, monkeypatch):
     from txmq.broker.store import record_copy
 
-    monkeypatch.setattr(record_copy, "COLUMNAR_MIN_COPIES", 10**9 if request.param == "record_by_record" else 0)
+    for name in ("COLUMNAR_MIN_COPIES", "COLUMNAR_MIN_SLOTS"):
+        monkeypatch.setattr(record_copy, name, 10**9 if request.param == "record_by_record" else 0)
     return request.param
 
 

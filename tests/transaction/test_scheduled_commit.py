@@ -18,7 +18,7 @@ from txmq.broker.store.message import (
     Message,
 )
 from txmq.broker.store.message_store import MessageStore
-from txmq.broker.store.record_copy import COLUMNAR_MIN_COPIES
+from txmq.broker.store.record_copy import COLUMNAR_MIN_SLOTS
 from txmq.broker.transaction import Resolution, TransactionConfig, TransactionEngine
 
 from .conftest import msg
@@ -104,7 +104,7 @@ def test_the_delivery_time_is_never_the_first_property_of_a_half(engine, memory_
     assert next(iter(half.properties)) != PROP_TIMER_DELIVER_MS
 
 
-@pytest.mark.parametrize("count", [10, COLUMNAR_MIN_COPIES + 10], ids=["per-record", "compiled"])
+@pytest.mark.parametrize("count", [COLUMNAR_MIN_SLOTS - 10, COLUMNAR_MIN_SLOTS + 10], ids=["per-record", "compiled"])
 def test_the_real_store_schedules_exactly_the_delayed_halves(tmp_path, count):
     store = MessageStore(StoreConfig(data_dir=tmp_path / "data"))
     try:
