@@ -3,6 +3,8 @@ Arrow tool (a plain pyarrow.flight client, DuckDB) reads a topic's committed mes
 
 from __future__ import annotations
 
+import threading
+
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
@@ -74,3 +76,23 @@ def test_a_batch_of_another_schema_continues_the_transaction_on_a_new_stream(cli
     second = pa.record_batch({"body": [b"c"], "tag": ["t"]})
     summary = client.prepare_stream("", [first, second], topic=topic, producer_group="g", sender="s")
     assert summary.count == 3 and client.get_transaction(summary.transaction_id).half_count == 3
+
+
+def test_consecutive_put_streams_run_on_one_kept_thread(client, topic):
+    seen = []
+    for _ in range(3):
+        client.prepare_arrow("", bodies_batch(2), topic=topic, producer_group="g", sender="s")
+        seen.append({t.ident for t in threading.enumerate() if t.name == "txmq-flight-put"})
+    assert seen[0] and seen[0] == seen[1] == seen[2]
+
+
+def test_a_stream_thread_still_busy_leaves_the_next_stream_a_thread_of_its_own():
+    from txmq.broker.client.data_plane import _StreamThreads
+
+    threads, release = _StreamThreads(), threading.Event()
+    stuck = threads.start(lambda: release.wait(10))
+    assert threads.start(lambda: None).wait(5), "a second stream waited for the first one's thread"
+    assert not stuck.is_set()
+    release.set()
+    assert stuck.wait(5)
+    threads.close()
