@@ -1,15 +1,6 @@
 """What the CommitLog's page-cache window saves on a long write (in-process, one run).
 
     .venv/bin/python bench/page_cache.py [--quick] [--repeat K]
-    .venv/bin/python bench/page_cache.py --copy [--repeat K]
-
---copy: what a large COMMIT's writes cost, by how they take page-cache pages. A
-1.2 GiB log is written in 320 KiB calls (the broker's appends), then copied into
-a second data file (MappedFile.append) in 8 MiB parts, three ways taking turns:
-the source's copied parts dropped behind the copy (PageCacheWindow.release_dead)
-and writes in WRITE_STEP_BYTES calls (what a COMMIT does); dropped, but written
-in 8 MiB calls; not dropped, in steps. Figures: system CPU per KiB copied; ratios
-against the first. Writes results to bench/results/page_cache_copy.json.
 
 Appends GIBS GiB of 1 KiB messages (4096 per append, async flush) to a fresh
 MessageStore twice per round: with the page-cache window (flushed bytes older
@@ -72,71 +63,11 @@ def write_log(directory: Path, total_bytes: int, keep_bytes: int) -> dict:
             "wall_us": wall / messages * 1e6, "released_gib": released / 2**30}
 
 
-COPY_BYTES = 1200 << 20
-COPY_PART = 8 << 20
-SOURCE_WRITE = 320 << 10
-
-
-def copy_log(directory: Path, drop: bool, write_step: int) -> float:
-    """System CPU (µs) per KiB of copying a log written in SOURCE_WRITE calls, part by part, into
-    another file; `drop`: each copied part of the source leaves the page cache behind the copy."""
-    from txmq.broker.store import mapped_file
-    from txmq.broker.store.mapped_file import MappedFile
-    from txmq.broker.store.page_cache import PageCacheWindow
-
-    directory.mkdir()
-    source = MappedFile(directory / "source", 0, COPY_BYTES)
-    target = MappedFile(directory / "target", COPY_BYTES, COPY_BYTES)
-    chunk = os.urandom(SOURCE_WRITE)
-    try:
-        while source.size < COPY_BYTES:
-            source.append(chunk[:COPY_BYTES - source.size])
-        source.sync()
-        window = PageCacheWindow(COPY_BYTES, lambda: [source])
-        saved, mapped_file.WRITE_STEP_BYTES = mapped_file.WRITE_STEP_BYTES, write_step
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_stime
-        try:
-            for at in range(0, COPY_BYTES, COPY_PART):
-                target.append(source.read(at, COPY_PART))
-                if drop and at >= COPY_PART:  # the part before the last is settled: dropped
-                    window.release_dead([(at - COPY_PART, at)], flushed=COPY_BYTES)
-        finally:
-            mapped_file.WRITE_STEP_BYTES = saved
-        return (resource.getrusage(resource.RUSAGE_SELF).ru_stime - before) / (COPY_BYTES / 1024) * 1e6
-    finally:
-        source.close()
-        target.close()
-        shutil.rmtree(directory)
-
-
-def copy_main(repeat: int) -> None:
-    from txmq.broker.store.mapped_file import WRITE_STEP_BYTES
-
-    modes = {"dropped_steps": (True, WRITE_STEP_BYTES), "dropped_8mib_writes": (True, 8 << 20),
-             "kept_steps": (False, WRITE_STEP_BYTES)}
-    runs: dict[str, list[float]] = {mode: [] for mode in modes}
-    with tempfile.TemporaryDirectory(dir=ROOT / ".bench-tmp" if (ROOT / ".bench-tmp").is_dir() else None) as tmp:
-        for rnd in range(repeat):
-            for mode, (drop, step) in modes.items():
-                runs[mode].append(copy_log(Path(tmp) / f"{mode}-{rnd}", drop, step))
-    best = {mode: min(r) for mode, r in runs.items()}
-    emit("page_cache_copy", {
-        "copy_gib": round(COPY_BYTES / 2**30, 2), "part_mib": COPY_PART >> 20, "source_write_kib": SOURCE_WRITE >> 10,
-        "write_step_kib": WRITE_STEP_BYTES >> 10, "sys_us_per_kib": {m: round(v, 3) for m, v in best.items()},
-        "ratios": {f"{m}_vs_dropped_steps": round(v / best["dropped_steps"], 2) for m, v in best.items()
-                   if m != "dropped_steps"},
-    })
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="3 GiB with a 1 GiB window instead of 6 with 2")
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the best of each mode counts")
-    parser.add_argument("--copy", action="store_true", help="a large COMMIT's writes: dropped halves, write steps")
     args = parser.parse_args()
-    if args.copy:
-        copy_main(args.repeat)
-        return
     gib, window = (3, 1 << 30) if args.quick else (6, StoreConfig(Path(".")).page_cache_keep_bytes)
     runs: dict[str, list[dict]] = {"window": [], "no_window": []}
     with tempfile.TemporaryDirectory() as tmp:

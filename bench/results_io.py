@@ -23,12 +23,20 @@ def _git(*args: str) -> str:
     return out.stdout.strip() if out.returncode == 0 else ""
 
 
+# what `make bench` itself writes, and prose: changes there do not change what a benchmark measures
+NOT_MEASURED = ("bench/results/", "bench/REPORT.md", "bench/plots/", "docs/", "README.md")
+
+
 def commit() -> str:
-    """HEAD, with "-dirty" when tracked source differs from it (results files aside)."""
+    """HEAD, with "-dirty" when tracked code differs from it (NOT_MEASURED aside)."""
     head = _git("rev-parse", "HEAD") or "unknown"
-    changed = [line for line in _git("status", "--porcelain", "--untracked-files=no").splitlines()
-               if "bench/results/" not in line and "bench/REPORT.md" not in line]
-    return head + ("-dirty" if changed else "")
+    return head + ("-dirty" if changed_code(_git("status", "--porcelain", "--untracked-files=no")) else "")
+
+
+def changed_code(porcelain: str) -> list[str]:
+    """The paths of `git status --porcelain` output outside NOT_MEASURED."""
+    paths = [line[3:].split(" -> ")[-1] for line in porcelain.splitlines() if line.strip()]
+    return [path for path in paths if not path.startswith(NOT_MEASURED)]
 
 
 def peer_versions() -> dict[str, str]:

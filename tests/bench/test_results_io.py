@@ -23,3 +23,13 @@ def test_a_benchmarks_own_field_wins_over_the_stamp(tmp_path, monkeypatch, capsy
     monkeypatch.setattr(results_io, "RESULTS_DIR", tmp_path)
     results_io.emit("probe", {"host": "its own"})
     assert json.loads((tmp_path / "probe.json").read_text())["host"] == "its own"
+
+
+def test_a_run_after_make_bench_rewrote_its_report_plots_and_docs_is_not_stamped_dirty():
+    porcelain = " M bench/REPORT.md\n M bench/plots/scaling.png\n M docs/benchmarks.md\n M bench/results/tx.json\n"
+    assert results_io.changed_code(porcelain) == []
+
+
+def test_a_run_with_changed_code_is_stamped_dirty():
+    porcelain = " M docs/benchmarks.md\n M broker_core/timer/service.py\nR  bench/a.py -> bench/b.py\n"
+    assert results_io.changed_code(porcelain) == ["broker_core/timer/service.py", "bench/b.py"]
