@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import heapq
 import logging
+import math
 import os
 import queue
 import struct
@@ -48,7 +49,11 @@ log = logging.getLogger(__name__)
 
 READ_BATCH = 4096  # scheduled records indexed per read
 PUT_BATCH = 512  # copies per delivery group
-TICK_S = 0.01  # the longest the thread sleeps while something may become due
+TICK_S = 0.01  # the shortest sleep between passes that found nothing to do
+# The longest sleep: the thread is woken by a new scheduled record (a dispatch listener), a
+# recall or the stop, and otherwise sleeps until something may be due, so an idle broker's
+# timer wakes about once a second instead of every TICK_S.
+IDLE_WAIT_S = 1.0
 # New scheduled records are indexed at most this often (or once READ_BATCH wait): large batches
 # cost the senders' threads less GIL time than many small ones, and a message due sooner than
 # this after its send is late by at most this much.
@@ -106,6 +111,7 @@ class TimerService:
         self._seen_head = NONE  # the newest entry of the cursor's slot already taken into _due
         self._due: list[tuple[int, int]] = []  # (deliver_ms, index) taken from slots, not yet put
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a scheduled record written, a recall asked, or the stop
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._recalls: queue.SimpleQueue = queue.SimpleQueue()  # (index, topic, message id, reply)
@@ -122,12 +128,14 @@ class TimerService:
         # retention (72 h by default) is as long as a message may wait (the horizon): it must
         # keep the oldest undelivered one's segment
         self.store.retain(self)
+        self.store.add_dispatch_listener(self._on_dispatch)
         self._thread = threading.Thread(target=self._run, name="txmq-timer", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self.store.release(self)
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
         try:
@@ -166,7 +174,28 @@ class TimerService:
                 self._stop.wait(1.0)
                 continue
             if not busy:
-                self._stop.wait(TICK_S)
+                self._sleep(next_index, next_checkpoint)
+
+    def _on_dispatch(self, entries) -> None:
+        """On the writer's thread after each dispatch: wake the timer when a scheduled record came."""
+        if self.store.max_offset(TIMER_TOPIC, 0) > self.indexed:
+            self._wake.set()
+
+    def _sleep(self, next_index: float, next_checkpoint: float) -> None:
+        """Wait until the thread may have work: new scheduled records (at once, or at the next
+        index pass when some wait for it), a recall, the next due delivery, the next second's wheel
+        slot and the checkpoint while anything is undelivered; at most IDLE_WAIT_S."""
+        self._wake.clear()  # cleared before looking, so a record written meanwhile wakes the wait
+        now = time.monotonic()
+        if self.store.max_offset(TIMER_TOPIC, 0) > self.indexed:
+            self._stop.wait(min(max(next_index - now, TICK_S), IDLE_WAIT_S))
+            return
+        wait_s = IDLE_WAIT_S
+        if self._due or self.low < self.indexed:  # something undelivered (or not yet checkpointed)
+            clock_s = self.clock()
+            due_s = self._due[0][0] / 1000 if self._due else math.floor(clock_s) + 1
+            wait_s = min(wait_s, due_s - clock_s, math.floor(clock_s) + 1 - clock_s, next_checkpoint - now)
+        self._wake.wait(max(wait_s, TICK_S))
 
     # --- recovery and checkpoint ----------------------------------------------------
 
@@ -439,6 +468,7 @@ class TimerService:
         index, message_id = parse_recall_handle(handle)
         reply: queue.SimpleQueue = queue.SimpleQueue()
         self._recalls.put((index, topic, message_id, reply))
+        self._wake.set()
         try:
             outcome = reply.get(timeout=timeout_s)
         except queue.Empty:
