@@ -35,7 +35,8 @@ def commit() -> str:
 
 def changed_code(porcelain: str) -> list[str]:
     """The paths of `git status --porcelain` output outside NOT_MEASURED."""
-    paths = [line[3:].split(" -> ")[-1] for line in porcelain.splitlines() if line.strip()]
+    # split, not sliced: _git strips the output, and with it the first line's leading blank
+    paths = [line.split(maxsplit=1)[1].split(" -> ")[-1] for line in porcelain.splitlines() if line.strip()]
     return [path for path in paths if not path.startswith(NOT_MEASURED)]
 
 

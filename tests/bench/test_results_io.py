@@ -26,10 +26,16 @@ def test_a_benchmarks_own_field_wins_over_the_stamp(tmp_path, monkeypatch, capsy
 
 
 def test_a_run_after_make_bench_rewrote_its_report_plots_and_docs_is_not_stamped_dirty():
-    porcelain = " M bench/REPORT.md\n M bench/plots/scaling.png\n M docs/benchmarks.md\n M bench/results/tx.json\n"
+    porcelain = "M bench/REPORT.md\n M bench/plots/scaling.png\n M docs/benchmarks.md\n M bench/results/tx.json\n"
     assert results_io.changed_code(porcelain) == []
 
 
 def test_a_run_with_changed_code_is_stamped_dirty():
     porcelain = " M docs/benchmarks.md\n M broker_core/timer/service.py\nR  bench/a.py -> bench/b.py\n"
     assert results_io.changed_code(porcelain) == ["broker_core/timer/service.py", "bench/b.py"]
+
+
+def test_the_stamp_of_a_checkout_whose_only_changes_are_results_is_clean(monkeypatch):
+    monkeypatch.setattr(results_io, "_git", lambda *args: "a" * 40 if args[0] == "rev-parse"
+                        else "M bench/results/timer.json\n M bench/results/tx.json")
+    assert results_io.commit() == "a" * 40
