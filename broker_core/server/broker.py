@@ -290,7 +290,7 @@ class Broker:
 
     def stop(self, grace_s: float = 2.0) -> None:
         """Stop accepting calls, let running ones finish for `grace_s`, then close the core."""
-        self.core.pop.wake_all()
+        self.core.pop.arrivals.signal_all()
         if self.server is not None:
             self.server.stop(grace_s).wait(grace_s + 5)
             self.server = None

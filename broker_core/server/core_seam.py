@@ -16,7 +16,7 @@ from txmq.broker.server.metrics import ServerMetrics
 from txmq.broker.server.rpc_metrics import RpcMetrics
 from txmq.broker.server.topic_types import TopicTypes
 from txmq.broker.store.batch import BatchColumns
-from txmq.broker.store.dispatch import DispatchEntry
+from txmq.broker.store.dispatch import DispatchListener
 from txmq.broker.store.message import AppendResult, Message, StoredMessage
 from txmq.broker.store.message_store import QueueRead
 from txmq.broker.store.metadata import ConsumerOffsets, TopicRegistry
@@ -103,7 +103,7 @@ class ServiceStore(Protocol):
     def query_by_key(self, topic: str, key: str, *, begin_ms: int = 0, end_ms: int | None = None,
                      max_count: int = 64) -> list[StoredMessage]: ...
 
-    def add_dispatch_listener(self, fn: Callable[[list[DispatchEntry]], None]) -> None: ...
+    def add_dispatch_listener(self, fn: DispatchListener) -> None: ...
 
     def stats(self) -> dict: ...
 

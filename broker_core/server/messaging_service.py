@@ -474,19 +474,20 @@ class MessagingService:
         start = req.message_queue.id if 0 <= req.message_queue.id < count else -1
         deadline = time.monotonic() + poll_s
         context = call.context
-        while True:
-            seq = self.pop.arrival_seq
-            deliveries = self.pop.receive(group, topic, count, start_queue=start, batch=batch,
-                                          invisible_ms=invisible_ms, message_filter=message_filter,
-                                          attempt_id=req.attempt_id if req.HasField("attempt_id") else None)
-            remaining = deadline - time.monotonic()
-            if deliveries or remaining <= 0 or not context.is_active():
-                break
-            wait = min(remaining, 1.0)
-            next_visible = self.pop.next_deadline_s(group, topic)
-            if next_visible is not None:
-                wait = min(wait, next_visible + 0.005)
-            self.pop.wait_for_arrival(seq, wait)
+        with self.pop.arrivals.watching([topic]) as arrived:
+            while True:
+                arrived.clear()  # before the look: a message dispatched after it wakes the wait
+                deliveries = self.pop.receive(group, topic, count, start_queue=start, batch=batch,
+                                              invisible_ms=invisible_ms, message_filter=message_filter,
+                                              attempt_id=req.attempt_id if req.HasField("attempt_id") else None)
+                remaining = deadline - time.monotonic()
+                if deliveries or remaining <= 0 or not context.is_active():
+                    break
+                wait = min(remaining, 1.0)
+                next_visible = self.pop.next_deadline_s(group, topic)
+                if next_visible is not None:
+                    wait = min(wait, next_visible + 0.005)
+                self.pop.arrivals.wait(arrived, wait)
         if not deliveries:
             yield pb.ReceiveMessageResponse(status=st.status(pb.MESSAGE_NOT_FOUND, "no new message"))
         else:
@@ -566,15 +567,16 @@ class MessagingService:
             raise IllegalPollingTime(f"long polling timeout {poll_s:g} s is out of range")
         batch = min(req.batch_size, self.config.max_batch_size)
         deadline = time.monotonic() + poll_s
-        while True:
-            seq = self.pop.arrival_seq
-            # The store confirms the filter while it scans, so a read past only filtered-out
-            # messages returns none but moves next_offset on.
-            read = self.store.read_queue(topic, qid, req.offset, batch, tag_filter=message_filter)
-            remaining = deadline - time.monotonic()
-            if read.messages or read.next_offset > req.offset or remaining <= 0 or not call.context.is_active():
-                break
-            self.pop.wait_for_arrival(seq, min(remaining, 1.0))
+        with self.pop.arrivals.watching([topic]) as arrived:
+            while True:
+                arrived.clear()
+                # The store confirms the filter while it scans, so a read past only filtered-out
+                # messages returns none but moves next_offset on.
+                read = self.store.read_queue(topic, qid, req.offset, batch, tag_filter=message_filter)
+                remaining = deadline - time.monotonic()
+                if read.messages or read.next_offset > req.offset or remaining <= 0 or not call.context.is_active():
+                    break
+                self.pop.arrivals.wait(arrived, min(remaining, 1.0))
         messages = read.messages
         if read.messages or read.next_offset > req.offset:
             yield pb.PullMessageResponse(status=st.ok())

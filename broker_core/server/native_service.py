@@ -465,7 +465,7 @@ class NativeService:
         known = _offsets_from_pb(request.known)
         self._refuse_moved((c.topic, c.queue_ids) for c in request.current)
         deadline = time.monotonic() + request.timeout_ms / 1000.0
-        moved, cut = self.waiters.wait(lambda: self._cut(topics), known, deadline, context.is_active)
+        moved, cut = self.waiters.wait(lambda: self._cut(topics), topics, known, deadline, context.is_active)
         return pb.WaitForOffsetsResponse(status=ok_status(), topics=_offsets_to_pb(cut), moved=moved)
 
     # ---- reads -------------------------------------------------------------
@@ -560,7 +560,8 @@ class NativeService:
                         yield batch, progress  # resumes once the batch is on the wire (flow control)
                         started = time.perf_counter()
             # woken by the store's next dispatch; the liveness checks notice a consumer that went away
-            _, cut = self.waiters.wait(cut_of_subscribed, positions, time.monotonic() + MAX_WAIT_MS / 1000, active)
+            _, cut = self.waiters.wait(cut_of_subscribed, topics, positions, time.monotonic() + MAX_WAIT_MS / 1000,
+                                       active)
             self._check_open()
             if is_cancelled():
                 return

@@ -1,7 +1,7 @@
 """Long-poll waiters: park a request until some queue moves past the offsets it knows.
 
-The store calls our dispatch listener after every append; the listener bumps a
-generation number and wakes every parked waiter, which re-reads the offsets.
+The store calls our dispatch listener after every append with the topics it wrote to;
+the listener wakes the parked waiters of those topics, which re-read the offsets.
 No waiter polls the store on a timer (a periodic wake-up only notices a
 client that went away).
 """
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 Offsets = dict[str, dict[int, int]]
 
@@ -28,35 +29,85 @@ def moved_past(current: Offsets, known: Offsets) -> bool:
     return False
 
 
+class TopicSignals:
+    """Wake-ups keyed by topic: each waiter holds an event registered under the topics it waits on,
+    and a signal sets the events of those topics' waiters only, so a write wakes no waiter of
+    another topic (every waiter woke on every write before: 40 idle subscriptions to other topics
+    made a one-message send 6x slower)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[str, set[threading.Event]] = {}
+        self._closed = False
+
+    @contextmanager
+    def watching(self, topics: Iterable[str]) -> Iterator[threading.Event]:
+        """An event set by each signal of one of `topics` while the block runs; clear it before
+        looking at what it guards, so that a signal after the look is never missed."""
+        topics, event = set(topics), threading.Event()
+        assert topics, "a waiter waits on at least one topic"
+        with self._lock:
+            for topic in topics:
+                self._waiting.setdefault(topic, set()).add(event)
+        try:
+            yield event
+        finally:
+            with self._lock:
+                for topic in topics:
+                    waiters = self._waiting[topic]
+                    waiters.discard(event)
+                    if not waiters:
+                        del self._waiting[topic]
+
+    def wait(self, event: threading.Event, timeout_s: float) -> None:
+        """event.wait(timeout_s), except that once closed nothing waits."""
+        if not self._closed:
+            event.wait(max(0.0, timeout_s))
+
+    def signal(self, topics: Iterable[str]) -> None:
+        with self._lock:
+            events = [e for topic in topics for e in self._waiting.get(topic, ())]
+        for event in events:
+            event.set()
+
+    def signal_all(self) -> None:
+        """Wake every waiter to look again (the broker stopping)."""
+        with self._lock:
+            events = [e for waiters in self._waiting.values() for e in waiters]
+        for event in events:
+            event.set()
+
+    def close(self) -> None:
+        """Wake every waiter, and let none wait from now on."""
+        self._closed = True
+        self.signal_all()
+
+
 class OffsetWaiters:
-    """Wakes long-polling requests when the store dispatches new queue entries."""
+    """Wakes long-polling requests when the store dispatches new queue entries to their topics."""
 
     def __init__(self, store: Any) -> None:
-        self._cond = threading.Condition()
-        self._generation = 0
+        self._signals = TopicSignals()
         store.add_dispatch_listener(self._on_dispatch)
 
-    def _on_dispatch(self, entries: Any) -> None:
-        self.wake_all()
+    def _on_dispatch(self, entries: Any, topics: frozenset[str]) -> None:
+        self._signals.signal(topics)
 
     def wake_all(self) -> None:
-        """Wake every waiter to look again (new entries, or the broker stopping)."""
-        with self._cond:
-            self._generation += 1
-            self._cond.notify_all()
+        """Wake every waiter to look again (the broker stopping)."""
+        self._signals.signal_all()
 
-    def wait(self, read: Callable[[], Offsets], known: Offsets, deadline: float,
+    def wait(self, read: Callable[[], Offsets], topics: Iterable[str], known: Offsets, deadline: float,
              is_active: Callable[[], bool] = lambda: True) -> tuple[bool, Offsets]:
-        """(moved, offsets) as soon as `read()` is past `known`, or (False, offsets) at the deadline."""
-        while True:
-            with self._cond:
-                generation = self._generation
-            current = read()
-            if moved_past(current, known):
-                return True, current
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or not is_active():
-                return False, current
-            with self._cond:
-                if self._generation == generation:
-                    self._cond.wait(min(remaining, LIVENESS_CHECK_S))
+        """(moved, offsets) as soon as `read()` (the offsets of `topics`) is past `known`, or
+        (False, offsets) at the deadline."""
+        with self._signals.watching(topics) as dispatched:
+            while True:
+                dispatched.clear()
+                current = read()
+                if moved_past(current, known):
+                    return True, current
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not is_active():
+                    return False, current
+                self._signals.wait(dispatched, min(remaining, LIVENESS_CHECK_S))

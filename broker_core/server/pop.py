@@ -45,6 +45,7 @@ from txmq.broker.store.message import Message, StoredMessage
 from txmq.broker.store.message_filter import MessageFilter
 from txmq.broker.server.core_seam import ServiceCore
 from txmq.broker.server.moved_queues import copied_away, queue_base, to_physical, to_stored
+from txmq.broker.server.offset_waiters import TopicSignals
 
 DLQ_PREFIX = "%DLQ%"
 
@@ -119,8 +120,7 @@ class PopService:
         self.groups = core.consumer_groups
         self._states: dict[tuple[str, str], _GroupTopic] = {}
         self._states_lock = threading.Lock()
-        self._arrivals = threading.Condition()
-        self._arrival_seq = 0
+        self.arrivals = TopicSignals()  # receives waiting for messages of their topic
         self._stopping = False
         # Committed offsets waiting to be persisted: the store rewrites its offsets
         # file on every commit, so acks are batched by a flusher instead of
@@ -139,7 +139,7 @@ class PopService:
 
     def stop(self) -> None:
         self._stopping = True
-        self.wake_all()
+        self.arrivals.close()
         self._flush_stop.set()
         if self._flusher is not None:
             self._flusher.join(5)
@@ -159,25 +159,8 @@ class PopService:
         for group, offsets in dirty.items():
             self.store.offsets.commit_many(group, offsets)
 
-    def wake_all(self) -> None:
-        with self._arrivals:
-            self._arrival_seq += 1
-            self._arrivals.notify_all()
-
-    def _on_dispatch(self, entries) -> None:
-        if entries:
-            self.wake_all()
-
-    def wait_for_arrival(self, seen_seq: int, timeout_s: float) -> int:
-        """Block until something is dispatched after `seen_seq` or the timeout; returns the new sequence."""
-        with self._arrivals:
-            if self._arrival_seq == seen_seq and not self._stopping:
-                self._arrivals.wait(max(0.0, timeout_s))
-            return self._arrival_seq
-
-    @property
-    def arrival_seq(self) -> int:
-        return self._arrival_seq
+    def _on_dispatch(self, entries, topics: frozenset[str]) -> None:
+        self.arrivals.signal(topics)
 
     # --- state ----------------------------------------------------------------
 
@@ -392,7 +375,7 @@ class PopService:
         with st.lock:
             qid, q, e = self._find(st, handle, live=True)
             self._retire(st, qid, q, e.offset)
-        self._wake_orderly(group)
+        self._wake_orderly(group, topic)
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> str:
         """Move the deadline of an in-flight message; returns its new receipt handle."""
@@ -403,7 +386,7 @@ class PopService:
             e.version = st.version
             e.deadline_ms = self._now_ms() + invisible_ms
             handle = self._handle(st, qid, e)
-        self._wake_orderly(group)
+        self._wake_orderly(group, topic)
         return handle
 
     def forward_to_dead_letter(self, group: str, topic: str, handle: str) -> None:
@@ -413,7 +396,7 @@ class PopService:
             msg = self.store.read_at(e.physical_offset, e.size)
             self._to_dead_letter(st, msg, e.attempt)
             self._retire(st, qid, q, e.offset)
-        self._wake_orderly(group)
+        self._wake_orderly(group, topic)
 
     def next_deadline_s(self, group: str, topic: str) -> float | None:
         """Seconds until the earliest in-flight message of (group, topic) becomes visible again."""
@@ -427,12 +410,12 @@ class PopService:
 
     # --- internals ---------------------------------------------------------------
 
-    def _wake_orderly(self, group: str) -> None:
-        """A FIFO group's queue may have come free: its waiting receives look again now rather than
-        at their next deadline (Apache's ackOrderly notifies the long polls the same way)."""
+    def _wake_orderly(self, group: str, topic: str) -> None:
+        """A FIFO group's queue may have come free: the topic's waiting receives look again now rather
+        than at their next deadline (Apache's ackOrderly notifies the long polls the same way)."""
         settings = self.groups.find(group)  # an unconfigured group is not FIFO: nothing to build for it
         if settings is not None and settings.fifo:
-            self.wake_all()
+            self.arrivals.signal([topic])
 
     def _retire(self, st: _GroupTopic, qid: int, q: QueueState, offset: int) -> None:
         q.inflight.pop(offset, None)

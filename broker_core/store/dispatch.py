@@ -145,6 +145,11 @@ def queue_runs(keys: Sequence, queued: Sequence[bool] | None, starts: dict, phys
                               tag_hashes)
 
 
+# fn(entries, topics): what a write dispatched and the topics it added entries to (listeners that
+# wait on some topics look at the set and build no entry)
+DispatchListener = Callable[[Sequence[DispatchEntry], frozenset[str]], None]
+
+
 class QueueGroups(NamedTuple):
     """The records of one write grouped by queue (what QueueOffsets.assign_array finds for a
     large write of one topic, or queue_runs from the records' keys), for queue_runs_grouped."""
@@ -235,7 +240,7 @@ class Dispatcher:
         self.index = index
         self.lock = threading.Lock()  # the dispatch lock
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self._listeners: list[Callable[[list[DispatchEntry]], None]] = []
+        self._listeners: list[DispatchListener] = []
         self._dirty: set[ConsumeQueue] = set()
         self._dirty_lock = threading.Lock()
         self.dispatched_through = 0  # physical offset one past the last dispatched record
@@ -293,7 +298,7 @@ class Dispatcher:
 
     # --- dispatch ----------------------------------------------------------------
 
-    def add_listener(self, fn: Callable[[list[DispatchEntry]], None]) -> None:
+    def add_listener(self, fn: "DispatchListener") -> None:
         self._listeners = self._listeners + [fn]
 
     @property
@@ -333,7 +338,7 @@ class Dispatcher:
                 notify = False
             self.dispatched_through = end_physical if self.hold is None else min(end_physical, self.hold)
         if notify and entries:
-            self.notify(entries)
+            self.notify(entries, frozenset(cq.topic for cq in touched))
 
     def publish_confirmed(self, confirmed: int | None) -> None:
         """Publish only dispatches ending at or before `confirmed` from now on (and those waiting
@@ -351,15 +356,15 @@ class Dispatcher:
                         cq.history.record(self.publications, cq.max_offset)
                         cq.max_offset = end
                 if entries:
-                    ready.append(entries)
-        for entries in ready:
-            self.notify(entries)
+                    ready.append((entries, frozenset(cq.topic for cq, _ in written)))
+        for entries, topics in ready:
+            self.notify(entries, topics)
 
-    def notify(self, entries: Sequence[DispatchEntry]) -> None:
-        """Tell the listeners what was dispatched (after it is visible)."""
+    def notify(self, entries: Sequence[DispatchEntry], topics: frozenset[str]) -> None:
+        """Tell the listeners what was dispatched (after it is visible), and to which topics."""
         for fn in self._listeners:
             try:
-                fn(entries)
+                fn(entries, topics)
             except Exception:  # a listener must never fail an append
                 log.exception("dispatch listener %r failed", fn)
 

@@ -39,7 +39,7 @@ from txmq.broker.store.commitlog import CommitLog, WritePlan
 from txmq.broker.store.columnar_read import forget_mapped
 from txmq.broker.store.config import StoreConfig
 from txmq.broker.store.consume_queue import ENTRY, ENTRY_DTYPE, ENTRY_SIZE, QueueEntry
-from txmq.broker.store.dispatch import (DispatchEntry, Dispatcher, index_hashes, index_positions, queue_runs,
+from txmq.broker.store.dispatch import (Dispatcher, DispatchListener, index_hashes, index_positions, queue_runs,
                                         queue_runs_grouped)
 from txmq.broker.store.flush import FlushService, GroupCommit
 from txmq.broker.store.index_file import IndexService, topic_key, uniq_index_key
@@ -891,8 +891,8 @@ class MessageStore:
         found.sort(key=lambda m: m.physical_offset)
         return found
 
-    def add_dispatch_listener(self, fn: Callable[[list[DispatchEntry]], None]) -> None:
-        """fn(entries) runs in the appending thread after each append's entries are visible."""
+    def add_dispatch_listener(self, fn: DispatchListener) -> None:
+        """fn(entries, topics) runs in the appending thread after each append's entries are visible."""
         self.dispatcher.add_listener(fn)
 
     # --- maintenance ------------------------------------------------------------------------

@@ -176,9 +176,9 @@ class TimerService:
             if not busy:
                 self._sleep(next_index, next_checkpoint)
 
-    def _on_dispatch(self, entries) -> None:
+    def _on_dispatch(self, entries, topics: frozenset[str]) -> None:
         """On the writer's thread after each dispatch: wake the timer when a scheduled record came."""
-        if self.store.max_offset(TIMER_TOPIC, 0) > self.indexed:
+        if TIMER_TOPIC in topics:
             self._wake.set()
 
     def _sleep(self, next_index: float, next_checkpoint: float) -> None:

@@ -96,15 +96,16 @@ def test_read_queue_entries_are_raw_positions(open_store) -> None:
 def test_listeners_get_what_was_dispatched(open_store) -> None:
     store = open_store()
     seen = []
-    store.add_dispatch_listener(lambda entries: seen.append([(e.topic, e.queue_id, e.queue_offset) for e in entries]))
+    store.add_dispatch_listener(lambda entries, topics: seen.append(
+        ([(e.topic, e.queue_id, e.queue_offset) for e in entries], topics)))
     store.append([msg(), msg(queue_id=2)])
-    store.append_group([msg(topic="U"), msg(topic="U")])
-    assert seen == [[("T", 0, 0), ("T", 2, 0)], [("U", 0, 0), ("U", 0, 1)]]
+    store.append_group([msg(topic="U"), msg(topic="U"), msg(topic="V")])
+    assert seen == [([("T", 0, 0), ("T", 2, 0)], {"T"}), ([("U", 0, 0), ("U", 0, 1), ("V", 0, 0)], {"U", "V"})]
 
 
 def test_a_failing_listener_does_not_fail_the_append(open_store) -> None:
     store = open_store()
-    store.add_dispatch_listener(lambda entries: 1 / 0)
+    store.add_dispatch_listener(lambda entries, topics: 1 / 0)
     assert store.append([msg()])[0].queue_offset == 0
 
 
