@@ -121,7 +121,6 @@ class PopService:
         self._states: dict[tuple[str, str], _GroupTopic] = {}
         self._states_lock = threading.Lock()
         self.arrivals = TopicSignals()  # receives waiting for messages of their topic
-        self._stopping = False
         # Committed offsets waiting to be persisted: the store rewrites its offsets
         # file on every commit, so acks are batched by a flusher instead of
         # persisting each one (a crash re-delivers at most the last interval).
@@ -138,8 +137,7 @@ class PopService:
         self._flusher.start()
 
     def stop(self) -> None:
-        self._stopping = True
-        self.arrivals.close()
+        self.arrivals.close()  # waiting receives return, and none waits from now on
         self._flush_stop.set()
         if self._flusher is not None:
             self._flusher.join(5)

@@ -298,7 +298,7 @@ class Dispatcher:
 
     # --- dispatch ----------------------------------------------------------------
 
-    def add_listener(self, fn: "DispatchListener") -> None:
+    def add_listener(self, fn: DispatchListener) -> None:
         self._listeners = self._listeners + [fn]
 
     @property
