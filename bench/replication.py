@@ -25,9 +25,10 @@ from pathlib import Path
 
 from txmq.broker.client.native_client import NativeClient
 from txmq.broker.client.types import Message
-from txmq.broker.cluster.etcd_process import EtcdProcess, free_port
+from txmq.broker.cluster.etcd_process import EtcdProcess
 from txmq.broker.cluster.local_group import LocalGroup
 from txmq.broker.embedded import EmbeddedBroker
+from txmq.broker.ports import free_port
 
 BODY = b"x" * 1024
 BATCH = 100

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.seconds = args.seconds or (2.0 if args.quick else 5.0)
     args.repeat = args.repeat or (2 if args.quick else 3)
-    from txmq.broker.cluster.etcd_process import EtcdProcess, free_port
+    from txmq.broker.cluster.etcd_process import EtcdProcess
+    from txmq.broker.ports import free_port
     from txmq.broker.cluster.local_group import LocalGroup
     from txmq.broker.embedded import EmbeddedBroker
 

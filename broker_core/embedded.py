@@ -27,6 +27,8 @@ from collections import deque
 from pathlib import Path
 from typing import Sequence
 
+from txmq.broker.ports import free_port
+
 READY = re.compile(r"txmq (?:broker|replica) ready on (\S+):(\d+)")
 
 
@@ -56,6 +58,8 @@ class EmbeddedBroker:
 
     def start(self) -> "EmbeddedBroker":
         """Start the broker and wait until it prints its ready line."""
+        if not self.port:  # a port of its own below the ephemeral range, so that restart() can have it back
+            self.port = free_port()
         cmd = [*self.program, "--data-dir", str(self.data_dir),
                "--listen", f"{self.host}:{self.port}", "--flush", self.flush, *self.extra_args]
         if self.hidden:

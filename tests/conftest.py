@@ -22,7 +22,7 @@ def _own_port_slice() -> None:
     worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if not worker or not count or "TXMQ_FREE_PORTS" in os.environ:
         return
-    from txmq.broker.cluster.etcd_process import free_port_range
+    from txmq.broker.ports import free_port_range
 
     low, high = free_port_range()
     index, slices = int(worker.removeprefix("gw")), int(count)

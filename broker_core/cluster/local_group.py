@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 
 from txmq.broker.cluster.coordination import EtcdGroup, LeaderRecord, cluster_status
-from txmq.broker.cluster.etcd_process import EtcdProcess, free_port
+from txmq.broker.cluster.etcd_process import EtcdProcess
+from txmq.broker.ports import free_port
 from txmq.broker.embedded import EmbeddedBroker
 
 
