@@ -97,9 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     args.seconds = args.seconds or (2.0 if args.quick else 5.0)
     args.repeat = args.repeat or (2 if args.quick else 3)
     from txmq.broker.cluster.etcd_process import EtcdProcess
-    from txmq.broker.ports import free_port
     from txmq.broker.cluster.local_group import LocalGroup
     from txmq.broker.embedded import EmbeddedBroker
+    from txmq.broker.ports import free_port
 
     root = Path(tempfile.mkdtemp(prefix="txmq-bench-replcost-"))
     result: dict = {"quick": args.quick, "seconds": args.seconds, "warmup_s": args.warmup, "threads": args.threads,

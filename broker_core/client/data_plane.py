@@ -78,9 +78,9 @@ def typed_error(exc: Exception, what: str) -> errors.TxmqError:
 
 
 class _StreamThreads:
-    """Threads that run put streams, kept for the next stream once one ends: a thread started per
-    stream cost a one-row prepare about a fifth of its time. A stream given up keeps its thread
-    until the stream's own deadline ends it; the next stream takes or starts another."""
+    """Threads that run put streams, kept for the next stream once one ends: starting a thread is a
+    large part of a small prepare's time. A stream given up keeps its thread until the stream's
+    own deadline ends it; the next stream takes or starts another."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

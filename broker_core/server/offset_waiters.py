@@ -31,9 +31,8 @@ def moved_past(current: Offsets, known: Offsets) -> bool:
 
 class TopicSignals:
     """Wake-ups keyed by topic: each waiter holds an event registered under the topics it waits on,
-    and a signal sets the events of those topics' waiters only, so a write wakes no waiter of
-    another topic (every waiter woke on every write before: 40 idle subscriptions to other topics
-    made a one-message send 6x slower)."""
+    and a signal sets the events of those topics' waiters only, so that a write costs nothing to
+    the waiters of other topics however many there are."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -64,6 +63,10 @@ class TopicSignals:
         if not self._closed:
             event.wait(max(0.0, timeout_s))
 
+    def dispatched(self, entries: Any, topics: frozenset[str]) -> None:
+        """A store dispatch listener: wake the waiters of the topics a write added entries to."""
+        self.signal(topics)
+
     def signal(self, topics: Iterable[str]) -> None:
         with self._lock:
             events = [e for topic in topics for e in self._waiting.get(topic, ())]
@@ -88,10 +91,7 @@ class OffsetWaiters:
 
     def __init__(self, store: Any) -> None:
         self._signals = TopicSignals()
-        store.add_dispatch_listener(self._on_dispatch)
-
-    def _on_dispatch(self, entries: Any, topics: frozenset[str]) -> None:
-        self._signals.signal(topics)
+        store.add_dispatch_listener(self._signals.dispatched)
 
     def wake_all(self) -> None:
         """Wake every waiter to look again (the broker stopping)."""

@@ -132,7 +132,7 @@ class PopService:
     # --- lifecycle ------------------------------------------------------------
 
     def start(self) -> None:
-        self.store.add_dispatch_listener(self._on_dispatch)
+        self.store.add_dispatch_listener(self.arrivals.dispatched)
         self._flusher = threading.Thread(target=self._flush_loop, name="txmq-pop-offsets", daemon=True)
         self._flusher.start()
 
@@ -156,9 +156,6 @@ class PopService:
             dirty, self._dirty = self._dirty, {}
         for group, offsets in dirty.items():
             self.store.offsets.commit_many(group, offsets)
-
-    def _on_dispatch(self, entries, topics: frozenset[str]) -> None:
-        self.arrivals.signal(topics)
 
     # --- state ----------------------------------------------------------------
 

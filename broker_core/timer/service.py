@@ -51,8 +51,8 @@ READ_BATCH = 4096  # scheduled records indexed per read
 PUT_BATCH = 512  # copies per delivery group
 TICK_S = 0.01  # the shortest sleep between passes that found nothing to do
 # The longest sleep: the thread is woken by a new scheduled record (a dispatch listener), a
-# recall or the stop, and otherwise sleeps until something may be due, so an idle broker's
-# timer wakes about once a second instead of every TICK_S.
+# recall or the stop, and otherwise sleeps until something may be due: an idle broker's timer
+# wakes about once a second.
 IDLE_WAIT_S = 1.0
 # New scheduled records are indexed at most this often (or once READ_BATCH wait): large batches
 # cost the senders' threads less GIL time than many small ones, and a message due sooner than

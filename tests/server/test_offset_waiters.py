@@ -1,5 +1,5 @@
 """Long polls and push subscriptions wait per topic: a write wakes the waiters of the topics it
-wrote to and no other (every waiter used to wake on every write, and re-read its offsets)."""
+wrote to and no other."""
 
 from __future__ import annotations
 

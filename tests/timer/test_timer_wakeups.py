@@ -1,5 +1,5 @@
 """The timer thread sleeps while nothing can be due, and is woken for what needs it at once: a
-scheduled record written, a recall, the stop. An idle broker's timer must not poll (it did, 100 times a second)."""
+scheduled record written, a recall, the stop. An idle broker's timer does not poll."""
 
 from __future__ import annotations
 
