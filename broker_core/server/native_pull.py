@@ -9,13 +9,14 @@ This is the hot path of Spark reads. Two builders make the same batch:
   (`store.pull_decode`, shared with the client's same-host reads). With a SQL92
   filter, only the records it selects are decoded (`store.filter_read`: the
   properties it names are found in the raw records and evaluated as columns).
-  Pulls filtered by tag alone take the object path below (the filter is skipped
+  Pulls of one or two messages, and pulls filtered by tag alone, take the object
+  path below (for a tag filter, the filter is skipped
   on queue entries' tag hashes and confirmed on decoded tags by
   `MessageStore.read_queue`, bounded by the filter's scan limit), and so does a
   store that only implements the `read_queue` contract.
 - `build_pull_batch(messages)` builds the batch from decoded StoredMessages (one
-  comprehension per column). It is the reference the columnar path is tested
-  against and serves the pulls filtered by tag alone.
+  struct conversion of their rows). It is the reference the columnar path is tested
+  against and serves the pulls filtered by tag alone and the smallest ones.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Sequence
 
 import pyarrow as pa
 
-from txmq.broker.protocol.native_arrow import PULL_SCHEMA, RECORDS_SCHEMA, STRING_MAP, UTC_MICROS
+from txmq.broker.protocol.native_arrow import PULL_SCHEMA, RECORDS_SCHEMA
 from txmq.broker.store.property_names import SYSTEM_PROPERTIES
 from txmq.broker.store.pull_decode import decode_pull_batch, empty_pull_batch
 from txmq.broker.protocol import native_pb2 as pb
@@ -37,60 +38,27 @@ from txmq.broker.store.message_filter import MessageFilter
 
 def build_pull_batch(messages: Sequence[StoredMessage]) -> pa.RecordBatch:
     """One record batch in PULL_SCHEMA for `messages` (from one queue or several)."""
-    n = len(messages)
-    if n == 0:
+    if not messages:
         return empty_pull_batch()
-    # One comprehension per column: each is a tight loop; the properties pass
-    # subtracts the system names as a C-level set operation per message.
-    props_of = [m.properties for m in messages]
-    topics = [m.topic for m in messages]
-    queue_ids = [m.queue_id for m in messages]
-    offsets = [m.queue_offset for m in messages]
-    ids = [p.get(PROP_UNIQ_KEY) or m.msg_id for p, m in zip(props_of, messages)]
-    tags = [p.get(PROP_TAGS) for p in props_of]
-    bodies = [m.body for m in messages]
-    born = [m.born_timestamp for m in messages]
-    stored = [m.store_timestamp for m in messages]
-    tx_ids = [p.get(PROP_TRANSACTION_ID) for p in props_of]
-    key_values: list[str] = []
-    key_offsets = [0]
-    prop_keys: list[str] = []
-    prop_values: list[str] = []
-    prop_offsets = [0]
+    # One conversion of every row as a struct: this path serves the smallest pulls, whose cost
+    # is mostly pyarrow's per call, so a call per column would cost several times the batch.
     system = SYSTEM_PROPERTIES
-    for props in props_of:
+    rows = []
+    for m in messages:
+        props = m.properties
         raw_keys = props.get(PROP_KEYS)
-        if raw_keys:
-            key_values.extend(k for k in raw_keys.split(" ") if k)
-        key_offsets.append(len(key_values))
-        if props.keys() - system:  # in insertion (= on-disk) order, like the columnar path
-            for k, v in props.items():
-                if k not in system and not k.startswith("__"):
-                    prop_keys.append(k)
-                    prop_values.append(v)
-        prop_offsets.append(len(prop_keys))
-    first_topic = topics[0]
-    topic_col = (pa.repeat(pa.scalar(first_topic, pa.string()), n)
-                 if topics.count(first_topic) == n else pa.array(topics, pa.string()))
-    columns = [
-        topic_col,
-        pa.array(queue_ids, pa.int32()),
-        pa.array(offsets, pa.int64()),
-        pa.array(ids, pa.string()),
-        pa.array(tags, pa.string()),
-        pa.ListArray.from_arrays(pa.array(key_offsets, pa.int32()), pa.array(key_values, pa.string())),
-        pa.array(bodies, pa.binary()),
-        pa.MapArray.from_arrays(pa.array(prop_offsets, pa.int32()), pa.array(prop_keys, pa.string()),
-                                pa.array(prop_values, pa.string()), type=STRING_MAP),
-        _micros(born),
-        _micros(stored),
-        pa.array(tx_ids, pa.string()),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=PULL_SCHEMA)
+        rows.append((
+            m.topic, m.queue_id, m.queue_offset, props.get(PROP_UNIQ_KEY) or m.msg_id, props.get(PROP_TAGS),
+            [k for k in raw_keys.split(" ") if k] if raw_keys else [],
+            m.body,
+            # in insertion (= on-disk) order, like the columnar path
+            [(k, v) for k, v in props.items() if k not in system and not k.startswith("__")]
+            if props.keys() - system else [],
+            m.born_timestamp * 1000, m.store_timestamp * 1000, props.get(PROP_TRANSACTION_ID)))
+    return pa.RecordBatch.from_struct_array(pa.array(rows, type=_PULL_ROW))
 
 
-def _micros(millis: list[int]) -> pa.Array:
-    return pa.array([ms * 1000 for ms in millis], pa.int64()).view(UTC_MICROS)
+_PULL_ROW = pa.struct(list(PULL_SCHEMA))
 
 
 # --- the columnar path ---------------------------------------------------------------
@@ -106,12 +74,17 @@ class PullBatch:
     max_offset: int
 
 
+# Pulls of at most this many messages (a subscriber tailing a queue) take the object path: its cost
+# grows with the messages, the columnar path's is mostly fixed (docs/benchmarks.md, session 31).
+OBJECT_PATH_MAX_COUNT = 2
+
+
 def pull_batch(store, topic: str, queue_id: int, start: int, count: int, *, max_bytes: int | None = None,
                message_filter: MessageFilter | None = None) -> PullBatch:
     """Up to `count` messages of a queue from `start` as one PULL_SCHEMA batch (see module doc);
     with a filter, the messages of the entries read that pass it."""
     filtered = message_filter is not None and not message_filter.matches_all
-    columnar = supports_columnar(store)
+    columnar = supports_columnar(store) and (count > OBJECT_PATH_MAX_COUNT or filtered)
     if not columnar or (filtered and message_filter.sql is None):
         read = store.read_queue(topic, queue_id, start, count, max_bytes=max_bytes,
                                 tag_filter=message_filter if filtered else None)

@@ -74,6 +74,15 @@ def entries_read_a_few_at_a_time(monkeypatch):
     monkeypatch.setattr(columnar_read, "_FIRST_ENTRIES", 2)
 
 
+@pytest.fixture(autouse=True)
+def every_pull_columnar(monkeypatch):
+    """Pulls of one or two messages take the object path (native_pull.OBJECT_PATH_MAX_COUNT); here
+    every pull takes the columnar one, which these tests hold to the object path's batch."""
+    from txmq.broker.server import native_pull
+
+    monkeypatch.setattr(native_pull, "OBJECT_PATH_MAX_COUNT", 0)
+
+
 def open_store(root: Path, store_host=("127.0.0.1", 10911)) -> MessageStore:
     # small segments and queue files: reads cross segment and queue-file boundaries
     return MessageStore(StoreConfig(root, commitlog_segment_bytes=8192, consume_queue_entries_per_file=7,

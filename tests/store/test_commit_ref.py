@@ -495,6 +495,32 @@ def test_a_pull_that_decodes_the_halves_in_place_gives_the_batch_of_the_records_
                                                          topic, q))
 
 
+@settings(max_examples=15, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(transactions=st.lists(_transaction(), min_size=1, max_size=4), order=st.randoms(use_true_random=False),
+       store_host=st.sampled_from([("127.0.0.1", 10911), ("::1", 10911)]),
+       segment_bytes=st.sampled_from([4096, 1 << 20]))
+def test_a_pull_of_one_or_two_messages_committed_by_reference_gives_the_columnar_pulls_batch(
+        monkeypatch, transactions, order, store_host, segment_bytes) -> None:
+    """The smallest pulls (a subscriber tailing a queue) decode their messages one by one
+    (native_pull.OBJECT_PATH_MAX_COUNT): the batch and offsets are the columnar path's, message
+    ids, store hosts and times of slots included."""
+    from txmq.broker.server import native_pull
+
+    with _committed_in_shuffled_order(transactions, order, store_host, segment_bytes) as store:
+        for topic in (TOPIC, "parcels"):
+            for q in (0, 1):
+                for start in range(store.max_offset(topic, q)):
+                    for count in (1, 2):
+                        small = native_pull.pull_batch(store, topic, q, start, count)
+                        monkeypatch.setattr(native_pull, "OBJECT_PATH_MAX_COUNT", 0)
+                        columnar = native_pull.pull_batch(store, topic, q, start, count)
+                        monkeypatch.undo()
+                        assert small.batch.equals(columnar.batch), (topic, q, start, count)
+                        assert (small.next_offset, small.min_offset, small.max_offset) == \
+                            (columnar.next_offset, columnar.min_offset, columnar.max_offset)
+
+
 def test_a_pull_in_place_whose_entry_disagrees_with_its_half_raises_as_the_records_read_does(tmp_path: Path) -> None:
     """A queue entry whose size is not its half's less what the record drops is not decoded in
     place: the pull takes the final records, and their decode names the mismatch."""
