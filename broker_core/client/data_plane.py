@@ -26,7 +26,7 @@ import queue
 import random
 import threading
 import time
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -52,6 +52,7 @@ RELOCATE_BACKOFF_MAX_S = 0.25
 WATCH_INTERVAL_S = 1.0
 
 Response = TypeVar("Response", pb.SendResponse, pb.PrepareResponse)
+A = TypeVar("A")
 
 # (host, port, tls) of a broker's Flight service; host "" means the host the client dialled.
 Locate = Callable[[], tuple[str, int, bool]]
@@ -247,24 +248,50 @@ class DataPlane:
     def _open_put(self, command_for: Callable[[], pb.PutCommand], schema: pa.Schema, what: str,
                   timeout_s: float | None, relocate_s: float) -> tuple[flight.FlightStreamWriter, flight.FlightMetadataReader]:
         """A DoPut stream at the current leader's data plane. A stream that could not be opened sent
-        nothing (the schema carries no rows), so the location is asked again through the control
-        channel and tried, with backoff, for up to `relocate_s`; then BrokerUnreachable."""
+        nothing (the schema carries no rows), so it is tried again at the data plane the control
+        channel names then, for up to `relocate_s`; then BrokerUnreachable."""
+        def open_put(connection: flight.FlightClient):
+            descriptor = flight.FlightDescriptor.for_command(command_for().SerializeToString())
+            return connection.do_put(descriptor, schema, self._options(timeout_s))
+
+        try:
+            return self._relocating(open_put, what, relocate_s)
+        except errors.BrokerUnavailable as exc:
+            raise errors.BrokerUnreachable(f"{exc} (nothing was sent)") from None
+
+    def action(self, kind: str, request: Any, response_class: type[A], *, timeout_s: float | None,
+               relocate_s: float) -> A:
+        """The answer to Flight action `kind` (protocol/native_arrow.py) with the native `request`.
+        Only for idempotent actions: one the data plane did not answer is asked again, at the data
+        plane the control channel names then, for up to `relocate_s` (a failover's election)."""
+        body = request.SerializeToString()
+
+        def act(connection: flight.FlightClient) -> A:
+            results = list(connection.do_action(flight.Action(kind, body), self._options(timeout_s)))
+            if len(results) != 1:
+                raise errors.TxmqError(f"Flight action {kind}: the broker gave {len(results)} results, not one")
+            return response_class.FromString(results[0].body.to_pybytes())
+
+        return self._relocating(act, f"Flight action {kind}", relocate_s)
+
+    def _relocating(self, attempt: Callable[[flight.FlightClient], A], what: str, relocate_s: float) -> A:
+        """`attempt` at the data plane; while it cannot be reached (BrokerUnavailable), the location
+        is asked again through the control channel and tried, with backoff, for up to `relocate_s`."""
         retry_until = time.monotonic() + relocate_s
         backoff = RELOCATE_BACKOFF_START_S
         while True:
             where = self._location
             try:
-                descriptor = flight.FlightDescriptor.for_command(command_for().SerializeToString())
-                return self._connect().do_put(descriptor, schema, self._options(timeout_s))
+                return attempt(self._connect())
             except (flight.FlightError, pa.ArrowException) as exc:
-                self.reset()
                 error = typed_error(exc, what)
             except errors.BrokerUnavailable as exc:  # the control channel found no replica to tell it
                 error = exc
             if not isinstance(error, errors.BrokerUnavailable):
                 raise error from None  # the broker's own refusal (a bad command, no permission)
+            self.reset()
             if self._closed or time.monotonic() + backoff >= retry_until:
-                raise errors.BrokerUnreachable(f"{error} (nothing was sent)") from None
+                raise error from None
             log.info("data plane %s unreachable (%s); asking where it is now", where, error)
             time.sleep(backoff * (0.5 + random.random() / 2))
             backoff = min(backoff * 2, RELOCATE_BACKOFF_MAX_S)

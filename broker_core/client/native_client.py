@@ -59,6 +59,7 @@ from txmq.broker.client.types import (
     TransactionInfo,
 )
 from txmq.broker.protocol import native_pb2 as pb
+from txmq.broker.protocol.native_arrow import END_TRANSACTION_ACTION
 from txmq.broker.protocol.coordinator_methods import COORDINATOR_METHODS
 from txmq.broker.protocol.native_methods import NATIVE_METHODS, UNARY_STREAM
 from txmq.broker.protocol.native_status import raise_for
@@ -635,7 +636,10 @@ class NativeClient:
                                        restrict_senders=include_senders is not None,
                                        include_senders=list(include_senders or ()),
                                        producer_group=producer_group or "", source=source)
-        resp = self._call("EndTransaction", req)
+        # a Flight action, not the gRPC call: half the round trip's cost, and ending is idempotent,
+        # so one the broker did not answer is asked again wherever the group's leader is then
+        resp = self._data.action(END_TRANSACTION_ACTION, req, pb.EndTransactionResponse, timeout_s=self.timeout_s,
+                                 relocate_s=min(self.timeout_s, self.retry_unavailable_s))
         return EndSummary(state=resp.state, newly_ended=resp.newly_ended, committed_count=resp.committed_count)
 
     def get_transaction(self, transaction_id: str, *, participants: Sequence[str] = ()) -> TransactionInfo:

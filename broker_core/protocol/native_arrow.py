@@ -4,6 +4,8 @@
   optional columns in `SEND_COLUMNS`;
 - a *pull batch* (broker → client, DoGet): exactly `PULL_SCHEMA`, the schema the Spark
   source exposes, so the connector hands the batch to Spark without reshaping.
+
+and the names of the service's Flight actions.
 """
 
 from __future__ import annotations
@@ -11,6 +13,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 from txmq.broker.errors import BadRequest
+
+# The Flight action that ends a transaction: body a native EndTransactionRequest, one result, its
+# EndTransactionResponse. The gRPC call's twin, at a lower cost per call (a COMMIT's latency).
+END_TRANSACTION_ACTION = "end-transaction"
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")
 STRING_MAP = pa.map_(pa.string(), pa.string())

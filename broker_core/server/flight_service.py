@@ -7,6 +7,8 @@
 - DoPut takes a stream of batches (descriptor command: a native `PutCommand`) as plain
   sends or as a transaction's halves, and answers each batch on the metadata stream
   with the `SendResponse` or `PrepareResponse` the gRPC call would give.
+- DoAction `end-transaction` (body: a native `EndTransactionRequest`) ends a transaction and
+  answers the `EndTransactionResponse` the gRPC call would give.
 - GetFlightInfo (descriptor path: [topic]) and ListFlights give a plain Flight client one
   endpoint per queue, ending at a consistent cut: any Arrow tool can read a topic.
 
@@ -30,7 +32,7 @@ from google.protobuf.message import DecodeError
 
 from txmq.broker import errors
 from txmq.broker.protocol import native_pb2 as pb
-from txmq.broker.protocol.native_arrow import PULL_SCHEMA, RECORDS_SCHEMA
+from txmq.broker.protocol.native_arrow import END_TRANSACTION_ACTION, PULL_SCHEMA, RECORDS_SCHEMA
 from txmq.broker.protocol.native_status import status_for
 from txmq.broker.server.auth import ANONYMOUS, Authenticator, Identity
 from txmq.broker.server.native_service import NativeService
@@ -194,6 +196,20 @@ class TxmqFlightServer(flight.FlightServerBase):
                                                      participants=tuple(command.participants))
                 transaction_id = response.transaction_id
             writer.write(pa.py_buffer(response.SerializeToString()))
+
+    # ---- actions -------------------------------------------------------------
+    @_guarded
+    def do_action(self, context, action):
+        if action.type != END_TRANSACTION_ACTION:
+            raise errors.BadRequest(f"unknown Flight action {action.type!r}: this broker answers "
+                                    f"{END_TRANSACTION_ACTION!r}")
+        request = _parse(pb.EndTransactionRequest, action.body.to_pybytes(), "end-transaction action")
+        response = self.service.end_transaction(self._identity(context), request)
+        return [flight.Result(pa.py_buffer(response.SerializeToString()))]
+
+    def list_actions(self, context):
+        return [flight.ActionType(END_TRANSACTION_ACTION, "end a transaction: an EndTransactionRequest's "
+                                                          "EndTransactionResponse")]
 
 
 def _with_metadata(batches: Iterator[tuple[pa.RecordBatch, pb.PullProgress]]):

@@ -193,9 +193,8 @@ class NativeService:
     def _require_admin(self, context) -> None:
         self._identity(context).require_admin()
 
-    def _require_group_of(self, context, transaction_id: str) -> None:
+    def _require_group_of(self, identity, transaction_id: str) -> None:
         """Only an owner of the transaction's producer group may end or inspect it (auth on)."""
-        identity = self._identity(context)
         if identity.authenticated and not identity.admin:
             info = self.engine.get(transaction_id)
             # an ended transaction keeps no producer group, and a repeat or a conflict on it writes nothing
@@ -332,10 +331,14 @@ class NativeService:
                                   message_ids=(message_ids or []) if return_message_ids else [])
 
     def EndTransaction(self, request: pb.EndTransactionRequest, context) -> pb.EndTransactionResponse:
+        return self.end_transaction(self._identity(context), request)
+
+    def end_transaction(self, identity, request: pb.EndTransactionRequest) -> pb.EndTransactionResponse:
+        """EndTransaction for `identity`: the gRPC call's and the Flight action's one implementation."""
         started = time.perf_counter()
         if not request.transaction_id:
             raise errors.InvalidTransactionId("transaction_id is empty")
-        self._require_group_of(context, request.transaction_id)
+        self._require_group_of(identity, request.transaction_id)
         if request.resolution == pb.IN_PROGRESS:
             if request.source != "check":
                 raise errors.BadRequest("IN_PROGRESS answers a check-back: give source \"check\"")
@@ -356,7 +359,7 @@ class NativeService:
     def GetTransaction(self, request, context) -> pb.GetTransactionResponse:
         if not request.transaction_id:
             raise errors.InvalidTransactionId("transaction_id is empty")
-        self._require_group_of(context, request.transaction_id)
+        self._require_group_of(self._identity(context), request.transaction_id)
         info = self.engine.get(request.transaction_id)
         return pb.GetTransactionResponse(status=ok_status(), transaction=transaction_view(info))
 

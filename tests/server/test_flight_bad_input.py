@@ -198,3 +198,34 @@ def test_fuzzed_put_commands_get_an_error_or_an_answer_and_the_broker_keeps_serv
     except flight.FlightServerError as exc:
         assert str(exc)
     assert raw.get_flight_info(flight.FlightDescriptor.for_path("orders")).total_records > 0
+
+
+def test_an_unknown_flight_action_is_refused_by_name(raw, client):
+    with pytest.raises(flight.FlightServerError, match="unknown Flight action 'drop-everything'"):
+        list(raw.do_action(flight.Action("drop-everything", b"")))
+    _still_serving(client)
+
+
+def test_an_end_transaction_action_whose_body_is_not_a_request_is_refused_by_name(raw, client):
+    with pytest.raises(flight.FlightServerError, match="malformed end-transaction action"):
+        list(raw.do_action(flight.Action("end-transaction", b"\xff\xff\xff not protobuf")))
+    _still_serving(client)
+
+
+def test_an_end_transaction_action_commits_and_answers_as_the_grpc_call_does(raw, client):
+    client.create_topic("committed", 1)
+    prepared = client.prepare_arrow("", pa.table({"body": [b"half"]}), topic="committed", producer_group="g",
+                                    sender="s")
+    request = pb.EndTransactionRequest(transaction_id=prepared.transaction_id, resolution=pb.COMMIT)
+    (result,) = raw.do_action(flight.Action("end-transaction", request.SerializeToString()))
+    answer = pb.EndTransactionResponse.FromString(result.body.to_pybytes())
+    assert (answer.state, answer.newly_ended, answer.committed_count) == ("COMMITTED", True, 1)
+    repeat = client._call("EndTransaction", request)  # the gRPC call: the same transaction, already ended
+    assert (repeat.state, repeat.newly_ended) == ("COMMITTED", False)
+    assert client.pull_arrow("committed", 0, 0, 1).batch.column("body").to_pylist() == [b"half"]
+
+
+def test_an_end_transaction_action_for_an_unknown_transaction_raises_the_brokers_error(client):
+    with pytest.raises(errors.UnknownTransaction) as failure:
+        client.end_transaction("no-such-transaction", "COMMIT")
+    assert "no-such-transaction" in str(failure.value)
