@@ -100,6 +100,7 @@ def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
 
 READ_SPAN_MAX = 4 << 20  # one pread covers neighbouring records up to this span
 READ_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
+_FEW = 8  # queue entries read with struct, not numpy: a tailing reader's, whose array calls cost more
 FILTER_SCAN_MAX = 20_000  # queue entries examined per filtered read
 HOUSEKEEPING_S = 10.0
 # A group of record copies over this many source bytes is built and written in parts of
@@ -669,7 +670,12 @@ class MessageStore:
             if not raw:
                 break
             n = len(raw) // ENTRY_SIZE
-            if tag_filter is None:
+            if tag_filter is None and n <= _FEW:
+                for i, (p, size, _) in enumerate(ENTRY.iter_unpack(raw[:n * ENTRY_SIZE])):
+                    offsets.append(q + i)
+                    phys.append(p)
+                    sizes.append(size)
+            elif tag_filter is None:
                 entries = np.frombuffer(raw, dtype=ENTRY_DTYPE, count=n)
                 offsets += range(q, q + n)
                 phys += entries["phys"].tolist()
@@ -716,10 +722,14 @@ class MessageStore:
         if not n:
             return out
         commitlog = self.commitlog
-        starts = np.array(phys, dtype=np.int64)
-        ends = starts + np.array(sizes, dtype=np.int64)
-        gaps = starts[1:] - ends[:-1]
-        breaks = (np.flatnonzero((gaps < 0) | (gaps > READ_GAP_MAX)) + 1).tolist() + [n]
+        if n == 1:  # a tailing reader's pull: one span, without the array passes
+            ends: Sequence[int] = [phys[0] + sizes[0]]
+            breaks = [1]
+        else:
+            starts = np.array(phys, dtype=np.int64)
+            ends = starts + np.array(sizes, dtype=np.int64)
+            gaps = starts[1:] - ends[:-1]
+            breaks = (np.flatnonzero((gaps < 0) | (gaps > READ_GAP_MAX)) + 1).tolist() + [n]
         i = 0
         for region_end in breaks:  # runs of ordered, nearby records
             while i < region_end:
@@ -731,7 +741,8 @@ class MessageStore:
                     raise DataDeleted(f"{topic}:{queue_id} points at physical offset {lo}, deleted by retention; "
                                       f"the minimum offset is {mn}", min_offset=mn)
                 limit = min(lo + READ_SPAN_MAX, seg.start + seg.capacity)
-                j = max(i + 1, i + int(np.searchsorted(ends[i:region_end], limit, side="right")))
+                j = i + 1 if region_end == i + 1 else \
+                    max(i + 1, i + int(np.searchsorted(ends[i:region_end], limit, side="right")))
                 hi = int(ends[j - 1])
                 try:
                     buf = commitlog.read(lo, hi - lo)

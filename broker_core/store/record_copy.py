@@ -364,7 +364,8 @@ def _copied_record_by_record(store, copies: RecordCopies) -> BatchColumns:
     marked = None
     if copies.reroute is not None:  # looked for before any property is dropped, as the compiled scan does
         head = copies.reroute.marker.encode()
-        marked = np.array([v is not None for v in _values_each(props_crc, head, b"".join(props_crc))], dtype=bool)
+        found = [v is not None for v in _values_each(props_crc, head, b"".join(props_crc))]
+        marked = np.array(found, dtype=bool) if any(found) else None  # most commits schedule nothing
     topics, queue_ids = _destinations(copies, marked)
     if copies.drop_properties:
         props_crc = _without_properties(props_crc, copies.drop_properties)
