@@ -515,9 +515,9 @@ class NativeService:
                          is_cancelled: Callable[[], bool]) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
         """A push subscription: each queue's messages from its start offset, up to a consistent cut
         and then past every new one as publishes move it, until the caller goes away
-        (`is_cancelled`) or the broker stops (BrokerUnavailable). Each range is read by
-        `pull_stream`, so a subscriber sees exactly what a pull of the same cut would; every
-        batch's progress names its queue. The request is checked before this returns."""
+        (`is_cancelled`) or the broker stops (BrokerUnavailable). Each range is read as a pull's
+        (`_pull_batches`), so a subscriber sees exactly what a pull of the same cut would; every
+        batch's progress names its queue. The request is checked once, before this returns."""
         positions: dict[str, dict[int, int]] = {}
         for item in request.start:
             identity.require_subscribe(item.topic)
@@ -532,10 +532,11 @@ class NativeService:
             raise errors.BadRequest("a subscription names no queue: give start offsets per topic and queue")
         if not 0 <= request.max_bytes <= MAX_PULL_BYTES:
             raise errors.BadRequest(f"max_bytes must be in [0, {MAX_PULL_BYTES}], got {request.max_bytes}")
-        MessageFilter.parse(request.tags, request.sql)  # a bad expression fails the call, not its first batch
-        return self._pushed_batches(identity, positions, request, is_cancelled)
+        message_filter = MessageFilter.parse(request.tags, request.sql)  # a bad one fails the call, not a batch
+        return self._pushed_batches(positions, message_filter, request.max_bytes or DEFAULT_PULL_BYTES,
+                                    is_cancelled)
 
-    def _pushed_batches(self, identity, positions: dict[str, dict[int, int]], request: pb.SubscribeRequest,
+    def _pushed_batches(self, positions: dict[str, dict[int, int]], message_filter: MessageFilter, max_bytes: int,
                         is_cancelled: Callable[[], bool]) -> Iterator[tuple[pa.RecordBatch, pb.PullProgress]]:
         topics = list(positions)
 
@@ -553,10 +554,10 @@ class NativeService:
                     end = cut.get(topic, {}).get(queue_id, 0)
                     if pos >= end:
                         continue
-                    pull = pb.PullRequest(topic=topic, queue_id=queue_id, start_offset=pos, end_offset=end,
-                                          tags=request.tags, sql=request.sql, max_bytes=request.max_bytes)
+                    # a range of the cut, checked with the subscription: no pull request to check again
                     started = time.perf_counter()
-                    for batch, progress in self.pull_stream(identity, pull):
+                    for batch, progress in self._pull_batches(topic, queue_id, pos, end, max_bytes, 0,
+                                                              message_filter, False):
                         progress.topic, progress.queue_id = topic, queue_id
                         queues[queue_id] = progress.next_offset
                         self.metrics.observe("push", batch.num_rows, time.perf_counter() - started)
