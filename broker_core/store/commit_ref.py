@@ -268,7 +268,9 @@ def resolve_many(read: Callable[[int, int], bytes], slot_addresses: Sequence[int
     """resolve for many slots (a pull's), in order: the log is read in spans (a queue's slots lie
     close together in their commit records, a prepare call's halves back to back) and each commit
     record's header is read once."""
-    slots, halves = _SpanReader(read), _SpanReader(read)
+    # a span pays off across many slots; a tailing reader's one or two read just their bytes
+    span = _SPAN if len(slot_addresses) > 2 else 0
+    slots, halves = _SpanReader(read, span), _SpanReader(read, span)
     headers: dict[int, tuple[CommitHeader, list[str], list[str]]] = {}
     out = []
     for address in slot_addresses:
@@ -407,17 +409,19 @@ def final_records(view: SlotView, out: np.ndarray, out_at: np.ndarray) -> bool:
 
 
 class _SpanReader:
-    """`read(offset, size)` answered from the last span read when it holds those bytes."""
+    """`read(offset, size)` answered from the last span read (`span` bytes at least) when it holds
+    those bytes."""
 
-    def __init__(self, read: Callable[[int, int], bytes]) -> None:
+    def __init__(self, read: Callable[[int, int], bytes], span: int) -> None:
         self._read = read
+        self._span = span
         self._at = 0
         self._buf = b""
 
     def __call__(self, offset: int, size: int) -> bytes:
         at = offset - self._at
         if not (0 <= at and at + size <= len(self._buf)):
-            self._buf, self._at, at = self._read(offset, max(size, _SPAN)), offset, 0
+            self._buf, self._at, at = self._read(offset, max(size, self._span)), offset, 0
         return self._buf[at:at + size]
 
 

@@ -571,3 +571,35 @@ def test_a_commits_queue_offsets_are_the_same_assigned_slot_by_slot_or_with_arra
     by_slot, by_arrays = queue_entries(tmp_path / "dict", 10**9), queue_entries(tmp_path / "arrays", 1)
     assert by_slot == by_arrays
     assert sum(map(len, by_slot.values())) == 2 * count + 1
+
+
+def test_resolving_one_or_two_slots_reads_their_bytes_not_a_span(tmp_path: Path) -> None:
+    """A tailing reader's pull resolves a slot or two: the log is read for what they need (slot,
+    commit record head, half), not a megabyte each after them; many slots still share spans. The
+    records are the same either way."""
+    from txmq.broker.store.commit_ref import resolve, resolve_many
+
+    store = MessageStore(StoreConfig(data_dir=tmp_path / "data", flush_mode="async"))
+    try:
+        store.topics.create(TOPIC, queue_count=1)
+        engine = TransactionEngine(store, TransactionConfig(), clock=_Clock())
+        engine.prepare([Message(topic=TOPIC, body=b"b" * 100, queue_id=0) for _ in range(4)], transaction_id="t",
+                       producer_group="g")
+        store.append([Message(topic="filler", body=b"f" * 4096) for _ in range(64)])  # log past the halves
+        engine.end("t", Resolution.COMMIT)
+        addresses = [e.physical_offset for e in store.read_queue_entries(TOPIC, 0, 0, 4)]
+        read_bytes = []
+
+        def counted(offset: int, size: int) -> bytes:
+            got = store.commitlog.read(offset, size)
+            read_bytes.append(len(got))
+            return got
+
+        for few in (addresses[:1], addresses[:2]):
+            read_bytes.clear()
+            assert resolve_many(counted, few) == [resolve(store.commitlog.read, a) for a in few]
+            assert sum(read_bytes) < 8 << 10, read_bytes
+        assert resolve_many(counted, addresses) == [resolve(store.commitlog.read, a) for a in addresses]
+        engine.close()
+    finally:
+        store.close()
