@@ -15,7 +15,7 @@ import pyarrow as pa
 from txmq.broker.errors import BadRequest
 
 # The Flight action that ends a transaction: body a native EndTransactionRequest, one result, its
-# EndTransactionResponse. The gRPC call's twin, at a lower cost per call (a COMMIT's latency).
+# EndTransactionResponse: the gRPC call's twin, with a cheaper round trip (a COMMIT's latency).
 END_TRANSACTION_ACTION = "end-transaction"
 
 UTC_MICROS = pa.timestamp("us", tz="UTC")

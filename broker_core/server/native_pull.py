@@ -75,7 +75,7 @@ class PullBatch:
 
 
 # Pulls of at most this many messages (a subscriber tailing a queue) take the object path: its cost
-# grows with the messages, the columnar path's is mostly fixed (docs/benchmarks.md, session 31).
+# grows with the messages, the columnar path's is mostly fixed (crossover: docs/benchmarks.md).
 OBJECT_PATH_MAX_COUNT = 2
 
 

@@ -100,7 +100,7 @@ def _stored_sys_flags(flags: Sequence[int], group: bool) -> Sequence[int]:
 
 READ_SPAN_MAX = 4 << 20  # one pread covers neighbouring records up to this span
 READ_GAP_MAX = 64 << 10  # ... skipping at most this many bytes of other queues' records
-_FEW = 8  # queue entries read with struct, not numpy: a tailing reader's, whose array calls cost more
+_FEW = 8  # unfiltered reads of at most this many queue entries skip numpy, whose set-up costs more
 FILTER_SCAN_MAX = 20_000  # queue entries examined per filtered read
 HOUSEKEEPING_S = 10.0
 # A group of record copies over this many source bytes is built and written in parts of
@@ -670,21 +670,16 @@ class MessageStore:
             if not raw:
                 break
             n = len(raw) // ENTRY_SIZE
-            if tag_filter is None and n <= _FEW:
-                for i, (p, size, _) in enumerate(ENTRY.iter_unpack(raw[:n * ENTRY_SIZE])):
-                    offsets.append(q + i)
-                    phys.append(p)
-                    sizes.append(size)
-            elif tag_filter is None:
+            if tag_filter is None and n > _FEW:
                 entries = np.frombuffer(raw, dtype=ENTRY_DTYPE, count=n)
                 offsets += range(q, q + n)
                 phys += entries["phys"].tolist()
                 sizes += entries["size"].tolist()
-            else:
+            else:  # entry by entry: a filter's skips, or a tailing reader's few entries
                 bits = (self.filter_bits.may_pass(topic, queue_id, q, n, tag_filter)
                         if isinstance(tag_filter, MessageFilter) else None)
                 for i, (p, size, th) in enumerate(ENTRY.iter_unpack(raw[:n * ENTRY_SIZE])):
-                    if tag_filter.may_match(th) and (bits is None or bits[i]):
+                    if tag_filter is None or (tag_filter.may_match(th) and (bits is None or bits[i])):
                         offsets.append(q + i)
                         phys.append(p)
                         sizes.append(size)
