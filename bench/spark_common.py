@@ -11,6 +11,7 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.load import descendants, process_cpu_s  # noqa: E402  (their one home: stdlib only)
 from bench.results_io import emit  # noqa: E402
 from tests.support.broker_process import BrokerProcess  # noqa: E402
 from tests.support.spark_env import expose_autoregister_module  # noqa: E402
@@ -38,35 +39,6 @@ def settle_page_cache() -> None:
     """Write back every dirty page before a timed run (untimed): a side that never fsyncs (Kafka)
     leaves its writes dirty, and the kernel would write them back during the other side's next run."""
     os.sync()
-
-
-def process_cpu_s(pid: int, *, reaped_children: bool = False) -> float:
-    """User + system CPU seconds a process has used so far, with those of the children it has
-    reaped if asked (/proc; 0.0 once it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    ticks = sum(int(f) for f in fields[11:15 if reaped_children else 13])
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-def descendants(pid: int) -> list[int]:
-    """The processes below `pid` (children, theirs, ...), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    found, todo = [], list(children.get(pid, []))
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(children.get(p, []))
-    return found
 
 
 def spark_cpu_meters(spark, broker_pid: int | None = None) -> dict[str, Callable[[], float]]:

@@ -55,7 +55,7 @@ ROOT = BENCH_DIR.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(BENCH_DIR))
 
-from bench.load import closed_loop  # noqa: E402
+from bench.load import closed_loop, descendants, tree_cpu_s  # noqa: E402
 from bench.peers import PeerUnavailable  # noqa: E402
 from bench.peers_jvm import (KAFKA_JVM, ROCKETMQ_HEAP, ROCKETMQ_JVM, Kafka, RocketMQ5, java_version,  # noqa: E402
                              kafka_create_topic, pom_versions)
@@ -401,13 +401,6 @@ def spark_read(spark, client, endpoint: str, bootstrap: str, read_rows: int, rep
     return out
 
 
-def tree_cpu_s(pids: list[int]) -> float:
-    """CPU seconds so far of `pids` and every process below them (/proc)."""
-    from spark_common import descendants, process_cpu_s
-
-    return sum(process_cpu_s(p) for root in pids for p in [root, *descendants(root)])
-
-
 def spark_write(spark, client, endpoint: str, bootstrap: str, write_rows: int, repeat: int,
                 pids: dict[str, list[int]]) -> dict:
     """Each side's best write (rows/s, the ratio's figure), and every run's seconds and CPU seconds
@@ -470,14 +463,17 @@ def rmq_client(endpoint: str, topic: str, *args: str, timeout_s: float = 600) ->
 
 
 def rocketmq_part(txmq_endpoint: str, txmq_client, rmq: RocketMQ5, seconds: float, threads: tuple[int, ...],
-                  repeat: int, e2e_count: int) -> dict:
-    """Official-client loads against both brokers, taking turns; then end-to-end latency on both."""
+                  repeat: int, e2e_count: int, txmq_pid: int) -> dict:
+    """Official-client loads against both brokers, taking turns; then end-to-end latency on both.
+    Each load's figures carry the CPU per call of the client and of the broker's processes."""
     topics = {"normal": f"normal-{uuid.uuid4().hex[:6]}", "tx": f"tx-{uuid.uuid4().hex[:6]}"}
     txmq_client.create_topic(topics["normal"], QUEUES)
     txmq_client.create_topic(topics["tx"], QUEUES)
     rmq.create_topic(topics["normal"], QUEUES, "NORMAL")
     rmq.create_topic(topics["tx"], QUEUES, "TRANSACTION")
     sides = {"txmq": txmq_endpoint, "rocketmq": rmq.endpoint}
+    broker_pids = {side: ",".join(str(p) for root in roots for p in [root, *descendants(root)])
+                   for side, roots in (("txmq", [txmq_pid]), ("rocketmq", [p.pid for p in rmq.procs]))}
     out: dict = {}
     for mode, topic in (("send", topics["normal"]), ("tx1", topics["tx"])):
         for n in threads:
@@ -485,7 +481,8 @@ def rocketmq_part(txmq_endpoint: str, txmq_client, rmq: RocketMQ5, seconds: floa
             for _ in range(repeat):
                 for side, endpoint in sides.items():
                     fig = rmq_client(endpoint, topic, "load", "--mode", "send" if mode == "send" else "transaction",
-                                     "--seconds", str(seconds), "--threads", str(n))
+                                     "--seconds", str(seconds), "--threads", str(n),
+                                     "--broker-pids", broker_pids[side])
                     if "error" in fig:
                         best.setdefault(side, fig)
                     elif fig["per_s"] > best.get(side, {}).get("per_s", -1):
@@ -645,7 +642,7 @@ def main() -> None:
                 with RocketMQ5() as rmq:
                     rmq_used = rmq
                     result["rocketmq"] = rocketmq_part(broker.endpoint, client, rmq, seconds, threads, args.repeat,
-                                                       e2e_count)
+                                                       e2e_count, broker.proc.pid)
             except PeerUnavailable as exc:
                 result["errors"]["rocketmq"] = str(exc)
         client.close()

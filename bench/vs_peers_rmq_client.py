@@ -4,8 +4,9 @@ Runs under .venv-rocketmq/bin/python (the official client's own environment) and
 prints one line `RESULT {json}`. The same code talks to either broker: only the
 endpoint differs.
 
-  load   --mode send|transaction --seconds S --threads T   closed loop of one-message
-         sends (or transactions: begin, send, commit), 1 KiB bodies: per_s, p50_ms, p99_ms
+  load   --mode send|transaction --seconds S --threads T [--broker-pids P,...]   closed loop of
+         one-message sends (or transactions: begin, send, commit), 1 KiB bodies: per_s, p50_ms,
+         p99_ms, and the CPU per call of this client and of the broker's processes
   e2e    --count N   one-message transactions one at a time; a SimpleConsumer in this
          process receives each: the time from the commit call to the receive, p50/p99
 """
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import closed_loop  # noqa: E402  (bench/load.py: stdlib only, so it runs in this venv too)
+from load import closed_loop, process_cpu_s  # noqa: E402  (bench/load.py: stdlib only, so it runs in this venv too)
 
 from rocketmq import (ClientConfiguration, ConsumeResult, Credentials, FilterExpression, Message,  # noqa: E402
                       MessageListener, Producer, PushConsumer, SimpleConsumer, TransactionChecker,
@@ -62,12 +63,23 @@ def cmd_load(args) -> dict:
         tx.commit()
 
     fn = transaction if transactional else send
+    broker_pids = [int(p) for p in args.broker_pids.split(",") if p]
+
+    def broker_cpu_s() -> float:
+        return sum(process_cpu_s(p) for p in broker_pids)
+
     try:
         for _ in range(args.warmup):
             fn()
+        client_before, broker_before = time.process_time(), broker_cpu_s()
         figures = closed_loop(fn, args.seconds, args.threads)
+        client_s, broker_s = time.process_time() - client_before, broker_cpu_s() - broker_before
     finally:
         producer.shutdown()
+    # where a call's time goes: this client's CPU per call (its own Python and gRPC) against the broker's
+    figures["client_cpu_ms_per_call"] = round(client_s / figures["calls"] * 1000, 3)
+    if broker_pids:
+        figures["broker_cpu_ms_per_call"] = round(broker_s / figures["calls"] * 1000, 3)
     return figures
 
 
@@ -164,6 +176,7 @@ def main() -> None:
     ld.add_argument("--mode", choices=("send", "transaction"), required=True)
     ld.add_argument("--seconds", type=float, default=5)
     ld.add_argument("--threads", type=int, default=1)
+    ld.add_argument("--broker-pids", default="", help="comma-separated pids whose CPU to measure (the broker's)")
     e2e = sub.add_parser("e2e")
     e2e.add_argument("--group", required=True)
     e2e.add_argument("--count", type=int, default=500)
