@@ -48,6 +48,7 @@ from txmq.broker.store.message import (
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TRANSACTION_MASK,
 )
+from txmq.broker.store.record import without_property
 from txmq.broker.store.record_layout import (
     BLANK_MAGIC_CODE,
     CRC_PREFIX,
@@ -230,7 +231,7 @@ def final_record(half: bytes | memoryview, *, topic: str, queue_id: int, queue_o
     props_at = tail_at + 3 + half[tail_at]
     props = half[props_at:size - len(CRC_PREFIX) - CRC_SUFFIX_LEN]
     for name in drop_properties:
-        props = _without(props, name.encode())
+        props = without_property(props, name.encode())
     store_raw = commit.store_host_raw
     store_v6 = len(store_raw) > 8
     born_v6 = bool(sys_flag & SYSFLAG_BORNHOST_V6)
@@ -261,6 +262,7 @@ def resolve(read: Callable[[int, int], bytes], slot_address: int) -> bytes:
 
 
 _HEAD_READ = 4096  # bytes of a commit record's body read for its head at first (most heads: one topic)
+_LONGEST_HEADER = max(h.size for h in HEADERS.values())
 _SPAN = 1 << 20  # resolve_many reads the log in spans of this many bytes
 
 
@@ -429,9 +431,11 @@ def _commit_header(read: Callable[[int, int], bytes], slot_address: int, record_
                    ) -> tuple[CommitHeader, list[str], list[str]]:
     """(what the finals take from it, the properties they drop, the topic table) of the commit record at
     `record_at`, which holds the slot at `slot_address`, `back` bytes in."""
-    sys_flag = int.from_bytes(read(record_at + SYSFLAG_AT, 4), "big", signed=True)
+    head = read(record_at, min(back, _LONGEST_HEADER + _HEAD_READ))  # one read, whichever header it has
+    sys_flag = int.from_bytes(head[SYSFLAG_AT:SYSFLAG_AT + 4], "big", signed=True)
     hdr = HEADERS[(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6))]
-    head = read(record_at, min(back, hdr.size + _HEAD_READ))
+    if len(head) < hdr.size:
+        raise StoreError(f"the slot at {slot_address} lies {back} bytes into a record, inside its header")
     fields = hdr.unpack_from(head, 0)
     if fields[1] != MAGIC_CODE or back >= fields[0]:
         raise StoreError(f"the slot at {slot_address} does not lie in a commit record")
@@ -469,19 +473,9 @@ def final_size(half_size: int, half_props: bytes, half_topic: str, topic: str, d
     string, once its topic is `topic` and `drop_properties` are cut out."""
     kept = half_props
     for name in drop_properties:
-        kept = _without(kept, name.encode())
+        kept = without_property(kept, name.encode())
     return half_size - (len(half_props) - len(kept)) - len(half_topic.encode()) + len(topic.encode())
 
-
-def _without(props: bytes, name: bytes) -> bytes:
-    """`props` (name \\x01 value \\x02 ...) without the property `name`."""
-    head = name + b"\x01"
-    at = props.find(head)
-    while at > 0 and props[at - 1] != 2:  # inside a longer name: look further
-        at = props.find(head, at + 1)
-    if at < 0:
-        return props
-    return props[:at] + props[props.index(b"\x02", at) + 1:]
 
 
 __all__ = ["COMMIT_REF_TOPIC", "CommitHeader", "SLOT_DTYPE", "SLOT_HAS_KEYS", "SLOT_HAS_UNIQ_KEY", "SLOT_MAGIC",

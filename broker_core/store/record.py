@@ -85,6 +85,21 @@ def encode_properties(properties: dict[str, str]) -> bytes:
     return "".join([f"{k}\x01{v}\x02" for k, v in properties.items()]).encode()
 
 
+def without_property(props: bytes, name: bytes) -> bytes:
+    """`props` (name \\x01 value \\x02 ...) without the first property called `name`: what a COMMIT's
+    final records drop from their halves (the compiled scans cut the same first occurrence)."""
+    head = name + b"\x01"
+    at = props.find(head)
+    while at > 0 and props[at - 1] != 2:  # inside a longer name or a value: look further
+        at = props.find(head, at + 1)
+    if at < 0:
+        return props
+    end = props.find(b"\x02", at)
+    if end < 0:
+        raise ValueError(f"property {name!r} is not terminated")
+    return props[:at] + props[end + 1:]
+
+
 def message_id(store_host_raw: bytes, physical_offset: int) -> str:
     """RocketMQ's offset message id: store IP + port + physical offset, uppercase hex."""
     return store_host_raw.hex().upper() + "%016X" % physical_offset

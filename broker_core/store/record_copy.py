@@ -24,7 +24,6 @@ property strings where they were found; no property dict is built.
 from __future__ import annotations
 
 import functools
-import re
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from itertools import accumulate, chain, pairwise
@@ -57,6 +56,7 @@ from txmq.broker.store.record_layout import (
     RECONSUME_AT,
     REST,
 )
+from txmq.broker.store.record import without_property
 from txmq.broker.store.record_block import RecordBlock
 from txmq.broker.store.record_columns import gather_binary
 
@@ -511,9 +511,8 @@ def _without_properties(props_crc: list[bytes], names: tuple[str, ...]) -> list[
             at = joined.find(marker, starts[row + 1])
         if out is props_crc:
             out = list(props_crc)
-        drop = re.compile(rb"(?:^|(?<=\x02))" + re.escape(raw) + rb"\x01[^\x02]*\x02")
         for i in hits:
-            out[i] = drop.sub(b"", out[i])
+            out[i] = without_property(out[i], raw)
     return out
 
 

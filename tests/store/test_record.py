@@ -15,8 +15,10 @@ from txmq.broker.store.record import (
     RecordCorrupted,
     decode_record,
     encode_messages_standalone,
+    encode_properties,
     message_id,
     verify_record,
+    without_property,
 )
 
 prop_text = st.text(alphabet=st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)),
@@ -99,3 +101,13 @@ def test_any_truncation_is_detected(m: Message, data) -> None:
 def test_random_bytes_are_rejected(garbage: bytes) -> None:
     with pytest.raises(RecordCorrupted):
         verify_record(garbage, 0)
+
+
+@given(st.dictionaries(prop_text, prop_text, max_size=5), prop_text, st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_without_property_drops_exactly_the_named_property(props: dict[str, str], name: str, present: bool) -> None:
+    props = {"x" + name: name, **props}  # a longer name ending in the name, before it
+    if present:
+        props[name] = "value"
+    kept = {k: v for k, v in props.items() if k != name}
+    assert without_property(encode_properties(props), name.encode()) == encode_properties(kept)
