@@ -185,6 +185,7 @@ def peers_section(r: Results) -> list[str]:
         measured = "—" if g.get("measured") is None else g["measured"]
         out.append(f"| `{name}` | {measured} | ≥ {g.get('goal')} | {'yes' if g.get('met') else '**no**'} |")
     out.append(replication_goal_row(r))
+    out += official_client_cpu(last.get("rocketmq") or {})
     out += ["", "Where each missed goal's time goes (per process) and what would close it: "
             "[docs/benchmarks.md](../docs/benchmarks.md), \"Issue #42's goals on the final code\"."]
     peers = last.get("peers", {})
@@ -200,6 +201,24 @@ def peers_section(r: Results) -> list[str]:
     if last.get("errors"):
         out += ["", "Errors: " + "; ".join(f"{k}: {_cell(v)}" for k, v in last["errors"].items())]
     return out
+
+
+def official_client_cpu(rocketmq: dict) -> list[str]:
+    """Per official-client load (`rocketmq.<mode>_p<threads>`): each side's calls/s and the CPU one
+    call took in the client process and in the broker's processes (vs_peers_rmq_client.py)."""
+    rows = []
+    for load, sides in rocketmq.items():
+        if not isinstance(sides, dict) or not all(isinstance(sides.get(s), dict) and "per_s" in sides[s]
+                                                  for s in ("txmq", "rocketmq")):
+            continue
+        cells = [f"{sides[s]['per_s']} / {sides[s].get('client_cpu_ms_per_call', '—')} / "
+                 f"{sides[s].get('broker_cpu_ms_per_call', '—')}" for s in ("txmq", "rocketmq")]
+        rows.append(f"| `{load}` | {cells[0]} | {cells[1]} |")
+    if not rows:
+        return []
+    return ["", "The official client's loads, per side: calls/s / the client's CPU per call (ms) / the broker's "
+            "processes' CPU per call (ms), same client, same host:", "",
+            "| load | txmq | Apache RocketMQ |", "|---|---|---|", *rows]
 
 
 def replication_goal_row(r: Results) -> str:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import base64
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from bench import peers_jvm, run_all, vs_peers
@@ -139,6 +142,35 @@ def test_the_reports_goal_table_ends_with_the_price_of_replication_against_kafka
     assert "4.786" in row and "0.56" in row and "0.117" in row and row.endswith("| ≥ 1.0 | yes |")
     missing = report.peers_section(report.Results({"benchmarks": summary["benchmarks"] | {"replication_cost": {}}}))
     assert any("replication_txmq_over_kafka" in line and "**no**" in line for line in missing)
+
+
+def test_the_report_lists_each_official_client_load_with_both_sides_cpu_per_call():
+    from bench import report
+
+    side = {"per_s": 219.3, "client_cpu_ms_per_call": 1.667, "broker_cpu_ms_per_call": 2.926}
+    rocketmq = {"tx1_p1": {"txmq": side, "rocketmq": {**side, "per_s": 245.3, "broker_cpu_ms_per_call": 4.613}},
+                "send_p1": {"txmq": side, "rocketmq": {"error": "no route"}},  # a side that failed: no row
+                "e2e_official_client_txmq": {"p50_ms": 5.9}}
+    rows = [line for line in report.official_client_cpu(rocketmq) if line.startswith("| `")]
+    assert rows == ["| `tx1_p1` | 219.3 / 1.667 / 2.926 | 245.3 / 1.667 / 4.613 |"]
+    assert report.official_client_cpu({}) == []
+
+
+def test_a_process_trees_cpu_counts_the_children_below_it():
+    """What the official client's loads charge a broker with: every process under the given pids."""
+    from bench.load import process_cpu_s, tree_cpu_s
+
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass\ntime.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", burn])
+    try:
+        deadline = time.monotonic() + 20
+        while process_cpu_s(child.pid) < 0.25 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tree_cpu_s([os.getpid()]) - process_cpu_s(os.getpid()) >= 0.25
+    finally:
+        child.kill()
+        child.wait()
+    assert process_cpu_s(child.pid) == 0.0  # gone: nothing to read
 
 
 def test_each_timed_spark_run_starts_with_no_dirty_pages_left_by_the_side_before(monkeypatch):
