@@ -477,7 +477,6 @@ def final_size(half_size: int, half_props: bytes, half_topic: str, topic: str, d
     return half_size - (len(half_props) - len(kept)) - len(half_topic.encode()) + len(topic.encode())
 
 
-
 __all__ = ["COMMIT_REF_TOPIC", "CommitHeader", "SLOT_DTYPE", "SLOT_HAS_KEYS", "SLOT_HAS_UNIQ_KEY", "SLOT_MAGIC",
            "SLOT_SCHEDULED", "SLOT_SIZE", "Slot", "SlotEntries", "SlotView", "body_head", "decode_body", "encode_body",
            "encode_rows", "final_record", "final_records", "final_size", "is_slot", "load_compiled_finals", "read_slot", "resolve", "resolve_many",

@@ -42,6 +42,7 @@ from txmq.broker.store.message import (
     SYSFLAG_STOREHOST_V6,
     SYSFLAG_TRANSACTION_MASK,
 )
+from txmq.broker.store.record import without_property
 from txmq.broker.store.record_layout import (
     BORN_HOST_AT,
     CRC_PREFIX,
@@ -56,7 +57,6 @@ from txmq.broker.store.record_layout import (
     RECONSUME_AT,
     REST,
 )
-from txmq.broker.store.record import without_property
 from txmq.broker.store.record_block import RecordBlock
 from txmq.broker.store.record_columns import gather_binary
 
